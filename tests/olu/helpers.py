@@ -1,0 +1,29 @@
+"""Stream generators and a pure-numpy reference process shared by the engine tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def synthetic_stream(n: int, d: int, seed: int = 0, loss: str = "logistic"):
+    """n examples with ||x|| <= 1 and labels from a noisy linear rule; ids 'r-0' .. 'r-{n-1}'."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    w = rng.normal(size=d)
+    score = X @ w + 0.3 * rng.normal(size=n)
+    y = np.clip(score, -1, 1) if loss == "ridge" else np.where(score >= 0, 1.0, -1.0)
+    return [f"r-{j}" for j in range(n)], X, y
+
+
+def masked_run(model_cls, kwargs, X, y, skip: set[int]):
+    """The reference process: OGD over the stream with the examples at 1-based steps in ``skip``
+    replaced by the skip element (identity step, time index kept; olu-spec 1.4, pitfall 6.6.15)."""
+    m = model_cls(**kwargs)
+    z = np.zeros(m.dim)
+    for t in range(1, len(X) + 1):
+        if t in skip:
+            continue
+        eta = m.schedule.eta(t)
+        z = m.ball.project(z - eta * m.loss.grad(z, X[t - 1], float(y[t - 1])))
+    return z

@@ -1,0 +1,292 @@
+"""The estimator base shared by every learner-unlearner: River-style API, ingest checks, state.
+
+Subclasses define how a deletion is honoured (``_delete``); everything else (the OGD step, the
+applied-record index, tombstones, the accountant, state export) lives here once.
+
+Paper time ``t`` is the number of examples applied in the current epoch (olu-spec 6.1): example t
+is applied with step eta_t, z_{t+1} = Proj_K(z_t - eta_t grad f_t(z_t)) (olu-spec 1.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .accountant import PrivacyAccountant
+from .domain import Ball, FeatureBound
+from .errors import ConfigError, InvalidState
+from .index import AppliedIndex, KeySet, record_key
+from .losses import make_loss
+from .schedules import Constant, Convex, Schedule, StronglyConvex
+
+STATE_FORMAT = 1
+ALGORITHMS: dict[str, type["OnlineUnlearner"]] = {}
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What ``unlearn_one`` did.
+
+    outcome: ``noised`` (calibrated Gaussian added), ``exact`` (the model no longer depends on the
+    record; nothing to hide), ``restarted`` (new epoch from a data-independent point),
+    ``not_applied`` (the model never used the record: no noise, no budget), ``duplicate`` (already
+    deleted: no-op), ``ignored`` (a baseline that does not unlearn).
+    """
+
+    outcome: str
+    index: int = 0  # deletion counter i of the epoch after this deletion (0: no budget used)
+    sigma: float = 0.0
+    shift: float = 0.0
+    steps: tuple[int, ...] = ()
+
+    @property
+    def changed_model(self) -> bool:
+        return self.outcome in ("noised", "exact", "restarted")
+
+
+def _schedule(name, constants, ball, t0, step) -> Schedule:
+    mu, beta, L = constants.mu, constants.beta, constants.L
+    if name == "auto":
+        name = StronglyConvex.name if mu > 0 else Convex.name
+    if name == StronglyConvex.name:
+        if mu <= 0:
+            raise ConfigError("schedule 'strongly-convex' needs a strongly convex loss (l2 > 0)")
+        return StronglyConvex(mu, beta, t0)
+    if name == Convex.name:
+        return Convex(ball.diameter, L, beta)
+    if name == Constant.name:
+        if step is None:
+            raise ConfigError("schedule 'constant' needs step (the constant eta)")
+        return Constant(step, mu, beta)
+    raise ConfigError(f"schedule must be auto, strongly-convex, convex or constant, got {name!r}")
+
+
+class OnlineUnlearner:
+    """Projected OGD on one stream with an unlearning rule; subclasses choose the rule."""
+
+    algorithm = "base"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        ALGORITHMS[cls.algorithm] = cls
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        loss: str = "logistic",
+        l2: float = 0.01,
+        label_bound: float = 1.0,
+        radius: float = 10.0,
+        feature_bound: float = 1.0,
+        feature_policy: str = "reject",
+        schedule: str = "auto",
+        t0: float | None = None,
+        step: float | None = None,
+        eps: float = 1.0,
+        omega: float = 1.2,
+        delta: float = 1e-5,
+        capacity: int | None = None,
+        noise_rng: np.random.Generator | None = None,
+    ):
+        self.config = dict(
+            dim=dim, loss=loss, l2=l2, label_bound=label_bound, radius=radius,
+            feature_bound=feature_bound, feature_policy=feature_policy, schedule=schedule,
+            t0=t0, step=step, eps=eps, omega=omega, delta=delta, capacity=capacity,
+        )
+        self.features = FeatureBound(dim, feature_bound, feature_policy)
+        self.ball = Ball(radius)
+        self.loss = make_loss(loss, l2, label_bound)
+        self.constants = self.loss.constants(self.ball.radius, self.features.bound)
+        self.schedule = _schedule(schedule, self.constants, self.ball, t0, step)
+        self.accountant = PrivacyAccountant(eps, omega=omega, delta=delta, capacity=capacity)
+        # Tests inject a seeded generator; production draws every noise vector from OS entropy
+        # through a fresh generator that is never stored (invariant 1).
+        self._noise_rng = noise_rng
+        self.z = np.zeros(dim)  # data-independent start in K
+        self.t = 0
+        self.epoch = 0
+        self.index = AppliedIndex()
+        self.tombstones = KeySet()
+        self.ledger: list[dict] = []
+        self.counters = {"applied": 0, "skipped_deleted": 0}
+
+    # ----------------------------------------------------------------- learning
+    @property
+    def dim(self) -> int:
+        return self.features.dim
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.z.copy()
+
+    def learn_one(self, record_id: str, x, y) -> bool:
+        """Apply one example; False if its id was already deleted (the insert is skipped).
+
+        Bad input raises a subclass of ``InvalidExample`` and changes no state.
+        """
+        key = record_key(record_id)
+        xv, yv = self.features.check(x), self.loss.label(y)
+        return self._learn(key, xv, yv)
+
+    def learn_many(self, record_ids, X, y) -> int:
+        """Same result as ``learn_one`` in a loop; the whole batch is validated before any step."""
+        keys = [record_key(r) for r in record_ids]
+        Xv = self.features.check_many(X)
+        yv = [self.loss.label(v) for v in y]
+        if not (len(keys) == len(Xv) == len(yv)):
+            raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, {len(yv)} labels")
+        return self._learn_batch(np.asarray(keys, np.uint64), Xv, np.asarray(yv, np.float64))
+
+    def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
+        return sum(self._learn(int(k), X[j], float(y[j])) for j, k in enumerate(keys))
+
+    def _learn(self, key: int, x: np.ndarray, y: float) -> bool:
+        if key in self.tombstones:
+            self.counters["skipped_deleted"] += 1  # an insert after its delete (olu-spec 6.1)
+            return False
+        self.t += 1
+        eta = self.schedule.eta(self.t)
+        self.z = self.ball.project(self.z - eta * self.loss.grad(self.z, x, y))
+        self.index.add(key, self.t)
+        self.counters["applied"] += 1
+        self._after_learn(key, self.t, x, y)
+        return True
+
+    def _after_learn(self, key: int, step: int, x: np.ndarray, y: float) -> None:
+        """Hook: algorithms that keep retained examples store them here (step = u)."""
+
+    def _after_learn_batch(self, keys: np.ndarray, steps: np.ndarray, X: np.ndarray, y: np.ndarray) -> None:
+        """Batch form of :meth:`_after_learn` (for a compiled batch path); override to vectorise."""
+        for j in range(len(keys)):
+            self._after_learn(int(keys[j]), int(steps[j]), X[j], float(y[j]))
+
+    # --------------------------------------------------------------- unlearning
+    def unlearn_one(self, record_id: str) -> Deletion:
+        """Honour the deletion of ``record_id``; the next release must be ``self.weights``."""
+        key = record_key(record_id)
+        if key in self.tombstones:
+            return Deletion("duplicate")
+        steps = self.index.pop(key)
+        try:
+            result = self._delete(key, steps) if steps else Deletion("not_applied")
+        except BaseException:
+            for s in steps:  # leave the model exactly as it was (e.g. BudgetExhausted)
+                self.index.add(key, s)
+            raise
+        self.tombstones.add(key)
+        return result
+
+    def _delete(self, key: int, steps: list[int]) -> Deletion:
+        raise NotImplementedError
+
+    def _noise(self, sigma: float) -> np.ndarray:
+        rng = self._noise_rng if self._noise_rng is not None else np.random.default_rng()
+        return rng.normal(0.0, sigma, size=self.dim)
+
+    def _release_with_noise(self, z_hat: np.ndarray, shift: float, steps, **extra) -> Deletion:
+        """z <- Proj_K(z_hat + N(0, sigma_i^2 I)) with sigma_i calibrated to ``shift``.
+
+        ``z_hat`` is the pre-noise state: it lives only in this frame and is never stored.
+        """
+        if shift == 0.0:  # every influence of the record has contracted away exactly
+            self.z = z_hat
+            return Deletion("exact", self.accountant.deletions, 0.0, 0.0, tuple(steps))
+        sigma = self.accountant.sigma_for_next(shift)
+        self.accountant.charge(shift, sigma)  # raises BudgetExhausted before any change
+        self.z = self.ball.project(z_hat + self._noise(sigma))
+        i = self.accountant.deletions
+        self.ledger.append({
+            "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
+            "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
+        })
+        return Deletion("noised", i, sigma, shift, tuple(steps))
+
+    def sensitivity(self, u: int) -> float:
+        """Delta_u = min(eta_u L, D): the most one example can move the iterate (olu-spec 2.2, C3)."""
+        return min(self.schedule.eta(u) * self.constants.L, self.ball.diameter)
+
+    # --------------------------------------------------------------- prediction
+    def predict_proba_one(self, x) -> float:
+        """P(y = +1 | x) for the logistic loss."""
+        if self.loss.name == "ridge":
+            raise TypeError("ridge regression has no class probabilities; use predict_one")
+        return self.loss.predict(self.z, self.features.check(x))
+
+    def predict_one(self, x):
+        """+1/-1 for logistic, the real-valued prediction for ridge."""
+        xv = self.features.check(x)
+        if self.loss.name == "ridge":
+            return self.loss.predict(self.z, xv)
+        return 1 if self.loss.predict(self.z, xv) >= 0.5 else -1
+
+    # ------------------------------------------------------------------ privacy
+    def privacy(self) -> dict:
+        acc = self.accountant
+        return {
+            "eps_rdp_slope": acc.rho,
+            "budget_used": acc.budget_used,
+            "epsilon": acc.epsilon(),
+            "delta": acc.delta,
+            "deletions_capacity_left": acc.capacity_left,
+        }
+
+    # -------------------------------------------------------------------- state
+    def export_state(self) -> dict:
+        """{'meta': JSON-able dict, 'arrays': {name: ndarray}}; round-trips bit-exactly."""
+        meta = {
+            "format": STATE_FORMAT, "algorithm": self.algorithm, "config": dict(self.config),
+            "t": self.t, "epoch": self.epoch, "counters": dict(self.counters),
+            "accountant": self.accountant.to_state(), "ledger": [dict(e) for e in self.ledger],
+            "extra": self._export_extra(),
+        }
+        arrays = {"z": self.z.copy(), "tombstones": self.tombstones.keys.copy(), **self.index.to_arrays()}
+        arrays.update(self._export_arrays())
+        return {"meta": meta, "arrays": arrays}
+
+    def _export_extra(self) -> dict:
+        return {}
+
+    def _export_arrays(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _import(self, meta: dict, arrays: dict) -> None:
+        """Subclass hook, called after the common state is loaded."""
+
+    @classmethod
+    def from_state(cls, state: dict, noise_rng: np.random.Generator | None = None) -> "OnlineUnlearner":
+        return load_model(state, noise_rng, expected=cls)
+
+
+def load_model(state: dict, noise_rng=None, expected: type | None = None) -> OnlineUnlearner:
+    """Rebuild a model from ``export_state()``; raises ``InvalidState`` on anything inconsistent."""
+    try:
+        meta, arrays = state["meta"], state["arrays"]
+        if meta["format"] != STATE_FORMAT:
+            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {STATE_FORMAT})")
+        cls = ALGORITHMS[meta["algorithm"]]
+        if expected is not None and expected is not OnlineUnlearner and not issubclass(cls, expected):
+            raise InvalidState(f"state is for {meta['algorithm']!r}, not {expected.algorithm!r}")
+        model = cls(**meta["config"], noise_rng=noise_rng)
+        z = np.asarray(arrays["z"], np.float64)
+        if z.shape != (model.dim,) or not np.all(np.isfinite(z)):
+            raise InvalidState(f"iterate has shape {z.shape}, expected ({model.dim},) and finite")
+        if float(np.linalg.norm(z)) > model.ball.radius * (1 + 1e-12):
+            raise InvalidState("iterate lies outside the domain K")
+        model.z = z.copy()
+        model.t, model.epoch = int(meta["t"]), int(meta["epoch"])
+        model.counters = {k: int(v) for k, v in meta["counters"].items()}
+        model.accountant = PrivacyAccountant.from_state(meta["accountant"])
+        model.ledger = [dict(e) for e in meta["ledger"]]
+        model.index = AppliedIndex.from_arrays(arrays["applied_keys"], arrays["applied_steps"])
+        model.tombstones = KeySet(arrays["tombstones"])
+        if len(model.index) and int(model.index.steps.max()) > model.t:
+            raise InvalidState("applied index holds a step after the step counter")
+        model._import(meta, arrays)
+        return model
+    except InvalidState:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidState(f"malformed model state: {exc!r}") from None
+
