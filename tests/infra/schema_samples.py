@@ -1,0 +1,166 @@
+"""Sample wire records (design.md section 3) and a validator for the schemas in ``schemas/``.
+
+Reusable by integration tests: ``validate("release", record)`` checks a real record against
+its JSON Schema plus the rules a schema cannot state (len(weights) == dim).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+KINDS = ("insert", "delete", "release", "dead-letter")
+
+
+@cache
+def load_schema(kind: str) -> dict[str, Any]:
+    return json.loads((SCHEMA_DIR / f"{kind}.schema.json").read_text())
+
+
+@cache
+def validator(kind: str) -> Draft202012Validator:
+    return Draft202012Validator(load_schema(kind))
+
+
+def validate(kind: str, record: Any) -> None:
+    """Raise ``jsonschema.ValidationError`` or ``ValueError`` if ``record`` breaks the contract."""
+    validator(kind).validate(record)
+    if kind == "release" and len(record["weights"]) != record["dim"]:
+        raise ValueError(f"len(weights) = {len(record['weights'])} != dim = {record['dim']}")
+
+
+def decode_headers(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:
+    """confluent-kafka ``Message.headers()`` -> the JSON object dead-letter.schema.json describes."""
+    return {k: (v or b"").decode("utf-8") for k, v in headers or ()}
+
+
+INSERT = {"op": "insert", "id": "r-42", "x": [0.1, -0.25, 0.0, 3.5e-3], "y": 1}
+INSERT_RIDGE = {"op": "insert", "id": "user/7:2026-11-22", "x": [1, 2.5], "y": -3.75, "ts": 1763800000000}
+INSERT_LOGISTIC_01 = {"op": "insert", "id": "r-43", "x": [0.5], "y": 0}
+DELETE = {"op": "delete", "id": "r-42"}
+DELETE_TS = {"op": "delete", "id": "r-42", "ts": 1763800000123}
+
+RELEASE = {
+    "schema_version": 1,
+    "model": "churn",
+    "topic": "olu.events",
+    "partition": 3,
+    "version": 1041,
+    "offset": 1042,
+    "t": 1000,
+    "deletions": 12,
+    "epoch": 0,
+    "algorithm": "passive",
+    "loss": "logistic",
+    "dim": 4,
+    "weights": [0.12, -0.5, 0.0, 2.25],
+    "privacy": {
+        "eps_rdp_slope": 0.8,
+        "budget_used": 0.4,
+        "epsilon": 3.1,
+        "delta": 1e-6,
+        "deletions_capacity_left": None,
+    },
+    "trigger": "deletion",
+    "released_at": 1763800000.25,
+}
+RELEASE_ACTIVE = copy.deepcopy(RELEASE) | {
+    "algorithm": "active-anchor", "loss": "ridge", "trigger": "final", "epoch": 2,
+}
+RELEASE_ACTIVE["privacy"] = RELEASE["privacy"] | {"deletions_capacity_left": 7}
+RELEASE_NO_CAPACITY_KEY = copy.deepcopy(RELEASE)
+del RELEASE_NO_CAPACITY_KEY["privacy"]["deletions_capacity_left"]
+
+DEAD_LETTER = {
+    "olu.source.topic": "olu.events",
+    "olu.source.partition": "3",
+    "olu.source.offset": "1043",
+    "olu.error.reason": "wrong_dimension",
+    "olu.error.detail": "x has 5 features, model dim is 4",
+    "olu.worker.version": "0.1.0",
+    "olu.failed.at": "1763800000999",
+}
+DEAD_LETTER_WITH_FOREIGN_HEADER = DEAD_LETTER | {"traceparent": "00-0af7651916cd43dd-01"}
+
+VALID: dict[str, list[dict[str, Any]]] = {
+    "insert": [INSERT, INSERT_RIDGE, INSERT_LOGISTIC_01],
+    "delete": [DELETE, DELETE_TS],
+    "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY],
+    "dead-letter": [DEAD_LETTER, DEAD_LETTER_WITH_FOREIGN_HEADER],
+}
+
+
+def _without(record: dict, key: str) -> dict:
+    return {k: v for k, v in record.items() if k != key}
+
+
+def _privacy(**changes: Any) -> dict:
+    return RELEASE | {"privacy": RELEASE["privacy"] | changes}
+
+
+# (name, kind, record): each must be rejected by the schema alone.
+INVALID: list[tuple[str, str, Any]] = [
+    ("insert-not-object", "insert", ["insert", "r-1"]),
+    ("insert-missing-id", "insert", _without(INSERT, "id")),
+    ("insert-empty-id", "insert", INSERT | {"id": ""}),
+    ("insert-numeric-id", "insert", INSERT | {"id": 42}),
+    ("insert-long-id", "insert", INSERT | {"id": "r" * 257}),
+    ("insert-missing-x", "insert", _without(INSERT, "x")),
+    ("insert-empty-x", "insert", INSERT | {"x": []}),
+    ("insert-x-string-item", "insert", INSERT | {"x": [0.1, "0.2"]}),
+    ("insert-x-null-item", "insert", INSERT | {"x": [0.1, None]}),
+    ("insert-x-nested", "insert", INSERT | {"x": [[0.1]]}),
+    ("insert-x-infinite", "insert", INSERT | {"x": [float("inf")]}),
+    ("insert-x-too-long", "insert", INSERT | {"x": [0.0] * 65537}),
+    ("insert-missing-y", "insert", _without(INSERT, "y")),
+    ("insert-y-string", "insert", INSERT | {"y": "1"}),
+    ("insert-y-bool", "insert", INSERT | {"y": True}),
+    ("insert-ts-string", "insert", INSERT | {"ts": "2026-11-22T00:00:00Z"}),
+    ("insert-ts-negative", "insert", INSERT | {"ts": -1}),
+    ("insert-extra-field", "insert", INSERT | {"weight": 2.0}),
+    ("insert-unknown-op", "insert", INSERT | {"op": "upsert"}),
+    ("insert-op-as-delete", "insert", INSERT | {"op": "delete"}),
+    ("delete-missing-id", "delete", {"op": "delete"}),
+    ("delete-empty-id", "delete", {"op": "delete", "id": ""}),
+    ("delete-unknown-op", "delete", {"op": "remove", "id": "r-42"}),
+    ("delete-with-features", "delete", DELETE | {"x": [0.1]}),
+    ("release-missing-weights", "release", _without(RELEASE, "weights")),
+    ("release-missing-privacy", "release", _without(RELEASE, "privacy")),
+    ("release-negative-partition", "release", RELEASE | {"partition": -1}),
+    ("release-float-version", "release", RELEASE | {"version": 1.5}),
+    ("release-negative-offset", "release", RELEASE | {"offset": -1}),
+    ("release-zero-dim", "release", RELEASE | {"dim": 0}),
+    ("release-weights-string", "release", RELEASE | {"weights": [0.1, "x", 0.0, 1.0]}),
+    ("release-unknown-algorithm", "release", RELEASE | {"algorithm": "sgd"}),
+    ("release-unknown-loss", "release", RELEASE | {"loss": "hinge"}),
+    ("release-unknown-trigger", "release", RELEASE | {"trigger": "manual"}),
+    ("release-schema-version-2", "release", RELEASE | {"schema_version": 2}),
+    ("release-bad-topic", "release", RELEASE | {"topic": "olu events"}),
+    ("release-extra-field", "release", RELEASE | {"intercept": 0.0}),
+    ("release-budget-over-1", "release", _privacy(budget_used=1.01)),
+    ("release-budget-negative", "release", _privacy(budget_used=-0.1)),
+    ("release-delta-zero", "release", _privacy(delta=0)),
+    ("release-delta-one", "release", _privacy(delta=1)),
+    ("release-negative-epsilon", "release", _privacy(epsilon=-1.0)),
+    ("release-capacity-negative", "release", _privacy(deletions_capacity_left=-1)),
+    ("release-capacity-float", "release", _privacy(deletions_capacity_left=2.5)),
+    ("release-privacy-missing-delta", "release",
+     RELEASE | {"privacy": _without(RELEASE["privacy"], "delta")}),
+    ("release-privacy-extra", "release", _privacy(sigma=0.3)),
+    ("dlq-wrong-reason", "dead-letter", DEAD_LETTER | {"olu.error.reason": "bad_json"}),
+    ("dlq-missing-reason", "dead-letter", _without(DEAD_LETTER, "olu.error.reason")),
+    ("dlq-missing-topic", "dead-letter", _without(DEAD_LETTER, "olu.source.topic")),
+    ("dlq-partition-int", "dead-letter", DEAD_LETTER | {"olu.source.partition": 3}),
+    ("dlq-partition-negative", "dead-letter", DEAD_LETTER | {"olu.source.partition": "-1"}),
+    ("dlq-offset-leading-zero", "dead-letter", DEAD_LETTER | {"olu.source.offset": "01043"}),
+    ("dlq-detail-too-long", "dead-letter", DEAD_LETTER | {"olu.error.detail": "x" * 1025}),
+    ("dlq-failed-at-iso", "dead-letter", DEAD_LETTER | {"olu.failed.at": "2026-11-22T00:00:00Z"}),
+    ("dlq-unknown-olu-header", "dead-letter", DEAD_LETTER | {"olu.error.code": "E42"}),
+    ("dlq-empty-version", "dead-letter", DEAD_LETTER | {"olu.worker.version": ""}),
+]

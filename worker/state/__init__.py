@@ -1,0 +1,1 @@
+"""Per-partition state: the snapshot codec and the object-store backend."""
