@@ -67,11 +67,10 @@ RELEASE = {
         "delta": 1e-6,
         "deletions_capacity_left": None,
     },
-    "trigger": "deletion",
     "released_at": 1763800000.25,
 }
 RELEASE_ACTIVE = copy.deepcopy(RELEASE) | {
-    "algorithm": "active-anchor", "loss": "ridge", "trigger": "final", "epoch": 2,
+    "algorithm": "active-anchor", "loss": "ridge", "epoch": 2,
 }
 RELEASE_ACTIVE["privacy"] = RELEASE["privacy"] | {"deletions_capacity_left": 7}
 RELEASE_NO_CAPACITY_KEY = copy.deepcopy(RELEASE)
@@ -139,7 +138,7 @@ INVALID: list[tuple[str, str, Any]] = [
     ("release-weights-string", "release", RELEASE | {"weights": [0.1, "x", 0.0, 1.0]}),
     ("release-unknown-algorithm", "release", RELEASE | {"algorithm": "sgd"}),
     ("release-unknown-loss", "release", RELEASE | {"loss": "hinge"}),
-    ("release-unknown-trigger", "release", RELEASE | {"trigger": "manual"}),
+    ("release-trigger-in-body", "release", RELEASE | {"trigger": "deletion"}),
     ("release-schema-version-2", "release", RELEASE | {"schema_version": 2}),
     ("release-bad-topic", "release", RELEASE | {"topic": "olu events"}),
     ("release-extra-field", "release", RELEASE | {"intercept": 0.0}),
