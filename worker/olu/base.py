@@ -62,10 +62,29 @@ def _schedule(name, constants, ball, t0, step) -> Schedule:
     raise ConfigError(f"schedule must be auto, strongly-convex, convex or constant, got {name!r}")
 
 
+_KERNELS = None
+
+
+def _kernels():
+    """worker.olu.kernels, imported on first use (numba is slow to import); None if unavailable."""
+    global _KERNELS
+    if _KERNELS is None:
+        try:
+            from . import kernels
+        except ImportError as exc:  # numba missing or broken: stay correct, just slower
+            import logging
+
+            logging.getLogger(__name__).warning("compiled OGD kernel unavailable (%s); using numpy", exc)
+            kernels = False
+        _KERNELS = kernels
+    return _KERNELS or None
+
+
 class OnlineUnlearner:
     """Projected OGD on one stream with an unlearning rule; subclasses choose the rule."""
 
     algorithm = "base"
+    use_kernel = True  # False: always the pure-numpy reference step (see worker.olu.kernels)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -128,19 +147,69 @@ class OnlineUnlearner:
         """
         key = record_key(record_id)
         xv, yv = self.features.check(x), self.loss.label(y)
+        plan = self._kernel_plan()
+        if plan is not None:  # the compiled path of learn_many, so the two agree bit for bit
+            return self._learn_kernel(plan, np.array([key], np.uint64), xv[None, :], np.array([yv])) == 1
         return self._learn(key, xv, yv)
 
     def learn_many(self, record_ids, X, y) -> int:
         """Same result as ``learn_one`` in a loop; the whole batch is validated before any step."""
-        keys = [record_key(r) for r in record_ids]
+        kernels = _kernels()
+        if kernels is not None:  # vectorised hashing and label checks, same values and errors
+            keys, yv = kernels.record_keys(record_ids), kernels.check_labels(self.loss, y)
+        else:
+            keys = np.array([record_key(r) for r in record_ids], np.uint64)
+            yv = np.array([self.loss.label(v) for v in y], np.float64)
         Xv = self.features.check_many(X)
-        yv = [self.loss.label(v) for v in y]
         if not (len(keys) == len(Xv) == len(yv)):
             raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, {len(yv)} labels")
-        return self._learn_batch(np.asarray(keys, np.uint64), Xv, np.asarray(yv, np.float64))
+        return self._learn_batch(keys, Xv, yv)
 
     def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
-        return sum(self._learn(int(k), X[j], float(y[j])) for j, k in enumerate(keys))
+        """Apply validated rows (keys uint64): the compiled kernel, or ``_learn`` in a loop."""
+        plan = self._kernel_plan()
+        if plan is None:
+            return sum(self._learn(int(k), X[j], float(y[j])) for j, k in enumerate(keys))
+        return self._learn_kernel(plan, keys, X, y)
+
+    def _kernel_plan(self):
+        """Parameters for ``kernels.ogd_steps``, or None to use the reference ``_learn``.
+
+        The kernel replaces exactly ``_learn``: a subclass (or instance) that overrides it, sets
+        ``use_kernel = False``, or uses a loss/schedule the kernel does not know gets the
+        reference, as does everything under ``OLU_REFERENCE_KERNEL=1`` or ``kernels.reference()``.
+        """
+        if not self.use_kernel or getattr(self._learn, "__func__", None) is not OnlineUnlearner._learn:
+            return None
+        kernels = _kernels()
+        if kernels is None or kernels.FORCE_REFERENCE:
+            return None
+        return kernels.plan_for(self)
+
+    def _learn_kernel(self, plan, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
+        """``_learn`` over a batch in one compiled call; same state changes, in the same order.
+
+        The hooks run once after the batch, in step order, on the applied rows only: the default
+        ``_after_learn_batch`` calls ``_after_learn(key, step, x, y)`` for each. While they run,
+        ``self.z`` and ``self.t`` are already those after the whole batch.
+        """
+        if len(keys) == 0:
+            return 0
+        kernels = _kernels()
+        z = np.array(self.z, dtype=np.float64)  # a new array per update, like the reference
+        t, steps, consumed, reason = kernels.run_batch(plan, z, self.t, self.index, self.tombstones.keys, keys, X, y)
+        applied = t - self.t
+        self.z, self.t = z, t
+        self.counters["applied"] += applied
+        self.counters["skipped_deleted"] += consumed - applied
+        if applied and (getattr(self._after_learn, "__func__", None) is not OnlineUnlearner._after_learn
+                        or getattr(self._after_learn_batch, "__func__", None) is not OnlineUnlearner._after_learn_batch):
+            rows = np.flatnonzero(steps[:consumed])
+            self._after_learn_batch(np.asarray(keys, np.uint64)[rows], steps[rows], np.asarray(X)[rows],
+                                    np.asarray(y, np.float64)[rows])
+        if reason == kernels.STEP_OVERFLOW:
+            raise OverflowError(f"step {t + 1} does not fit the index (restart the epoch)")
+        return applied
 
     def _learn(self, key: int, x: np.ndarray, y: float) -> bool:
         if key in self.tombstones:

@@ -115,8 +115,8 @@ class AppliedIndex:
             at = np.searchsorted(keys, tk, "right")
             keys, steps = np.insert(keys, at, tk), np.insert(steps, at, ts)
         self.keys, self.steps, self._removed, self._tail_len = keys, steps, 0, 0
-        # A tail of ~n/16 keeps merges amortised O(1) per insert and adds < 1 byte per record.
-        size = max(_MIN_TAIL, len(keys) // 16)
+        # A tail of ~n/8 keeps merges amortised O(1) per insert and adds ~1.5 bytes per record.
+        size = max(_MIN_TAIL, len(keys) // 8)
         if size > len(self._tail_keys):
             self._tail_keys = np.zeros(size, np.uint64)
             self._tail_steps = np.zeros(size, np.uint32)

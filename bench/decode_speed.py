@@ -1,0 +1,82 @@
+"""Micro-benchmark of worker.stream.decode.decode_event (not a test): prints microseconds per record.
+
+    /work/venv/bin/python bench/decode_speed.py [--dim 10] [--n 200000] [--repeat 7]
+
+Times the decoder alone on pre-built (key, value) pairs; the best of ``--repeat`` runs is reported
+(the least disturbed by other processes), with the median for context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from worker.stream.decode import DeadLetter, decode_event  # noqa: E402
+
+
+def records(kind: str, n: int, dim: int, seed: int = 0) -> list[tuple[bytes | None, bytes | None]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for j in range(n):
+        rid = f"r-{j}"
+        if kind == "insert":
+            body = {"op": "insert", "id": rid, "x": rng.normal(size=dim).tolist(), "y": 1 if j % 2 else -1}
+        elif kind == "insert-int":
+            body = {"op": "insert", "id": rid, "x": rng.integers(-5, 5, size=dim).tolist(), "y": 1}
+        elif kind == "insert-ts":
+            body = {"op": "insert", "id": rid, "x": rng.normal(size=dim).tolist(), "y": 0.5, "ts": 1763800000000 + j}
+        elif kind == "delete":
+            body = {"op": "delete", "id": rid}
+        elif kind == "tombstone":
+            out.append((rid.encode(), None))
+            continue
+        elif kind == "poison-dim":
+            body = {"op": "insert", "id": rid, "x": rng.normal(size=dim + 1).tolist(), "y": 1}
+        elif kind == "poison-json":
+            out.append((rid.encode(), b'{"op": "insert", "id": ' + rid.encode()))
+            continue
+        else:
+            raise ValueError(kind)
+        out.append((rid.encode(), orjson.dumps(body)))
+    return out
+
+
+def time_once(data, dim: int) -> float:
+    decode = decode_event
+    start = time.perf_counter()
+    for key, value in data:
+        try:
+            decode(key, value, dim=dim, max_bytes=1 << 20)
+        except DeadLetter:
+            pass
+    return (time.perf_counter() - start) / len(data) * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dim", type=int, default=10)
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--kinds", default="insert,insert-int,insert-ts,delete,tombstone,poison-dim,poison-json")
+    args = ap.parse_args()
+    print(f"python {platform.python_version()}, orjson {orjson.__version__}, {platform.machine()}, "
+          f"{platform.processor() or platform.platform()}")
+    for kind in args.kinds.split(","):
+        data = records(kind, args.n, args.dim)
+        size = statistics.mean(len(v or b"") for _, v in data)
+        runs = [time_once(data, args.dim) for _ in range(args.repeat)]
+        print(f"{kind:12s} d={args.dim:<5d} {size:7.1f} B/value  best {min(runs):6.3f} us/record  "
+              f"median {statistics.median(runs):6.3f} us/record  ({1e6 / min(runs):,.0f} records/s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""The compiled OGD kernel (worker.olu.kernels) against the pure-numpy reference ``_learn``.
+
+- kernel vs reference, every loss and schedule kind, with projection, tombstoned inserts, forced
+  tail merges and interleaved deletions: weights within 1e-10 relative, identical t, counters and
+  applied-index contents;
+- kernel learn_many vs kernel learn_one in a loop: bit-identical;
+- hooks: a model that stores examples in ``_after_learn`` sees every applied example, in order;
+- the applied-record index stays within 16 bytes per record at 1,000,000 records (a memory bound,
+  not a timing);
+- the vectorised record keys are bit-identical to ``record_key``.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import worker.olu.index as index_module
+from worker.olu import kernels
+from worker.olu.base import OnlineUnlearner
+from worker.olu.errors import InvalidLabel, InvalidRecordId
+from worker.olu.index import MAX_ID_BYTES, record_key
+from worker.olu.losses import Logistic, Ridge
+from worker.olu.passive import PassiveOLU
+
+D = 6
+
+CONFIGS = {
+    "logistic-sc": dict(loss="logistic", l2=0.05, radius=10.0),
+    "logistic-sc-t0=0-clipped": dict(loss="logistic", l2=0.5, radius=0.3, t0=0.0),
+    "logistic-lam0-convex": dict(loss="logistic", l2=0.0, radius=10.0),
+    "logistic-lam0-convex-clipped": dict(loss="logistic", l2=0.0, radius=0.4),
+    "logistic-lam-convex-clipped": dict(loss="logistic", l2=0.02, radius=0.5, schedule="convex"),
+    "logistic-constant-clipped": dict(loss="logistic", l2=0.01, radius=0.5, schedule="constant", step=0.7),
+    "ridge-sc": dict(loss="ridge", l2=0.1, radius=5.0, label_bound=2.0),
+    "ridge-sc-clipped": dict(loss="ridge", l2=0.2, radius=0.25, t0=3.5),
+    "ridge-convex-clipped": dict(loss="ridge", l2=0.1, radius=0.3, schedule="convex"),
+    "ridge-constant-clipped": dict(loss="ridge", l2=0.1, radius=0.3, schedule="constant", step=0.3),
+}
+CLIPPED = {name for name in CONFIGS if name.endswith("clipped")}
+
+
+def stream(n, loss="logistic", seed=0, d=D):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X *= (rng.random(n) / np.linalg.norm(X, axis=1))[:, None]  # norms uniform in [0, 1)
+    w = rng.normal(size=d) * 3
+    score = X @ w + 0.3 * rng.normal(size=n)
+    y = np.where(score > 0, 1.0, -1.0) if loss == "logistic" else np.clip(score, -1.0, 1.0)
+    ids = [f"r-{seed}-{i}" for i in range(n)]
+    return ids, X, y
+
+
+def model(config, reference=False, **extra):
+    m = PassiveOLU(dim=D, eps=1.0, noise_rng=np.random.default_rng(11), **config, **extra)
+    if reference:
+        m.use_kernel = False
+        m.clipped, project = 0, m.ball.project
+
+        def counting_project(z):  # counts the steps where the projection moved the iterate
+            out = project(z)
+            m.clipped += out is not z
+            return out
+
+        m.ball.project = counting_project
+    return m
+
+
+def index_state(idx):
+    tail_keys, tail_steps, tail_len = idx.tail_buffers()
+    return [idx.keys.copy(), idx.steps.copy(), tail_keys[:tail_len].copy(), tail_steps[:tail_len].copy()]
+
+
+def assert_same_state(a, b, exact=False):
+    if exact:
+        assert np.array_equal(a.z, b.z)
+    else:
+        assert np.linalg.norm(a.z - b.z) <= 1e-10 * max(np.linalg.norm(b.z), 1e-300)
+    assert a.t == b.t
+    assert a.counters == b.counters
+    for u, v in zip(index_state(a.index), index_state(b.index)):
+        assert u.dtype == v.dtype and np.array_equal(u, v)
+    assert np.array_equal(a.tombstones.keys, b.tombstones.keys)
+    assert a.index.nbytes == b.index.nbytes
+
+
+def drive(m, ids, X, y, batch, deletions=True, one_by_one=False):
+    """Feed the stream in batches; before it, delete some future ids (their inserts get
+    skipped); after each batch delete a few applied ids and a few not yet seen."""
+    n = len(ids)
+    if deletions:
+        for i in range(3, n, 97):
+            m.unlearn_one(ids[i])
+    for start in range(0, n, batch):
+        stop = min(start + batch, n)
+        if one_by_one:
+            for j in range(start, stop):
+                m.learn_one(ids[j], X[j], y[j])
+        else:
+            m.learn_many(ids[start:stop], X[start:stop], y[start:stop])
+        if deletions:
+            for j in range(start, stop, 41):
+                m.unlearn_one(ids[j])
+            if stop + 7 < n:
+                m.unlearn_one(ids[stop + 7])
+
+
+@pytest.fixture(autouse=True)
+def kernel_enabled(monkeypatch):
+    """These tests compare both paths, so they ignore OLU_REFERENCE_KERNEL from the environment."""
+    monkeypatch.setattr(kernels, "FORCE_REFERENCE", False)
+
+
+@pytest.fixture
+def tiny_tail(monkeypatch):
+    """Force many index merges: models built after this start with an 8-slot tail."""
+    monkeypatch.setattr(index_module, "_MIN_TAIL", 8)
+
+
+# ------------------------------------------------------------------ kernel vs reference
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_kernel_matches_numpy_reference(name, tiny_tail):
+    config = CONFIGS[name]
+    ids, X, y = stream(3000, config["loss"], seed=1)
+    fast, ref = model(config), model(config, reference=True)
+    assert fast._kernel_plan() is not None and ref._kernel_plan() is None
+    drive(fast, ids, X, y, batch=257)
+    drive(ref, ids, X, y, batch=257)
+    assert_same_state(fast, ref)
+    assert fast.counters["skipped_deleted"] > 0  # tombstoned inserts were skipped
+    assert len(fast.index._tail_keys) > 8  # the tail filled and merged (and grew) many times
+    if name in CLIPPED:
+        assert ref.clipped > 0  # the projection was active
+    # and the released weights after more steps, merged index included
+    assert np.array_equal(fast.index.to_arrays()["applied_keys"], ref.index.to_arrays()["applied_keys"])
+    assert np.array_equal(fast.index.to_arrays()["applied_steps"], ref.index.to_arrays()["applied_steps"])
+
+
+@pytest.mark.parametrize("name", ["logistic-sc", "logistic-lam0-convex-clipped", "ridge-constant-clipped"])
+def test_learn_one_kernel_matches_reference(name):
+    config = CONFIGS[name]
+    ids, X, y = stream(400, config["loss"], seed=2)
+    fast, ref = model(config), model(config, reference=True)
+    drive(fast, ids, X, y, batch=50, one_by_one=True)
+    drive(ref, ids, X, y, batch=50, one_by_one=True)
+    assert_same_state(fast, ref)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_learn_many_bit_identical_to_learn_one_loop(name, tiny_tail):
+    config = CONFIGS[name]
+    ids, X, y = stream(2000, config["loss"], seed=3)
+    many, one = model(config), model(config)
+    drive(many, ids, X, y, batch=333)
+    drive(one, ids, X, y, batch=333, one_by_one=True)
+    assert_same_state(many, one, exact=True)
+
+
+def test_reference_switches():
+    m = model(CONFIGS["logistic-sc"])
+    assert m._kernel_plan() is not None
+    with kernels.reference():
+        assert m._kernel_plan() is None
+    assert m._kernel_plan() is not None
+
+    class Custom(PassiveOLU):
+        algorithm = "test-kernels-custom-learn"
+        calls = 0
+
+        def _learn(self, key, x, y):  # a subclass that changes the step keeps its own step
+            Custom.calls += 1
+            return super()._learn(key, x, y)
+
+    c = Custom(dim=D)
+    ids, X, y = stream(10, seed=4)
+    c.learn_many(ids, X, y)
+    c.learn_one("extra", X[0], y[0])
+    assert Custom.calls == 11 and c.t == 11
+
+
+def test_environment_forces_reference():
+    code = "from worker.olu import kernels; print(kernels.FORCE_REFERENCE)"
+    env = {**os.environ, "OLU_REFERENCE_KERNEL": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_step_overflow_leaves_consistent_state():
+    m = model(CONFIGS["logistic-sc"])
+    m.t = 2**32 - 2
+    ids, X, y = stream(3, seed=5)
+    with pytest.raises(OverflowError):
+        m.learn_many(ids, X, y)
+    assert m.t == 2**32 - 1 and len(m.index) == 1 and m.counters["applied"] == 1
+    assert m.index.pop(record_key(ids[0])) == [2**32 - 1]
+
+
+def test_empty_batch():
+    m = model(CONFIGS["logistic-sc"])
+    assert m.learn_many([], np.zeros((0, D)), []) == 0
+    assert m.t == 0 and np.array_equal(m.z, np.zeros(D))
+
+
+# ------------------------------------------------------------------------------- hooks
+class Recorder(PassiveOLU):
+    """Stores every applied example, the way active algorithms retain them."""
+
+    algorithm = "test-kernels-recorder"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def _after_learn(self, key, step, x, y):
+        self.seen.append((key, step, np.array(x), y))
+
+
+class BatchRecorder(Recorder):
+    algorithm = "test-kernels-batch-recorder"
+
+    def _after_learn_batch(self, keys, steps, X, y):
+        assert np.all(np.diff(steps) > 0)
+        self.batches = getattr(self, "batches", 0) + 1
+        super()._after_learn_batch(keys, steps, X, y)
+
+
+@pytest.mark.parametrize("cls", [Recorder, BatchRecorder])
+def test_after_learn_sees_every_applied_example_in_order(cls, tiny_tail):
+    config = CONFIGS["logistic-sc-t0=0-clipped"]
+    ids, X, y = stream(1500, seed=6)
+    fast = cls(dim=D, noise_rng=np.random.default_rng(1), **config)
+    ref = cls(dim=D, noise_rng=np.random.default_rng(1), **config)
+    ref.use_kernel = False
+    drive(fast, ids, X, y, batch=128)
+    drive(ref, ids, X, y, batch=128)
+    assert_same_state(fast, ref)
+    assert len(fast.seen) == len(ref.seen) == fast.counters["applied"] == fast.t
+    for (k1, s1, x1, y1), (k2, s2, x2, y2) in zip(fast.seen, ref.seen):
+        assert (k1, s1, y1) == (k2, s2, y2) and np.array_equal(x1, x2)
+        assert type(k1) is int and type(s1) is int and type(y1) is float
+    assert [s for _, s, _, _ in fast.seen] == list(range(1, fast.t + 1))
+    skipped = {record_key(ids[i]) for i in range(3, len(ids), 97)}
+    assert not skipped & {k for k, _, _, _ in fast.seen}
+    if cls is BatchRecorder:
+        assert fast.batches == -(-len(ids) // 128)  # one call per batch, not per row
+
+
+# ------------------------------------------------------------------------------ memory
+def test_applied_index_at_most_16_bytes_per_record():
+    m = model(CONFIGS["logistic-sc"])
+    n, batch = 1_000_000, 65_536
+    rng = np.random.default_rng(7)
+    keys = rng.integers(1, 2**63, size=n, dtype=np.uint64)
+    X, y = stream(batch, seed=8)[1:]
+    for start in range(0, n, batch):
+        k = keys[start:start + batch]
+        m._learn_batch(k, X[:len(k)], y[:len(k)])
+    assert m.t == len(m.index) == n
+    per_record = m.index.nbytes / len(m.index)
+    assert per_record <= 16, per_record
+    m.index.merge()
+    per_record = m.index.nbytes / len(m.index)
+    assert per_record <= 16, per_record
+    assert np.array_equal(m.index.keys, np.sort(keys))
+
+
+# ------------------------------------------------------------------------- record keys
+def test_record_keys_bit_identical_to_record_key():
+    rng = np.random.default_rng(9)
+    ids = [f"r-{i}" for i in range(5000)]
+    ids += ["".join(chr(c) for c in rng.integers(32, 127, size=n)) for n in
+            (1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 1023, 1024)]
+    ids += ["é", "日本語-7", "\ud800", "\udc00\ud800", "a\x00", "\x00", "é" * 512, "😀" * 256, "x" * MAX_ID_BYTES]
+    ids += ["".join(chr(c) for c in rng.integers(1, 0x10FFFF, size=n)) for n in (1, 5, 40, 100)]
+    expected = np.array([record_key(r) for r in ids], np.uint64)
+    assert np.array_equal(kernels.record_keys(ids), expected)
+    assert np.array_equal(kernels.record_keys(iter(ids)), expected)
+    assert np.array_equal(kernels.record_keys(ids[-7:]), expected[-7:])  # the non-ASCII path alone
+
+    class Sub(str):
+        pass
+
+    assert np.array_equal(kernels.record_keys([Sub("r-1"), "r-2"]), [record_key("r-1"), record_key("r-2")])
+    assert kernels.record_keys([]).dtype == np.uint64
+
+
+@pytest.mark.parametrize("bad", ["", "x" * (MAX_ID_BYTES + 1), "é" * 513, 5, None, b"r-1"])
+def test_record_keys_rejects_like_record_key(bad):
+    ids = ["r-1", bad, "r-3"]
+    with pytest.raises(InvalidRecordId) as want:
+        [record_key(r) for r in ids]
+    with pytest.raises(InvalidRecordId) as got:
+        kernels.record_keys(ids)
+    assert str(got.value) == str(want.value)
+
+
+def test_check_labels_matches_label():
+    logistic, ridge = Logistic(0.01), Ridge(0.1, label_bound=1.5)
+    y = np.array([1, -1, 0, 1.0, -0.0, 0.0])
+    assert np.array_equal(kernels.check_labels(logistic, y), [logistic.label(v) for v in y])
+    assert np.array_equal(kernels.check_labels(logistic, [True, False]), [1.0, -1.0])
+    r = np.array([1.5, -1.5, 0.3, 0.0])
+    assert np.array_equal(kernels.check_labels(ridge, r), [ridge.label(v) for v in r])
+    for loss, bad in [(logistic, [1, 2]), (logistic, [np.nan]), (ridge, [0.0, 1.6]),
+                      (ridge, [np.inf]), (logistic, ["a"])]:
+        with pytest.raises(InvalidLabel):
+            kernels.check_labels(loss, bad)
+
+
+# ------------------------------------------------------------------------- numba cache
+def test_kernels_work_without_a_writable_cache_dir():
+    """Read-only install with no writable cache dir: numba would raise at import; we compile
+    without the disk cache instead."""
+    code = textwrap.dedent("""
+        import numba.core.caching as caching
+
+        def read_only(self):
+            raise PermissionError("read-only file system")
+
+        caching._CacheLocator.ensure_cache_path = read_only
+        import numpy as np
+        from worker.olu import kernels
+        from worker.olu.passive import PassiveOLU
+        m = PassiveOLU(dim=2)
+        m.learn_many(["a", "b"], [[0.6, 0.8], [0.8, -0.6]], [1, -1])
+        print(kernels.CACHE_ENABLED, m.t, m._kernel_plan() is not None)
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if k not in ("OLU_REFERENCE_KERNEL", "NUMBA_CACHE_DIR")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "2", "True"]
+    assert "numba cache disabled" in out.stderr
