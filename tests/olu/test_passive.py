@@ -313,3 +313,39 @@ def test_restart_variant_adds_noise_when_affordable():
     d = m.unlearn_one(ids[400])
     assert d.outcome == "noised" and m.epoch == 0
     assert d.shift == pytest.approx(m.shift([401], 500))
+
+
+# ------------------------------------------------------------------ replay of a durable deletion
+@pytest.mark.parametrize("cls,extra", [(PassiveOLU, {}), (PassiveRestartOLU, {"restart_c": 1.0, "max_deletions": 5})])
+def test_replay_adopts_the_stored_post_noise_state_instead_of_drawing(cls, extra, monkeypatch):
+    ids, X, y = synthetic_stream(400, 5, seed=4)
+    first = cls(**BASE, **extra)
+    first.learn_many(ids[:300], X[:300], y[:300])
+    snapshot = first.export_state()
+    stored = []
+    for r in (ids[250], ids[0]):  # a late record (noise), an early one (restart under the variant)
+        assert first.unlearn_one(r).changed_model
+        stored.append(first.deletion_state())
+    first.learn_many(ids[300:], X[300:], y[300:])
+
+    replay = load_model(snapshot)
+    monkeypatch.setattr(np.random, "default_rng", lambda *a: pytest.fail("replay drew fresh noise"))
+    if cls is PassiveRestartOLU:
+        monkeypatch.setattr(cls, "_random_point", lambda self: np.zeros(self.dim))
+    for r, post in zip((ids[250], ids[0]), stored):
+        replay.unlearn_one(r, post_state=post)
+    replay.learn_many(ids[300:], X[300:], y[300:])
+    assert np.array_equal(replay.z, first.z) and replay.ledger == first.ledger
+
+
+def test_replay_that_diverges_is_refused():
+    from worker.olu.errors import InvalidState
+
+    m, ids, _, _ = fed(n=50)
+    state = m.export_state()
+    m.unlearn_one(ids[1])
+    post = m.deletion_state()
+    other = load_model(state)
+    other.learn_one("extra", [0.1] * 5, 1)  # the replayed stream differs
+    with pytest.raises(InvalidState, match="diverged"):
+        other.unlearn_one(ids[1], post_state=post)

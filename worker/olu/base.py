@@ -123,6 +123,7 @@ class OnlineUnlearner:
         # Tests inject a seeded generator; production draws every noise vector from OS entropy
         # through a fresh generator that is never stored (invariant 1).
         self._noise_rng = noise_rng
+        self._replaying = False
         self.z = np.zeros(dim)  # data-independent start in K
         self.t = 0
         self.epoch = 0
@@ -232,27 +233,58 @@ class OnlineUnlearner:
             self._after_learn(int(keys[j]), int(steps[j]), X[j], float(y[j]))
 
     # --------------------------------------------------------------- unlearning
-    def unlearn_one(self, record_id: str) -> Deletion:
-        """Honour the deletion of ``record_id``; the next release must be ``self.weights``."""
+    def unlearn_one(self, record_id: str, *, post_state: dict | None = None) -> Deletion:
+        """Honour the deletion of ``record_id``; the next release must be ``self.weights``.
+
+        ``post_state`` replays a deletion whose result is already durable (restore after a
+        crash): the deterministic bookkeeping runs as usual, but the stored post-noise iterate
+        is adopted instead of drawing fresh noise, so one deletion never yields two independent
+        noisy views (design.md invariant 2). It must come from :meth:`deletion_state`.
+        """
         key = record_key(record_id)
         if key in self.tombstones:
             return Deletion("duplicate")
         steps = self.index.pop(key)
+        self._replaying = post_state is not None
         try:
             result = self._delete(key, steps) if steps else Deletion("not_applied")
         except BaseException:
             for s in steps:  # leave the model exactly as it was (e.g. BudgetExhausted)
                 self.index.add(key, s)
             raise
+        finally:
+            self._replaying = False
         self.tombstones.add(key)
+        if post_state is not None and result.changed_model:
+            self._adopt(post_state)
         return result
+
+    def deletion_state(self) -> dict:
+        """What must be durable after a deletion: the post-noise iterate and checkable counters."""
+        return {"z": self.z.copy(), "t": self.t, "epoch": self.epoch,
+                "deletions": self.accountant.lifetime_deletions}
+
+    def _adopt(self, post_state: dict) -> None:
+        mine = (self.t, self.epoch, self.accountant.lifetime_deletions)
+        stored = (int(post_state["t"]), int(post_state["epoch"]), int(post_state["deletions"]))
+        if mine != stored:
+            raise InvalidState(f"replay diverged from the stored deletion: (t, epoch, deletions) {mine} != {stored}")
+        z = np.asarray(post_state["z"], np.float64)
+        if z.shape != (self.dim,) or not np.all(np.isfinite(z)):
+            raise InvalidState(f"stored post-noise iterate has shape {z.shape} or is not finite")
+        self.z = z.copy()
 
     def _delete(self, key: int, steps: list[int]) -> Deletion:
         raise NotImplementedError
 
+    def _entropy(self) -> np.random.Generator:
+        """The test generator, or a fresh one seeded from OS entropy and never stored."""
+        return self._noise_rng if self._noise_rng is not None else np.random.default_rng()
+
     def _noise(self, sigma: float) -> np.ndarray:
-        rng = self._noise_rng if self._noise_rng is not None else np.random.default_rng()
-        return rng.normal(0.0, sigma, size=self.dim)
+        if self._replaying:  # the stored post-noise iterate replaces whatever would be drawn
+            return np.zeros(self.dim)
+        return self._entropy().normal(0.0, sigma, size=self.dim)
 
     def _release_with_noise(self, z_hat: np.ndarray, shift: float, steps, **extra) -> Deletion:
         """z <- Proj_K(z_hat + N(0, sigma_i^2 I)) with sigma_i calibrated to ``shift``.

@@ -90,7 +90,7 @@ class PassiveRestartOLU(PassiveOLU):
 
     def _random_point(self) -> np.ndarray:
         """Uniform in the ball, from OS entropy (or the test generator): data-independent."""
-        rng = self._noise_rng if self._noise_rng is not None else np.random.default_rng()
+        rng = self._entropy()
         direction = rng.normal(size=self.dim)
         direction /= max(float(np.linalg.norm(direction)), 1e-300)
         return direction * self.ball.radius * rng.random() ** (1.0 / self.dim)
