@@ -65,7 +65,7 @@ class FeatureBound:
         try:
             arr = np.asarray(x, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise InvalidFeatures(f"features are not an array of numbers: {exc}") from None
+            raise InvalidFeatures(f"features are not an array of numbers ({type(exc).__name__})") from None
         if arr.ndim != 1:
             raise DimensionMismatch(f"expected {self.dim} features, got shape {arr.shape}")
         return self.check_many(arr[None, :])[0]
@@ -75,7 +75,7 @@ class FeatureBound:
         try:
             arr = np.asarray(X, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise InvalidFeatures(f"features are not a numeric matrix: {exc}") from None
+            raise InvalidFeatures(f"features are not a numeric matrix ({type(exc).__name__})") from None
         if arr.ndim != 2 or arr.shape[1] != self.dim:
             raise DimensionMismatch(f"expected shape (n, {self.dim}), got {arr.shape}")
         norms = np.sqrt(np.einsum("ij,ij->i", arr, arr))
@@ -88,7 +88,7 @@ class FeatureBound:
             far = norms > self.bound * (1 + 1e-9)
             if self.policy == "reject" and far.any():
                 row = int(np.argmax(far))
-                raise NormExceeded(f"row {row}: feature norm {norms[row]:.6g} exceeds {self.bound:.6g}")
+                raise NormExceeded(f"row {row}: feature norm exceeds the bound {self.bound:.6g}")
             arr = arr.copy()
             arr[over] *= (self.bound / norms[over])[:, None]
         return arr

@@ -2,7 +2,8 @@
 
 Every rejection of an example raises a subclass of :class:`InvalidExample` *before* any state
 changes, so the caller (the stream layer) can route the record to the dead-letter topic with
-``error.reason`` as its reason code.
+``error.reason`` as its reason code. Messages name fields, shapes and bounds, never a feature,
+label or id value: they end up in dead-letter headers and logs.
 """
 
 
@@ -13,7 +14,7 @@ class OLUError(Exception):
 class InvalidExample(OLUError, ValueError):
     """An example the model refuses; ``reason`` is a bounded, snake_case code."""
 
-    reason = "invalid_example"
+    reason = "schema_violation"
 
 
 class DimensionMismatch(InvalidExample):

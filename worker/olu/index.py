@@ -35,7 +35,8 @@ def record_key(record_id: str) -> int:
     True
     """
     if not isinstance(record_id, str) or not record_id:
-        raise InvalidRecordId(f"record id must be a non-empty string, got {record_id!r}")
+        raise InvalidRecordId(f"record id must be a non-empty string, got {type(record_id).__name__}"
+                              f"{' (empty)' if record_id == '' else ''}")
     raw = record_id.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_ID_BYTES:
         raise InvalidRecordId(f"record id is {len(raw)} bytes, more than {MAX_ID_BYTES}")

@@ -30,7 +30,7 @@ def _finite_label(y) -> float:
     try:
         value = float(y)
     except (TypeError, ValueError):
-        raise InvalidLabel(f"label must be a number, got {y!r}") from None
+        raise InvalidLabel(f"label must be a number, got {type(y).__name__}") from None
     if not math.isfinite(value):
         raise InvalidLabel("label is NaN or infinite")
     return value
@@ -74,7 +74,7 @@ class Logistic:
             return value
         if value == 0.0:
             return -1.0
-        raise InvalidLabel(f"logistic labels are -1/+1 or 0/1, got {y!r}")
+        raise InvalidLabel("logistic labels are -1/+1 or 0/1")
 
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
         m = y * float(x @ z)
@@ -117,7 +117,7 @@ class Ridge:
     def label(self, y) -> float:
         value = _finite_label(y)
         if abs(value) > self.label_bound:
-            raise InvalidLabel(f"ridge label {value!r} exceeds the bound {self.label_bound!r}")
+            raise InvalidLabel(f"ridge label exceeds the bound {self.label_bound!r}")
         return value
 
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:

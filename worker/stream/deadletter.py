@@ -1,0 +1,150 @@
+"""Dead-letter headers (design.md section 3, schemas/dead-letter.schema.json).
+
+A record that fails validation is produced to the dead-letter topic with its *original* key and
+value bytes, the ``olu.*`` headers built here, and the original record's other headers
+(:func:`carry_headers`). The ``olu.`` namespace is closed: exactly the seven names in
+:data:`HEADER_NAMES`, each once.
+
+The reason codes are a bounded set (they are the ``reason`` label of the dead-letter metric). They
+are defined here, not read from ``schemas/`` at runtime (the package may be installed without the
+repository); ``tests/stream/test_decode.py`` checks :data:`REASONS` equals the schema's enum.
+"""
+
+from __future__ import annotations
+
+REASONS: tuple[str, ...] = (
+    "not_utf8",
+    "not_json",
+    "not_object",
+    "unknown_op",
+    "missing_id",
+    "bad_id",
+    "bad_features",
+    "wrong_dimension",
+    "non_finite",
+    "bad_label",
+    "norm_exceeded",
+    "oversized",
+    "schema_violation",
+    "key_mismatch",
+)
+_REASON_SET = frozenset(REASONS)
+
+#: Used for a reason code outside :data:`REASONS` (e.g. the engine's base
+#: ``InvalidExample.reason == "invalid_example"``): the record still goes to the dead-letter topic
+#: (never stall the partition), the metric label stays bounded, and the detail names the code.
+FALLBACK_REASON = "schema_violation"
+
+HEADER_NAMES: tuple[str, ...] = (
+    "olu.source.topic",
+    "olu.source.partition",
+    "olu.source.offset",
+    "olu.error.reason",
+    "olu.error.detail",
+    "olu.worker.version",
+    "olu.failed.at",
+)
+HEADER_PREFIX = "olu."
+DETAIL_MAX_CHARS = 1024
+_ELLIPSIS = "…"
+
+
+def truncate_detail(detail: object) -> str:
+    """``detail`` as a string of at most :data:`DETAIL_MAX_CHARS` characters.
+
+    >>> len(truncate_detail("x" * 5000)), truncate_detail("short")
+    (1024, 'short')
+    """
+    text = "" if detail is None else str(detail)
+    if len(text) > DETAIL_MAX_CHARS:
+        text = text[: DETAIL_MAX_CHARS - len(_ELLIPSIS)] + _ELLIPSIS
+    return text
+
+
+def reason_of(reason: str | None) -> str:
+    """A reason code from :data:`REASONS`; anything else becomes :data:`FALLBACK_REASON`.
+
+    >>> reason_of("wrong_dimension"), reason_of("invalid_example")
+    ('wrong_dimension', 'schema_violation')
+    """
+    return reason if reason in _REASON_SET else FALLBACK_REASON
+
+
+def _decimal(name: str, value: int) -> bytes:
+    number = int(value)
+    if number < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {number}")
+    return str(number).encode("ascii")
+
+
+def dead_letter_headers(
+    *,
+    source_topic: str,
+    partition: int,
+    offset: int,
+    reason: str,
+    detail: str,
+    worker_version: str,
+    failed_at_ms: int,
+) -> list[tuple[str, bytes]]:
+    """The seven ``olu.*`` headers of a dead-letter record, values as UTF-8 bytes.
+
+    An unknown ``reason`` is reported as :data:`FALLBACK_REASON` with the original code prefixed
+    to the detail rather than raising: raising here would stall the partition on a poison record.
+    A negative partition, offset or time is a programming error and raises ``ValueError``.
+
+    >>> dict(dead_letter_headers(source_topic="olu.events", partition=3, offset=1043,
+    ...     reason="not_json", detail="", worker_version="0.1.0", failed_at_ms=1763800000999))["olu.source.offset"]
+    b'1043'
+    """
+    detail = "" if detail is None else str(detail)
+    if reason not in _REASON_SET:
+        detail = f"[{str(reason)[:64]}] {detail}"
+        reason = FALLBACK_REASON
+    return [
+        ("olu.source.topic", source_topic.encode("utf-8")),
+        ("olu.source.partition", _decimal("partition", partition)),
+        ("olu.source.offset", _decimal("offset", offset)),
+        ("olu.error.reason", reason.encode("ascii")),
+        # "replace": a lone surrogate (from some exception text) must not make the header unencodable.
+        ("olu.error.detail", truncate_detail(detail).encode("utf-8", "replace")),
+        ("olu.worker.version", str(worker_version).encode("utf-8")),
+        ("olu.failed.at", _decimal("failed_at_ms", failed_at_ms)),
+    ]
+
+
+def carry_headers(original_headers) -> list[tuple[str, bytes | None]]:
+    """The original record's headers to copy onto its dead letter.
+
+    Kept: every header outside the ``olu.`` namespace (in order, duplicates included) whose value
+    is ``None`` or valid UTF-8. Dropped: ``olu.*`` headers (the namespace is closed; e.g. a replayed
+    dead letter's own headers) and values that are not UTF-8, which the dead-letter schema (headers
+    decoded to strings) could not describe.
+
+    >>> carry_headers([("traceparent", b"00-ab-01"), ("olu.error.reason", b"x"), ("bin", b"\\xff")])
+    [('traceparent', b'00-ab-01')]
+    >>> carry_headers(None)
+    []
+    """
+    kept: list[tuple[str, bytes | None]] = []
+    for name, value in original_headers or ():
+        if isinstance(name, bytes):
+            try:
+                name = name.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        if not isinstance(name, str) or name.startswith(HEADER_PREFIX):
+            continue
+        if isinstance(value, str):
+            value = value.encode("utf-8", "replace")
+        elif isinstance(value, (bytearray, memoryview)):
+            value = bytes(value)
+        elif value is not None and not isinstance(value, bytes):
+            continue
+        if value is not None:
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        kept.append((name, value))
+    return kept

@@ -1,0 +1,255 @@
+"""Decode one input record (key, value) into an :class:`Insert` or :class:`Delete`.
+
+The wire contract is schemas/insert.schema.json and schemas/delete.schema.json (design.md
+section 3). Anything else raises :class:`DeadLetter` with a reason code from the dead-letter
+schema; the loop then copies the record's original bytes to the dead-letter topic and moves on.
+
+Order of checks (the first failing one names the reason):
+
+1. null value: a **tombstone** delete. Key missing -> ``missing_id``; key over ``max_bytes`` ->
+   ``oversized``; key not UTF-8, empty or over 256 characters -> ``bad_id``.
+2. ``len(key) + len(value) > max_bytes`` -> ``oversized`` (before any parsing).
+3. one ``orjson.loads``: invalid UTF-8 -> ``not_utf8``; anything else it refuses -> ``not_json``.
+   That includes NaN/Infinity literals, numbers that overflow a double (``1e999``, ``10**400``
+   written out) and nesting deeper than orjson's limit (1024). An empty value (``b""``, not
+   null) is not a tombstone: ``not_json``.
+4. not an object -> ``not_object``; ``op`` missing or not insert/delete -> ``unknown_op``.
+5. ``id`` missing -> ``missing_id``; not a string, empty or over 256 characters -> ``bad_id``.
+6. **key**: it must be present and equal to ``id`` encoded as UTF-8 -> else ``key_mismatch``.
+   An unkeyed record is rejected (not accepted, not ``missing_id``): the producer's partitioner
+   would place it at random, so a later delete of the same id could land in another partition
+   and never unlearn it. "The key differs from the body's id (the delete would miss its
+   partition)" is exactly the documented meaning of ``key_mismatch``; ``missing_id`` means the
+   body has no ``id``, and a new ``missing_key`` code would need a schema change.
+7. insert: ``x`` missing, not an array or empty -> ``bad_features``; ``len(x) != dim`` ->
+   ``wrong_dimension``; an item that is not a number (bool, null, string, nested array, ...) ->
+   ``bad_features``; ``y`` missing or not a number (bool is not a number) -> ``bad_label``.
+   Integer items are converted to float; one too large for a double (not produced by orjson,
+   which reads integers over 64 bits as float and rejects overflowing ones, but kept for a
+   lenient parser) -> ``non_finite``.
+8. ``ts`` (optional) not a non-negative integer -> ``schema_violation`` (an integral float such
+   as ``1.0`` is an integer for JSON Schema, so it is accepted and converted); any field
+   outside the schema -> ``schema_violation``.
+
+Not checked here, but later in batch by the engine (numpy): finiteness of the feature norm
+(``non_finite``), the feature bound (``norm_exceeded``) and which labels the loss allows
+(``bad_label``).
+
+Privacy: a :class:`DeadLetter` detail names fields, types, lengths and positions, never a
+feature or label value, nor the id or key (details end up in logs; the raw record goes only to
+the dead-letter topic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from .deadletter import REASONS, truncate_detail
+
+__all__ = ["DeadLetter", "Delete", "Insert", "MAX_ID_CHARS", "decode_batch", "decode_event"]
+
+MAX_ID_CHARS = 256
+_REASON_SET = frozenset(REASONS)
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_MISSING = object()
+_FLOATS = {float}
+_NUMBERS = frozenset((int, float))
+_INSERT_FIELDS = ("op", "id", "x", "y", "ts")
+_DELETE_FIELDS = ("op", "id", "ts")
+
+
+@dataclass(slots=True)
+class Insert:
+    id: str
+    x: list[float]
+    y: float
+    ts: int | None = None
+
+
+@dataclass(slots=True)
+class Delete:
+    id: str
+    tombstone: bool = False
+
+
+class DeadLetter(Exception):
+    """A record to route to the dead-letter topic: ``reason`` is a code from the dead-letter
+    schema's enum, ``detail`` a short message (<= 1024 characters) without record values."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        if reason not in _REASON_SET:
+            raise ValueError(f"unknown dead-letter reason {reason!r}")
+        detail = truncate_detail(detail)
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}" if self.detail else self.reason
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _parse_error(value, exc: ValueError) -> DeadLetter:
+    try:
+        bytes(value).decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return DeadLetter("not_utf8", f"value is not valid UTF-8 (byte {bad.start})")
+    # orjson's messages are fixed texts plus a position; they do not quote the input.
+    msg = str(getattr(exc, "msg", "") or exc)[:200]
+    pos = getattr(exc, "pos", None)
+    return DeadLetter("not_json", f"value is not JSON: {msg}" + ("" if pos is None else f" (char {pos})"))
+
+
+def _tombstone(key, max_bytes: int) -> Delete:
+    if key is None:
+        raise DeadLetter("missing_id", "tombstone (null value) without a key: no record id to delete")
+    if len(key) > max_bytes:
+        raise DeadLetter("oversized", f"tombstone key is {len(key)} bytes, more than {max_bytes}")
+    try:
+        record_id = bytes(key).decode("utf-8")
+    except UnicodeDecodeError as bad:
+        raise DeadLetter("bad_id", f"tombstone key is not valid UTF-8 (byte {bad.start})") from None
+    if not 0 < len(record_id) <= MAX_ID_CHARS:
+        raise DeadLetter("bad_id", f"tombstone key has {len(record_id)} characters, "
+                                   f"expected 1 to {MAX_ID_CHARS}")
+    return Delete(record_id, True)
+
+
+def _check_id(obj: dict, key) -> str:
+    record_id = obj.get("id", _MISSING)
+    if type(record_id) is not str or not 0 < len(record_id) <= MAX_ID_CHARS:
+        if record_id is _MISSING:
+            raise DeadLetter("missing_id", "no 'id' field")
+        if type(record_id) is not str:
+            raise DeadLetter("bad_id", f"'id' is a {_type_name(record_id)}, expected a string")
+        raise DeadLetter("bad_id", f"'id' has {len(record_id)} characters, expected 1 to {MAX_ID_CHARS}")
+    if key is None:
+        raise DeadLetter("key_mismatch", "record has no key; the key must be the record id so the "
+                                         "insert and its delete land in the same partition")
+    if key != record_id.encode():
+        raise DeadLetter("key_mismatch", f"key ({len(key)} bytes) differs from 'id' "
+                                         f"({len(record_id.encode())} bytes UTF-8)")
+    return record_id
+
+
+def _extra_fields(obj: dict, allowed: tuple[str, ...]) -> DeadLetter:
+    extra = [k for k in obj if k not in allowed]
+    names = ", ".join(repr(k[:40]) for k in extra[:5]) + (", ..." if len(extra) > 5 else "")
+    return DeadLetter("schema_violation", f"{len(extra)} unknown field(s): {names}")
+
+
+def _check_ts(obj: dict, allowed: tuple[str, ...], base: int) -> int:
+    """``ts`` of an object that has ``base`` known fields plus more: ts must be the only extra."""
+    if len(obj) != base + 1 or "ts" not in obj:
+        raise _extra_fields(obj, allowed)
+    ts = obj["ts"]
+    kind = type(ts)
+    if kind is int and ts >= 0:
+        return ts
+    if kind is float and ts >= 0 and ts.is_integer():
+        return int(ts)
+    if kind is int or kind is float:
+        raise DeadLetter("schema_violation", "'ts' must be a non-negative integer (epoch milliseconds)")
+    raise DeadLetter("schema_violation", f"'ts' is a {_type_name(ts)}, expected an integer (epoch milliseconds)")
+
+
+def _bad_item(x: list) -> DeadLetter:
+    for i, v in enumerate(x):
+        if type(v) not in _NUMBERS:
+            return DeadLetter("bad_features", f"x[{i}] is a {_type_name(v)}, expected a number")
+    return DeadLetter("bad_features", "x holds a non-number")  # pragma: no cover (caller checked)
+
+
+def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes: int) -> Insert | Delete:
+    """Decode a Kafka record of the input topic; raise :class:`DeadLetter` if it must be rejected.
+
+    >>> decode_event(b"r-1", b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}', dim=2, max_bytes=4096)
+    Insert(id='r-1', x=[0.5, 1.0], y=1.0, ts=None)
+    >>> decode_event(b"r-1", None, dim=2, max_bytes=4096)
+    Delete(id='r-1', tombstone=True)
+    >>> try:
+    ...     decode_event(None, b'{"op":"delete","id":"r-1"}', dim=2, max_bytes=4096)
+    ... except DeadLetter as dead:
+    ...     print(dead.reason)
+    key_mismatch
+    """
+    if value is None:
+        return _tombstone(key, max_bytes)
+    size = len(value) if key is None else len(key) + len(value)
+    if size > max_bytes:
+        raise DeadLetter("oversized", f"record is {size} bytes (key + value), more than {max_bytes}")
+    try:
+        obj = _loads(value)
+    except _JSONDecodeError as exc:
+        raise _parse_error(value, exc) from None
+    if type(obj) is not dict:
+        raise DeadLetter("not_object", f"value is a JSON {_type_name(obj)}, expected an object")
+    op = obj.get("op")
+
+    if op == "insert":
+        record_id = _check_id(obj, key)
+        x = obj.get("x")
+        if type(x) is not list or not x:
+            if x is None and "x" not in obj:
+                raise DeadLetter("bad_features", "no 'x' field")
+            if type(x) is not list:
+                raise DeadLetter("bad_features", f"'x' is a {_type_name(x)}, expected an array of numbers")
+            raise DeadLetter("bad_features", "'x' is empty")
+        if len(x) != dim:
+            raise DeadLetter("wrong_dimension", f"x has {len(x)} features, model dim is {dim}")
+        kinds = set(map(type, x))
+        if kinds != _FLOATS:
+            if not kinds <= _NUMBERS:
+                raise _bad_item(x)
+            try:
+                x = list(map(float, x))
+            except OverflowError:
+                raise DeadLetter("non_finite", "an integer in x is too large for a double") from None
+        y = obj.get("y", _MISSING)
+        kind = type(y)
+        if kind is not float:
+            if kind is not int:
+                if y is _MISSING:
+                    raise DeadLetter("bad_label", "no 'y' field")
+                raise DeadLetter("bad_label", f"'y' is a {_type_name(y)}, expected a number")
+            try:
+                y = float(y)
+            except OverflowError:
+                raise DeadLetter("non_finite", "the integer label is too large for a double") from None
+        ts = None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4)
+        return Insert(record_id, x, y, ts)
+
+    if op == "delete":
+        record_id = _check_id(obj, key)
+        if len(obj) != 2:
+            _check_ts(obj, _DELETE_FIELDS, 2)
+        return Delete(record_id, False)
+
+    if "op" not in obj:
+        raise DeadLetter("unknown_op", "no 'op' field")
+    if type(op) is str:
+        shown = repr(op[:32]) + ("..." if len(op) > 32 else "")
+        raise DeadLetter("unknown_op", f"'op' is {shown}, expected 'insert' or 'delete'")
+    raise DeadLetter("unknown_op", f"'op' is a {_type_name(op)}, expected 'insert' or 'delete'")
+
+
+def decode_batch(messages, *, dim: int, max_bytes: int) -> tuple[list, list]:
+    """Decode confluent-kafka messages: ``([(msg, event)], [(msg, DeadLetter)])``, input order kept."""
+    events: list = []
+    dead: list = []
+    for msg in messages:
+        try:
+            events.append((msg, decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes)))
+        except DeadLetter as exc:
+            dead.append((msg, exc))
+    return events, dead
