@@ -1,0 +1,434 @@
+"""Settings: precedence, validation messages that name the setting, librdkafka pass-through, redaction."""
+
+from __future__ import annotations
+
+import argparse
+
+import orjson
+import pytest
+
+from worker import config
+from worker.config import ConfigError, Settings, add_arguments, load_settings
+
+BASE = {"OLU_KAFKA_BOOTSTRAP_SERVERS": "broker:9092", "OLU_DIM": "4"}
+
+
+def load(argv=(), **env):
+    return load_settings(list(argv), {**BASE, **env})
+
+
+# --------------------------------------------------------------------------- defaults and precedence
+def test_defaults():
+    s = load()
+    assert s.bootstrap_servers == "broker:9092" and s.dim == 4
+    assert s.group_id == "olu-worker" and s.input_topics == ("olu.events",)
+    assert (s.params_topic, s.dlq_topic) == ("olu.params", "olu.events.dlq")
+    assert s.algorithm == "passive" and s.loss == "logistic" and s.schedule == "auto"
+    assert (s.eps, s.omega, s.delta, s.l2, s.radius) == (1.0, 1.2, 1e-5, 0.01, 10.0)
+    assert s.max_deletions is None and s.t0 is None and s.step is None
+    assert s.release_every_events == 10_000 and s.snapshot_keep == 2
+    assert s.state_url == "file://./olu-state" and s.state_prefix == "olu"
+    assert s.http_port == 9464 and s.log_level == "INFO" and s.log_format == "json"
+    assert s.model_name == "olu-worker"
+    assert s.origin("eps") == "default" and s.origin("dim") == "env"
+
+
+def test_precedence_flag_over_env_over_default():
+    s = load(["--eps", "3"], OLU_EPS="2", OLU_OMEGA="1.5")
+    assert s.eps == 3.0 and s.origin("eps") == "flag"
+    assert s.omega == 1.5 and s.origin("omega") == "env"
+    assert s.delta == 1e-5 and s.origin("delta") == "default"
+
+
+def test_bootstrap_fallback_and_precedence():
+    env = {"OLU_DIM": "2", "KAFKA_BOOTSTRAP_SERVERS": "fallback:9092"}
+    assert load_settings([], env).bootstrap_servers == "fallback:9092"
+    env["OLU_KAFKA_BOOTSTRAP_SERVERS"] = "primary:9092"
+    assert load_settings([], env).bootstrap_servers == "primary:9092"
+    assert load_settings(["--bootstrap-servers", "flag:9092"], env).bootstrap_servers == "flag:9092"
+
+
+def test_empty_env_counts_as_unset():
+    s = load(OLU_EPS="", OLU_MAX_DELETIONS="")
+    assert s.eps == 1.0 and s.max_deletions is None
+
+
+def test_types_and_lists():
+    s = load(["--input-topics", "a, b,c", "--transactional", "--max-deletions", "7", "--t0", "0"],
+             OLU_LOG_LEVEL="debug", OLU_ALGORITHM="Passive-Restart")
+    assert s.input_topics == ("a", "b", "c")
+    assert s.transactional is True and s.max_deletions == 7 and s.t0 == 0.0
+    assert s.log_level == "DEBUG" and s.algorithm == "passive-restart"
+    assert load(["--no-transactional"], OLU_TRANSACTIONAL="true").transactional is False
+    assert load(OLU_TRANSACTIONAL="yes").transactional is True
+
+
+def test_transactional_id_and_model_name_defaults():
+    s = load(["--group-id", "g1"], HOSTNAME="pod-7")
+    assert s.transactional_id == "g1-pod-7" and s.model_name == "g1"
+    s = load(["--group-id", "g1", "--transactional-id", "tx", "--model-name", "m"], HOSTNAME="pod-7")
+    assert s.transactional_id == "tx" and s.model_name == "m"
+
+
+def test_namespace_from_a_subcommand_parser():
+    parser = argparse.ArgumentParser(prog="olu-worker")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run")
+    add_arguments(run)
+    demo = sub.add_parser("demo")
+    add_arguments(demo, exclude={"dim", "eps", "algorithm"})
+    demo.add_argument("--dim", type=int, default=10)
+    args = parser.parse_args(["run", "--eps", "5", "--kafka", "client.rack=r1", "--no-transactional"])
+    s = load_settings(args, BASE)
+    assert s.eps == 5.0 and s.kafka == {"client.rack": "r1"} and s.transactional is False
+    assert s.origin("eps") == "flag" and s.origin("transactional") == "flag"
+    args = parser.parse_args(["demo"])
+    assert args.dim == 10 and not hasattr(args, "eps")
+
+
+def test_demo_needs_neither_bootstrap_nor_dim():
+    s = load_settings([], {}, command="demo")
+    assert s.bootstrap_servers is None and s.dim == config.DEMO_DIM
+    assert "bootstrap.servers" not in s.consumer_config()
+    with pytest.raises(ValueError):
+        load_settings([], {}, command="bogus")
+
+
+def test_help_lists_env_names():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    for opt in config.OPTIONS:
+        assert opt.flag in text and opt.env in text
+
+
+def test_settings_table_covers_every_option():
+    rows = config.settings_table()
+    assert {r["name"] for r in rows} == {o.name for o in config.OPTIONS} | {"kafka"}
+    assert all(r["env"].startswith("OLU_") and r["flag"].startswith("--") and r["meaning"] for r in rows)
+
+
+# --------------------------------------------------------------------------- bad settings name themselves
+BAD_ENV = [
+    ("OLU_EPS", "abc", "OLU_EPS (--eps) must be a number > 0, got 'abc'"),
+    ("OLU_EPS", "0", "OLU_EPS (--eps)"),
+    ("OLU_EPS", "nan", "OLU_EPS (--eps)"),
+    ("OLU_EPS", "inf", "OLU_EPS (--eps)"),
+    ("OLU_OMEGA", "1", "OLU_OMEGA (--omega) must be a number > 1"),
+    ("OLU_DELTA", "1", "OLU_DELTA (--delta) must be a number in (0, 1)"),
+    ("OLU_DELTA", "0", "OLU_DELTA (--delta)"),
+    ("OLU_L2", "-0.1", "OLU_L2 (--l2) must be a number >= 0"),
+    ("OLU_LABEL_BOUND", "0", "OLU_LABEL_BOUND (--label-bound)"),
+    ("OLU_RADIUS", "-1", "OLU_RADIUS (--radius)"),
+    ("OLU_FEATURE_BOUND", "x", "OLU_FEATURE_BOUND (--feature-bound)"),
+    ("OLU_T0", "-1", "OLU_T0 (--t0)"),
+    ("OLU_STEP", "0", "OLU_STEP (--step)"),
+    ("OLU_RESTART_C", "0", "OLU_RESTART_C (--restart-c)"),
+    ("OLU_DIM", "0", "OLU_DIM (--dim) must be an integer >= 1, got '0'"),
+    ("OLU_DIM", "2.5", "OLU_DIM (--dim)"),
+    ("OLU_MAX_DELETIONS", "0", "OLU_MAX_DELETIONS (--max-deletions)"),
+    ("OLU_ALGORITHM", "sgd", "OLU_ALGORITHM (--algorithm) must be one of passive, passive-restart"),
+    ("OLU_LOSS", "hinge", "OLU_LOSS (--loss) must be one of logistic, ridge"),
+    ("OLU_FEATURE_POLICY", "drop", "OLU_FEATURE_POLICY (--feature-policy)"),
+    ("OLU_SCHEDULE", "adam", "OLU_SCHEDULE (--schedule)"),
+    ("OLU_ORDER_FALLBACK", "ignore", "OLU_ORDER_FALLBACK (--order-fallback)"),
+    ("OLU_GROUP_PROTOCOL", "eager", "OLU_GROUP_PROTOCOL (--group-protocol)"),
+    ("OLU_ON_CORRUPT_SNAPSHOT", "skip", "OLU_ON_CORRUPT_SNAPSHOT (--on-corrupt-snapshot)"),
+    ("OLU_TRANSACTIONAL", "maybe", "OLU_TRANSACTIONAL (--transactional) must be a boolean"),
+    ("OLU_INPUT_TOPICS", " , ", "OLU_INPUT_TOPICS (--input-topics)"),
+    ("OLU_INPUT_TOPICS", "a,a", "OLU_INPUT_TOPICS (--input-topics)"),
+    ("OLU_INPUT_TOPICS", "bad topic", "OLU_INPUT_TOPICS (--input-topics)"),
+    ("OLU_PARAMS_TOPIC", "a/b", "OLU_PARAMS_TOPIC (--params-topic)"),
+    ("OLU_DLQ_TOPIC", "..", "OLU_DLQ_TOPIC (--dlq-topic)"),
+    ("OLU_RELEASE_EVERY_EVENTS", "-1", "OLU_RELEASE_EVERY_EVENTS (--release-every-events)"),
+    ("OLU_RELEASE_EVERY_SECONDS", "soon", "OLU_RELEASE_EVERY_SECONDS (--release-every-seconds)"),
+    ("OLU_SNAPSHOT_EVERY_EVENTS", "1e3", "OLU_SNAPSHOT_EVERY_EVENTS (--snapshot-every-events)"),
+    ("OLU_SNAPSHOT_EVERY_SECONDS", "-5", "OLU_SNAPSHOT_EVERY_SECONDS (--snapshot-every-seconds)"),
+    ("OLU_SNAPSHOT_KEEP", "0", "OLU_SNAPSHOT_KEEP (--snapshot-keep)"),
+    ("OLU_STATE_URL", "ftp://host/x", "OLU_STATE_URL (--state-url) must be a URL with scheme file://, memory://, s3://"),
+    ("OLU_STATE_URL", "gs://bucket", "OLU_STATE_URL (--state-url)"),
+    ("OLU_STATE_URL", "./olu-state", "OLU_STATE_URL (--state-url)"),
+    ("OLU_STATE_URL", "s3://", "OLU_STATE_URL (--state-url)"),
+    ("OLU_STATE_PREFIX", "a/../b", "OLU_STATE_PREFIX (--state-prefix)"),
+    ("OLU_PURGE_BOUND_SECONDS", "0", "OLU_PURGE_BOUND_SECONDS (--purge-bound-seconds)"),
+    ("OLU_MAX_RECORD_BYTES", "0", "OLU_MAX_RECORD_BYTES (--max-record-bytes)"),
+    ("OLU_REVOKE_BUDGET_FRACTION", "1.5", "OLU_REVOKE_BUDGET_FRACTION (--revoke-budget-fraction)"),
+    ("OLU_REVOKE_BUDGET_FRACTION", "0", "OLU_REVOKE_BUDGET_FRACTION (--revoke-budget-fraction)"),
+    ("OLU_BATCH_SIZE", "0", "OLU_BATCH_SIZE (--batch-size)"),
+    ("OLU_POLL_TIMEOUT", "-0.1", "OLU_POLL_TIMEOUT (--poll-timeout)"),
+    ("OLU_HTTP_PORT", "65536", "OLU_HTTP_PORT (--http-port) must be an integer in [0, 65535]"),
+    ("OLU_HTTP_PORT", "http", "OLU_HTTP_PORT (--http-port)"),
+    ("OLU_LIVENESS_SECONDS", "0", "OLU_LIVENESS_SECONDS (--liveness-seconds)"),
+    ("OLU_LOG_LEVEL", "verbose", "OLU_LOG_LEVEL (--log-level)"),
+    ("OLU_LOG_FORMAT", "xml", "OLU_LOG_FORMAT (--log-format)"),
+    ("OLU_GROUP_ID", "  ", "OLU_GROUP_ID (--group-id) must be a non-empty string"),
+    ("OLU_MODEL_NAME", "x" * 300, "OLU_MODEL_NAME (--model-name)"),
+    ("OLU_KAFKA_BOOTSTRAP_SERVERS", "a\nb", "OLU_KAFKA_BOOTSTRAP_SERVERS (--bootstrap-servers)"),
+]
+
+
+@pytest.mark.parametrize("name,value,message", BAD_ENV, ids=[f"{n}={v[:12]!r}" for n, v, _ in BAD_ENV])
+def test_bad_env_value_names_the_setting(name, value, message):
+    with pytest.raises(ConfigError) as err:
+        load(**{name: value})
+    assert message in str(err.value)
+    assert repr(value) in str(err.value)
+
+
+@pytest.mark.parametrize("flag,value,env_name", [
+    ("--eps", "abc", "OLU_EPS"), ("--dim", "-3", "OLU_DIM"), ("--algorithm", "x", "OLU_ALGORITHM"),
+    ("--http-port", "-1", "OLU_HTTP_PORT"), ("--state-url", "http://x", "OLU_STATE_URL"),
+])
+def test_bad_flag_value_names_the_setting(flag, value, env_name):
+    with pytest.raises(ConfigError) as err:
+        load([flag, value])
+    assert f"{env_name} ({flag})" in str(err.value) and repr(value) in str(err.value)
+
+
+def test_flag_overrides_a_bad_env_value_is_still_checked_only_when_used():
+    assert load(["--eps", "2"], OLU_EPS="abc").eps == 2.0  # the flag wins; the env value is unused
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"OLU_DIM": ""}, "OLU_DIM (--dim) is required"),
+    ({"OLU_KAFKA_BOOTSTRAP_SERVERS": ""}, "OLU_KAFKA_BOOTSTRAP_SERVERS (--bootstrap-servers)"),
+])
+def test_missing_required_settings_for_run(env, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_settings([], {**BASE, **env})
+
+
+@pytest.mark.parametrize("argv,env,names", [
+    (["--schedule", "constant"], {}, ["OLU_STEP (--step)", "OLU_SCHEDULE (--schedule)"]),
+    (["--schedule", "strongly-convex", "--l2", "0"], {}, ["OLU_L2 (--l2)"]),
+    (["--params-topic", "olu.events"], {}, ["OLU_PARAMS_TOPIC (--params-topic)"]),
+    (["--dlq-topic", "in"], {"OLU_INPUT_TOPICS": "x,in"}, ["OLU_DLQ_TOPIC (--dlq-topic)"]),
+    (["--dlq-topic", "olu.params"], {}, ["OLU_PARAMS_TOPIC", "OLU_DLQ_TOPIC"]),
+    (["--snapshot-every-events", "0", "--snapshot-every-seconds", "0"], {},
+     ["OLU_SNAPSHOT_EVERY_EVENTS", "OLU_SNAPSHOT_EVERY_SECONDS"]),
+])
+def test_cross_checks_name_the_settings(argv, env, names):
+    with pytest.raises(ConfigError) as err:
+        load(argv, **env)
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_constant_schedule_with_step_is_fine():
+    s = load(["--schedule", "constant", "--step", "0.05"])
+    assert s.model_kwargs()["step"] == 0.05
+
+
+def test_algorithm_not_in_this_build_fails_fast():
+    from worker.olu.base import ALGORITHMS
+
+    config._engine_class("passive")  # load the registry
+    for algorithm in config.ALGORITHMS:
+        if algorithm in ALGORITHMS:
+            assert load(OLU_ALGORITHM=algorithm).algorithm == algorithm
+        else:
+            with pytest.raises(ConfigError, match=r"OLU_ALGORITHM \(--algorithm\).*not available"):
+                load(OLU_ALGORITHM=algorithm)
+
+
+# --------------------------------------------------------------------------- typo protection
+@pytest.mark.parametrize("typo,suggestion", [
+    ("OLU_EPSILON", "OLU_EPS"),
+    ("OLU_RELEASE_EVERY_EVENT", "OLU_RELEASE_EVERY_EVENTS"),
+    ("OLU_STATEURL", "OLU_STATE_URL"),
+    ("OLU_GROUPID", "OLU_GROUP_ID"),
+    ("OLU_HTTP_PROT", "OLU_HTTP_PORT"),
+])
+def test_unknown_olu_variable_suggests_closest(typo, suggestion):
+    with pytest.raises(ConfigError) as err:
+        load(**{typo: "1"})
+    text = str(err.value)
+    assert typo in text and f"did you mean {suggestion}" in text
+
+
+def test_unknown_olu_variable_without_a_close_match():
+    with pytest.raises(ConfigError, match="unknown environment variable OLU_ZZZZZZZZZZZZ$"):
+        load(OLU_ZZZZZZZZZZZZ="1")
+
+
+def test_non_setting_olu_variables_are_tolerated():
+    s = load(OLU_REFERENCE_KERNEL="1", OLU_KAFKA_LOCAL="1", OLU_TEST_S3_ENDPOINT="http://x", olu_eps="junk",
+             KAFKA_SOMETHING="x")
+    assert s.kafka == {}
+
+
+def test_unknown_flag_suggests_closest():
+    with pytest.raises(ConfigError, match="--epss.*did you mean --eps"):
+        load(["--epss", "1"])
+    with pytest.raises(ConfigError, match="expected one argument"):
+        load(["--eps"])
+
+
+# --------------------------------------------------------------------------- librdkafka pass-through
+def test_passthrough_mapping():
+    s = load(["--kafka", "client.rack=rack-1", "--kafka", "ssl.ca.location=/flag/ca.pem"],
+             OLU_KAFKA_SASL_MECHANISM="PLAIN", OLU_KAFKA_SSL_CA_LOCATION="/etc/ca.pem",
+             OLU_KAFKA_SECURITY_PROTOCOL="SASL_SSL", OLU_KAFKA_LOG__LEVEL="7",
+             OLU_KAFKA_SASL_OAUTHBEARER_CLIENT_ID="cid",
+             OLU_KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM="none")
+    assert s.kafka == {
+        "sasl.mechanism": "PLAIN", "ssl.ca.location": "/flag/ca.pem", "security.protocol": "SASL_SSL",
+        "log_level": "7", "client.rack": "rack-1", "sasl.oauthbearer.client.id": "cid",
+        "ssl.endpoint.identification.algorithm": "none",
+    }
+    for conf in (s.consumer_config(), s.producer_config()):
+        assert conf["sasl.mechanism"] == "PLAIN" and conf["ssl.ca.location"] == "/flag/ca.pem"
+        assert conf["log_level"] == "7"
+
+
+@pytest.mark.parametrize("key", ["sasl.mechanism", "ssl.ca.location", "log_level", "enabled_events",
+                                 "sasl.oauthbearer.token.endpoint.url"])
+def test_env_key_round_trip(key):
+    assert config.env_to_kafka_key(config.kafka_key_to_env(key)) == key
+
+
+def test_passthrough_routing_consumer_vs_producer():
+    s = load(OLU_KAFKA_MAX_POLL_INTERVAL_MS="600000", OLU_KAFKA_LINGER_MS="1",
+             OLU_KAFKA_TRANSACTION_TIMEOUT_MS="30000", OLU_KAFKA_SESSION_TIMEOUT_MS="30000")
+    c, p = s.consumer_config(), s.producer_config()
+    assert c["max.poll.interval.ms"] == "600000" and "max.poll.interval.ms" not in p
+    assert c["session.timeout.ms"] == "30000" and "session.timeout.ms" not in p
+    assert p["linger.ms"] == "1" and "linger.ms" not in c
+    assert p["transaction.timeout.ms"] == "30000" and "transaction.timeout.ms" not in c
+    assert s.max_poll_interval_ms == 600_000
+    assert s.revoke_budget_seconds == pytest.approx(300.0)
+    assert load().revoke_budget_seconds == pytest.approx(150.0)
+
+
+def test_consumer_and_producer_contract():
+    s = load(["--transactional", "--transactional-id", "tx-1"])
+    c = s.consumer_config()
+    assert c["bootstrap.servers"] == "broker:9092" and c["group.id"] == "olu-worker"
+    assert c["enable.auto.commit"] is False and c["enable.auto.offset.store"] is False
+    assert c["partition.assignment.strategy"] == "cooperative-sticky"
+    assert c["auto.offset.reset"] == "earliest" and c["isolation.level"] == "read_committed"
+    assert c["enable.partition.eof"] is False and c["statistics.interval.ms"] > 0
+    assert c["group.protocol"] == "classic"
+    p = s.producer_config()
+    assert p["enable.idempotence"] is True and p["acks"] == "all" and p["linger.ms"] <= 10
+    assert p["transactional.id"] == "tx-1" and p["bootstrap.servers"] == "broker:9092"
+    assert "transactional.id" not in load().producer_config()
+
+
+def test_kip848_protocol_drops_the_assignor():
+    c = load(["--group-protocol", "consumer"]).consumer_config()
+    assert c["group.protocol"] == "consumer" and "partition.assignment.strategy" not in c
+    with pytest.raises(ConfigError, match="session.timeout.ms.*OLU_GROUP_PROTOCOL"):
+        load(["--group-protocol", "consumer"], OLU_KAFKA_SESSION_TIMEOUT_MS="10000")
+
+
+@pytest.mark.parametrize("env_name,value,needle", [
+    ("OLU_KAFKA_ENABLE_AUTO_COMMIT", "true", "enable.auto.commit"),
+    ("OLU_KAFKA_ENABLE_AUTO_OFFSET_STORE", "true", "enable.auto.offset.store"),
+    ("OLU_KAFKA_ISOLATION_LEVEL", "read_uncommitted", "isolation.level"),
+    ("OLU_KAFKA_AUTO_OFFSET_RESET", "latest", "auto.offset.reset"),
+    ("OLU_KAFKA_PARTITION_ASSIGNMENT_STRATEGY", "range,roundrobin", "partition.assignment.strategy"),
+    ("OLU_KAFKA_ENABLE_PARTITION_EOF", "true", "enable.partition.eof"),
+    ("OLU_KAFKA_ENABLE_IDEMPOTENCE", "false", "enable.idempotence"),
+    ("OLU_KAFKA_ACKS", "1", "acks"),
+    ("OLU_KAFKA_REQUEST_REQUIRED_ACKS", "0", "request.required.acks"),
+    ("OLU_KAFKA_GROUP_ID", "other", "OLU_GROUP_ID (--group-id)"),
+    ("OLU_KAFKA_METADATA_BROKER_LIST", "b:1", "OLU_KAFKA_BOOTSTRAP_SERVERS (--bootstrap-servers)"),
+    ("OLU_KAFKA_GROUP_PROTOCOL", "consumer", "OLU_GROUP_PROTOCOL (--group-protocol)"),
+    ("OLU_KAFKA_TRANSACTIONAL_ID", "x", "OLU_TRANSACTIONAL_ID (--transactional-id)"),
+    ("OLU_KAFKA_STATS__CB", "x", "only be set through the API"),
+    ("OLU_KAFKA_ENABLE_AUTO_COMMMIT", "false", "did you mean 'enable.auto.commit'"),
+    ("OLU_KAFKA_MAX_POLL_INTERVAL_MS", "soon", "max.poll.interval.ms"),
+    ("OLU_KAFKA_STATISTICS_INTERVAL_MS", "-1", "statistics.interval.ms"),
+])
+def test_passthrough_rejects_contract_breakers(env_name, value, needle):
+    with pytest.raises(ConfigError) as err:
+        load(**{env_name: value})
+    text = str(err.value)
+    assert env_name in text and needle in text
+
+
+@pytest.mark.parametrize("item,needle", [
+    ("enable.auto.commit=true", "--kafka enable.auto.commit"),
+    ("bootstrap.servers=x:1", "OLU_KAFKA_BOOTSTRAP_SERVERS (--bootstrap-servers)"),
+    ("no-equals-sign", "KEY=VALUE"),
+    ("Sasl.Mechanism=PLAIN", "not a librdkafka property name"),
+])
+def test_passthrough_flag_rejections(item, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        load(["--kafka", item])
+
+
+def test_passthrough_accepts_harmless_contract_values():
+    s = load(OLU_KAFKA_ENABLE_AUTO_COMMIT="false", OLU_KAFKA_ISOLATION_LEVEL="read_committed",
+             OLU_KAFKA_AUTO_OFFSET_RESET="error", OLU_KAFKA_ACKS="-1", OLU_KAFKA_ENABLE_IDEMPOTENCE="true")
+    assert s.consumer_config()["auto.offset.reset"] == "error"
+    assert s.producer_config()["acks"] == "-1"
+
+
+def test_flag_wins_over_env_for_the_same_passthrough_key():
+    s = load(["--kafka", "client.rack=flag"], OLU_KAFKA_CLIENT_RACK="env")
+    assert s.kafka["client.rack"] == "flag"
+
+
+# --------------------------------------------------------------------------- redaction
+SECRET = "s3cr3t-hunter2-value"
+
+
+def test_redacted_hides_every_secret():
+    s = load(["--kafka", f"ssl.key.password={SECRET}-flag", "--state-url", f"s3://user:{SECRET}-url@bucket/x"],
+             OLU_KAFKA_SASL_USERNAME="alice", OLU_KAFKA_SASL_PASSWORD=SECRET,
+             OLU_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET=SECRET + "-oidc",
+             OLU_KAFKA_SSL_KEYSTORE_PASSWORD=SECRET + "-ks", OLU_KAFKA_SSL_KEY_PEM=SECRET + "-pem",
+             OLU_KAFKA_SASL_OAUTHBEARER_CONFIG=f"principal=admin token={SECRET}",
+             OLU_KAFKA_SASL_OAUTHBEARER_ASSERTION_PRIVATE_KEY_PASSPHRASE=SECRET + "-pp",
+             AWS_ACCESS_KEY_ID="AKIAEXAMPLE", AWS_SECRET_ACCESS_KEY=SECRET + "-aws",
+             AWS_SESSION_TOKEN=SECRET + "-sts")
+    dumped = orjson.dumps(s.redacted()).decode()
+    assert SECRET not in dumped and SECRET not in repr(s) and SECRET not in str(s)
+    assert "AKIAEXAMPLE" not in dumped
+    red = s.redacted()
+    assert red["kafka"]["sasl.username"] == "alice"  # not a secret
+    assert red["kafka"]["sasl.password"] == "***" and red["kafka"]["ssl.key.password"] == "***"
+    assert red["storage_credentials_present"] is True
+    assert red["dim"] == 4 and red["origins"]["dim"] == "env"
+    assert s.consumer_config()["sasl.password"] == SECRET  # the clients still get it
+
+
+def test_no_credentials_recorded_as_absent():
+    assert load().redacted()["storage_credentials_present"] is False
+
+
+# --------------------------------------------------------------------------- model kwargs
+def test_model_kwargs_build_the_engine():
+    from worker.olu.base import ALGORITHMS
+
+    s = load(["--eps", "2", "--max-deletions", "50"])
+    kwargs = s.model_kwargs()
+    assert kwargs["dim"] == 4 and kwargs["eps"] == 2.0 and kwargs["capacity"] == 50
+    assert "t0" not in kwargs and "restart_c" not in kwargs and "order_fallback" not in kwargs
+    model = ALGORITHMS["passive"](**kwargs)
+    assert model.dim == 4 and model.accountant.capacity == 50
+
+
+def test_model_kwargs_per_algorithm():
+    from worker.olu.base import ALGORITHMS
+
+    for algorithm in config.ALGORITHMS:
+        s = Settings(dim=3, algorithm=algorithm, max_deletions=9, restart_c=2.0, t0=1.0)
+        kwargs = s.model_kwargs()
+        assert kwargs["dim"] == 3 and kwargs["t0"] == 1.0
+        if algorithm in ALGORITHMS:  # the engine accepts exactly these
+            ALGORITHMS[algorithm](**kwargs)
+        if algorithm == "passive-restart":
+            assert kwargs["restart_c"] == 2.0 and kwargs["max_deletions"] == 9
+        if algorithm.startswith("active-") and algorithm not in ALGORITHMS:
+            assert kwargs["max_deletions"] == 9 and kwargs["order_fallback"] == "retrain"
+        if algorithm in ("ogd", "restart"):
+            assert not {"max_deletions", "capacity", "restart_c", "order_fallback"} & set(kwargs)
+
+
+def test_settings_are_frozen():
+    s = load()
+    with pytest.raises(Exception):
+        s.eps = 5.0  # type: ignore[misc]

@@ -1,0 +1,310 @@
+"""Prometheus metrics of one worker (design.md section 6), privacy spend first.
+
+Every metric lives in the worker's own :class:`prometheus_client.CollectorRegistry` (never the
+global default one), so tests and two workers in one process do not clash. Names start with
+``olu_``. Label names are limited to :data:`LABEL_NAMES` and their values are bounded: topics come
+from the configuration, partitions are numbers, and op / reason / trigger / kind / type are short
+codes from fixed sets (anything else is reported as ``other``). No method takes a record id, a key
+or a feature value, so none can end up in a label.
+
+The loop-facing methods (``record_outcome``, ``record_release``, ``record_snapshot``,
+``record_restore``) take the partition runner and read only its ``topic``, ``partition``,
+``model`` (``privacy()``, ``t``), ``released_version`` and ``prequential_loss``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Iterable
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "LABEL_NAMES", "Metrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+LABEL_NAMES = frozenset({"topic", "partition", "op", "reason", "type", "kind", "trigger"})
+
+OPS = ("insert", "delete", "tombstone")
+TRIGGERS = ("deletion", "events", "interval", "final")
+KINDS = ("full", "delta")
+REBALANCE_TYPES = ("assign", "revoke", "lost")
+#: Deletion outcomes of the engine (worker.olu.base.Deletion) that did not change the model.
+NOOP_REASONS = ("not_applied", "duplicate", "ignored")
+CHANGED_OUTCOMES = ("noised", "exact", "restarted")
+OTHER = "other"
+_REASON = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+DELETE_TO_RELEASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SNAPSHOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+RESTORE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_TP = ("topic", "partition")
+
+
+def _code(value: str, allowed: Iterable[str] | None = None) -> str:
+    """A bounded label value: one of ``allowed``, else a short lower-case code, else ``other``."""
+    value = str(value)
+    if allowed is not None:
+        return value if value in allowed else OTHER
+    return value if _REASON.fullmatch(value) else OTHER
+
+
+def _count(value) -> bool:
+    """A known, non-negative number in librdkafka statistics (-1 and -1001 mean unknown)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+class Metrics:
+    """The worker's metrics; ``render()`` gives the Prometheus text exposition."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, str], set[tuple[object, tuple[str, ...]]]] = {}
+        self._privacy_known: set[tuple[str, str]] = set()
+
+        # Privacy
+        self.privacy_epsilon = Gauge("olu_privacy_epsilon", "Privacy epsilon spent by the partition's model "
+                                     "at delta olu_privacy_delta ((epsilon, delta)-DP of its deletions)",
+                                     _TP, registry=r)
+        self.privacy_delta = Gauge("olu_privacy_delta", "The delta at which olu_privacy_epsilon is reported",
+                                   _TP, registry=r)
+        self.privacy_budget_used = Gauge("olu_privacy_budget_used_ratio", "Fraction of the lifetime Renyi "
+                                         "budget eps spent (rho / eps)", _TP, registry=r)
+        self.privacy_rdp_slope = Gauge("olu_privacy_rdp_slope", "Renyi slope rho spent this epoch "
+                                       "(D_alpha <= alpha * rho)", _TP, registry=r)
+        self.deletions = Counter("olu_deletions", "Deletions honoured that changed the model "
+                                 "(noised, exact or restarted)", _TP, registry=r)
+        self.deletions_noop = Counter("olu_deletions_noop", "Deletions that needed no change: not_applied "
+                                      "(never learned), duplicate (already deleted), ignored (baseline)",
+                                      _TP + ("reason",), registry=r)
+        self.deletion_noise_sigma = Gauge("olu_deletion_noise_sigma", "Noise standard deviation of the last "
+                                          "noised deletion", _TP, registry=r)
+        self.deletion_capacity_left = Gauge("olu_deletion_capacity_left", "Deletions left before the model's "
+                                            "capacity (only where the algorithm has one)", _TP, registry=r)
+        # Work
+        self.events = Counter("olu_events", "Valid input events consumed, by op", _TP + ("op",), registry=r)
+        self.events_skipped = Counter("olu_events_skipped", "Valid events that did not change the model, "
+                                      "by reason (also counted in olu_events_total)", _TP + ("reason",),
+                                      registry=r)
+        self.dead_letters = Counter("olu_dead_letters", "Records sent to the dead-letter topic, by reason",
+                                    ("topic", "reason"), registry=r)
+        self.releases = Counter("olu_releases", "Parameter releases published, by trigger",
+                                _TP + ("trigger",), registry=r)
+        self.delete_to_release = Histogram("olu_delete_to_release_seconds", "Time from handling a delete to "
+                                           "the delivery of the release that reflects it",
+                                           buckets=DELETE_TO_RELEASE_BUCKETS, registry=r)
+        self.consumer_lag = Gauge("olu_consumer_lag", "Consumer group lag in messages: last stable offset "
+                                  "minus committed offset (librdkafka consumer_lag; offsets are committed "
+                                  "with snapshots)", _TP, registry=r)
+        self.consumer_processing_lag = Gauge("olu_consumer_processing_lag", "Messages not yet handed to the "
+                                             "worker: last stable offset minus the application offset",
+                                             _TP, registry=r)
+        self.model_version = Gauge("olu_model_version", "Version of the last release", _TP, registry=r)
+        self.model_steps = Gauge("olu_model_steps", "Steps t applied in the model's current epoch", _TP,
+                                 registry=r)
+        # State
+        self.snapshot_duration = Histogram("olu_snapshot_duration_seconds", "Time to write a snapshot",
+                                           ("kind",), buckets=SNAPSHOT_BUCKETS, registry=r)
+        self.snapshot_bytes = Gauge("olu_snapshot_bytes", "Size of the last snapshot written", ("kind",),
+                                    registry=r)
+        self.snapshot_failures = Counter("olu_snapshot_failures", "Snapshot writes that failed", ("kind",),
+                                         registry=r)
+        self.snapshot_last_success = Gauge("olu_snapshot_last_success_timestamp_seconds", "Unix time of the "
+                                           "partition's last successful full snapshot", _TP, registry=r)
+        self.snapshot_age = Gauge("olu_snapshot_age_seconds", "Seconds since the partition's last successful "
+                                  "full snapshot", _TP, registry=r)
+        self.restore_duration = Histogram("olu_restore_duration_seconds", "Time to restore a partition on "
+                                          "assignment", buckets=RESTORE_BUCKETS, registry=r)
+        self.rebalances = Counter("olu_rebalances", "Rebalance callbacks, by type", ("type",), registry=r)
+        self.assigned_partitions = Gauge("olu_assigned_partitions", "Partitions currently assigned", registry=r)
+        # Model
+        self.prequential_loss = Gauge("olu_prequential_loss", "Running mean of the test-then-train loss",
+                                      _TP, registry=r)
+
+    # ------------------------------------------------------------------ plumbing
+    def _child(self, metric, topic: str, partition: int, *extra: str):
+        """The labelled child, remembered so :meth:`remove_partition` can drop it."""
+        values = (str(topic), str(int(partition)), *extra)
+        with self._lock:
+            self._series.setdefault(values[:2], set()).add((metric, values))
+        return metric.labels(*values)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        """Drop every series labelled with this partition (on revoke or loss)."""
+        key = (str(topic), str(int(partition)))
+        with self._lock:
+            series = self._series.pop(key, set())
+            self._privacy_known.discard(key)
+        for metric, values in series:
+            try:
+                metric.remove(*values)
+            except KeyError:
+                pass
+
+    def render(self) -> bytes:
+        """Prometheus text exposition of this worker's registry (content type :data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+    # ------------------------------------------------------------------ privacy and model
+    def set_privacy(self, topic: str, partition: int, *, epsilon: float, delta: float, budget_used: float,
+                    rdp_slope: float, capacity_left: int | None = None) -> None:
+        self._child(self.privacy_epsilon, topic, partition).set(epsilon)
+        self._child(self.privacy_delta, topic, partition).set(delta)
+        self._child(self.privacy_budget_used, topic, partition).set(budget_used)
+        self._child(self.privacy_rdp_slope, topic, partition).set(rdp_slope)
+        if capacity_left is not None and math.isfinite(capacity_left):
+            self._child(self.deletion_capacity_left, topic, partition).set(capacity_left)
+
+    def update_privacy(self, topic: str, partition: int, model) -> None:
+        """Privacy gauges from the engine's ``model.privacy()`` dict."""
+        p = model.privacy()
+        self.set_privacy(topic, partition, epsilon=p["epsilon"], delta=p["delta"], budget_used=p["budget_used"],
+                         rdp_slope=p["eps_rdp_slope"], capacity_left=p.get("deletions_capacity_left"))
+        with self._lock:
+            self._privacy_known.add((str(topic), str(int(partition))))
+
+    def record_deletion(self, topic: str, partition: int, outcome: str, sigma: float = 0.0) -> None:
+        """One deletion by the engine's outcome code (``Deletion.outcome``)."""
+        if outcome in CHANGED_OUTCOMES:
+            self._child(self.deletions, topic, partition).inc()
+            if sigma > 0:
+                self._child(self.deletion_noise_sigma, topic, partition).set(sigma)
+        else:
+            self._child(self.deletions_noop, topic, partition, _code(outcome, NOOP_REASONS)).inc()
+
+    def set_model(self, topic: str, partition: int, *, steps: int | None = None, version: int | None = None,
+                  prequential_loss: float | None = None) -> None:
+        if steps is not None:
+            self._child(self.model_steps, topic, partition).set(steps)
+        if version is not None:
+            self._child(self.model_version, topic, partition).set(version)
+        if prequential_loss is not None and math.isfinite(prequential_loss):
+            self._child(self.prequential_loss, topic, partition).set(prequential_loss)
+
+    # ------------------------------------------------------------------ work
+    def count_events(self, topic: str, partition: int, op: str, n: int = 1) -> None:
+        if n:
+            self._child(self.events, topic, partition, _code(op, OPS)).inc(n)
+
+    def count_skipped(self, topic: str, partition: int, reason: str, n: int = 1) -> None:
+        if n:
+            self._child(self.events_skipped, topic, partition, _code(reason)).inc(n)
+
+    def record_dead_letter(self, topic: str, reason: str) -> None:
+        # Topic-level only (no partition label): dead letters are rare and alerting is per topic.
+        self.dead_letters.labels(str(topic), _code(reason)).inc()
+
+    def count_release(self, topic: str, partition: int, trigger: str, version: int | None = None) -> None:
+        self._child(self.releases, topic, partition, _code(trigger, TRIGGERS)).inc()
+        if version is not None:
+            self._child(self.model_version, topic, partition).set(version)
+
+    def observe_delete_to_release(self, seconds: float) -> None:
+        self.delete_to_release.observe(max(0.0, seconds))
+
+    def update_from_stats(self, stats_json: str | bytes) -> int:
+        """Consumer lag from librdkafka's statistics JSON (``stats_cb``); returns the lags set.
+
+        Reads ``topics -> {topic} -> partitions -> {p}``: ``consumer_lag`` (the group lag against
+        the committed offset, -1 until the first commit) into ``olu_consumer_lag``, and
+        ``ls_offset - app_offset`` (what the worker has not received yet) into
+        ``olu_consumer_processing_lag``. Skips the internal partition -1, unknown (negative) values,
+        and partitions the consumer does not want (``desired`` false: their series are dropped).
+        Never raises: it runs inside ``poll()``.
+        """
+        try:
+            stats = orjson.loads(stats_json)
+            topics = stats.get("topics") or {}
+        except (orjson.JSONDecodeError, TypeError, AttributeError):
+            return 0
+        updated = 0
+        for topic, tstats in topics.items() if isinstance(topics, dict) else ():
+            partitions = tstats.get("partitions") if isinstance(tstats, dict) else None
+            for pstats in (partitions or {}).values() if isinstance(partitions, dict) else ():
+                try:
+                    partition = int(pstats["partition"])
+                    lag = pstats.get("consumer_lag", -1)
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    continue
+                if partition < 0:
+                    continue
+                if pstats.get("desired") is False:
+                    for gauge in (self.consumer_lag, self.consumer_processing_lag):
+                        gauge.remove(str(topic), str(partition))
+                    continue
+                if _count(lag):
+                    self._child(self.consumer_lag, topic, partition).set(lag)
+                    updated += 1
+                end, position = pstats.get("ls_offset"), pstats.get("app_offset")
+                if _count(end) and _count(position):
+                    self._child(self.consumer_processing_lag, topic, partition).set(max(0, end - position))
+        return updated
+
+    # ------------------------------------------------------------------ state
+    def record_snapshot_success(self, topic: str, partition: int, kind: str, seconds: float, size: int) -> None:
+        kind = _code(kind, KINDS)
+        self.snapshot_duration.labels(kind).observe(max(0.0, seconds))
+        self.snapshot_bytes.labels(kind).set(size)
+        if kind == "full":
+            now = time.time()
+            self._child(self.snapshot_last_success, topic, partition).set(now)
+            self._child(self.snapshot_age, topic, partition).set_function(lambda at=now: max(0.0, time.time() - at))
+
+    def snapshot_failure(self, kind: str) -> None:
+        self.snapshot_failures.labels(_code(kind, KINDS)).inc()
+
+    def observe_restore(self, seconds: float) -> None:
+        self.restore_duration.observe(max(0.0, seconds))
+
+    def rebalance(self, type_: str) -> None:
+        self.rebalances.labels(_code(type_, REBALANCE_TYPES)).inc()
+
+    def set_assigned(self, n: int) -> None:
+        self.assigned_partitions.set(n)
+
+    # ------------------------------------------------------------------ loop-facing (duck-typed runner)
+    def record_outcome(self, runner, outcome) -> None:
+        """Counters and gauges after ``runner.process(batch)``.
+
+        ``outcome.inserts`` (applied) + ``outcome.skipped`` (inserts of ids deleted before they
+        arrived) are the insert events; ``outcome.deletes`` the delete events, of which
+        ``outcome.tombstones`` (if the attribute exists) were tombstones.
+        """
+        topic, partition = runner.topic, runner.partition
+        skipped = int(getattr(outcome, "skipped", 0))
+        self.count_events(topic, partition, "insert", int(getattr(outcome, "inserts", 0)) + skipped)
+        self.count_skipped(topic, partition, "deleted_before_insert", skipped)
+        tombstones = int(getattr(outcome, "tombstones", 0) or 0)
+        self.count_events(topic, partition, "delete", int(getattr(outcome, "deletes", 0)) - tombstones)
+        self.count_events(topic, partition, "tombstone", tombstones)
+        deletions = list(getattr(outcome, "deletions", ()) or ())
+        for d in deletions:
+            self.record_deletion(topic, partition, d.outcome, getattr(d, "sigma", 0.0))
+        self._update_model(runner, privacy=bool(deletions))
+
+    def record_release(self, runner, release) -> None:
+        self.count_release(runner.topic, runner.partition, release.trigger, getattr(release, "version", None))
+
+    def record_snapshot(self, runner, kind: str, seconds: float, size: int) -> None:
+        self.record_snapshot_success(runner.topic, runner.partition, kind, seconds, size)
+
+    def record_restore(self, runner, seconds: float) -> None:
+        """A partition was assigned and restored: its privacy spend is exported at once."""
+        self.observe_restore(seconds)
+        self._update_model(runner, privacy=True)
+
+    def _update_model(self, runner, *, privacy: bool) -> None:
+        topic, partition = runner.topic, runner.partition
+        model = getattr(runner, "model", None)
+        if model is not None:
+            known = (str(topic), str(int(partition))) in self._privacy_known
+            if privacy or not known:
+                self.update_privacy(topic, partition, model)
+        self.set_model(topic, partition, steps=getattr(model, "t", None),
+                       version=getattr(runner, "released_version", None),
+                       prequential_loss=getattr(runner, "prequential_loss", None))
