@@ -1,98 +1,144 @@
-"""The ``olu-worker`` command line.
-
-``demo`` runs on embedded defaults with nothing to set up. Until the streaming worker lands it
-drives the OLU engine directly: one model per simulated partition, a synthetic stream with
-deletions, progress on the terminal and a JSON summary with ``--json``.
-"""
+"""The ``olu-worker`` command line: ``run`` (the streaming worker) and ``demo`` (embedded defaults)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 
-import numpy as np
 import orjson
 
 from . import __version__
-from .olu.base import ALGORITHMS
-from .olu.passive import PassiveOLU
+from .config import ConfigError, add_arguments, load_settings
+from .logs import configure_logging, get_logger
+
+log = get_logger("olu.cli")
+DEMO_OPTIONS = ("events", "delete_rate", "seed", "json", "state_dir")
 
 
-def _synthetic(n: int, dim: int, seed: int):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, dim))
-    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
-    w = rng.normal(size=dim)
-    y = np.where(X @ w + 0.3 * rng.normal(size=n) >= 0, 1.0, -1.0)
-    return X, y
+def _start(settings, command: str):
+    """Logging, the effective configuration (secrets redacted), metrics and the health server."""
+    from .http import HealthServer
+    from .metrics import Metrics
+
+    configure_logging(settings.log_level, settings.log_format)
+    log.info("effective configuration", extra={"command": command, "settings": settings.redacted()})
+    metrics = Metrics()
+    health = HealthServer(metrics, settings.http_host, settings.http_port,
+                          liveness_window=settings.liveness_seconds)
+    port = health.start()
+    log.info("http listening", extra={"port": port, "paths": ["/metrics", "/healthz", "/readyz"]})
+    return metrics, health
 
 
-def demo(args) -> int:
-    cls = ALGORITHMS.get(args.algorithm, PassiveOLU)
-    models = {p: cls(dim=args.dim, eps=args.eps) for p in range(args.partitions)}
-    X, y = _synthetic(args.events, args.dim, args.seed)
-    rng = np.random.default_rng(args.seed + 1)
-    deletions = releases = 0
-    started = time.perf_counter()
-    batch = 1000
-    for start in range(0, args.events, batch):
-        stop = min(start + batch, args.events)
-        for p, model in models.items():
-            rows = np.arange(start, stop)[np.arange(start, stop) % args.partitions == p]
-            model.learn_many([f"r-{j}" for j in rows], X[rows], y[rows])
-            # Delete a random earlier record of this partition at the configured rate.
-            for _ in range(rng.binomial(len(rows), args.delete_rate)):
-                victim = int(rng.integers(0, stop)) // args.partitions * args.partitions + p
-                if victim < stop and model.unlearn_one(f"r-{victim}").changed_model:
-                    deletions += 1
-                    releases += 1
-            releases += 1
-        if not args.json:
-            print(f"\r{stop:>10,} events  {deletions:>6,} deletions honoured", end="", file=sys.stderr)
-    elapsed = time.perf_counter() - started
-    summary = {
-        "events_applied": sum(m.counters["applied"] for m in models.values()),
-        "deletions_honoured": deletions,
-        "releases": releases,
-        "seconds": round(elapsed, 3),
-        "partitions": {
-            str(p): {"t": m.t, "deletions": m.accountant.deletions, **m.privacy(),
-                     "weights": [round(float(v), 6) for v in m.weights]}
-            for p, m in models.items()
-        },
-    }
-    if args.json:
-        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        print(file=sys.stderr)
-        for p, part in summary["partitions"].items():
-            print(f"partition {p}: t={part['t']:,} deletions={part['deletions']} "
-                  f"epsilon(delta={part['delta']:g})={part['epsilon']:.4f} budget used={part['budget_used']:.3f}")
-        print(f"{summary['events_applied']:,} events, {deletions:,} deletions in {elapsed:.2f}s")
+def run(args, _opts) -> int:
+    from .stream.app import Worker
+
+    settings = load_settings(args, command="run")
+    metrics, health = _start(settings, "run")
+    try:
+        Worker(settings, metrics, health).run()
+    finally:
+        health.stop()
     return 0
 
 
+def demo(args, opts) -> int:
+    from .stream import demo as d
+    from .stream.app import Worker
+
+    holder, bootstrap = d.mock_cluster()
+    state_dir = opts.state_dir or d.new_state_dir()
+    env = {**d.demo_env(bootstrap, state_dir), **_olu_env()}
+    settings = load_settings(args, env, command="demo")
+    metrics, health = _start(settings, "demo")
+    d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed)
+    worker = Worker(settings, metrics, health)
+    if not opts.json:
+        threading.Thread(target=_progress, args=(worker, opts.events), daemon=True).start()
+    started = time.monotonic()
+    try:
+        summary = worker.run(max_events=opts.events)
+    finally:
+        health.stop()
+    elapsed = time.monotonic() - started
+    partitions = d.partition_summary(worker)
+    report = {"events": summary.get("events", 0), "events_applied": sum(p["t"] for p in partitions.values()),
+              "deletions_honoured": summary.get("deletions_honoured", 0),
+              "releases": summary.get("releases", 0), "dead_letters": summary.get("dead_letters", 0),
+              "seconds": round(elapsed, 3), "state_dir": state_dir,
+              "partitions": {k: {"epsilon": v["epsilon"], "delta": v["delta"], "budget_used": v["budget_used"],
+                                 "deletions": v["deletions"], "t": v["t"], "offset": v["offset"]}
+                             for k, v in partitions.items()}}
+    if opts.json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print_report(report, worker)
+    del holder
+    return 0
+
+
+def _olu_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith("OLU_")}
+
+
+def _progress(worker, target: int) -> None:
+    while not worker.stopping.is_set() and worker.events < target:
+        s = worker.summary
+        print(f"\r{worker.events:>9,}/{target:,} events  {s.get('deletions_honoured', 0):>6,} deletions honoured  "
+              f"{s.get('releases', 0):>6,} releases  {s.get('dead_letters', 0):>4,} dead letters",
+              end="", file=sys.stderr, flush=True)
+        time.sleep(0.5)
+    print(file=sys.stderr)
+
+
+def _print_report(report: dict, worker) -> None:
+    print(f"{report['events']:,} events in {report['seconds']:.1f}s: {report['deletions_honoured']:,} deletions "
+          f"honoured, {report['releases']:,} releases, {report['dead_letters']:,} dead letters")
+    for name, p in report["partitions"].items():
+        print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} epsilon={p['epsilon']:.3f} "
+              f"(delta={p['delta']:g})  budget used={p['budget_used']:.3f}")
+    for (topic, partition), release in sorted(worker.latest_release.items()):
+        value = orjson.loads(release.value)
+        weights = ", ".join(f"{w:+.3f}" for w in value["weights"][:4])
+        print(f"  latest release {topic}/{partition} v{value['version']} ({release.trigger}): [{weights}, ...]")
+    print(f"  state: {report['state_dir']}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="olu-worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="olu-worker", description="Kafka worker that learns and unlearns "
+                                     "online with certified privacy guarantees.")
     parser.add_argument("--version", action="version", version=f"olu-worker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="run on embedded defaults (synthetic stream with deletions)")
-    d.add_argument("--events", type=int, default=200_000, help="stop after N events (default 200000)")
-    d.add_argument("--partitions", type=int, default=4)
-    d.add_argument("--dim", type=int, default=10)
-    d.add_argument("--eps", type=float, default=1.0, help="lifetime Renyi budget per model")
-    d.add_argument("--delete-rate", type=float, default=0.01)
-    d.add_argument("--algorithm", default="passive", choices=sorted(ALGORITHMS))
+    r = sub.add_parser("run", help="consume, learn, unlearn, snapshot and release (settings: flags or OLU_*)")
+    add_arguments(r)
+    r.set_defaults(func=run)
+    d = sub.add_parser("demo", help="the worker on embedded defaults: in-process Kafka, local state, "
+                                    "synthetic stream with deletions")
+    d.add_argument("--events", type=int, default=50_000, help="stop after N events (default 50000)")
+    d.add_argument("--delete-rate", type=float, default=0.01, help="share of events that are deletes")
     d.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (never of the noise)")
-    d.add_argument("--json", action="store_true", help="print a final JSON summary")
+    d.add_argument("--json", action="store_true", help="print a final JSON summary on stdout")
+    d.add_argument("--state-dir", help="where snapshots go (default: a new temporary directory)")
+    add_arguments(d)
     d.set_defaults(func=demo)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = args.__dict__.pop("func")
+    args.__dict__.pop("command", None)
+    opts = argparse.Namespace(**{k: args.__dict__.pop(k) for k in DEMO_OPTIONS if k in args.__dict__})
+    try:
+        return func(args, opts)
+    except ConfigError as exc:
+        print(f"olu-worker: configuration error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

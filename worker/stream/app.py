@@ -1,0 +1,305 @@
+"""The consume-process-publish loop: one consumer, one producer, one runner per partition.
+
+Call sequence (anchors-streaming.md section 3): cooperative-sticky subscription; on assign, restore
+each partition from its newest valid snapshot and seek to the snapshot's offset; process fetched
+messages per partition; publish releases and dead letters; at snapshot time flush the producer,
+write the full snapshot, then commit the group offset up to it (never further). On revoke: a
+bounded final snapshot and commit; on lost: drop without commit; on SIGTERM: stop polling, final
+snapshots, commit, close, flush.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import defaultdict
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from .. import __version__
+from ..logs import get_logger
+from ..olu.base import ALGORITHMS
+from ..state.store import SnapshotStore, StorageUnavailable, open_store
+from .deadletter import carry_headers, dead_letter_headers
+from .partition import PartitionRunner
+
+log = get_logger("olu.worker")
+
+
+class DeliveryFailed(RuntimeError):
+    """A release or dead letter could not be delivered; restart and replay from the snapshot."""
+
+
+class Worker:
+    def __init__(self, settings, metrics, health=None, *, store=None):
+        self.settings = settings
+        self.metrics = metrics
+        self.health = health
+        self.snapshots = SnapshotStore(store if store is not None else open_store(settings.state_url),
+                                       prefix=settings.state_prefix, group=settings.group_id,
+                                       keep=settings.snapshot_keep)
+        self.runners: dict[tuple[str, int], PartitionRunner] = {}
+        self.stopping = threading.Event()
+        self.consumer: Consumer | None = None
+        self.producer: Producer | None = None
+        self._delivery_error: str | None = None
+        self._retry_at: dict[tuple[str, int], float] = {}
+        self.events = 0
+        self.summary = defaultdict(int)
+        self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
+        self.final_state: dict[tuple[str, int], dict] = {}  # each dropped partition's last word
+
+    # ----------------------------------------------------------------- lifecycle
+    def _new_model(self):
+        return ALGORITHMS[self.settings.algorithm](**self.settings.model_kwargs())
+
+    def stop(self, *_args) -> None:
+        self.stopping.set()
+
+    def run(self, max_events: int | None = None, install_signals: bool = True) -> dict:
+        s = self.settings
+        if install_signals and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.stop)
+            signal.signal(signal.SIGINT, self.stop)
+        self.producer = Producer(s.producer_config())
+        if s.transactional:
+            self.producer.init_transactions(30)
+            self.producer.begin_transaction()
+        self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats})
+        self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+        log.info("worker started", extra={"topics": list(s.input_topics), "group": s.group_id,
+                                          "algorithm": s.algorithm})
+        try:
+            while not self.stopping.is_set():
+                self._round()
+                if max_events is not None and self.events >= max_events:
+                    break
+        finally:
+            self._shutdown()
+        return dict(self.summary)
+
+    def _round(self) -> None:
+        messages = self.consumer.consume(num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout)
+        if self.health is not None:
+            self.health.heartbeat()
+        if self._delivery_error:
+            raise DeliveryFailed(self._delivery_error)
+        by_partition: dict[tuple[str, int], list] = defaultdict(list)
+        for msg in messages:
+            if msg.error():
+                self._on_consume_error(msg.error())
+                continue
+            by_partition[(msg.topic(), msg.partition())].append(msg)
+        for key, batch in by_partition.items():
+            runner = self.runners.get(key)
+            if runner is not None and runner.blocked is None:
+                self._process(runner, batch)
+        now = time.monotonic()
+        self._retry_blocked(now)
+        for runner in list(self.runners.values()):
+            release = runner.tick(now)
+            if release is not None:
+                self._publish(runner, release)
+            if runner.snapshot_due(now):
+                self._snapshot_and_commit(runner)
+        self._end_transaction_round()
+        self.producer.poll(0)
+
+    def _on_consume_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            raise KafkaException(err)
+        log.warning("consumer error", extra={"error": err.str(), "code": err.code()})
+
+    # ----------------------------------------------------------------- processing
+    def _process(self, runner: PartitionRunner, batch: list) -> None:
+        outcome = runner.process(batch)
+        self.metrics.record_outcome(runner, outcome)
+        for dead in outcome.dead_letters:
+            self._dead_letter(runner, dead)
+        for release in outcome.releases:
+            self._publish(runner, release)
+        consumed = outcome.inserts + outcome.deletes + outcome.skipped + len(outcome.dead_letters)
+        self.events += consumed
+        self.summary["events"] += consumed
+        self.summary["deletions_honoured"] += sum(1 for d in outcome.deletions if d.changed_model)
+        if outcome.resume_at is not None:
+            # The deletion's post-noise state is not durable yet: stop this partition here and
+            # publish nothing of it until the delta is stored (invariant 2).
+            tp = TopicPartition(runner.topic, runner.partition, outcome.resume_at)
+            self.consumer.pause([tp])
+            self.consumer.seek(tp)
+            self.metrics.snapshot_failure("delta")
+            log.warning("deletion delta not durable; partition paused",
+                        extra={"topic": runner.topic, "partition": runner.partition, "offset": outcome.resume_at})
+
+    def _retry_blocked(self, now: float) -> None:
+        for key, runner in list(self.runners.items()):
+            if runner.blocked is None or now < self._retry_at.get(key, 0.0):
+                continue
+            try:
+                release = runner.retry_durable()
+            except StorageUnavailable:
+                self.metrics.snapshot_failure("delta")
+                self._retry_at[key] = now + 1.0
+                continue
+            self._retry_at.pop(key, None)
+            self._publish(runner, release)
+            self.consumer.resume([TopicPartition(runner.topic, runner.partition)])
+            log.info("deletion delta stored after retry; partition resumed",
+                     extra={"topic": runner.topic, "partition": runner.partition})
+
+    def _publish(self, runner: PartitionRunner, release) -> None:
+        started = release.deletion_started
+
+        def delivered(err, _msg):
+            if err is not None:
+                self._delivery_error = f"release {runner.topic}/{runner.partition}@{release.version}: {err}"
+            elif started is not None:
+                self.metrics.observe_delete_to_release(time.monotonic() - started)
+
+        self.producer.produce(self.settings.params_topic, key=release.key, value=release.value,
+                              headers=release.headers, on_delivery=delivered)
+        self.metrics.record_release(runner, release)
+        self.summary["releases"] += 1
+        self.latest_release[(runner.topic, runner.partition)] = release
+
+    def _dead_letter(self, runner: PartitionRunner, dead) -> None:
+        msg = dead.message
+
+        def delivered(err, _msg):
+            if err is not None:
+                self._delivery_error = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
+
+        headers = dead_letter_headers(
+            source_topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), reason=dead.reason,
+            detail=dead.detail, worker_version=__version__, failed_at_ms=int(time.time() * 1000),
+        ) + carry_headers(msg.headers())
+        self.producer.produce(self.settings.dlq_topic, key=msg.key(), value=msg.value(), headers=headers,
+                              on_delivery=delivered)
+        self.metrics.record_dead_letter(msg.topic(), dead.reason)
+        self.summary["dead_letters"] += 1
+
+    # ----------------------------------------------------------------- snapshots and commits
+    def _flush(self, timeout: float) -> bool:
+        """Everything produced so far is delivered (a snapshot may then skip past it)."""
+        if self.settings.transactional:
+            return True  # delivery is settled by the transaction commit
+        remaining = self.producer.flush(timeout)
+        if self._delivery_error:
+            raise DeliveryFailed(self._delivery_error)
+        return remaining == 0
+
+    def _snapshot_and_commit(self, runner: PartitionRunner, flush_timeout: float = 10.0) -> bool:
+        if not self._flush(flush_timeout):
+            return False
+        started = time.monotonic()
+        try:
+            ref = runner.snapshot()
+        except StorageUnavailable as exc:
+            self.metrics.snapshot_failure("full")
+            runner.last_snapshot_at = time.monotonic()  # back off until the next period
+            log.warning("snapshot failed", extra={"topic": runner.topic, "partition": runner.partition,
+                                                  "error": str(exc)})
+            return False
+        self.metrics.record_snapshot(runner, "full", time.monotonic() - started, ref.size)
+        self._commit([runner])
+        return True
+
+    def _commit(self, runners) -> None:
+        offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
+                   for r in runners if r.snapshot_offset is not None]
+        if not offsets or self.settings.transactional:
+            return  # transactional mode commits offsets inside the transaction
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("offset commit failed", extra={"error": str(exc)})
+
+    def _end_transaction_round(self) -> None:
+        if not self.settings.transactional:
+            return
+        offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
+                   for r in self.runners.values() if r.snapshot_offset is not None]
+        if offsets:
+            self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
+        self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
+        self.producer.begin_transaction()
+
+    # ----------------------------------------------------------------- rebalances
+    def _on_assign(self, consumer, partitions) -> None:
+        self.metrics.rebalance("assign")
+        if self.health is not None:
+            self.health.set_ready(False)
+        assignment = []
+        for tp in partitions:
+            started = time.monotonic()
+            runner, restored = PartitionRunner.restore(
+                tp.topic, tp.partition, snapshots=self.snapshots, settings=self.settings,
+                model_factory=self._new_model, model_name=self.settings.model_name or self.settings.group_id,
+                on_corrupt=self.settings.on_corrupt_snapshot,
+            )
+            self.runners[(tp.topic, tp.partition)] = runner
+            self.metrics.record_restore(runner, time.monotonic() - started)
+            offset = runner.next_offset if runner.next_offset is not None else OFFSET_BEGINNING
+            assignment.append(TopicPartition(tp.topic, tp.partition, offset))
+            log.info("partition assigned", extra={
+                "topic": tp.topic, "partition": tp.partition, "offset": runner.next_offset,
+                "snapshot": None if restored is None else restored.offset,
+                "deltas": 0 if restored is None else len(restored.deltas),
+                "skipped_snapshots": [] if restored is None else [r for _, r in restored.skipped],
+            })
+        consumer.incremental_assign(assignment)
+        self.metrics.set_assigned(len(self.runners))
+        if self.health is not None:
+            self.health.set_ready(True)
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        self.metrics.rebalance("revoke")
+        deadline = time.monotonic() + self.settings.revoke_budget_seconds
+        self._drop(partitions, deadline=deadline)
+        self._end_transaction_round()  # KIP-447: settle the open transaction before handing over
+
+    def _on_lost(self, consumer, partitions) -> None:
+        self.metrics.rebalance("lost")
+        self._drop(partitions, deadline=None)  # no commit: another member may own them already
+
+    def _drop(self, partitions, deadline: float | None) -> None:
+        """Final snapshot and commit within the deadline (None: drop without either)."""
+        keep = []
+        for tp in partitions:
+            runner = self.runners.pop((tp.topic, tp.partition), None)
+            if runner is None:
+                continue
+            if deadline is not None and runner.blocked is None and time.monotonic() < deadline:
+                release = runner.final_release()
+                if release is not None:
+                    self._publish(runner, release)
+                if runner.next_offset != runner.snapshot_offset:
+                    self._snapshot_and_commit(runner, flush_timeout=max(0.1, deadline - time.monotonic()))
+                else:
+                    keep.append(runner)
+            self.final_state[(tp.topic, tp.partition)] = {
+                "offset": runner.next_offset, "t": runner.model.t, "epoch": runner.model.epoch,
+                "deletions": runner.model.accountant.lifetime_deletions, **runner.model.privacy(),
+            }
+            self.metrics.remove_partition(tp.topic, tp.partition)
+        if keep:
+            self._commit(keep)
+        self.metrics.set_assigned(len(self.runners))
+
+    def _shutdown(self) -> None:
+        try:
+            if self.consumer is not None and self._delivery_error is None:
+                deadline = time.monotonic() + self.settings.revoke_budget_seconds
+                parts = [TopicPartition(t, p) for t, p in self.runners]
+                self._drop(parts, deadline=deadline)
+                if self.settings.transactional and self.producer is not None:
+                    self.producer.commit_transaction(30)
+        finally:
+            if self.consumer is not None:
+                self.consumer.close()
+            if self.producer is not None:
+                self.producer.flush(10)
+            log.info("worker stopped", extra=dict(self.summary))

@@ -1,0 +1,61 @@
+"""Release records on the parameter topic (design.md section 3, schemas/release.schema.json).
+
+The value is a pure function of the model state and the input position, so a replay after a
+crash republishes byte-identical values: ``released_at`` is the Kafka timestamp of the last
+applied event, not the wall clock, and why a release was published travels in a header.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+
+from .. import __version__
+
+SCHEMA_VERSION = 1
+TRIGGERS = ("deletion", "events", "interval", "final")
+
+
+class UnreleasableState(RuntimeError):
+    """The iterate is not finite; publishing it would put nulls on the wire (orjson maps NaN to null)."""
+
+
+def release_key(topic: str, partition: int) -> bytes:
+    return f"{topic}/{partition}".encode()
+
+
+def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model) -> bytes:
+    weights = model.weights
+    if not np.all(np.isfinite(weights)):
+        raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
+    privacy = model.privacy()
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "model": model_name,
+        "topic": topic,
+        "partition": partition,
+        "version": offset,  # the next offset: strictly increasing and a function of the input only
+        "offset": offset,
+        "t": model.t,
+        "deletions": model.accountant.lifetime_deletions,
+        "epoch": model.epoch,
+        "algorithm": model.algorithm,
+        "loss": model.loss.name,
+        "dim": model.dim,
+        "weights": weights,
+        "privacy": {
+            "eps_rdp_slope": privacy["eps_rdp_slope"],
+            "budget_used": min(1.0, privacy["budget_used"]),
+            "epsilon": privacy["epsilon"] if math.isfinite(privacy["epsilon"]) else 1.7976931348623157e308,
+            "delta": privacy["delta"],
+            "deletions_capacity_left": privacy["deletions_capacity_left"],
+        },
+        "released_at": max(0, event_time_ms) / 1000.0,
+    }
+    return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def release_headers(trigger: str) -> list[tuple[str, bytes]]:
+    return [("olu.trigger", trigger.encode()), ("olu.worker.version", __version__.encode())]
