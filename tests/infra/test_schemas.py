@@ -65,3 +65,14 @@ def test_readme_documents_every_reason_code_and_header():
         assert f"`{name}`" in readme, name
     for name in load_schema("release")["properties"]["algorithm"]["enum"]:
         assert f"`{name}`" in readme, name
+
+
+def test_every_engine_algorithm_and_loss_is_in_the_release_schema():
+    import worker.olu.baselines  # noqa: F401  (register every algorithm module)
+    import worker.olu.passive  # noqa: F401
+    from worker.olu.base import ALGORITHMS
+    from worker.olu.losses import Logistic, Ridge
+
+    props = load_schema("release")["properties"]
+    assert set(ALGORITHMS) - {"base"} <= set(props["algorithm"]["enum"])
+    assert {Logistic(0.0).name, Logistic(0.1).name, Ridge(0.1).name} <= set(props["loss"]["enum"])

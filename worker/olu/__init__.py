@@ -2,7 +2,24 @@
 
 Usable alone, like a River estimator::
 
-    model = PassiveOLU(dim=10, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
-    model.learn_one("r-1", x, 1)
-    model.unlearn_one("r-1")
+    >>> from worker.olu import PassiveOLU
+    >>> model = PassiveOLU(dim=2, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+    >>> model.learn_one("r-1", [0.6, 0.8], 1)
+    True
+    >>> model.unlearn_one("r-1").outcome
+    'noised'
+    >>> 0.0 <= model.predict_proba_one([0.6, 0.8]) <= 1.0
+    True
 """
+
+from .accountant import BudgetExhausted, PrivacyAccountant
+from .base import ALGORITHMS, Deletion, OnlineUnlearner, load_model
+from .baselines import DiscardRestart, PlainOGD
+from .errors import InvalidExample, InvalidState, OLUError
+from .passive import PassiveOLU, PassiveRestartOLU
+
+__all__ = [
+    "ALGORITHMS", "BudgetExhausted", "Deletion", "DiscardRestart", "InvalidExample", "InvalidState",
+    "OLUError", "OnlineUnlearner", "PassiveOLU", "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant",
+    "load_model",
+]
