@@ -225,7 +225,8 @@ def test_algorithm_not_in_this_build_fails_fast():
     config._engine_class("passive")  # load the registry
     for algorithm in config.ALGORITHMS:
         if algorithm in ALGORITHMS:
-            assert load(OLU_ALGORITHM=algorithm).algorithm == algorithm
+            loss = "ridge" if algorithm == "active-newton" else "logistic"
+            assert load(OLU_ALGORITHM=algorithm, OLU_LOSS=loss).algorithm == algorithm
         else:
             with pytest.raises(ConfigError, match=r"OLU_ALGORITHM \(--algorithm\).*not available"):
                 load(OLU_ALGORITHM=algorithm)
@@ -415,7 +416,8 @@ def test_model_kwargs_per_algorithm():
     from worker.olu.base import ALGORITHMS
 
     for algorithm in config.ALGORITHMS:
-        s = Settings(dim=3, algorithm=algorithm, max_deletions=9, restart_c=2.0, t0=1.0)
+        loss = "ridge" if algorithm == "active-newton" else "logistic"
+        s = Settings(dim=3, algorithm=algorithm, loss=loss, max_deletions=9, restart_c=2.0, t0=1.0)
         kwargs = s.model_kwargs()
         assert kwargs["dim"] == 3 and kwargs["t0"] == 1.0
         if algorithm in ALGORITHMS:  # the engine accepts exactly these
@@ -432,3 +434,11 @@ def test_settings_are_frozen():
     s = load()
     with pytest.raises(Exception):
         s.eps = 5.0  # type: ignore[misc]
+
+
+def test_model_combinations_the_engine_refuses_fail_at_start_naming_the_setting():
+    env = {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "OLU_DIM": "3"}
+    with pytest.raises(ConfigError, match="OLU_LOSS"):
+        load_settings([], {**env, "OLU_ALGORITHM": "active-newton"})
+    with pytest.raises(ConfigError, match="OLU_L2"):
+        load_settings([], {**env, "OLU_ALGORITHM": "active-anchor", "OLU_L2": "0"})

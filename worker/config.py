@@ -862,7 +862,25 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
         values["transactional_id"] = f"{values['group_id']}-{_hostname(env)}"
     values["storage_credentials_present"] = any(env.get(name) for name in AWS_CREDENTIAL_ENV)
     values["origins"] = tuple(sorted(origins.items()))
-    return Settings(**values)
+    if values["algorithm"] == "active-newton" and values["loss"] != "ridge":
+        raise ConfigError(f"{label('loss')} must be ridge with {label('algorithm')} = active-newton, "
+                          f"got {values['loss']!r}")
+    settings = Settings(**values)
+    _check_model(settings, label)
+    return settings
+
+
+def _check_model(settings: Settings, label) -> None:
+    """Build the model once, so a combination the engine refuses fails now, naming the settings."""
+    cls = _engine_class(settings.algorithm)
+    if cls is None:
+        return
+    try:
+        cls(**settings.model_kwargs())
+    except ValueError as exc:
+        text = str(exc)
+        named = [label(n) for n in OPTION_BY_NAME if re.search(rf"\b{re.escape(n)}\b", text)]
+        raise ConfigError(f"{', '.join(named) or label('algorithm')}: {text}") from None
 
 
 def settings_table() -> list[dict[str, str]]:

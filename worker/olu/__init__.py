@@ -23,3 +23,12 @@ __all__ = [
     "OLUError", "OnlineUnlearner", "PassiveOLU", "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant",
     "load_model",
 ]
+
+# --- active algorithms and exact retraining (appended by the active-OLU change; lead to tidy) ---
+from .active import ActiveAnchor, ActiveD2D  # noqa: E402  (registers "active-d2d", "active-anchor")
+from .examples import ExampleStore  # noqa: E402
+from .newton import RidgeNewton  # noqa: E402  (registers "active-newton")
+from .retrain import Retrain  # noqa: E402  (registers "retrain")
+
+__all__ += ["ActiveAnchor", "ActiveD2D", "ExampleStore", "Retrain", "RidgeNewton"]
+# --- end of the active-OLU block ---

@@ -185,7 +185,9 @@ class Worker:
     def _flush(self, timeout: float) -> bool:
         """Everything produced so far is delivered (a snapshot may then skip past it)."""
         if self.settings.transactional:
-            return True  # delivery is settled by the transaction commit
+            # Commit what was produced so far before a snapshot may skip past its inputs.
+            self._end_transaction_round()
+            return True
         remaining = self.producer.flush(timeout)
         if self._delivery_error:
             raise DeliveryFailed(self._delivery_error)
