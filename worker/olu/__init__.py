@@ -13,22 +13,17 @@ Usable alone, like a River estimator::
 """
 
 from .accountant import BudgetExhausted, PrivacyAccountant
+from .active import ActiveAnchor, ActiveD2D
 from .base import ALGORITHMS, Deletion, OnlineUnlearner, load_model
 from .baselines import DiscardRestart, PlainOGD
 from .errors import InvalidExample, InvalidState, OLUError
+from .examples import ExampleStore
+from .newton import RidgeNewton
 from .passive import PassiveOLU, PassiveRestartOLU
+from .retrain import Retrain
 
 __all__ = [
-    "ALGORITHMS", "BudgetExhausted", "Deletion", "DiscardRestart", "InvalidExample", "InvalidState",
-    "OLUError", "OnlineUnlearner", "PassiveOLU", "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant",
-    "load_model",
+    "ALGORITHMS", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart",
+    "ExampleStore", "InvalidExample", "InvalidState", "OLUError", "OnlineUnlearner", "PassiveOLU",
+    "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant", "Retrain", "RidgeNewton", "load_model",
 ]
-
-# --- active algorithms and exact retraining (appended by the active-OLU change; lead to tidy) ---
-from .active import ActiveAnchor, ActiveD2D  # noqa: E402  (registers "active-d2d", "active-anchor")
-from .examples import ExampleStore  # noqa: E402
-from .newton import RidgeNewton  # noqa: E402  (registers "active-newton")
-from .retrain import Retrain  # noqa: E402  (registers "retrain")
-
-__all__ += ["ActiveAnchor", "ActiveD2D", "ExampleStore", "Retrain", "RidgeNewton"]
-# --- end of the active-OLU block ---
