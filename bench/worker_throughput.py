@@ -1,0 +1,372 @@
+"""Worker throughput: the passive worker end to end on one partition of a real broker (not a test).
+
+    /work/venv/bin/python bench/worker_throughput.py [--events 1000000] [--repeat 1] [--quick] [--no-profile]
+
+A local Kafka broker is started (worker.devtools.kafka_local) unless ``KAFKA_BOOTSTRAP_SERVERS`` is
+set. One 1-partition input topic is filled beforehand with ``--events`` records (d = 10 logistic
+inserts as in schemas/insert.schema.json, ids ``r-<n>``, keys = ids, ~``--delete-frac`` deletes of
+earlier ids), as fast as possible. Then, in the same run, reading that same topic:
+
+(a) raw ceiling: a plain ``confluent_kafka.Consumer`` with the worker's own consumer settings
+    (``Settings.consumer_config()``, another group id, partition assigned directly), reading with
+    ``consume(num_messages=batch_size, timeout=poll_timeout)`` like the worker, and per message
+    - ``consume``:       nothing (librdkafka + Message objects only),
+    - ``orjson``:        ``orjson.loads(msg.value())``  <- the ceiling the target refers to,
+    - ``decode_event``:  ``worker.stream.decode.decode_event(key, value, ...)`` (full validation).
+(b) the worker in-process: ``Worker(settings, Metrics()).run(max_events=N)`` with its state on
+    file:// in a temp dir, release_every_events 10000, snapshot_every_events 200000 (other
+    settings at their defaults: batch_size 2000, poll_timeout 0.1 s, acks=all idempotent releases).
+
+Timing window: from the moment the first non-empty batch is in hand to the end of processing the
+last event, for every path. That leaves out the consumer group join (and the partition restore) of
+the worker and the first fetch of the plain consumer, which are start-up costs, not throughput; they
+are reported separately. Inside the worker's window everything a steady worker does is included:
+decoding, learning, deletions (each writes a delta object with fsync and publishes a release),
+releases every 10,000 events and full snapshots (flush + write + fsync + gc + synchronous commit)
+every 200,000. The final snapshot written at shutdown is outside the window (reported). The numba
+kernels are warmed up before the run (the worker itself does not do that at start; see README).
+
+Next to events/s (wall clock, the target's unit) the table gives events per CPU-second of this
+process (``time.process_time()`` over the same window, librdkafka's threads included): on a machine
+shared with other work that number moves much less than the wall-clock one.
+
+The worker is then run once more on the same topic (new group, new state) under cProfile, and the
+top functions by cumulative and by own time are printed; cProfile slows Python code down, so those
+timings are for the ranking only.
+
+Target (issue): worker >= 150,000 events/s and >= 0.5 x the consume+orjson ceiling of the same run.
+
+Writes ``bench/results/worker_throughput.json`` and ``.png`` (``--prof FILE`` also dumps the profile).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import io  # noqa: E402
+import pstats  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h  # noqa: E402
+import orjson  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
+
+from worker.metrics import Metrics  # noqa: E402
+from worker.olu import kernels  # noqa: E402
+from worker.stream.app import Worker  # noqa: E402
+from worker.stream.decode import DeadLetter, decode_event  # noqa: E402
+
+TARGET_EVENTS_PER_S = 150_000
+TARGET_CEILING_RATIO = 0.5
+RELEASE_EVERY = 10_000
+SNAPSHOT_EVERY = 200_000
+
+
+class TimedWorker(Worker):
+    """The production Worker, plus timestamps around its processing and snapshots (no behaviour change)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.cpu_first = self.cpu_last = 0.0
+        self.t_assigned: float | None = None
+        self.assign_s = 0.0
+        self.snapshot_s: list[float] = []
+
+    def _process(self, runner, batch):
+        if self.t_first is None:
+            self.t_first, self.cpu_first = time.perf_counter(), time.process_time()
+        super()._process(runner, batch)
+        self.t_last, self.cpu_last = time.perf_counter(), time.process_time()
+
+    def _on_assign(self, consumer, partitions):
+        t0 = time.perf_counter()
+        super()._on_assign(consumer, partitions)
+        self.t_assigned = time.perf_counter()
+        self.assign_s += self.t_assigned - t0
+
+    def _snapshot_and_commit(self, runner, flush_timeout: float = 10.0) -> bool:
+        t0 = time.perf_counter()
+        try:
+            return super()._snapshot_and_commit(runner, flush_timeout)
+        finally:
+            self.snapshot_s.append(time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- (a) ceiling
+def ceiling(settings, topic: str, n: int, mode: str, timeout: float = 300.0) -> dict:
+    conf = {**settings.consumer_config(), "group.id": h.unique("bench-ceiling")}
+    consumer = Consumer(conf)
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    batch, poll = settings.batch_size, settings.poll_timeout
+    dim, max_bytes = settings.dim, settings.max_record_bytes
+    loads = orjson.loads
+    got = errors = dead = 0
+    t_start = time.perf_counter()
+    t_first = None
+    deadline = time.monotonic() + timeout
+    try:
+        while got < n:
+            msgs = consumer.consume(num_messages=batch, timeout=poll)
+            if not msgs:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"ceiling {mode}: {got} of {n} events after {timeout} s")
+                continue
+            if t_first is None:
+                t_first, cpu_first = time.perf_counter(), time.process_time()
+            if mode == "orjson":
+                for m in msgs:
+                    if m.error():
+                        errors += 1
+                        continue
+                    loads(m.value())
+            elif mode == "decode_event":
+                for m in msgs:
+                    if m.error():
+                        errors += 1
+                        continue
+                    try:
+                        decode_event(m.key(), m.value(), dim=dim, max_bytes=max_bytes)
+                    except DeadLetter:
+                        dead += 1
+            else:
+                for m in msgs:
+                    if m.error():
+                        errors += 1
+            got += len(msgs)
+        t_end, cpu_end = time.perf_counter(), time.process_time()
+    finally:
+        consumer.close()
+    seconds = t_end - t_first
+    got -= errors
+    return {"events": got, "seconds": seconds, "events_per_s": got / seconds,
+            "cpu_s": cpu_end - cpu_first, "events_per_cpu_s": got / (cpu_end - cpu_first),
+            "first_batch_wait_s": t_first - t_start, "errors": errors, "dead_letters": dead}
+
+
+# --------------------------------------------------------------------------- (b) worker
+def run_worker(bootstrap: str, topic: str, params: str, dlq: str, n: int, profile: bool = False,
+               overrides: dict | None = None) -> dict:
+    state_dir = tempfile.mkdtemp(prefix="olu-bench-state-")
+    settings = h.worker_settings(bootstrap, topic=topic, params=params, dlq=dlq,
+                                 group=h.unique("bench-worker"), state_url=f"file://{state_dir}",
+                                 **{"release_every_events": RELEASE_EVERY, "snapshot_every_events": SNAPSHOT_EVERY,
+                                    "log_level": "WARNING", **(overrides or {})})
+    metrics = Metrics()
+    worker = TimedWorker(settings, metrics)
+    profiler = cProfile.Profile() if profile else None
+    try:
+        t0 = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        summary = worker.run(max_events=n, install_signals=False)
+        if profiler is not None:
+            profiler.disable()
+        t_end = time.perf_counter()
+        state_bytes = sum(p.stat().st_size for p in Path(state_dir).rglob("*") if p.is_file())
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    if worker.t_first is None:
+        raise RuntimeError("the worker processed nothing")
+    seconds = worker.t_last - worker.t_first
+    events = summary.get("events", 0)
+    final = next(iter(worker.final_state.values()), {})
+    out = {
+        "events": events, "seconds": seconds, "events_per_s": events / seconds,
+        "cpu_s": worker.cpu_last - worker.cpu_first,
+        "events_per_cpu_s": events / (worker.cpu_last - worker.cpu_first),
+        "join_and_restore_s": worker.t_first - t0, "assign_callback_s": worker.assign_s,
+        "shutdown_s": t_end - worker.t_last, "run_total_s": t_end - t0,
+        "snapshots": len(worker.snapshot_s), "snapshot_s": worker.snapshot_s,
+        "summary": dict(summary), "final_offset": final.get("offset"), "final_t": final.get("t"),
+        "final_deletions": final.get("deletions"), "state_bytes_at_end": state_bytes,
+        "settings": {k: getattr(settings, k) for k in ("batch_size", "poll_timeout", "release_every_events",
+                                                       "release_every_seconds", "snapshot_every_events",
+                                                       "snapshot_every_seconds", "algorithm", "dim")},
+    }
+    if profiler is not None:
+        out["_profiler"] = profiler
+    return out
+
+
+def profile_rows(profiler, key: str, top: int) -> tuple[list[dict], str]:
+    stream = io.StringIO()
+    stats = pstats.Stats(profiler, stream=stream)
+    stats.sort_stats(key).print_stats(top)
+    rows = []
+    for func, (cc, nc, tt, ct, _callers) in sorted(stats.stats.items(),
+                                                   key=lambda kv: kv[1][3 if key == "cumulative" else 2],
+                                                   reverse=True)[:top]:
+        filename, line, name = func
+        short = filename.replace(str(h.ROOT) + "/", "")
+        if "site-packages/" in short:
+            short = short.split("site-packages/", 1)[1]
+        rows.append({"function": f"{short}:{line}({name})", "ncalls": nc, "primitive_calls": cc,
+                     "tottime_s": tt, "cumtime_s": ct})
+    return rows, stream.getvalue()
+
+
+def print_profile(rows: list[dict], title: str) -> None:
+    print(f"\n{title}")
+    print(f"{'ncalls':>10} {'tottime s':>10} {'cumtime s':>10}  function")
+    for r in rows:
+        print(f"{r['ncalls']:>10,} {r['tottime_s']:>10.3f} {r['cumtime_s']:>10.3f}  {r['function']}")
+
+
+def chart(rows: list[tuple[str, float, str]], ceiling_eps: float, path: Path, title: str) -> None:
+    plt = h.plt()
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    labels = [r[0] for r in rows][::-1]
+    values = [r[1] for r in rows][::-1]
+    ax.barh(labels, values, color=[r[2] for r in rows][::-1])
+    ax.axvline(TARGET_EVENTS_PER_S, color="black", ls="--", lw=1, label="target 150,000 events/s")
+    ax.axvline(TARGET_CEILING_RATIO * ceiling_eps, color="tab:red", ls=":", lw=1,
+               label="0.5 x consume+orjson ceiling")
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:,.0f}", va="center", fontsize=8)
+    ax.set_xlim(0, max(values + [TARGET_EVENTS_PER_S]) * 1.25)
+    ax.set_xlabel("events/s (one partition, one process)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000, help="events to pre-produce and process")
+    p.add_argument("--delete-frac", type=float, default=0.001, help="share of deletes (of earlier ids)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 100,000 events, profile included")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="alternate ceiling and worker runs this many times; best of each is reported")
+    p.add_argument("--no-profile", action="store_true", help="skip the cProfile run of the worker")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a worker setting (repeatable), e.g. --set batch_size=500")
+    p.add_argument("--prof", type=Path, default=None, help="also dump the cProfile stats to this file")
+    p.add_argument("--top", type=int, default=15, help="profile rows to print")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=h.RESULTS)
+    args = p.parse_args(argv)
+    n = 100_000 if args.quick and args.events == 1_000_000 else args.events
+    sets = h.parse_sets(args.set)
+    wall = time.perf_counter()
+
+    info = h.machine()
+    print(h.machine_line(info))
+    compile_s = kernels.warm_up()
+    print(f"numba kernels warmed up in {compile_s:.2f} s (before any timing)")
+
+    with h.kafka() as (bootstrap, broker_source):
+        topic, params, dlq = h.unique("bench.events"), h.unique("bench.params"), h.unique("bench.dlq")
+        h.create_topics(bootstrap, [topic, params, dlq])
+        t0 = time.perf_counter()
+        records = h.Records(dim=10, seed=args.seed)
+        plan = h.stream_plan(n, args.delete_frac, args.seed)
+        print(f"generated {n:,} events in {time.perf_counter() - t0:.1f} s")
+        produced = h.produce_all(bootstrap, topic, records, plan)
+
+        settings = h.worker_settings(bootstrap, topic=topic, params=params, dlq=dlq, group="unused",
+                                     state_url="memory://")
+        res: dict[str, dict] = {}
+        samples: dict[str, list[float]] = {}
+
+        def keep(key: str, r: dict) -> None:  # best of the repetitions (least disturbed)
+            samples.setdefault(key, []).append(r["events_per_s"])
+            if key not in res or r["events_per_s"] > res[key]["events_per_s"]:
+                res[key] = r
+
+        for rep in range(args.repeat):
+            for mode in ("consume", "orjson", "decode_event"):
+                keep(f"ceiling_{mode}", r := ceiling(settings, topic, n, mode))
+                print(f"ceiling {mode:13}: {r['events']:,} events in {r['seconds']:.2f} s = "
+                      f"{r['events_per_s']:,.0f} events/s (first fetch {r['first_batch_wait_s']:.2f} s, not timed)")
+            keep("worker", w := run_worker(bootstrap, topic, params, dlq, n, overrides=sets))
+            print(f"worker end to end    : {w['events']:,} events in {w['seconds']:.2f} s = "
+                  f"{w['events_per_s']:,.0f} events/s (join+restore {w['join_and_restore_s']:.2f} s and "
+                  f"shutdown {w['shutdown_s']:.2f} s not timed; {w['snapshots']} snapshots "
+                  f"{sum(w['snapshot_s']):.2f} s in total)")
+        for key, values in samples.items():
+            res[key]["samples_events_per_s"] = values
+        prof = None
+        if not args.no_profile:
+            pw = run_worker(bootstrap, topic, params, dlq, n, profile=True, overrides=sets)
+            profiler = pw.pop("_profiler")
+            cum, _ = profile_rows(profiler, "cumulative", args.top)
+            own, _ = profile_rows(profiler, "tottime", args.top)
+            if args.prof is not None:
+                profiler.dump_stats(str(args.prof))
+            prof = {"events": pw["events"], "seconds_under_profiler": pw["seconds"],
+                    "events_per_s_under_profiler": pw["events_per_s"], "by_cumulative": cum, "by_own_time": own}
+
+    # ------------------------------------------------------------------ report
+    ceil = res["ceiling_orjson"]["events_per_s"]
+    print()
+    print(f"{'path':36} {'events':>10} {'seconds':>8} {'events/s':>11} {'x ceiling':>10} {'events/CPU-s':>13}")
+    labels = [("consume only (librdkafka + Message)", "ceiling_consume"),
+              ("consume + orjson.loads  [ceiling]", "ceiling_orjson"),
+              ("consume + decode_event", "ceiling_decode_event"),
+              ("worker end to end", "worker")]
+    for label, key in labels:
+        r = res[key]
+        print(f"{label:36} {r['events']:>10,} {r['seconds']:>8.2f} {r['events_per_s']:>11,.0f} "
+              f"{r['events_per_s'] / ceil:>10.2f} {r['events_per_cpu_s']:>13,.0f}")
+    weps = res["worker"]["events_per_s"]
+    ok_abs, ok_rel = weps >= TARGET_EVENTS_PER_S, weps >= TARGET_CEILING_RATIO * ceil
+    print(f"\ntarget 1 (one partition, d=10 logistic, real broker):")
+    print(f"  worker >= {TARGET_EVENTS_PER_S:,} events/s ({weps:,.0f}): {h.met(ok_abs)}")
+    print(f"  worker >= 0.5 x consume+orjson ceiling ({weps / ceil:.2f} x {ceil:,.0f}): {h.met(ok_rel)}")
+    print(f"  target 1 overall: {h.met(ok_abs and ok_rel)}")
+    cpu_ratio = res["worker"]["events_per_cpu_s"] / res["ceiling_orjson"]["events_per_cpu_s"]
+    print(f"  (per CPU-second of this process, less sensitive to other load on the machine: worker "
+          f"{res['worker']['events_per_cpu_s']:,.0f}, ceiling {res['ceiling_orjson']['events_per_cpu_s']:,.0f}, "
+          f"ratio {cpu_ratio:.2f})")
+    if prof is not None:
+        print(f"\nprofile (cProfile, {prof['events']:,} events, {prof['events_per_s_under_profiler']:,.0f} "
+              f"events/s under the profiler)")
+        print_profile(prof["by_cumulative"], f"top {args.top} by cumulative time")
+        print_profile(prof["by_own_time"], f"top {args.top} by own time")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    chart([("consume only", res["ceiling_consume"]["events_per_s"], "tab:gray"),
+           ("consume + orjson.loads\n(ceiling)", ceil, "tab:blue"),
+           ("consume + decode_event", res["ceiling_decode_event"]["events_per_s"], "tab:cyan"),
+           ("worker end to end", weps, "tab:green")], ceil, args.out / "worker_throughput.png",
+          f"Worker throughput, 1 partition, d=10 logistic, {n:,} events, real Kafka broker")
+    report = {
+        "bench": "worker_throughput",
+        "command": h.command(),
+        "machine": info,
+        "broker": broker_source,
+        "config": {"events": n, "dim": 10, "delete_frac": args.delete_frac, "seed": args.seed,
+                   "release_every_events": RELEASE_EVERY, "snapshot_every_events": SNAPSHOT_EVERY,
+                   "state": "file:// (temp dir)", "kernel_warm_up_s": compile_s, "quick": args.quick,
+                   "repeat": args.repeat, "overrides": sets},
+        "produce": produced,
+        "results": res,
+        "profile": prof,
+        "targets": {"events_per_s": weps, "ceiling_events_per_s": ceil, "ratio_to_ceiling": weps / ceil,
+                    "events_per_cpu_s": res["worker"]["events_per_cpu_s"], "cpu_ratio_to_ceiling": cpu_ratio,
+                    ">=150000": ok_abs, ">=0.5x_ceiling": ok_rel, "met": ok_abs and ok_rel},
+        "wall_s": time.perf_counter() - wall,
+    }
+    h.write_json(args.out / "worker_throughput.json", report)
+    print(f"\nwrote {args.out / 'worker_throughput.json'} and {args.out / 'worker_throughput.png'} "
+          f"({report['wall_s']:.0f} s total)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
