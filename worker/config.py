@@ -558,7 +558,8 @@ class Settings:
         conf: dict[str, Any] = {"client.id": f"{self.group_id}-producer"}
         if self.bootstrap_servers:
             conf["bootstrap.servers"] = self.bootstrap_servers
-        conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 5})
+        # Releases and dead letters are small and rare next to the input: send them at once.
+        conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 1})
         if self.transactional:
             conf["transactional.id"] = self.transactional_id
         conf.update(self._passthrough(CONSUMER_ONLY_KEYS))

@@ -413,24 +413,37 @@ class SnapshotStore:
         return len(refs)
 
 
+_SYNCED_DIRS: set[Path] = set()  # ancestors whose entries (our subdirectories) are already durable
+
+
 def _sync_local(store, key: str) -> None:
     """Make a LocalStore write durable: obstore 0.12's LocalStore never fsyncs (S3 is durable on
-    ack), so sync the file and every directory from its parent up to the store root."""
+    ack). Sync the file and its directory every time (a new entry); the directories above it
+    only change when a partition directory is first created, so each is synced once per process."""
     if not isinstance(store, LocalStore):
         return
     root = Path(store.prefix or "/")
     path = root / key
     try:
-        for target in [path, *path.parents]:
-            fd = os.open(target, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if target == root:
+        _fsync(path)
+        _fsync(path.parent)
+        for directory in path.parent.parents:
+            if directory in _SYNCED_DIRS:
+                break
+            _fsync(directory)
+            _SYNCED_DIRS.add(directory)
+            if directory == root:
                 break
     except OSError as exc:
         raise StorageUnavailable(key, f"fsync failed: {exc}") from exc
+
+
+def _fsync(target: Path) -> None:
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _newer_format(blob: bytes) -> bool:

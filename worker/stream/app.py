@@ -27,6 +27,15 @@ from .partition import PartitionRunner
 log = get_logger("olu.worker")
 
 
+def _warm_up_kernels() -> None:
+    try:
+        from ..olu import kernels
+    except ImportError:
+        return  # numba unavailable: the engine uses its numpy reference step
+    seconds = kernels.warm_up()
+    log.info("compiled kernels ready", extra={"seconds": round(seconds, 3)})
+
+
 class DeliveryFailed(RuntimeError):
     """A release or dead letter could not be delivered; restart and replay from the snapshot."""
 
@@ -44,6 +53,7 @@ class Worker:
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
         self._delivery_error: str | None = None
+        self._transactions_done = False  # the final transaction is committed: start no other
         self._retry_at: dict[tuple[str, int], float] = {}
         self.events = 0
         self.summary = defaultdict(int)
@@ -62,6 +72,7 @@ class Worker:
         if install_signals and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
+        _warm_up_kernels()  # compile before the first batch, not inside it
         self.producer = Producer(s.producer_config())
         if s.transactional:
             self.producer.init_transactions(30)
@@ -81,7 +92,12 @@ class Worker:
         return dict(self.summary)
 
     def _round(self) -> None:
-        messages = self.consumer.consume(num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout)
+        # Take what is already fetched without waiting (a delete is handled as soon as it is
+        # here); block for up to poll_timeout only when nothing is.
+        messages = self.consumer.consume(num_messages=self.settings.batch_size, timeout=0)
+        if not messages:
+            messages = self.consumer.consume(num_messages=self.settings.batch_size,
+                                             timeout=self.settings.poll_timeout)
         if self.health is not None:
             self.health.heartbeat()
         if self._delivery_error:
@@ -220,7 +236,7 @@ class Worker:
             log.warning("offset commit failed", extra={"error": str(exc)})
 
     def _end_transaction_round(self) -> None:
-        if not self.settings.transactional:
+        if not self.settings.transactional or self._transactions_done:
             return
         offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
                    for r in self.runners.values() if r.snapshot_offset is not None]
@@ -299,6 +315,9 @@ class Worker:
                 self._drop(parts, deadline=deadline)
                 if self.settings.transactional and self.producer is not None:
                     self.producer.commit_transaction(30)
+                    # consumer.close() below revokes the assignment: _on_revoke must not commit
+                    # (no transaction is open) nor begin a new one.
+                    self._transactions_done = True
         finally:
             if self.consumer is not None:
                 self.consumer.close()

@@ -58,6 +58,7 @@ class Outcome:
     resume_at: int | None = None
     inserts: int = 0
     deletes: int = 0
+    tombstones: int = 0  # of ``deletes``: null-value deletes (metric op="tombstone")
     deletions: list = field(default_factory=list)  # the engine's Deletion results, in order
     skipped: int = 0
 
@@ -145,8 +146,8 @@ class PartitionRunner:
         if not batch:
             return
         ids = [ev.id for _, ev in batch]
-        X = [ev.x for _, ev in batch]
-        y = [ev.y for _, ev in batch]
+        X = np.array([ev.x for _, ev in batch], dtype=np.float64)  # decode checked: numbers, length dim
+        y = np.array([ev.y for _, ev in batch], dtype=np.float64)
         self._observe_loss(X, y)
         dead = 0
         try:
@@ -163,22 +164,24 @@ class PartitionRunner:
                     dead += 1
         out.inserts += applied
         out.skipped += len(batch) - applied - dead  # inserts of ids deleted before they arrived
-        for msg, _ in batch:
-            self._advance(msg)
+        self._advance_many([msg for msg, _ in batch])
         batch.clear()
 
-    def _observe_loss(self, X, y) -> None:
+    def _advance_many(self, messages: list) -> None:
+        """``_advance`` for a run of messages, without per-message bookkeeping."""
+        newest = max((ts for kind, ts in (m.timestamp() for m in messages) if kind), default=0)
+        self.event_time_ms = max(self.event_time_ms, newest)
+        self.next_offset = messages[-1].offset() + 1
+        self.events_since_release += len(messages)
+        self.events_since_snapshot += len(messages)
+
+    def _observe_loss(self, X: np.ndarray, y: np.ndarray) -> None:
         """Prequential (test-then-train) loss of the current model on the incoming batch."""
-        try:
-            Xa, ya = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
-            margin = Xa @ self.model.z
-        except (TypeError, ValueError):
-            return
+        margin = X @ self.model.z
         if self.model.loss.name == "ridge":
-            losses = 0.5 * (margin - ya) ** 2
+            losses = 0.5 * (margin - y) ** 2
         else:
-            ya = np.where(ya == 0, -1.0, ya)
-            losses = np.logaddexp(0.0, -ya * margin)
+            losses = np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * margin)
         mean = float(np.mean(losses))
         if np.isfinite(mean):
             prev = self.prequential_loss
@@ -192,6 +195,7 @@ class PartitionRunner:
         deletion = self.model.unlearn_one(event.id, post_state=post_state)
         self._advance(msg)
         out.deletes += 1
+        out.tombstones += event.tombstone
         out.deletions.append(deletion)
         if not deletion.changed_model:
             return True
