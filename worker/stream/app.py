@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -55,6 +56,9 @@ class Worker:
         self._delivery_error: str | None = None
         self._transactions_done = False  # the final transaction is committed: start no other
         self._retry_at: dict[tuple[str, int], float] = {}
+        # Full snapshots are written off the loop thread (one at a time); the loop commits after.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="olu-snapshot")
+        self._writing: dict[tuple[str, int], tuple[PartitionRunner, object, float, Future]] = {}
         self.events = 0
         self.summary = defaultdict(int)
         self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
@@ -119,7 +123,8 @@ class Worker:
             if release is not None:
                 self._publish(runner, release)
             if runner.snapshot_due(now):
-                self._snapshot_and_commit(runner)
+                self._start_snapshot(runner)
+        self._collect_snapshots()
         self._end_transaction_round()
         self.producer.poll(0)
 
@@ -209,17 +214,53 @@ class Worker:
             raise DeliveryFailed(self._delivery_error)
         return remaining == 0
 
+    def _start_snapshot(self, runner: PartitionRunner) -> None:
+        """Capture the state now (loop thread); write it in the background, commit when durable."""
+        if not self._flush(10.0):
+            return
+        pending = runner.begin_snapshot()
+        future = self._writer.submit(runner.write_snapshot, pending)
+        self._writing[(runner.topic, runner.partition)] = (runner, pending, time.monotonic(), future)
+
+    def _collect_snapshots(self, keys=None, timeout: float = 0.0) -> None:
+        """Finish written snapshots (those of ``keys`` only, waiting up to ``timeout``), then commit."""
+        done = []
+        for key in list(self._writing if keys is None else keys):
+            entry = self._writing.get(key)
+            if entry is None:
+                continue
+            runner, pending, started, future = entry
+            try:
+                ref = future.result(timeout=timeout) if timeout else (future.result() if future.done() else None)
+            except TimeoutError:
+                ref = None
+            except StorageUnavailable as exc:
+                del self._writing[key]
+                runner.finish_snapshot(pending, durable=False)
+                self._snapshot_failed(runner, exc)
+                continue
+            if ref is None:
+                continue
+            del self._writing[key]
+            runner.finish_snapshot(pending, durable=True)
+            self.metrics.record_snapshot(runner, "full", time.monotonic() - started, ref.size)
+            done.append(runner)
+        self._commit(done)
+
+    def _snapshot_failed(self, runner: PartitionRunner, exc: Exception) -> None:
+        self.metrics.snapshot_failure("full")
+        log.warning("snapshot failed", extra={"topic": runner.topic, "partition": runner.partition,
+                                              "error": str(exc)})
+
     def _snapshot_and_commit(self, runner: PartitionRunner, flush_timeout: float = 10.0) -> bool:
+        """Synchronous snapshot and commit (revoke and shutdown)."""
         if not self._flush(flush_timeout):
             return False
         started = time.monotonic()
         try:
             ref = runner.snapshot()
         except StorageUnavailable as exc:
-            self.metrics.snapshot_failure("full")
-            runner.last_snapshot_at = time.monotonic()  # back off until the next period
-            log.warning("snapshot failed", extra={"topic": runner.topic, "partition": runner.partition,
-                                                  "error": str(exc)})
+            self._snapshot_failed(runner, exc)
             return False
         self.metrics.record_snapshot(runner, "full", time.monotonic() - started, ref.size)
         self._commit([runner])
@@ -290,6 +331,11 @@ class Worker:
             runner = self.runners.pop((tp.topic, tp.partition), None)
             if runner is None:
                 continue
+            key = (tp.topic, tp.partition)
+            if key in self._writing:  # revoke: let an in-flight snapshot land and commit; lost: forget it
+                if deadline is not None:
+                    self._collect_snapshots([key], timeout=max(0.01, deadline - time.monotonic()))
+                self._writing.pop(key, None)
             if deadline is not None and runner.blocked is None and time.monotonic() < deadline:
                 release = runner.final_release()
                 if release is not None:
@@ -319,6 +365,7 @@ class Worker:
                     # (no transaction is open) nor begin a new one.
                     self._transactions_done = True
         finally:
+            self._writer.shutdown(wait=True)
             if self.consumer is not None:
                 self.consumer.close()
             if self.producer is not None:

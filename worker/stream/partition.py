@@ -64,6 +64,14 @@ class Outcome:
 
 
 @dataclass
+class PendingSnapshot:
+    offset: int
+    header: dict
+    arrays: dict
+    purge_due_at: float | None  # set: objects before ``offset`` must be purged (invariant 6)
+
+
+@dataclass
 class _PendingDelta:
     offset: int
     header: dict
@@ -86,6 +94,7 @@ class PartitionRunner:
         now = time.monotonic()
         self.last_release_at = self.last_snapshot_at = now
         self.purge_due_at: float | None = None  # active algorithms: raw features to purge by then
+        self.snapshot_in_flight = False
         self.blocked: _PendingDelta | None = None
         self.prequential_loss: float | None = None
 
@@ -265,28 +274,54 @@ class PartitionRunner:
 
     # ----------------------------------------------------------------- snapshots
     def snapshot_due(self, now: float) -> bool:
-        if self.blocked is not None or self.next_offset is None or self.next_offset == self.snapshot_offset:
+        if (self.blocked is not None or self.snapshot_in_flight or self.next_offset is None
+                or self.next_offset == self.snapshot_offset):
             return False
         s = self.settings
-        return (
+        return bool(
             (s.snapshot_every_events and self.events_since_snapshot >= s.snapshot_every_events)
             or (s.snapshot_every_seconds and now - self.last_snapshot_at >= s.snapshot_every_seconds)
             or (self.purge_due_at is not None and now >= self.purge_due_at)
         )
 
-    def snapshot(self):
-        """Write a full snapshot; returns its ref. The loop commits ``snapshot_offset`` after."""
+    # A snapshot has three steps so the slow middle one can leave the loop thread:
+    # begin (loop thread: a consistent copy), write (any thread: store I/O only), finish (loop).
+    def begin_snapshot(self) -> PendingSnapshot:
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
                   "model": state["meta"]}
-        ref = self.snapshots.write_full(self.topic, self.partition, self.next_offset, header, state["arrays"])
-        self.snapshot_offset = self.next_offset
+        # Deletions after this point may need their own purge: they are not in this copy's past.
+        pending = PendingSnapshot(self.next_offset, header, state["arrays"], purge_due_at=self.purge_due_at)
+        self.purge_due_at = None
         self.events_since_snapshot = 0
         self.last_snapshot_at = time.monotonic()
-        if self.purge_due_at is not None:
+        self.snapshot_in_flight = True
+        return pending
+
+    def write_snapshot(self, pending: PendingSnapshot):
+        ref = self.snapshots.write_full(self.topic, self.partition, pending.offset, pending.header, pending.arrays)
+        if pending.purge_due_at is not None:
             # Older objects may still hold a deleted record's raw features (invariant 6).
-            self.snapshots.purge_before(self.topic, self.partition, self.snapshot_offset)
-            self.purge_due_at = None
+            self.snapshots.purge_before(self.topic, self.partition, pending.offset)
         else:
             self.snapshots.gc(self.topic, self.partition)
+        return ref
+
+    def finish_snapshot(self, pending: PendingSnapshot, durable: bool) -> None:
+        """Record the outcome; on success the loop may commit up to ``snapshot_offset``."""
+        self.snapshot_in_flight = False
+        if durable:
+            self.snapshot_offset = max(pending.offset, self.snapshot_offset or 0)
+        elif pending.purge_due_at is not None:  # the purge is still owed
+            self.purge_due_at = min(pending.purge_due_at, self.purge_due_at or pending.purge_due_at)
+
+    def snapshot(self):
+        """All three steps on the calling thread; returns the ref (raises StorageUnavailable)."""
+        pending = self.begin_snapshot()
+        try:
+            ref = self.write_snapshot(pending)
+        except BaseException:
+            self.finish_snapshot(pending, durable=False)
+            raise
+        self.finish_snapshot(pending, durable=True)
         return ref
