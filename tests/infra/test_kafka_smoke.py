@@ -178,3 +178,14 @@ def test_concurrent_resolvers_run_maven_once(tmp_path: Path, monkeypatch: pytest
         t.join()
     assert len(calls) == 1
     assert results == [tmp_path / "kafka-9.9.9" / "libs"] * 4
+
+
+def test_cluster_ids_never_look_like_an_option(monkeypatch):
+    import uuid
+
+    from worker.devtools import kafka_local
+
+    ids = iter([uuid.UUID(bytes=b"\xfb" + bytes(15)), uuid.UUID(int=7)])  # the first encodes to "-..."
+    monkeypatch.setattr(kafka_local.uuid, "uuid4", lambda: next(ids))
+    cluster_id = kafka_local._new_cluster_id()
+    assert not cluster_id.startswith("-") and len(cluster_id) == 22

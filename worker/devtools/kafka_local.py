@@ -144,8 +144,12 @@ class _PortClash(RuntimeError):
 
 
 def _new_cluster_id() -> str:
-    # Kafka cluster ids are a UUID in unpadded URL-safe base64 (22 chars).
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka cluster ids are a UUID in unpadded URL-safe base64 (22 chars). One in 64 starts with
+    # "-", which the storage tool's argument parser reads as an option: draw again.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _java() -> str:

@@ -1,0 +1,693 @@
+"""Helpers for the tests that run ``olu-worker run`` as a subprocess against the real broker.
+
+- :class:`WorkerProcess`: start / SIGTERM / SIGKILL one worker, read its JSON log (stderr) and
+  query its HTTP port (discovered from the ``http listening`` log line).
+- :func:`produce`: write (key, value) records and return where each one landed.
+- :func:`read_topic`: every record of a topic from the beginning up to its end (EOF).
+- :func:`stored_objects`: every snapshot and delta of a partition, decoded.
+- :class:`BackgroundProducer`: a paced stream in a thread, held at a limit until the test allows more.
+- :func:`replay_partition`: the in-process oracle. A fresh engine (same settings) is fed the
+  partition's input in offset order, one ``learn_one`` per insert; a deletion that changes the
+  model adopts the post-noise state the worker made durable, exactly as the worker's restore path
+  does (``unlearn_one(id, post_state=...)``). Nothing else is random, so the result must equal
+  the worker's bit for bit: every release, every stored snapshot and delta, and the final state.
+
+  Where the post-noise state comes from: the delta object at delete offset + 1. Deltas older
+  than the oldest kept full snapshot are garbage-collected by design even with a large
+  ``OLU_SNAPSHOT_KEEP`` (the full snapshot covers them), so for those the release at version
+  delete offset + 1 is used (release weights round-trip float64 exactly through JSON). Where
+  both exist they must agree bit for bit; every delta must be used by exactly one deletion that
+  changed the model, and a deletion that changed the model without either fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import obstore
+import orjson
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from worker.config import load_settings
+from worker.olu.base import ALGORITHMS, load_model
+from worker.olu.errors import InvalidExample
+from worker.state.codec import decode
+from worker.state.store import SnapshotStore
+from worker.stream.decode import DeadLetter, Insert, decode_event
+
+REPO = Path(__file__).resolve().parents[2]
+DIM = 4
+HANG_GUARD_S = 90.0  # generous bounds on waits; a test that needs them is broken, not slow
+
+
+# --------------------------------------------------------------------------- waiting
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy; that value, or AssertionError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- topics
+
+def create_topics(bootstrap: str, specs: dict[str, int], timeout: float = 30.0) -> None:
+    """Create ``{name: partitions}`` and wait until every partition has a leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, num_partitions=p, replication_factor=1) for n, p in specs.items()])
+    for f in futures.values():
+        f.result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    for name, partitions in specs.items():
+        while True:
+            md = admin.list_topics(topic=name, timeout=5).topics.get(name)
+            if md is not None and md.error is None and len(md.partitions) == partitions and \
+                    all(p.leader >= 0 for p in md.partitions.values()):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} not ready")
+            time.sleep(0.1)
+
+
+def delete_topics(bootstrap: str, names) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.delete_topics(list(names)).values():
+        try:
+            f.result(timeout=30)
+        except Exception:  # noqa: BLE001 - best effort on the shared broker
+            pass
+
+
+@dataclass
+class Topics:
+    input: str
+    params: str
+    dlq: str
+    partitions: int
+
+
+def topics_for(kafka_topic, partitions: int) -> Topics:
+    """Input, params and dead-letter topics from the ``kafka_topic`` fixture factory."""
+    return Topics(kafka_topic(partitions=partitions), kafka_topic(partitions=1), kafka_topic(partitions=1),
+                  partitions)
+
+
+# --------------------------------------------------------------------------- producing
+
+@dataclass(frozen=True)
+class Produced:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    kind: str  # insert, delete, tombstone, or a poison label
+
+
+def produce(bootstrap: str, topic: str, records) -> list[Produced]:
+    """Produce ``(key, value, kind[, headers])`` records in order; returns them with partition and offset."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                         "log_level": 3})
+    out: list[Produced] = []
+    errors: list = []
+
+    def report(kind, key, value):
+        def cb(err, msg):
+            if err is not None:
+                errors.append(err)
+            else:
+                out.append(Produced(msg.partition(), msg.offset(), key, value, kind))
+        return cb
+
+    for key, value, kind, *headers in records:
+        producer.produce(topic, key=key, value=value, headers=headers[0] if headers else None,
+                         on_delivery=report(kind, key, value))
+        producer.poll(0)
+    assert producer.flush(30) == 0, "producer did not deliver everything"
+    assert not errors, errors
+    return sorted(out, key=lambda p: (p.partition, p.offset))
+
+
+class BackgroundProducer(threading.Thread):
+    """Produce ``records`` in chunks with a pause between them (a stream that takes a while).
+
+    Only the first ``limit`` records go out until :meth:`allow` raises the limit, so a test can be
+    sure the stream is still going when it acts (e.g. kills the worker); :meth:`hurry` lifts the
+    limit and drops the pause.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, records, *, chunk: int = 100, pause: float = 0.05,
+                 limit: int | None = None):
+        super().__init__(name="test-producer", daemon=True)
+        self.bootstrap, self.topic, self.records = bootstrap, topic, list(records)
+        self.chunk, self.pause = chunk, pause
+        self.limit = len(self.records) if limit is None else limit
+        self.position = 0  # records handed to the producer so far
+        self.produced: list[Produced] = []
+        self.error: BaseException | None = None
+        self._fast = False
+        self._cond = threading.Condition()
+
+    def allow(self, limit: int) -> None:
+        with self._cond:
+            self.limit = max(self.limit, limit)
+            self._cond.notify_all()
+
+    def hurry(self) -> None:
+        with self._cond:
+            self._fast, self.limit = True, len(self.records)
+            self._cond.notify_all()
+
+    @property
+    def waiting(self) -> bool:
+        """At its limit (the stream pauses until :meth:`allow`)."""
+        return self.position >= self.limit and self.position < len(self.records)
+
+    def run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                             "log_level": 3})
+        errors: list = []
+
+        def report(kind):
+            def cb(err, msg):
+                if err is not None:
+                    errors.append(err)
+                else:
+                    self.produced.append(Produced(msg.partition(), msg.offset(), msg.key(), msg.value(), kind))
+            return cb
+
+        try:
+            while self.position < len(self.records):
+                with self._cond:
+                    self._cond.wait_for(lambda: self.position < self.limit)
+                    end = min(self.position + self.chunk, self.limit)
+                for key, value, kind in self.records[self.position:end]:
+                    producer.produce(self.topic, key=key, value=value, on_delivery=report(kind))
+                self.position = end
+                assert producer.flush(30) == 0, "producer did not deliver everything"
+                assert not errors, errors
+                with self._cond:
+                    if not self._fast:
+                        self._cond.wait(self.pause)
+        except BaseException as exc:  # noqa: BLE001 - reported by result()
+            self.error = exc
+
+    def result(self, timeout: float = HANG_GUARD_S) -> list[Produced]:
+        self.hurry()
+        self.join(timeout)
+        assert not self.is_alive(), "background producer did not finish"
+        if self.error is not None:
+            raise self.error
+        return sorted(self.produced, key=lambda p: (p.partition, p.offset))
+
+
+def insert(rid: str, x, y) -> tuple[bytes, bytes, str]:
+    return rid.encode(), orjson.dumps({"op": "insert", "id": rid, "x": [float(v) for v in x], "y": y}), "insert"
+
+
+def delete(rid: str, tombstone: bool = False) -> tuple[bytes, bytes | None, str]:
+    if tombstone:
+        return rid.encode(), None, "tombstone"
+    return rid.encode(), orjson.dumps({"op": "delete", "id": rid}), "delete"
+
+
+def event_stream(n: int, *, seed: int, prefix: str = "r", delete_rate: float = 0.08, dim: int = DIM,
+                 start: int = 0, deletable: list[str] | None = None):
+    """``n`` events: inserts of a noisy linear rule and deletes of earlier ids (JSON or tombstone),
+    plus duplicate deletes, deletes of ids never seen, and deletes that arrive before their insert.
+
+    ``deletable`` (optional, shared between calls) is the pool of live ids deletes pick from.
+    """
+    rng = np.random.default_rng(seed)
+    w = np.linspace(-1.0, 1.0, dim)
+    live = deletable if deletable is not None else []
+    deleted: list[str] = []
+    early: list[str] = []
+    out = []
+    for j in range(start, start + n):
+        r = rng.random()
+        if live and r < delete_rate:
+            victim = live.pop(int(rng.integers(len(live))))
+            deleted.append(victim)
+            out.append(delete(victim, tombstone=bool(rng.random() < 0.4)))
+        elif deleted and r < delete_rate + 0.01:
+            out.append(delete(deleted[int(rng.integers(len(deleted)))]))  # duplicate: a no-op
+        elif r < delete_rate + 0.015:
+            out.append(delete(f"{prefix}-ghost-{j}"))  # never inserted: not_applied
+        elif r < delete_rate + 0.02:
+            rid = f"{prefix}-early-{j}"
+            early.append(rid)
+            out.append(delete(rid))  # the delete comes first: the later insert is skipped
+        else:
+            if early and rng.random() < 0.05:
+                rid = early.pop(0)
+            else:
+                rid = f"{prefix}-{j}"
+                live.append(rid)
+            x = rng.normal(size=dim)
+            x *= 0.95 / max(1.0, float(np.linalg.norm(x)))
+            y = 1 if float(x @ w) + 0.3 * rng.normal() >= 0 else 0
+            out.append(insert(rid, x, y))
+    return out
+
+
+# --------------------------------------------------------------------------- reading topics
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict
+
+    def json(self):
+        return orjson.loads(self.value)
+
+
+def read_topic(bootstrap: str, topic: str, *, isolation: str = "read_committed",
+               timeout: float = 30.0) -> list[Record]:
+    """Every record of every partition, from the beginning to the end (read_committed: the LSO)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation, "log_level": 3})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics[topic]
+        parts = sorted(md.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])  # offset 0: from the beginning
+        pending, out = set(parts), []
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no EOF on {topic} partitions {sorted(pending)} within {timeout:.0f} s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                    continue
+                raise AssertionError(f"consumer error on {topic}: {msg.error()}")
+            headers = {k: v for k, v in (msg.headers() or [])}
+            out.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(), headers))
+        return out
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{uuid.uuid4().hex}", "log_level": 3})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions}
+    finally:
+        consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (negative: none); does not join the group."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        consumer.close()
+
+
+def releases(bootstrap: str, params_topic: str, *, isolation: str = "read_committed") -> list[Record]:
+    return read_topic(bootstrap, params_topic, isolation=isolation)
+
+
+def releases_by_partition(records: list[Record]) -> dict[int, list[dict]]:
+    """Release values per input partition, in publish order."""
+    out: dict[int, list[dict]] = defaultdict(list)
+    for rec in records:
+        value = rec.json()
+        out[value["partition"]].append(value)
+    return out
+
+
+def covered(bootstrap: str, topics: Topics, ends: dict[int, int]):
+    """Predicate: every partition has a release at its end offset (the worker caught up)."""
+    def check():
+        latest: dict[int, int] = {}
+        for rec in releases(bootstrap, topics.params):
+            value = rec.json()
+            latest[value["partition"]] = max(latest.get(value["partition"], -1), value["version"])
+        return all(latest.get(p, -1) >= end for p, end in ends.items() if end > 0)
+    return check
+
+
+def assert_identical_duplicates(records: list[Record]) -> dict[tuple[str, int, int], bytes]:
+    """Each (topic, partition, version) appears with one value only (duplicates byte-identical)."""
+    seen: dict[tuple[str, int, int], bytes] = {}
+    for rec in records:
+        value = rec.json()
+        ident = (value["topic"], value["partition"], value["version"])
+        assert rec.key == f"{value['topic']}/{value['partition']}".encode()
+        if ident in seen:
+            assert seen[ident] == rec.value, f"two different releases for {ident}"
+        else:
+            seen[ident] = rec.value
+    return seen
+
+
+# --------------------------------------------------------------------------- the worker process
+
+class WorkerProcess:
+    """``python -m worker.cli run`` with OLU_* settings in the environment; logs to ``log_path``."""
+
+    def __init__(self, env: dict[str, str], log_path: Path):
+        self.env, self.log_path = env, log_path
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+        self._http_port: int | None = None
+
+    def start(self) -> "WorkerProcess":
+        full = {k: v for k, v in os.environ.items()
+                if not k.startswith(("OLU_", "AWS_")) and k != "KAFKA_BOOTSTRAP_SERVERS"}
+        full.update(self.env)
+        self._log = open(self.log_path, "ab")
+        self._offset = self.log_path.stat().st_size
+        self._http_port = None
+        self.proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "run"], cwd=REPO, env=full,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
+        return self
+
+    # ---------------------------------------------------------------- logs
+    def log_text(self, all_runs: bool = True) -> str:
+        data = self.log_path.read_bytes()
+        return data.decode("utf-8", "replace") if all_runs else data[self._offset:].decode("utf-8", "replace")
+
+    def log_lines(self, msg: str | None = None, all_runs: bool = False) -> list[dict]:
+        out = []
+        for line in self.log_text(all_runs).splitlines():
+            if not line.startswith("{"):
+                continue  # librdkafka's own lines
+            try:
+                entry = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if msg is None or entry.get("msg") == msg:
+                out.append(entry)
+        return out
+
+    def assigned(self) -> dict[int, dict]:
+        """Partitions assigned in the current run (partition -> its ``partition assigned`` line)."""
+        return {e["partition"]: e for e in self.log_lines("partition assigned")}
+
+    # ---------------------------------------------------------------- http
+    @property
+    def http_port(self) -> int:
+        if self._http_port is None:
+            self.check_alive()
+            lines = wait_for(lambda: self.log_lines("http listening"), 30, "the worker's HTTP port")
+            self._http_port = int(lines[-1]["port"])
+        return self._http_port
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def metrics(self) -> str:
+        status, body = self.get("/metrics")
+        assert status == 200
+        return body
+
+    def metric_sum(self, name: str, **labels) -> float:
+        """Sum of a metric's samples (matching ``labels``) on /metrics; 0 if there are none."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        total = 0.0
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+        return total
+
+    # ---------------------------------------------------------------- lifecycle
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.log_text(False)[-4000:]}")
+
+    def wait_assigned(self, partitions: set[int] | None = None, timeout: float = 60.0) -> dict[int, dict]:
+        def ready():
+            self.check_alive()
+            got = self.assigned()
+            return got if (got if partitions is None else partitions <= set(got)) else None
+        return wait_for(ready, timeout, "partition assignment")
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._close_log()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()  # SIGKILL
+        self.proc.wait(30)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def cleanup(self) -> None:
+        """For finally blocks: make sure nothing is left running."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self._close_log()
+
+
+def worker_env(bootstrap: str, topics: Topics, group: str, state_url: str, **extra) -> dict[str, str]:
+    env = {
+        "OLU_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "OLU_GROUP_ID": group,
+        "OLU_INPUT_TOPICS": topics.input,
+        "OLU_PARAMS_TOPIC": topics.params,
+        "OLU_DLQ_TOPIC": topics.dlq,
+        "OLU_DIM": str(DIM),
+        "OLU_STATE_URL": state_url,
+        "OLU_SNAPSHOT_KEEP": "1000",
+        "OLU_SNAPSHOT_EVERY_EVENTS": "300",
+        "OLU_SNAPSHOT_EVERY_SECONDS": "2",
+        "OLU_RELEASE_EVERY_EVENTS": "150",
+        "OLU_RELEASE_EVERY_SECONDS": "0.5",
+        "OLU_BATCH_SIZE": "200",
+        "OLU_HTTP_HOST": "127.0.0.1",
+        "OLU_HTTP_PORT": "0",
+        "OLU_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "OLU_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
+        "OLU_KAFKA_LOG__LEVEL": "4",
+    }
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def settings_of(env: dict[str, str]):
+    """The worker's effective settings for ``env`` (the oracle builds the same engine)."""
+    return load_settings([], env, command="run")
+
+
+# --------------------------------------------------------------------------- the state store
+
+@dataclass
+class Stored:
+    key: str
+    kind: str
+    offset: int
+    blob: bytes
+    envelope: dict
+    header: dict
+    arrays: dict
+
+
+def stored_objects(snapshots: SnapshotStore, topic: str, partition: int) -> list[Stored]:
+    out = []
+    for ref in snapshots.list(topic, partition):
+        blob = bytes(obstore.get(snapshots.store, ref.key).bytes())
+        head, arrays = decode(blob)
+        out.append(Stored(ref.key, ref.kind, ref.offset, blob, head["snapshot"], head["meta"], arrays))
+    return out
+
+
+def newest_full(snapshots: SnapshotStore, topic: str, partition: int) -> Stored:
+    fulls = [s for s in stored_objects(snapshots, topic, partition) if s.kind == "full"]
+    assert fulls, f"no full snapshot for {topic}/{partition}"
+    return fulls[-1]
+
+
+# --------------------------------------------------------------------------- the oracle
+
+@dataclass
+class Replayed:
+    model: object
+    inserts_applied: int = 0
+    inserts_skipped: int = 0
+    dead: int = 0
+    noised_deletes: list[int] = field(default_factory=list)  # offsets of deletes that changed the model
+    noop_deletes: list[int] = field(default_factory=list)
+    from_delta: int = 0
+    from_release: int = 0
+    pre_noise: dict = field(default_factory=dict)  # delete offset -> pre-noise iterate (if asked)
+    trace: dict = field(default_factory=dict)  # offset + 1 -> (t, epoch, deletions, z bytes) after it
+
+
+def post_states_from_releases(values: list[dict]) -> dict[int, dict]:
+    """version -> the state a release shows (z, t, epoch, deletions), for :func:`replay_partition`."""
+    out = {}
+    for v in values:
+        out[v["version"]] = {"z": np.array(v["weights"], np.float64), "t": v["t"], "epoch": v["epoch"],
+                             "deletions": v["deletions"]}
+    return out
+
+
+def post_states_from_deltas(objects: list[Stored]) -> dict[int, dict]:
+    return {o.offset: {"z": o.arrays["z"], "t": o.header["t"], "epoch": o.header["epoch"],
+                       "deletions": o.header["deletions"]} for o in objects if o.kind == "delta"}
+
+
+def replay_partition(settings, records, *, deltas: dict[int, dict], released: dict[int, dict],
+                     pre_noise_at: set[int] = frozenset()) -> Replayed:
+    """Feed ``records`` ((offset, key, value) in offset order) to a fresh engine like the worker.
+
+    A deletion that changes the model must find its post-noise state in ``deltas`` (keyed by
+    delete offset + 1) or, for deletions whose delta was garbage-collected behind a full
+    snapshot, in ``released`` (release version == delete offset + 1). Where both exist they
+    must agree bit for bit. ``pre_noise_at``: delete offsets whose pre-noise iterate to record
+    (computed on a copy of the model with the noise patched to zeros).
+    """
+    model = ALGORITHMS[settings.algorithm](**settings.model_kwargs())
+    out = Replayed(model)
+    used: set[int] = set()
+    for offset, key, value in records:
+        _apply(model, settings, out, used, offset, key, value, deltas, released, pre_noise_at)
+        out.trace[offset + 1] = (model.t, model.epoch, model.accountant.lifetime_deletions, model.z.tobytes())
+    unused = set(deltas) - used
+    assert not unused, f"deltas that match no deletion that changed the model: {sorted(unused)}"
+    return out
+
+
+def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas, released, pre_noise_at) -> None:
+    try:
+        event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes)
+    except DeadLetter:
+        out.dead += 1
+        return
+    if isinstance(event, Insert):
+        try:
+            applied = model.learn_one(event.id, event.x, event.y)
+        except InvalidExample:
+            out.dead += 1
+            return
+        out.inserts_applied += applied
+        out.inserts_skipped += not applied
+        return
+    after = offset + 1
+    delta, release = deltas.get(after), released.get(after)
+    if delta is not None and release is not None:
+        assert np.asarray(delta["z"]).tobytes() == np.asarray(release["z"]).tobytes(), \
+            f"delta and release at {after} differ"
+        assert (delta["t"], delta["epoch"], delta["deletions"]) == \
+            (release["t"], release["epoch"], release["deletions"])
+    if offset in pre_noise_at:  # the iterate the noise is added to, on a throw-away copy
+        twin = load_model(model.export_state())
+        twin._noise = lambda sigma, d=model.dim: np.zeros(d)
+        twin.unlearn_one(event.id)
+        out.pre_noise[offset] = twin.z.copy()
+    post = delta if delta is not None else release
+    deletion = model.unlearn_one(event.id, post_state=post)
+    if deletion.changed_model:
+        assert post is not None, (f"deletion at offset {offset} changed the model but neither a delta "
+                                  f"nor a release holds its post-noise state")
+        out.noised_deletes.append(offset)
+        out.from_delta += delta is not None
+        out.from_release += delta is None
+        used.add(after)
+    else:
+        assert delta is None, f"a delta exists for the no-op deletion at offset {offset}"
+        out.noop_deletes.append(offset)
+
+
+def input_by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes, bytes]]]:
+    out: dict[int, list] = defaultdict(list)
+    for rec in read_topic(bootstrap, topic):
+        out[rec.partition].append((rec.offset, rec.key, rec.value))
+    return out
+
+
+def assert_same_state(model, full: Stored) -> None:
+    """The oracle's model equals the worker's snapshot: every meta field and every array, bit for bit."""
+    state = model.export_state()
+    mine = orjson.loads(orjson.dumps(state["meta"], option=orjson.OPT_SERIALIZE_NUMPY))
+    assert mine == full.header["model"]
+    assert set(state["arrays"]) == set(full.arrays)
+    for name, arr in state["arrays"].items():
+        theirs = full.arrays[name]
+        assert arr.dtype == theirs.dtype and arr.shape == theirs.shape, name
+        assert np.asarray(arr).tobytes() == theirs.tobytes(), f"array {name} differs"
+
+
+def verify_against_oracle(bootstrap: str, topics: Topics, snapshots: SnapshotStore, env: dict[str, str],
+                          release_records: list[Record]) -> dict[int, Replayed]:
+    """Replay every partition in process; compare with every release and stored object of the worker.
+
+    Every release and every full snapshot and delta must equal the oracle's state at its offset
+    bit for bit; the final snapshot (at the end of the input) must equal the oracle's whole model
+    state (iterate, counters, ledger, accountant, applied index, tombstones).
+    """
+    settings = settings_of(env)
+    inputs = input_by_partition(bootstrap, topics.input)
+    by_part = releases_by_partition(release_records)
+    results = {}
+    for p in range(topics.partitions):
+        objects = stored_objects(snapshots, topics.input, p)
+        replayed = replay_partition(settings, inputs.get(p, []), deltas=post_states_from_deltas(objects),
+                                    released=post_states_from_releases(by_part.get(p, [])))
+        trace = replayed.trace
+        for v in by_part.get(p, []):
+            t, epoch, deletions, z = trace[v["version"]]
+            assert (v["t"], v["epoch"], v["deletions"]) == (t, epoch, deletions), f"release {p}@{v['version']}"
+            assert np.array(v["weights"], np.float64).tobytes() == z, f"release {p}@{v['version']} weights"
+        for o in objects:
+            t, epoch, deletions, z = trace[o.offset]
+            assert o.arrays["z"].tobytes() == z, f"{o.kind} {p}@{o.offset} iterate"
+            if o.kind == "full":
+                assert (o.header["model"]["t"], o.header["model"]["epoch"]) == (t, epoch)
+            else:
+                assert (o.header["t"], o.header["epoch"], o.header["deletions"]) == (t, epoch, deletions)
+        full = [o for o in objects if o.kind == "full"][-1]
+        end = inputs[p][-1][0] + 1 if inputs.get(p) else 0
+        assert full.offset == end, f"partition {p}: final snapshot at {full.offset}, input ends at {end}"
+        assert_same_state(replayed.model, full)
+        last = max(by_part[p], key=lambda v: v["version"])
+        assert last["version"] == end
+        results[p] = replayed
+    return results

@@ -1,0 +1,164 @@
+"""Invariant 2 against the real broker and a real S3 server: a deletion's post-noise state is
+durable in object storage before its release is published and before the group offset passes it.
+
+The worker runs with its state on SeaweedFS. With the S3 server stopped, a delete of an applied
+record must stall its partition: no release at or past it, no committed offset past it, failures
+counted. Once the server is back, the delta is stored and only then the release appears, holding
+exactly the stored post-noise iterate.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from tests.fixtures.s3 import make_s3_store
+from tests.infra.schema_samples import validate
+from tests.stream.kafka_harness import (
+    WorkerProcess, committed_offsets, covered, delete, end_offsets, event_stream, insert, produce, releases,
+    releases_by_partition, stored_objects, topics_for, verify_against_oracle, wait_for, worker_env,
+)
+from worker.devtools.s3_local import SeaweedS3
+from worker.state.store import SnapshotStore
+
+pytestmark = [pytest.mark.kafka, pytest.mark.s3]
+
+OUTAGE_S = 4.0  # how long the partition must stay stalled while S3 is down
+
+
+def _latest_version(bootstrap, topics) -> int:
+    return max((r.json()["version"] for r in releases(bootstrap, topics.params)), default=-1)
+
+
+def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_topic, s3_server, tmp_path):
+    if not isinstance(s3_server, SeaweedS3):
+        pytest.skip("needs the local SeaweedFS server (stopped and restarted by this test)")
+    s3_server.resume()
+    s3_server.start()
+    topics = topics_for(kafka_topic, partitions=1)
+    group = f"durable-{uuid.uuid4().hex[:8]}"
+    prefix = f"tests/{group}"
+    env = worker_env(kafka_bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}",
+                     OLU_SNAPSHOT_EVERY_EVENTS="100", **s3_server.env())
+    snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
+    first = [ev for ev in event_stream(200, seed=51, delete_rate=0.0) if ev[2] == "insert"][:150]
+    victim = first[5][0].decode()
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    try:
+        worker.start()
+        worker.wait_assigned({0})
+        produce(kafka_bootstrap, topics.input, first)
+        end = end_offsets(kafka_bootstrap, topics.input)[0]
+        wait_for(covered(kafka_bootstrap, topics, {0: end}), 60, "the inserts released", interval=0.3)
+        wait_for(lambda: any(o.kind == "full" and o.offset == end for o in stored_objects(snapshots, topics.input, 0)),
+                 30, "a full snapshot of the inserts")
+        wait_for(lambda: committed_offsets(kafka_bootstrap, group, topics.input, 1)[0] == end, 30,
+                 "the committed offset at the snapshot")
+
+        s3_server.stop()
+        failures_before = worker.metric_sum("olu_snapshot_failures_total", kind="delta")
+        tail = [insert(f"after-{j}", [0.1 * j % 0.9, -0.2, 0.3, 0.05], j % 2) for j in range(20)]
+        placed = produce(kafka_bootstrap, topics.input, [delete(victim)] + tail)
+        delete_offset = placed[0].offset
+        assert delete_offset == end
+        final_end = end_offsets(kafka_bootstrap, topics.input)[0]
+
+        # Stalled: failures are counted and retried, nothing past the delete is published or committed.
+        wait_for(lambda: worker.metric_sum("olu_snapshot_failures_total", kind="delta") >= failures_before + 2,
+                 30, "delta write failures while S3 is down")
+        deadline = time.monotonic() + OUTAGE_S
+        while time.monotonic() < deadline:
+            assert _latest_version(kafka_bootstrap, topics) <= delete_offset, "a release passed the stalled delete"
+            assert committed_offsets(kafka_bootstrap, group, topics.input, 1)[0] <= delete_offset
+            assert worker.get("/healthz")[0] == 200  # stalled on storage is not dead
+            worker.check_alive()
+            time.sleep(0.3)
+        assert _latest_version(kafka_bootstrap, topics) == end
+        assert worker.metric_sum("olu_snapshot_failures_total", kind="delta") > failures_before + 2
+
+        s3_server.start()
+        wait_for(covered(kafka_bootstrap, topics, {0: final_end}), 60, "releases after S3 came back", interval=0.3)
+        assert worker.terminate() == 0, worker.log_text()[-3000:]
+    finally:
+        worker.cleanup()
+        if not s3_server.running:
+            s3_server.start()
+
+    records = releases(kafka_bootstrap, topics.params)
+    values = releases_by_partition(records)[0]
+    for v in values:
+        validate("release", v)
+    deletion = [v for v in values if v["version"] == delete_offset + 1]
+    assert deletion, "no release for the deletion"
+    trigger = {r.json()["version"]: r.headers["olu.trigger"] for r in records}
+    assert trigger[delete_offset + 1] == b"deletion"
+    delta = [o for o in stored_objects(snapshots, topics.input, 0) if o.kind == "delta"]
+    assert [o.offset for o in delta] == [delete_offset + 1]
+    stored = delta[0]
+    assert stored.arrays["z"].tobytes() == np.array(deletion[0]["weights"], np.float64).tobytes()
+    assert (stored.header["t"], stored.header["deletions"]) == (deletion[0]["t"], deletion[0]["deletions"]) == (150, 1)
+    # The first release past the inserts is the deletion's own, published once the delta was stored.
+    versions = [v["version"] for v in values]
+    assert versions == sorted(set(versions))
+    assert min(v for v in versions if v > end) == delete_offset + 1
+    verify_against_oracle(kafka_bootstrap, topics, snapshots, env, records)
+
+
+def test_shutdown_during_an_outage_publishes_nothing_of_the_unstored_deletion(kafka_bootstrap, kafka_topic,
+                                                                             s3_server, tmp_path):
+    """SIGTERM while a deletion waits for storage: a clean exit that publishes and commits nothing
+    past the delete; the next run draws the deletion's noise afresh (its first view was never
+    published) and releases it once, after storing it."""
+    if not isinstance(s3_server, SeaweedS3):
+        pytest.skip("needs the local SeaweedFS server (stopped and restarted by this test)")
+    s3_server.resume()
+    s3_server.start()
+    topics = topics_for(kafka_topic, partitions=1)
+    group = f"durable-stop-{uuid.uuid4().hex[:8]}"
+    prefix = f"tests/{group}"
+    env = worker_env(kafka_bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}",
+                     OLU_SNAPSHOT_EVERY_EVENTS="50", **s3_server.env())
+    snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
+    first = [ev for ev in event_stream(150, seed=52, delete_rate=0.0) if ev[2] == "insert"][:100]
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    try:
+        worker.start()
+        worker.wait_assigned({0})
+        produce(kafka_bootstrap, topics.input, first)
+        end = end_offsets(kafka_bootstrap, topics.input)[0]
+        wait_for(covered(kafka_bootstrap, topics, {0: end}), 60, "the inserts released", interval=0.3)
+        wait_for(lambda: committed_offsets(kafka_bootstrap, group, topics.input, 1)[0] == end, 30,
+                 "the committed offset at the snapshot")
+
+        s3_server.stop()
+        later = [ev for ev in event_stream(20, seed=53, delete_rate=0.0, prefix="late") if ev[2] == "insert"][:10]
+        produce(kafka_bootstrap, topics.input, [delete(first[3][0].decode())] + later)
+        final_end = end_offsets(kafka_bootstrap, topics.input)[0]
+        wait_for(lambda: worker.metric_sum("olu_snapshot_failures_total", kind="delta") >= 1, 30,
+                 "a delta write failure")
+        assert worker.terminate(timeout=60) == 0, worker.log_text()[-3000:]
+        assert worker.log_lines("worker stopped")
+        assert _latest_version(kafka_bootstrap, topics) == end
+        assert committed_offsets(kafka_bootstrap, group, topics.input, 1)[0] == end
+
+        s3_server.start()
+        assert all(o.offset <= end for o in stored_objects(snapshots, topics.input, 0))  # nothing stored past it
+        worker.start()
+        assert worker.wait_assigned({0})[0]["snapshot"] == end
+        wait_for(covered(kafka_bootstrap, topics, {0: final_end}), 60, "the restarted worker caught up",
+                 interval=0.3)
+        assert worker.terminate() == 0
+    finally:
+        worker.cleanup()
+        if not s3_server.running:
+            s3_server.start()
+
+    records = releases(kafka_bootstrap, topics.params)
+    values = [r.json() for r in records if r.json()["version"] == end + 1]
+    assert values and all(v == values[0] for v in values)
+    assert values[0]["deletions"] == 1
+    verify_against_oracle(kafka_bootstrap, topics, snapshots, env, records)
+
