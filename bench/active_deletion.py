@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _harness import cpu_model  # noqa: E402  (bench/ is on sys.path when run as a script)
 from worker.olu.active import ActiveAnchor, ActiveD2D, average_loss_descent  # noqa: E402
 from worker.olu.newton import RidgeNewton  # noqa: E402
 from worker.olu.retrain import Retrain  # noqa: E402
@@ -43,16 +44,6 @@ def stream(n: int, d: int, loss: str, seed: int = 0):
     score = X @ rng.normal(size=d) + 0.3 * rng.normal(size=n)
     y = np.clip(score, -1, 1) if loss == "ridge" else np.where(score >= 0, 1.0, -1.0)
     return [f"r-{j}" for j in range(n)], X, y
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def run_case(name, cls, kwargs, n, d, repeats, active):

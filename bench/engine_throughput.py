@@ -54,6 +54,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _harness import cpu_model  # noqa: E402  (bench/ is on sys.path when run as a script)
 from worker.olu import kernels  # noqa: E402
 from worker.olu.index import record_key  # noqa: E402
 from worker.olu.passive import PassiveOLU  # noqa: E402
@@ -200,16 +201,6 @@ def index_bytes(n: int, d: int, batch: int, seed: int) -> dict:
     m.index.merge()
     return {"records": len(m.index), "bytes_per_record": before,
             "bytes_per_record_after_merge": m.index.nbytes / len(m.index)}
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def machine() -> dict:
