@@ -11,6 +11,7 @@ import orjson
 
 from . import __version__
 from .config import ConfigError, add_arguments, load_settings
+from .follow import add_parser as add_follow_parser
 from .logs import configure_logging, get_logger
 
 log = get_logger("olu.cli")
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--state-dir", help="where snapshots go (default: a new temporary directory)")
     add_arguments(d)
     d.set_defaults(func=demo)
+    add_follow_parser(sub)
     return parser
 
 

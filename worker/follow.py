@@ -1,0 +1,223 @@
+"""``olu-worker follow``: print the released parameter versions as they arrive.
+
+    olu-worker follow --bootstrap-servers broker:9092 --topic olu.params
+    olu-worker follow --json --once                       # catch up, one JSON line per version, exit
+    olu-worker follow --predict "0.1,0.2,0.3"             # and a prediction after each update
+
+One line per accepted new version on stdout (a JSON object with ``--json``: the release record
+plus ``trigger``, and ``prediction`` with ``--predict``). Duplicates and versions older than the
+one held are skipped silently; invalid records are reported on stderr and skipped. With
+``--once`` the command exits 0 once it has read every partition of the topic to its end, or 1
+if ``--timeout`` seconds pass first; with ``--timeout`` alone it follows for that long, else until
+interrupted (SIGINT/SIGTERM).
+
+Wired into ``olu-worker`` by :func:`add_parser`; ``python -m worker.follow`` runs it standalone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, TextIO
+
+import orjson
+
+if TYPE_CHECKING:  # the client (numpy, confluent-kafka) is imported when the command runs
+    from .client import InvalidRelease, ModelRelease
+
+__all__ = ["add_parser", "follow", "main"]
+
+DEFAULT_TOPIC = "olu.params"
+BOOTSTRAP_ENV = ("OLU_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``follow`` subcommand to an ``argparse`` subparsers object; returns its parser.
+
+    The parser's default ``func`` is :func:`follow` (called as ``func(args, opts)`` like the
+    other subcommands of :mod:`worker.cli`).
+    """
+    p = subparsers.add_parser(
+        "follow", help="follow the parameter topic: print each new released version (and predictions)",
+        description="Subscribe to the parameter topic, keep the latest version of every input partition's "
+                    "model and print each new one. Invalid records are reported on stderr and skipped.")
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT",
+                   help="Kafka bootstrap servers (default: $OLU_KAFKA_BOOTSTRAP_SERVERS or $KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--topic", default=None,
+                   help=f"parameter topic (default: $OLU_PARAMS_TOPIC or {DEFAULT_TOPIC})")
+    p.add_argument("--group-id", default=None,
+                   help="consumer group (default: a new one, so every partition is read; subscribers sharing "
+                        "a group split the partitions)")
+    p.add_argument("--model", default=None, help="only releases of this model name")
+    p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"), default="read_committed",
+                   help="isolation level (default read_committed: never show releases of aborted transactions)")
+    p.add_argument("--json", action="store_true", help="one JSON object per accepted new version")
+    p.add_argument("--predict", metavar="X1,X2,...",
+                   help="features: after each update, print the prediction of the averaged model of that "
+                        "update's input topic (probability for logistic, w.x for ridge)")
+    p.add_argument("--partition", type=int, default=None,
+                   help="with --predict: use this input partition's model instead of the average")
+    p.add_argument("--once", action="store_true",
+                   help="exit after catching up (every partition read to its end); exit 1 on --timeout")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop after this many seconds (with --once: give up catching up, exit 1)")
+    p.add_argument("--kafka", action="append", default=None, metavar="KEY=VALUE",
+                   help="librdkafka setting for the subscriber, repeatable (SASL, TLS, ...)")
+    p.set_defaults(func=follow)
+    return p
+
+
+def _features(text: str) -> list[float]:
+    try:
+        values = [float(item) for item in text.replace(" ", "").split(",") if item]
+    except ValueError:
+        raise ValueError(f"--predict takes comma-separated numbers, got {text!r}") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"--predict takes comma-separated finite numbers, got {text!r}")
+    return values
+
+
+def _kafka_config(items: list[str] | None) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--kafka takes KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value
+    return conf
+
+
+def _where(msg) -> str:
+    try:
+        return f"{msg.topic()}/{msg.partition()}@{msg.offset()}"
+    except Exception:
+        return "?"
+
+
+def _text_line(release: ModelRelease, prediction: float | str | None) -> str:
+    p = release.privacy
+    line = (f"{release.topic}/{release.partition} v{release.version} model={release.model} "
+            f"algorithm={release.algorithm} t={release.t} deletions={release.deletions} "
+            f"epsilon={p['epsilon']:.4g} budget_used={p['budget_used']:.2%}")
+    if release.trigger:
+        line += f" trigger={release.trigger}"
+    if prediction is not None:
+        line += f" prediction={prediction:.6g}" if isinstance(prediction, float) else f" prediction={prediction}"
+    return line
+
+
+def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, stdout: TextIO | None = None,
+           stderr: TextIO | None = None, stop: threading.Event | None = None) -> int:
+    """Run ``olu-worker follow`` with parsed arguments; returns the exit code.
+
+    ``opts`` is where :func:`worker.cli.main` moves the options it shares with ``demo``
+    (``--json``); each option is looked up in ``args`` first, then in ``opts``.
+    """
+    def option(name: str, default=None):
+        for space in (args, opts):
+            if space is not None and getattr(space, name, None) is not None:
+                return getattr(space, name)
+        return default
+
+    from confluent_kafka import KafkaException
+
+    from .client import ParamsSubscriber
+
+    as_json = bool(option("json", False))
+    once = bool(option("once", False))
+    timeout = option("timeout")
+    partition = option("partition")
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    bootstrap = option("bootstrap_servers") or next((os.environ[n] for n in BOOTSTRAP_ENV if os.environ.get(n)), None)
+    if not bootstrap:
+        print("olu-worker follow: --bootstrap-servers (or OLU_KAFKA_BOOTSTRAP_SERVERS) is required", file=err)
+        return 2
+    topic = option("topic") or os.environ.get("OLU_PARAMS_TOPIC") or DEFAULT_TOPIC
+    try:
+        features = _features(option("predict")) if option("predict") else None
+        extra_config = _kafka_config(option("kafka"))
+    except ValueError as exc:
+        print(f"olu-worker follow: {exc}", file=err)
+        return 2
+
+    def invalid(exc: InvalidRelease, msg) -> None:
+        print(f"olu-worker follow: skipped record {_where(msg)}: {exc.reason}: {exc}", file=err, flush=True)
+
+    def kafka_error(error) -> None:
+        print(f"olu-worker follow: kafka: {error.str() if hasattr(error, 'str') else error}", file=err, flush=True)
+
+    try:
+        sub = ParamsSubscriber(bootstrap, topic, group_id=option("group_id"),
+                               isolation=option("isolation", "read_committed"), extra_config=extra_config,
+                               model=option("model"), on_invalid=invalid, on_error=kafka_error)
+    except KafkaException as exc:  # e.g. an unknown --kafka key
+        print(f"olu-worker follow: {exc}", file=err)
+        return 2
+
+    def show(release: ModelRelease) -> None:
+        prediction: float | str | None = None
+        if features is not None:
+            try:
+                prediction = sub.predict(features, partition=partition, topic=release.topic)
+            except (LookupError, ValueError) as exc:
+                prediction = None
+                print(f"olu-worker follow: no prediction for {release.topic}: {exc}", file=err, flush=True)
+        if as_json:
+            record = release.to_dict()
+            if features is not None:
+                record["prediction"] = prediction
+            out.write(orjson.dumps(record).decode() + "\n")
+        else:
+            out.write(_text_line(release, prediction) + "\n")
+        out.flush()
+
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while not stop.is_set():
+            if once and sub.caught_up:
+                return 0
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if once:
+                    print(f"olu-worker follow: not caught up with {topic} after {timeout:g} s", file=err)
+                    return 1
+                return 0
+            wait = 0.5 if remaining is None else max(0.0, min(0.5, remaining))
+            for release in sub.poll(wait):
+                show(release)
+        return 0
+    except KafkaException as exc:  # fatal consumer error
+        print(f"olu-worker follow: {exc}", file=err)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sub.close()
+        s = sub.stats
+        if s["invalid"] or s["conflicts"]:
+            print(f"olu-worker follow: {s['accepted']} versions accepted, {s['invalid']} invalid and "
+                  f"{s['conflicts']} conflicting records skipped", file=err)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m worker.follow ...`` (the same options as ``olu-worker follow``)."""
+    parser = argparse.ArgumentParser(prog="olu-worker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["follow", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args, None)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
