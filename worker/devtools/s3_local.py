@@ -246,7 +246,14 @@ class SeaweedS3:
                 # filer up, so it doubles as the readiness probe.
                 status, body = self.request("PUT", f"/{self.bucket}")
                 if status in (200, 409) and self.request("HEAD", f"/{self.bucket}")[0] == 200:
-                    return
+                    # After a restart the filer answers before the volume server has re-registered
+                    # its volumes (reads of existing objects fail with 500 for a while): an object
+                    # round trip goes through the same volume lookup.
+                    status, body = self.request("PUT", f"/{self.bucket}/.olu-ready", b"ready")
+                    if status == 200:
+                        status, body = self.request("GET", f"/{self.bucket}/.olu-ready")
+                        if status == 200 and body == b"ready":
+                            return
                 last = f"HTTP {status}: {body[:300]!r}"
             except OSError as e:
                 last = e
