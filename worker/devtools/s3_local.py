@@ -117,6 +117,21 @@ def _sigv4_headers(method: str, host: str, path: str, access_key: str, secret_ke
     }
 
 
+def s3_env(server) -> dict[str, str]:
+    """``AWS_*`` variables for any S3 endpoint with ``endpoint``, ``bucket``, keys and ``region``."""
+    return {
+        "AWS_ACCESS_KEY_ID": server.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.secret_key,
+        "AWS_REGION": server.region,
+        "AWS_DEFAULT_REGION": server.region,
+        "AWS_ENDPOINT_URL": server.endpoint,
+        "AWS_ENDPOINT": server.endpoint,
+        "AWS_ALLOW_HTTP": str(server.endpoint.startswith("http://")).lower(),
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "AWS_BUCKET": server.bucket,
+    }
+
+
 class SeaweedS3:
     """``weed mini`` on 127.0.0.1 with a bucket and static credentials.
 
@@ -170,17 +185,7 @@ class SeaweedS3:
 
     def env(self) -> dict[str, str]:
         """``AWS_*`` variables for obstore (object_store names) and AWS SDKs/CLI."""
-        return {
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ENDPOINT": self.endpoint,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
-            "AWS_BUCKET": self.bucket,
-        }
+        return s3_env(self)
 
     # ------------------------------------------------------------------ lifecycle
 
