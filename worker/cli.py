@@ -76,6 +76,7 @@ def demo(args, opts) -> int:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _print_report(report, worker)
+    worker.producer = worker.consumer = None  # destroy the clients before the mock cluster goes
     del holder
     return 0
 
