@@ -29,21 +29,27 @@ pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 OUTAGE_S = 4.0  # how long the partition must stay stalled while S3 is down
 
 
-def _latest_version(bootstrap, topics) -> int:
-    return max((r.json()["version"] for r in releases(bootstrap, topics.params)), default=-1)
-
-
-def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_topic, s3_server, tmp_path):
+def _worker_on_s3(bootstrap, kafka_topic, s3_server, name: str, snapshot_every: int):
+    """A one-partition topic set, a fresh group and the worker's env with its state on SeaweedFS."""
     if not isinstance(s3_server, SeaweedS3):
         pytest.skip("needs the local SeaweedFS server (stopped and restarted by this test)")
     s3_server.resume()
     s3_server.start()
     topics = topics_for(kafka_topic, partitions=1)
-    group = f"durable-{uuid.uuid4().hex[:8]}"
+    group = f"{name}-{uuid.uuid4().hex[:8]}"
     prefix = f"tests/{group}"
-    env = worker_env(kafka_bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}",
-                     OLU_SNAPSHOT_EVERY_EVENTS="100", **s3_server.env())
+    env = worker_env(bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}",
+                     OLU_SNAPSHOT_EVERY_EVENTS=str(snapshot_every), **s3_server.env())
     snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
+    return topics, group, env, snapshots
+
+
+def _latest_version(bootstrap, topics) -> int:
+    return max((r.json()["version"] for r in releases(bootstrap, topics.params)), default=-1)
+
+
+def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_topic, s3_server, tmp_path):
+    topics, group, env, snapshots = _worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, "durable", 100)
     first = [ev for ev in event_stream(200, seed=51, delete_rate=0.0) if ev[2] == "insert"][:150]
     victim = first[5][0].decode()
     worker = WorkerProcess(env, tmp_path / "worker.log")
@@ -112,16 +118,7 @@ def test_shutdown_during_an_outage_publishes_nothing_of_the_unstored_deletion(ka
     """SIGTERM while a deletion waits for storage: a clean exit that publishes and commits nothing
     past the delete; the next run draws the deletion's noise afresh (its first view was never
     published) and releases it once, after storing it."""
-    if not isinstance(s3_server, SeaweedS3):
-        pytest.skip("needs the local SeaweedFS server (stopped and restarted by this test)")
-    s3_server.resume()
-    s3_server.start()
-    topics = topics_for(kafka_topic, partitions=1)
-    group = f"durable-stop-{uuid.uuid4().hex[:8]}"
-    prefix = f"tests/{group}"
-    env = worker_env(kafka_bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}",
-                     OLU_SNAPSHOT_EVERY_EVENTS="50", **s3_server.env())
-    snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
+    topics, group, env, snapshots = _worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, "durable-stop", 50)
     first = [ev for ev in event_stream(150, seed=52, delete_rate=0.0) if ev[2] == "insert"][:100]
     worker = WorkerProcess(env, tmp_path / "worker.log")
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import tempfile
 import threading
-import time
 
 import numpy as np
 import orjson
@@ -84,11 +83,3 @@ def start_producer(bootstrap: str, settings, events: int, delete_rate: float, se
 def new_state_dir() -> str:
     return tempfile.mkdtemp(prefix="olu-demo-state-")
 
-
-def wait_until(predicate, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
