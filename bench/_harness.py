@@ -242,6 +242,15 @@ class Records:
         self.dim, self.pool = dim, pool
         self.x_json = [orjson.dumps(row) for row in X.tolist()]
         self.y = [int(v) for v in y]
+        # The same values as arrays, for in-memory runs on the very events that went to the broker
+        # (orjson writes the shortest round-trip form of each double, so decoding gives them back).
+        self.X, self.labels = X, y.astype(np.float64)
+
+    def arrays(self, plan) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(ids, X, y) of the inserts of ``plan`` (see :func:`stream_plan`), in stream order."""
+        js = np.fromiter((j for op, j in plan if op == "i"), np.int64)
+        k = js % self.pool
+        return [f"r-{j}" for j in js.tolist()], self.X[k], self.labels[k]
 
     def insert(self, j: int) -> tuple[bytes, bytes]:
         rid = b"r-%d" % j

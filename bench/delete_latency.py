@@ -64,9 +64,10 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
+from _targets import DELETE_TO_RELEASE_P99_S  # noqa: E402
 import numpy as np  # noqa: E402
 
-TARGET_P99_S = 0.050
+TARGET_P99_S = DELETE_TO_RELEASE_P99_S.threshold
 RELEASE_EVERY = 10_000
 SNAPSHOT_EVERY = 200_000
 
@@ -466,6 +467,9 @@ def main(argv=None) -> int:
         "full_snapshots": {"count": len(snaps), "seconds": snaps, "deletes_in_flight_during_one": overlapping},
         "over_50ms": {"count": len(slow), "in_flight_during_a_snapshot": slow_overlapping},
         "delta_put_samples_s": worker.delta_puts,
+        # the whole distributions (the PNG's histogram and CDFs), not only their percentiles
+        "end_to_end_samples_s": e2e,
+        "worker_histogram_samples_s": worker_obs,
         "targets": {"p99_s": pe["p99"], "<=0.050": ok, "met": ok},
         "wall_s": time.perf_counter() - wall,
     }

@@ -55,12 +55,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _harness import cpu_model  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _targets import ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, Checks  # noqa: E402
 from worker.olu import kernels  # noqa: E402
 from worker.olu.index import record_key  # noqa: E402
 from worker.olu.passive import PassiveOLU  # noqa: E402
 
-TARGET_EVENTS_PER_S = 1_000_000
-TARGET_RIVER_RATIO = 3.0
+TARGET_EVENTS_PER_S = ENGINE_EVENTS_PER_S.threshold
+TARGET_RIVER_RATIO = ENGINE_X_RIVER.threshold
 
 
 def make_stream(n: int, d: int, seed: int):
@@ -216,6 +217,7 @@ def machine() -> dict:
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "python": sys.version.split()[0], "numpy": np.__version__, "numba": numba.__version__,
         "river": river_version,
+        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -338,21 +340,20 @@ def main(argv=None) -> int:
           f"already deleted: {res['kernel+deletes']['skipped_deleted']:,}")
 
     targets = {}
+    checks = Checks()
     print("\ntargets (one core, d=10 logistic):")
     for label, key in rows[:5]:
         eps = res[key]["events_per_s"]
         ratio = eps / river["events_per_s"]
-        ok_abs, ok_rel = eps >= TARGET_EVENTS_PER_S, ratio >= TARGET_RIVER_RATIO
+        ok_abs = checks.check(ENGINE_EVENTS_PER_S, eps, where=label)
+        ok_rel = checks.check(ENGINE_X_RIVER, ratio, where=label)
         targets[key] = {"events_per_s": eps, "x_river": ratio, ">=1e6": ok_abs, ">=3x_river": ok_rel}
-        print(f"  {label:40} >= 1e6 events/s: {'MET' if ok_abs else 'NOT MET':7}  "
-              f">= 3x River ({ratio:.1f}x): {'MET' if ok_rel else 'NOT MET'}")
         if key.endswith("+deletes"):
             s = res[key]["stream_ops_per_s"]
             targets[key]["stream_ops_per_s"] = s
-            print(f"  {'  (stream incl. delete time)':40} >= 1e6 ops/s:    {'MET' if s >= TARGET_EVENTS_PER_S else 'NOT MET'}"
-                  f" ({s:,.0f})")
-    idx_ok = idx["bytes_per_record"] <= 16 and idx["bytes_per_record_after_merge"] <= 16
-    print(f"  applied index <= 16 bytes/record at {idx['records']:,}: {'MET' if idx_ok else 'NOT MET'}")
+            checks.check(ENGINE_EVENTS_PER_S, s, where=f"{label}, stream ops/s incl. delete time")
+    checks.check(INDEX_BYTES_PER_RECORD, max(idx["bytes_per_record"], idx["bytes_per_record_after_merge"]),
+                 where=f"{idx['records']:,} records, before and after merge")
 
     args.out.mkdir(parents=True, exist_ok=True)
     chart([
@@ -377,6 +378,7 @@ def main(argv=None) -> int:
         "kernel_vs_reference_rel_diff": agreement,
         "index": {"at_index_n": idx, "end_of_run": full_idx},
         "targets": targets,
+        "target_checks": checks.results,
         "wall_s": time.perf_counter() - wall,
     }
     tmp = args.out / "engine_throughput.json.tmp"

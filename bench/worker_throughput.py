@@ -59,6 +59,7 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
+from _targets import WORKER_EVENTS_PER_S, WORKER_X_CEILING  # noqa: E402
 import orjson  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
@@ -67,8 +68,8 @@ from worker.olu import kernels  # noqa: E402
 from worker.stream.app import Worker  # noqa: E402
 from worker.stream.decode import DeadLetter, decode_event  # noqa: E402
 
-TARGET_EVENTS_PER_S = 150_000
-TARGET_CEILING_RATIO = 0.5
+TARGET_EVENTS_PER_S = int(WORKER_EVENTS_PER_S.threshold)
+TARGET_CEILING_RATIO = WORKER_X_CEILING.threshold
 RELEASE_EVERY = 10_000
 SNAPSHOT_EVERY = 200_000
 

@@ -367,6 +367,13 @@ def test_passthrough_accepts_harmless_contract_values():
     assert s.producer_config()["acks"] == "-1"
 
 
+def test_fetch_queue_backoff_is_short_by_default_and_can_be_overridden():
+    # librdkafka's 1 s default leaves a fast worker idle once its prefetch queue is drained
+    assert load().consumer_config()["fetch.queue.backoff.ms"] == 10
+    assert load(OLU_KAFKA_FETCH_QUEUE_BACKOFF_MS="250").consumer_config()["fetch.queue.backoff.ms"] == "250"
+    assert "fetch.queue.backoff.ms" not in load().producer_config()
+
+
 def test_flag_wins_over_env_for_the_same_passthrough_key():
     s = load(["--kafka", "client.rack=flag"], OLU_KAFKA_CLIENT_RACK="env")
     assert s.kafka["client.rack"] == "flag"

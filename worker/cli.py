@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
-import threading
-import time
+import os
 
-import orjson
+# One BLAS thread unless told otherwise, set before numpy loads: the loop is single-threaded, and a
+# threaded BLAS competing for a small pod's cores made full-batch passes over 20,000+ retained
+# rows ~10x slower (bench/rewind_cost.py; active-d2d and rewind run such passes).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from . import __version__
-from .config import ConfigError, add_arguments, load_settings
-from .follow import add_parser as add_follow_parser
-from .logs import configure_logging, get_logger
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import orjson  # noqa: E402
+
+from . import __version__  # noqa: E402
+from .config import ConfigError, add_arguments, load_settings  # noqa: E402
+from .follow import add_parser as add_follow_parser  # noqa: E402
+from .logs import configure_logging, get_logger  # noqa: E402
 
 log = get_logger("olu.cli")
 DEMO_OPTIONS = ("events", "delete_rate", "seed", "json", "state_dir")
@@ -40,6 +48,9 @@ def run(args, _opts) -> int:
     metrics, health = _start(settings, "run")
     try:
         Worker(settings, metrics, health).run()
+    except Exception as exc:  # one structured line an operator can alert on, then exit non-zero
+        log.critical("worker failed", exc_info=True, extra={"error": str(exc), "error_type": type(exc).__name__})
+        return 1
     finally:
         health.stop()
     return 0

@@ -84,11 +84,12 @@ OTHER_ENV = frozenset({"OLU_REFERENCE_KERNEL", "OLU_KAFKA_LOCAL"})
 OTHER_ENV_PREFIXES = ("OLU_TEST_",)
 
 ALGORITHMS = ("passive", "passive-restart", "active-d2d", "active-anchor", "active-newton",
-              "retrain", "restart", "ogd")
+              "retrain", "restart", "ogd", "memory-pair", "dp-tofw", "rewind")
 LOSSES = ("logistic", "ridge")
 FEATURE_POLICIES = ("reject", "clip")
 SCHEDULES = ("auto", "strongly-convex", "convex", "constant")
 ORDER_FALLBACKS = ("retrain", "restart", "passive")
+BUDGET_POLICIES = ("retrain", "refuse")
 GROUP_PROTOCOLS = ("classic", "consumer")
 CORRUPT_POLICIES = ("fallback", "fail")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -98,6 +99,11 @@ COMMANDS = ("run", "demo")
 DEMO_DIM = 10
 DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 DEFAULT_STATISTICS_INTERVAL_MS = 5_000
+# librdkafka stops fetching a partition once queued.min.messages (100,000) are buffered and then
+# waits fetch.queue.backoff.ms (default 1 s) before the next fetch: a worker that drains the queue
+# faster than that sits idle (and a delete behind the queue waits up to a second). 10 ms keeps
+# the queue topped up; an OLU_KAFKA_FETCH_QUEUE_BACKOFF_MS pass-through still overrides it.
+DEFAULT_FETCH_QUEUE_BACKOFF_MS = 10
 
 
 class ConfigError(ValueError):
@@ -294,6 +300,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("restart_c", _pos, 1.0, "passive-restart: constant c of the restart test", "model"),
     Option("order_fallback", _choice(ORDER_FALLBACKS), "retrain",
            "active algorithms: what to do when the retained order cannot be honoured", "model"),
+    Option("on_budget", _choice(BUDGET_POLICIES), "retrain",
+           "memory-pair: a deletion past the zCDP budget retrains on the retained data (release header "
+           "olu.budget=retrained) or is refused (dead letter budget_exhausted)", "model"),
+    Option("lbfgs_memory", _number(1, 1000, integer=True), 10,
+           "memory-pair: curvature pairs kept by online L-BFGS (tau)", "model"),
+    Option("dp_horizon", _number(1, integer=True), 1_000_000,
+           "dp-tofw: records per tree epoch n, fixed in advance (noise grows with log2 n)", "model"),
+    Option("retrain_every", _number(1, integer=True), 1000,
+           "rewind: OGD steps between full-batch retrainings of the partition model", "model"),
+    Option("train_steps", _number(1, integer=True), 100,
+           "rewind: full-batch gradient-descent steps T of a retraining", "model"),
+    Option("noise_sigma", _nonneg, 0.05,
+           "rewind: Gaussian noise sigma of a rewind deletion, fixed in advance (sets the rewind depth K)", "model"),
     Option("model_name", _text, None, "model name in releases (default: group_id)", "model"),
     # Releases and state
     Option("release_every_events", _number(0, integer=True), 10_000,
@@ -315,7 +334,7 @@ OPTIONS: tuple[Option, ...] = (
            "share of max.poll.interval.ms for final snapshots on revoke and shutdown", "state"),
     Option("batch_size", _number(1, 1_000_000, integer=True), 2000, "micro-batch size (messages per consume)",
            "state"),
-    Option("poll_timeout", _nonneg, 0.1, "consume timeout in seconds", "state"),
+    Option("poll_timeout", _nonneg, 0.1, "seconds to wait for the first message when nothing is fetched", "state"),
     # HTTP and logging
     Option("http_host", _text, "0.0.0.0", "bind address of /metrics /healthz /readyz", "http"),
     Option("http_port", _number(0, 65535, integer=True), 9464, "HTTP port (0: ephemeral)", "http"),
@@ -401,9 +420,14 @@ _EXTRA_MODEL_KWARGS = {
     "retrain": ("max_deletions",),
     "restart": (),
     "ogd": (),
+    "memory-pair": ("max_deletions", "on_budget", "lbfgs_memory"),
+    "dp-tofw": ("dp_horizon",),
+    "rewind": ("max_deletions", "retrain_every", "train_steps", "noise_sigma"),
 }
 _CAPACITY = frozenset({"passive"})
-MODEL_SETTINGS = frozenset(_BASE_MODEL_KWARGS) | {"restart_c", "max_deletions", "order_fallback"}
+MODEL_SETTINGS = frozenset(_BASE_MODEL_KWARGS) | {"restart_c", "max_deletions", "order_fallback", "on_budget",
+                                                   "lbfgs_memory", "dp_horizon", "retrain_every", "train_steps",
+                                                   "noise_sigma"}
 
 
 def is_secret_key(key: str) -> bool:
@@ -474,6 +498,12 @@ class Settings:
     max_deletions: int | None = None
     restart_c: float = 1.0
     order_fallback: str = "retrain"
+    on_budget: str = "retrain"
+    lbfgs_memory: int = 10
+    dp_horizon: int = 1_000_000
+    retrain_every: int = 1000
+    train_steps: int = 100
+    noise_sigma: float = 0.05
     model_name: str | None = None  # None: group_id
     # Releases and state
     release_every_events: int = 10_000
@@ -547,6 +577,7 @@ class Settings:
             "isolation.level": "read_committed",
             "enable.partition.eof": False,
             "statistics.interval.ms": DEFAULT_STATISTICS_INTERVAL_MS,  # consumer lag for the metrics
+            "fetch.queue.backoff.ms": DEFAULT_FETCH_QUEUE_BACKOFF_MS,
         })
         if self.group_protocol == "classic":
             conf["partition.assignment.strategy"] = "cooperative-sticky"

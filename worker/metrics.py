@@ -33,8 +33,8 @@ TRIGGERS = ("deletion", "events", "interval", "final")
 KINDS = ("full", "delta")
 REBALANCE_TYPES = ("assign", "revoke", "lost")
 #: Deletion outcomes of the engine (worker.olu.base.Deletion) that did not change the model.
-NOOP_REASONS = ("not_applied", "duplicate", "ignored")
-CHANGED_OUTCOMES = ("noised", "exact", "restarted")
+NOOP_REASONS = ("not_applied", "duplicate", "ignored", "dp_covered")
+CHANGED_OUTCOMES = ("noised", "exact", "restarted", "retrained")
 OTHER = "other"
 _REASON = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
@@ -78,14 +78,28 @@ class Metrics:
         self.privacy_rdp_slope = Gauge("olu_privacy_rdp_slope", "Renyi slope rho spent this epoch "
                                        "(D_alpha <= alpha * rho)", _TP, registry=r)
         self.deletions = Counter("olu_deletions", "Deletions honoured that changed the model "
-                                 "(noised, exact or restarted)", _TP, registry=r)
+                                 "(noised, exact, restarted or retrained)", _TP, registry=r)
         self.deletions_noop = Counter("olu_deletions_noop", "Deletions that needed no change: not_applied "
-                                      "(never learned), duplicate (already deleted), ignored (baseline)",
+                                      "(never learned), duplicate (already deleted), ignored (baseline), "
+                                      "dp_covered (dp-tofw: honoured by the DP guarantee of every release)",
                                       _TP + ("reason",), registry=r)
+        self.deletions_refused = Counter("olu_deletions_refused", "Deletions refused because the privacy "
+                                         "budget was exhausted (on_budget=refuse; sent to the dead-letter topic)",
+                                         _TP, registry=r)
         self.deletion_noise_sigma = Gauge("olu_deletion_noise_sigma", "Noise standard deviation of the last "
                                           "noised deletion", _TP, registry=r)
         self.deletion_capacity_left = Gauge("olu_deletion_capacity_left", "Deletions left before the model's "
                                             "capacity (only where the algorithm has one)", _TP, registry=r)
+        # The DP tree mechanism (dp-tofw, private-oco-spec 5.4): public schedule figures, not data.
+        self.dp_noise_sigma = Gauge("olu_dp_noise_sigma", "dp-tofw: Gaussian noise standard deviation per "
+                                    "tree node", _TP, registry=r)
+        self.dp_sensitivity = Gauge("olu_dp_sensitivity", "dp-tofw: l2 sensitivity 2(beta D + L) of one "
+                                    "record's tree term", _TP, registry=r)
+        self.dp_epsilon_at_horizon = Gauge("olu_dp_epsilon_projected_at_horizon", "dp-tofw: epsilon (at "
+                                           "olu_privacy_delta) spent by the end of the tree's horizon, the "
+                                           "most any record ever spends", _TP, registry=r)
+        self.dp_horizon_remaining = Gauge("olu_dp_horizon_remaining", "dp-tofw: records left in the current "
+                                          "tree epoch before a new one starts", _TP, registry=r)
         # Work
         self.events = Counter("olu_events", "Valid input events consumed, by op", _TP + ("op",), registry=r)
         self.events_skipped = Counter("olu_events_skipped", "Valid events that did not change the model, "
@@ -160,11 +174,23 @@ class Metrics:
         if capacity_left is not None and math.isfinite(capacity_left):
             self._child(self.deletion_capacity_left, topic, partition).set(capacity_left)
 
+    def set_dp_tree(self, topic: str, partition: int, privacy: dict) -> None:
+        """The DP tree figures, for models whose ``privacy()`` has them (dp-tofw)."""
+        if "horizon_remaining" not in privacy:
+            return
+        for gauge, name in ((self.dp_noise_sigma, "noise_sigma"), (self.dp_sensitivity, "sensitivity"),
+                            (self.dp_epsilon_at_horizon, "epsilon_at_horizon"),
+                            (self.dp_horizon_remaining, "horizon_remaining")):
+            value = privacy.get(name)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self._child(gauge, topic, partition).set(value)
+
     def update_privacy(self, topic: str, partition: int, model) -> None:
         """Privacy gauges from the engine's ``model.privacy()`` dict."""
         p = model.privacy()
         self.set_privacy(topic, partition, epsilon=p["epsilon"], delta=p["delta"], budget_used=p["budget_used"],
                          rdp_slope=p["eps_rdp_slope"], capacity_left=p.get("deletions_capacity_left"))
+        self.set_dp_tree(topic, partition, p)
         with self._lock:
             self._privacy_known.add((str(topic), str(int(partition))))
 
@@ -285,7 +311,10 @@ class Metrics:
         deletions = list(getattr(outcome, "deletions", ()) or ())
         for d in deletions:
             self.record_deletion(topic, partition, d.outcome, getattr(d, "sigma", 0.0))
-        self._update_model(runner, privacy=bool(deletions))
+        refused = int(getattr(outcome, "refused", 0) or 0)
+        if refused:
+            self._child(self.deletions_refused, topic, partition).inc(refused)
+        self._update_model(runner, privacy=bool(deletions) or bool(refused))
 
     def record_release(self, runner, release) -> None:
         self.count_release(runner.topic, runner.partition, release.trigger, getattr(release, "version", None))
@@ -303,7 +332,8 @@ class Metrics:
         model = getattr(runner, "model", None)
         if model is not None:
             known = (str(topic), str(int(partition))) in self._privacy_known
-            if privacy or not known:
+            # dp-tofw spends with every record learned, not only with deletions.
+            if privacy or not known or getattr(model, "spends_on_learn", False):
                 self.update_privacy(topic, partition, model)
         self.set_model(topic, partition, steps=getattr(model, "t", None),
                        version=getattr(runner, "released_version", None),

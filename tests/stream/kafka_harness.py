@@ -42,6 +42,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from worker.config import load_settings
+from worker.olu.accountant import BudgetExhausted
 from worker.olu.base import ALGORITHMS, load_model
 from worker.olu.errors import InvalidExample
 from worker.state.codec import decode
@@ -154,10 +155,11 @@ class BackgroundProducer(threading.Thread):
     """
 
     def __init__(self, bootstrap: str, topic: str, records, *, chunk: int = 100, pause: float = 0.05,
-                 limit: int | None = None):
+                 limit: int | None = None, flush_timeout: float = 30.0):
         super().__init__(name="test-producer", daemon=True)
         self.bootstrap, self.topic, self.records = bootstrap, topic, list(records)
         self.chunk, self.pause = chunk, pause
+        self.flush_timeout = flush_timeout  # longer than any planned broker outage
         self.limit = len(self.records) if limit is None else limit
         self.position = 0  # records handed to the producer so far
         self.produced: list[Produced] = []
@@ -201,7 +203,7 @@ class BackgroundProducer(threading.Thread):
                 for key, value, kind in self.records[self.position:end]:
                     producer.produce(self.topic, key=key, value=value, on_delivery=report(kind))
                 self.position = end
-                assert producer.flush(30) == 0, "producer did not deliver everything"
+                assert producer.flush(self.flush_timeout) == 0, "producer did not deliver everything"
                 assert not errors, errors
                 with self._cond:
                     if not self._fast:
@@ -277,6 +279,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: dict
+    timestamp_ms: int = 0  # the record's CreateTime: when the worker handed it to its producer
 
     def json(self):
         return orjson.loads(self.value)
@@ -306,7 +309,7 @@ def read_topic(bootstrap: str, topic: str, *, isolation: str = "read_committed",
                     continue
                 raise AssertionError(f"consumer error on {topic}: {msg.error()}")
             headers = {k: v for k, v in (msg.headers() or [])}
-            out.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(), headers))
+            out.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(), headers, msg.timestamp()[1]))
         return out
     finally:
         consumer.close()
@@ -623,7 +626,12 @@ def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas
         twin.unlearn_one(event.id)
         out.pre_noise[offset] = twin.z.copy()
     post = delta if delta is not None else release
-    deletion = model.unlearn_one(event.id, post_state=post)
+    try:
+        deletion = model.unlearn_one(event.id, post_state=post)
+    except BudgetExhausted:  # refused (on_budget=refuse): the worker dead-letters it, the model is unchanged
+        assert delta is None and release is None, f"a refused deletion at offset {offset} has a stored state"
+        out.dead += 1
+        return
     if deletion.changed_model:
         assert post is not None, (f"deletion at offset {offset} changed the model but neither a delta "
                                   f"nor a release holds its post-noise state")
@@ -691,3 +699,172 @@ def verify_against_oracle(bootstrap: str, topics: Topics, snapshots: SnapshotSto
         assert last["version"] == end
         results[p] = replayed
     return results
+
+
+# --------------------------------------------------------------------------- state on S3
+
+def worker_on_s3(bootstrap: str, kafka_topic, s3_server, name: str, *, partitions: int = 1,
+                 stoppable: bool = True, **extra):
+    """Topics, a fresh group, the worker's env with its state on the S3 server, and a reader of that state.
+
+    ``stoppable``: the test stops and restarts the server, so it must be the local SeaweedFS (an
+    external server is skipped); either way an earlier test may have left it stopped or paused.
+    """
+    from tests.fixtures.s3 import make_s3_store
+    from worker.devtools.s3_local import SeaweedS3
+
+    local = isinstance(s3_server, SeaweedS3)
+    if stoppable and not local:
+        import pytest
+
+        pytest.skip("needs the local SeaweedFS server (stopped and restarted by this test)")
+    if local:
+        s3_server.resume()
+        s3_server.start()
+    topics = topics_for(kafka_topic, partitions=partitions)
+    group = f"{name}-{uuid.uuid4().hex[:8]}"
+    prefix = f"tests/{group}"
+    env = worker_env(bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}", **s3_server.env(), **extra)
+    snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
+    return topics, group, env, snapshots
+
+
+def latest_version(bootstrap: str, topics: Topics) -> int:
+    """The highest release version on the params topic (any partition); -1 if none."""
+    return max((r.json()["version"] for r in releases(bootstrap, topics.params)), default=-1)
+
+
+def latest_versions(bootstrap: str, topics: Topics) -> dict[int, int]:
+    """The highest release version per input partition (-1 where none)."""
+    out = {p: -1 for p in range(topics.partitions)}
+    for rec in releases(bootstrap, topics.params):
+        value = rec.json()
+        out[value["partition"]] = max(out[value["partition"]], value["version"])
+    return out
+
+
+# --------------------------------------------------------------------------- expectations from the input alone
+
+def model_changing_deletes(settings, records) -> list[int]:
+    """Offsets of the deletes in ``records`` ((offset, key, value), one partition, offset order)
+    that must change the model: the first delete of an id whose insert was applied before it.
+
+    Worked out from the input alone (not from the engine), so it checks that every delete was
+    honoured: an insert is applied unless it fails decoding or its id was deleted earlier; a
+    second delete of an id is a no-op, and so is a delete of an id never inserted.
+    """
+    applied: set[str] = set()
+    deleted: set[str] = set()
+    out = []
+    for offset, key, value in records:
+        try:
+            event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes)
+        except DeadLetter:
+            continue
+        if isinstance(event, Insert):
+            if event.id not in deleted:
+                applied.add(event.id)
+            continue
+        if event.id in deleted:
+            continue
+        deleted.add(event.id)
+        if event.id in applied:
+            applied.discard(event.id)
+            out.append(offset)
+    return out
+
+
+def assert_deletes_honoured(settings, inputs: dict[int, list], results: dict[int, Replayed]) -> int:
+    """Every delete of an applied record changed the model once, and its id is gone from the
+    final state's applied index and is in its tombstones; returns how many deletes that is."""
+    from worker.olu.index import record_key
+
+    total = 0
+    for p, records in inputs.items():
+        expected = model_changing_deletes(settings, records)
+        replayed = results[p]
+        assert replayed.noised_deletes == expected, f"partition {p}: deletes honoured differ from the input's"
+        state = replayed.model.export_state()
+        applied = set(state["arrays"]["applied_keys"].tolist())
+        tombstones = replayed.model.tombstones
+        ids = {decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes).id
+               for offset, key, value in records if offset in set(expected)}
+        for rid in ids:
+            k = record_key(rid)
+            assert k not in applied, f"partition {p}: deleted record still in the applied index"
+            assert k in tombstones, f"partition {p}: deleted record has no tombstone"
+        total += len(expected)
+    return total
+
+
+def assert_ledger_continuous(results: dict[int, Replayed]) -> None:
+    """Invariant 4: one ledger entry per deletion that changed the model, numbered 1..k in order,
+    and the accountant's lifetime counter at k (a reset counter would restart the numbering)."""
+    for p, replayed in results.items():
+        model = replayed.model
+        k = len(replayed.noised_deletes)
+        assert [e["i"] for e in model.ledger] == list(range(1, k + 1)), f"partition {p}: ledger numbering"
+        assert model.accountant.lifetime_deletions == k, f"partition {p}: deletion counter"
+        taus = [e["tau"] for e in model.ledger]
+        assert taus == sorted(taus), f"partition {p}: ledger out of order"
+
+
+def _created_at_ms(stored: Stored) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(stored.envelope["created_at"]).timestamp() * 1000)
+
+
+def assert_deltas_precede_releases(snapshots: SnapshotStore, topics: Topics, records: list[Record]) -> int:
+    """Invariant 2 in time: every deletion release (trigger ``deletion``) was handed to the producer
+    after the delta holding its post-noise state had been created (the delta's ``created_at`` is
+    taken before its PUT, the release's CreateTime at ``produce``). Deltas garbage-collected
+    behind a full snapshot cannot be checked; returns how many releases were."""
+    deltas: dict[tuple[int, int], int] = {}
+    for p in range(topics.partitions):
+        for o in stored_objects(snapshots, topics.input, p):
+            if o.kind == "delta":
+                deltas[(p, o.offset)] = _created_at_ms(o)
+    checked = 0
+    for rec in records:
+        if rec.headers.get("olu.trigger") != b"deletion":
+            continue
+        value = rec.json()
+        created = deltas.get((value["partition"], value["version"]))
+        if created is None:
+            continue
+        assert created <= rec.timestamp_ms, (f"release {value['partition']}@{value['version']} produced at "
+                                             f"{rec.timestamp_ms} before its delta was created at {created}")
+        checked += 1
+    return checked
+
+
+def verify_end_state(bootstrap: str, topics: Topics, snapshots: SnapshotStore, env: dict[str, str], group: str,
+                     *, isolation: str = "read_committed") -> tuple[dict[int, Replayed], list[Record]]:
+    """Everything a reliability test asserts once the worker has stopped cleanly at the end of the input.
+
+    - nothing applied twice, nothing lost: every release, stored snapshot and delta, and the final
+      state (iterate, counters, ledger, applied index, tombstones) equal the in-process replay bit
+      for bit (:func:`verify_against_oracle`), and every insert was applied or skipped;
+    - every delete honoured (:func:`assert_deletes_honoured`), the ledger continuous (invariant 4);
+    - every published version unique or an identical duplicate, in either isolation level;
+    - invariant 2: deltas before their releases; the group offset at the final snapshot, not past it.
+    Returns the replay per partition and the releases read at ``isolation``.
+    """
+    records = releases(bootstrap, topics.params, isolation=isolation)
+    assert_identical_duplicates(records)
+    assert_identical_duplicates(records + releases(bootstrap, topics.params, isolation="read_uncommitted"))
+    results = verify_against_oracle(bootstrap, topics, snapshots, env, records)
+    settings = settings_of(env)
+    inputs = input_by_partition(bootstrap, topics.input)
+    assert_deletes_honoured(settings, inputs, results)
+    assert_ledger_continuous(results)
+    assert assert_deltas_precede_releases(snapshots, topics, records) > 0
+    committed = committed_offsets(bootstrap, group, topics.input, topics.partitions)
+    for p, end in end_offsets(bootstrap, topics.input).items():
+        assert newest_full(snapshots, topics.input, p).offset == end
+        # A clean stop commits its final snapshot; never anything past it.
+        assert committed[p] <= end, f"partition {p}: committed {committed[p]} past the end {end}"
+        if not settings.transactional:
+            assert committed[p] == end, f"partition {p}: committed {committed[p]}, final snapshot at {end}"
+    return results, records

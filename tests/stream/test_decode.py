@@ -198,7 +198,9 @@ def test_non_finite_when_a_lenient_parser_returns_huge_integers(monkeypatch):
 
 def test_every_reason_code_is_produced():
     produced = {reason for *_, reason in REASON_CASES} | set(ENGINE_CASES) | {"non_finite"}
-    assert produced == set(REASONS)
+    # budget_exhausted is the partition runner's, for valid deletes the budget cannot cover
+    # (tests/stream/test_worker_kafka_memorypair.py).
+    assert produced | {"budget_exhausted"} == set(REASONS)
 
 
 # ------------------------------------------------------------------ accepted records
@@ -588,3 +590,54 @@ def test_engine_error_reasons_are_dead_letter_reasons():
         assert sub.reason in REASONS, f"{sub.__name__}.reason = {sub.reason!r} is not in the dead-letter enum"
     # The base class's code ("invalid_example") is not in the enum; the dead-letter path maps it.
     assert reason_of(engine_errors.InvalidExample.reason) in REASONS
+
+
+# --------------------------------------------------------------------------- the batch fast path
+def _messages(records, max_bytes=BIG):
+    from confluent_kafka import Message
+
+    return [Message(topic="t", partition=0, offset=i, key=key, value=value, timestamp=(1, 1000 + (i * 7919) % 97))
+            for i, (key, value) in enumerate(records)]
+
+
+def check_run_agrees(records, dim, max_bytes=BIG, start=0):
+    """decode_inserts stops exactly where decode_event first says 'not an Insert', same values."""
+    msgs = _messages(records)
+    run = decode_mod.decode_inserts(msgs, start, dim=dim, max_bytes=max_bytes)
+    expected = []
+    for msg in msgs[start:]:
+        event = _decode_or_dead(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes)
+        if not isinstance(event, Insert):
+            break
+        expected.append((msg, event))
+    assert run.end == start + len(expected)
+    assert run.ids == [ev.id for _, ev in expected]
+    assert run.X.shape == (len(expected), dim) and run.X.dtype == "float64"
+    assert run.X.tolist() == [ev.x for _, ev in expected]
+    assert run.y.tolist() == [ev.y for _, ev in expected]
+    assert run.newest_ts == max((m.timestamp()[1] for m, _ in expected), default=0)
+
+
+@SETTINGS
+@given(st.lists(records(), min_size=1, max_size=12), st.integers(0, 3))
+@example([(b"r-1", dumps(INSERT), 2), (b"r-1", dumps(INSERT | {"x": [1, True]}), 2)], 0)
+@example([(b"r-1", dumps(INSERT | {"ts": 5}), 2), (b"r-1", dumps(INSERT | {"x": [1, 2]}), 2)], 0)
+@example([(b"r-1", dumps(INSERT), 2), (b"r-1", None, 2)], 0)
+def test_decode_inserts_agrees_with_decode_event(batch, start):
+    dim = batch[0][2]
+    check_run_agrees([(key, value) for key, value, _ in batch], dim, start=min(start, len(batch)))
+
+
+def test_decode_inserts_cuts_before_a_row_with_a_non_number():
+    good = (b"r-1", dumps(INSERT))
+    bad = (b"r-1", dumps(INSERT | {"x": [1.0, "2"]}))
+    run = decode_mod.decode_inserts(_messages([good, good, bad, good]), 0, dim=2, max_bytes=BIG)
+    assert run.end == 2 and len(run.ids) == 2 and run.X.shape == (2, 2)
+    assert run.newest_ts == max(m.timestamp()[1] for m in _messages([good, good]))
+
+
+def test_decode_inserts_respects_max_bytes():
+    record = (b"r-1", dumps(INSERT))
+    size = len(record[0]) + len(record[1])
+    assert decode_mod.decode_inserts(_messages([record]), 0, dim=2, max_bytes=size).end == 1
+    assert decode_mod.decode_inserts(_messages([record]), 0, dim=2, max_bytes=size - 1).end == 0

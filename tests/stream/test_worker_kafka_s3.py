@@ -10,19 +10,17 @@ exactly the stored post-noise iterate.
 from __future__ import annotations
 
 import time
-import uuid
 
 import numpy as np
 import pytest
 
-from tests.fixtures.s3 import make_s3_store
 from tests.infra.schema_samples import validate
 from tests.stream.kafka_harness import (
     WorkerProcess, committed_offsets, covered, delete, end_offsets, event_stream, insert, produce, releases,
-    releases_by_partition, stored_objects, topics_for, verify_against_oracle, wait_for, worker_env,
+    releases_by_partition, stored_objects, verify_against_oracle, wait_for,
 )
-from worker.devtools.s3_local import SeaweedS3
-from worker.state.store import SnapshotStore
+from tests.stream.kafka_harness import latest_version as _latest_version
+from tests.stream.kafka_harness import worker_on_s3
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 
@@ -31,21 +29,7 @@ OUTAGE_S = 4.0  # how long the partition must stay stalled while S3 is down
 
 def _worker_on_s3(bootstrap, kafka_topic, s3_server, name: str, snapshot_every: int):
     """A one-partition topic set, a fresh group and the worker's env with its state on SeaweedFS."""
-    if not isinstance(s3_server, SeaweedS3):
-        pytest.skip("needs the local SeaweedFS server (stopped and restarted by this test)")
-    s3_server.resume()
-    s3_server.start()
-    topics = topics_for(kafka_topic, partitions=1)
-    group = f"{name}-{uuid.uuid4().hex[:8]}"
-    prefix = f"tests/{group}"
-    env = worker_env(bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}",
-                     OLU_SNAPSHOT_EVERY_EVENTS=str(snapshot_every), **s3_server.env())
-    snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
-    return topics, group, env, snapshots
-
-
-def _latest_version(bootstrap, topics) -> int:
-    return max((r.json()["version"] for r in releases(bootstrap, topics.params)), default=-1)
+    return worker_on_s3(bootstrap, kafka_topic, s3_server, name, OLU_SNAPSHOT_EVERY_EVENTS=str(snapshot_every))
 
 
 def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_topic, s3_server, tmp_path):

@@ -11,9 +11,13 @@ Pieces:
   kafka-<version>/libs`` with ``mvn dependency:copy-dependencies``. Needs ``mvn``
   and network once per machine; later calls return the cached directory at once.
 * :class:`KafkaBroker` formats KRaft storage and runs ``kafka.Kafka`` as one
-  combined broker+controller on free loopback ports.
+  combined broker+controller on free loopback ports. With ``sasl_users`` it also
+  opens a ``SASL_PLAINTEXT`` listener (mechanism PLAIN, those users) on a port of
+  its own, so clients' SASL settings can be tested; the broker's own traffic
+  (inter-broker, controller) stays on the PLAINTEXT listeners.
 * ``python -m worker.devtools.kafka_local`` runs a broker until Ctrl-C / SIGTERM
-  and prints ``KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:<port>``.
+  and prints ``KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:<port>`` (and, with
+  ``--sasl-user NAME:PASSWORD``, ``KAFKA_SASL_BOOTSTRAP_SERVERS=127.0.0.1:<port>``).
 
 Only the standard library and confluent_kafka are used. POSIX only (flock, signals).
 """
@@ -51,6 +55,10 @@ _STOP_GRACE_S = 20.0
 _LOG_TAIL_LINES = 40
 _START_ATTEMPTS = 3  # only retried when a port we picked was taken meanwhile
 _PR_SET_PDEATHSIG = 1
+SASL_LISTENER = "SASL_PLAINTEXT"
+SASL_MECHANISM = "PLAIN"
+# Characters that would break out of the quoted JAAS option value or the properties line.
+_JAAS_UNSAFE = re.compile(r'["\\;\s=]')
 
 
 # --------------------------------------------------------------------------- jars
@@ -160,6 +168,16 @@ def _java() -> str:
     return java
 
 
+def _checked_sasl_users(users: Mapping[str, str] | None) -> dict[str, str]:
+    """``users`` as a dict, refusing names or passwords that would break the JAAS line."""
+    checked = dict(users or {})
+    for user, password in checked.items():
+        if not user or not password or _JAAS_UNSAFE.search(user) or _JAAS_UNSAFE.search(password):
+            raise ValueError("SASL user names and passwords must be non-empty, without quotes, "
+                             "backslashes, ';', '=' or whitespace")
+    return checked
+
+
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -197,6 +215,11 @@ class KafkaBroker:
     attribute can still be changed before :meth:`start`. Without ``data_dir`` a temp
     dir is used and removed by :meth:`stop`; a caller's ``data_dir`` is kept.
 
+    ``sasl_users`` (name -> password) adds a ``SASL_PLAINTEXT`` listener with the PLAIN
+    mechanism on ``sasl_port`` (default: a free one), reachable at
+    :attr:`sasl_bootstrap_servers`. No authorizer is configured: any of these users may
+    do anything, a wrong password is refused at authentication.
+
     Layout of the data dir: ``server.properties``, ``log4j2.properties``,
     ``data/`` (``log.dirs``), ``logs/kafka.log`` (log4j) and ``logs/stdout.log``.
     """
@@ -212,10 +235,13 @@ class KafkaBroker:
         cache_dir: str | os.PathLike | None = None,
         heap: str = "512m",
         startup_timeout: float = 60.0,
+        sasl_users: Mapping[str, str] | None = None,
+        sasl_port: int | None = None,
     ) -> None:
         self.version = version
-        self._fixed_ports = (port, controller_port)
-        self.port, self.controller_port = self._pick_ports()
+        self.sasl_users = _checked_sasl_users(sasl_users)
+        self._fixed_ports = (port, controller_port, sasl_port)
+        self.port, self.controller_port, self.sasl_port = self._pick_ports()
         self.extra_properties: dict[str, object] = dict(extra_properties or {})
         self.cache_dir = cache_dir
         self.heap = heap
@@ -231,6 +257,13 @@ class KafkaBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """``host:port`` of the SASL_PLAINTEXT listener (only with ``sasl_users``)."""
+        if self.sasl_port is None:
+            raise RuntimeError("this broker has no SASL listener (pass sasl_users)")
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def data_dir(self) -> Path:
@@ -262,9 +295,9 @@ class KafkaBroker:
             except _PortClash:
                 # Free ports are only "free a moment ago"; pick new ones if they are
                 # ours to choose and nobody has been told the old ones yet.
-                if self._has_started or None not in self._fixed_ports or attempt == _START_ATTEMPTS:
+                if self._has_started or attempt == _START_ATTEMPTS or not self._ports_are_ours():
                     raise
-                self.port, self.controller_port = self._pick_ports()
+                self.port, self.controller_port, self.sasl_port = self._pick_ports()
         self._has_started = True
         return self
 
@@ -301,10 +334,16 @@ class KafkaBroker:
 
     # -- config and internals ------------------------------------------------------
 
-    def _pick_ports(self) -> tuple[int, int]:
-        fresh = iter(free_ports(2))
-        port, controller_port = self._fixed_ports
-        return port or next(fresh), controller_port or next(fresh)
+    def _pick_ports(self) -> tuple[int, int, int | None]:
+        fresh = iter(free_ports(3))
+        port, controller_port, sasl_port = self._fixed_ports
+        return (port or next(fresh), controller_port or next(fresh),
+                (sasl_port or next(fresh)) if self.sasl_users else None)
+
+    def _ports_are_ours(self) -> bool:
+        """Some port was picked here, not fixed by the caller (so picking again may help)."""
+        wanted = self._fixed_ports if self.sasl_users else self._fixed_ports[:2]
+        return None in wanted
 
     def _start_once(self, libs: Path) -> None:
         try:
@@ -344,8 +383,26 @@ class KafkaBroker:
             "auto.create.topics.enable": "true",
             "num.partitions": "1",
         }
+        if self.sasl_users:
+            props.update(self._sasl_properties())
         props.update({k: str(v) for k, v in self.extra_properties.items()})
         return props
+
+    def _sasl_properties(self) -> dict[str, str]:
+        """The extra SASL_PLAINTEXT listener: PLAIN users from a listener-scoped JAAS config."""
+        name = SASL_LISTENER.lower()
+        users = " ".join(f'user_{user}="{password}"' for user, password in self.sasl_users.items())
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port},"
+                         f"{SASL_LISTENER}://127.0.0.1:{self.sasl_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},{SASL_LISTENER}://127.0.0.1:{self.sasl_port}",
+            "listener.security.protocol.map":
+                f"CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,{SASL_LISTENER}:{SASL_LISTENER}",
+            "sasl.enabled.mechanisms": SASL_MECHANISM,
+            f"listener.name.{name}.sasl.enabled.mechanisms": SASL_MECHANISM,
+            f"listener.name.{name}.{SASL_MECHANISM.lower()}.sasl.jaas.config":
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        }
 
     def _write_config(self) -> Path:
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -445,7 +502,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="client (PLAINTEXT) port; default: a free one")
     parser.add_argument("--data-dir", help="keep broker data here (default: a temp dir removed on exit)")
     parser.add_argument("--resolve-only", action="store_true", help="only fetch/cache the jars, print their dir")
+    parser.add_argument("--sasl-user", action="append", default=[], metavar="NAME:PASSWORD",
+                        help="add a SASL_PLAINTEXT listener (PLAIN) with this user; repeatable")
+    parser.add_argument("--sasl-port", type=int, help="SASL_PLAINTEXT port; default: a free one")
     args = parser.parse_args(argv)
+    sasl_users = {}
+    for item in args.sasl_user:
+        user, sep, password = item.partition(":")
+        if not sep:
+            parser.error(f"--sasl-user takes NAME:PASSWORD, got {item!r}")
+        sasl_users[user] = password
 
     if args.resolve_only:
         print(resolve_jars(args.version))
@@ -453,10 +519,16 @@ def main(argv: list[str] | None = None) -> int:
 
     # SIGTERM takes the same clean path as Ctrl-C.
     signal.signal(signal.SIGTERM, _interrupt)
-    broker = KafkaBroker(args.version, port=args.port, data_dir=args.data_dir)
+    try:
+        broker = KafkaBroker(args.version, port=args.port, data_dir=args.data_dir, sasl_users=sasl_users,
+                             sasl_port=args.sasl_port)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         broker.start()
         print(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
+        if sasl_users:
+            print(f"KAFKA_SASL_BOOTSTRAP_SERVERS={broker.sasl_bootstrap_servers}", flush=True)
         print(f"kafka {args.version} running (log: {broker.log_file}); Ctrl-C to stop", file=sys.stderr, flush=True)
         while broker.is_running:
             time.sleep(0.5)

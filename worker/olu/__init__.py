@@ -15,15 +15,18 @@ Usable alone, like a River estimator::
 from .accountant import BudgetExhausted, PrivacyAccountant
 from .active import ActiveAnchor, ActiveD2D
 from .base import ALGORITHMS, Deletion, OnlineUnlearner, load_model
+from .dptofw import DPTreeOnlineFrankWolfe
 from .baselines import DiscardRestart, PlainOGD
 from .errors import InvalidExample, InvalidState, OLUError
 from .examples import ExampleStore
+from .memorypair import MemoryPair
 from .newton import RidgeNewton
 from .passive import PassiveOLU, PassiveRestartOLU
 from .retrain import Retrain
+from .rewind import RewindToDelete
 
 __all__ = [
-    "ALGORITHMS", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart",
-    "ExampleStore", "InvalidExample", "InvalidState", "OLUError", "OnlineUnlearner", "PassiveOLU",
-    "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant", "Retrain", "RidgeNewton", "load_model",
+    "ALGORITHMS", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart", "DPTreeOnlineFrankWolfe",
+    "ExampleStore", "InvalidExample", "InvalidState", "MemoryPair", "OLUError", "OnlineUnlearner", "PassiveOLU",
+    "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant", "Retrain", "RewindToDelete", "RidgeNewton", "load_model",
 ]

@@ -30,8 +30,10 @@ class Deletion:
 
     outcome: ``noised`` (calibrated Gaussian added), ``exact`` (the model no longer depends on the
     record; nothing to hide), ``restarted`` (new epoch from a data-independent point),
+    ``retrained`` (budget exhausted: rebuilt from the retained examples, new epoch; memory-pair),
     ``not_applied`` (the model never used the record: no noise, no budget), ``duplicate`` (already
-    deleted: no-op), ``ignored`` (a baseline that does not unlearn).
+    deleted: no-op), ``ignored`` (a baseline that does not unlearn), ``dp_covered`` (dp-tofw: no-op on
+    the state, honoured by the DP guarantee of every release; no noise, no budget, no release).
     """
 
     outcome: str
@@ -42,7 +44,7 @@ class Deletion:
 
     @property
     def changed_model(self) -> bool:
-        return self.outcome in ("noised", "exact", "restarted")
+        return self.outcome in ("noised", "exact", "restarted", "retrained")
 
 
 def _schedule(name, constants, ball, t0, step) -> Schedule:

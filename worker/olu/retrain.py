@@ -28,7 +28,12 @@ _STORE_PREFIX = "examples_"
 def replay_ogd(model: OnlineUnlearner, store: ExampleStore) -> np.ndarray:
     """Projected OGD from z = 0 over ``store``'s retained rows at their own steps (gaps are ⊥)."""
     X, y, steps = store.live_rows()
-    z = np.zeros(model.dim)
+    return replay_rows(model, np.zeros(model.dim), X, y, steps)
+
+
+def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Projected OGD from ``z`` over rows (writeable, increasing ``steps``) at their own steps."""
+    z = np.array(z, dtype=np.float64)
     n = len(steps)
     if n == 0:
         return z

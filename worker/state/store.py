@@ -16,7 +16,10 @@ Decisions:
   is success; different content, or an object in an unknown (newer) format, is
   :class:`SnapshotConflict`: another writer owns the partition, the caller must stop. A
   *damaged* object (checksum, truncation) is replaced: after a fallback past it, the replay
-  snapshots at the same offsets again and would otherwise be stuck there.
+  snapshots at the same offsets again and would otherwise be stuck there. So is a *misplaced*
+  one -- a valid object whose envelope names another group, topic, partition, kind or offset
+  (copied or restored to the wrong key): no writer of this partition can have produced it, so
+  it says nothing about a competing owner, and restore already skips it as foreign.
 * **Corrupt full snapshots.** Skipped under ``on_corrupt="fallback"`` (the next older valid one
   is loaded and the deltas after *it* are returned, so nothing is redrawn); raised under
   ``"fail"``. "Corrupt" includes a valid snapshot of another group/topic/partition or kind
@@ -267,22 +270,30 @@ class SnapshotStore:
             if replacement is None or _newer_format(existing):
                 raise SnapshotConflict(key, f"an unreadable object already holds this key ({exc})") from None
             log.warning("replacing damaged snapshot object %s (%s)", key, exc)
-            try:
-                _call("delete", key, obstore.delete, self.store, key)
-            except FileNotFoundError:
-                pass
-            try:
-                _call("put", key, obstore.put, self.store, key, replacement, mode="create")
-            except AlreadyExistsError:
-                return self._same_or_conflict(key, envelope, header, arrays, replacement=None)
-            return len(replacement)
+            return self._replace(key, envelope, header, arrays, replacement)
         if isinstance(stored.get("snapshot"), dict):
             stored["snapshot"].pop("created_at", None)
+        misplaced = _misplaced(stored.get("snapshot"), envelope)
+        if misplaced and replacement is not None:
+            log.warning("replacing misplaced snapshot object %s (%s)", key, misplaced)
+            return self._replace(key, envelope, header, arrays, replacement)
         wanted = orjson.loads(orjson.dumps({"snapshot": envelope, "meta": header}))
         if stored != wanted or not _same_arrays(arrays, stored_arrays):
             raise SnapshotConflict(key, "a different snapshot already exists at this offset: "
                                         "another writer (a zombie?) owns this partition")
         return len(existing)
+
+    def _replace(self, key, envelope, header, arrays, replacement: bytes) -> int:
+        """Delete the useless object at ``key`` and create ``replacement`` (still create-only)."""
+        try:
+            _call("delete", key, obstore.delete, self.store, key)
+        except FileNotFoundError:
+            pass
+        try:
+            _call("put", key, obstore.put, self.store, key, replacement, mode="create")
+        except AlreadyExistsError:  # a racing writer got there first: judge what it wrote
+            return self._same_or_conflict(key, envelope, header, arrays, replacement=None)
+        return len(replacement)
 
     # ------------------------------------------------------------------ reading
     def restore(self, topic: str, partition: int, on_corrupt: str = "fallback") -> Restored | None:
@@ -444,6 +455,21 @@ def _fsync(target: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _misplaced(stored_envelope, envelope: dict) -> str | None:
+    """Why a readable object cannot belong at the key ``envelope`` describes, or None.
+
+    None also for an envelope in another layout version (a newer build's object is not ours to
+    judge: a conflict) and for one that matches (then the content decides).
+    """
+    if not isinstance(stored_envelope, dict):
+        return "no snapshot envelope in the header"
+    if stored_envelope.get("layout") != envelope["layout"]:
+        return None
+    wrong = [f"{k}={stored_envelope.get(k)!r} (expected {v!r})" for k, v in envelope.items()
+             if stored_envelope.get(k) != v]
+    return "foreign snapshot: " + ", ".join(wrong) if wrong else None
 
 
 def _newer_format(blob: bytes) -> bool:

@@ -10,7 +10,9 @@ snapshots, commit, close, flush.
 
 from __future__ import annotations
 
+import gc
 import signal
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -37,8 +39,22 @@ def _warm_up_kernels() -> None:
     log.info("compiled kernels ready", extra={"seconds": round(seconds, 3)})
 
 
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 class DeliveryFailed(RuntimeError):
     """A release or dead letter could not be delivered; restart and replay from the snapshot."""
+
+
+class ClientFailed(RuntimeError):
+    """The Kafka clients hit an error that retrying never heals (wrong credentials, fatal error)."""
+
+
+# A dead letter too large for the producer keeps this much of its key and value.
+DEAD_LETTER_PREFIX_BYTES = 65_536
+
+# librdkafka retries these forever without surfacing them from consume(): stop loudly instead.
+_UNRECOVERABLE = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 
 
 class Worker:
@@ -54,11 +70,15 @@ class Worker:
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
         self._delivery_error: str | None = None
+        self._client_error: str | None = None
         self._transactions_done = False  # the final transaction is committed: start no other
         self._retry_at: dict[tuple[str, int], float] = {}
         # Full snapshots are written off the loop thread (one at a time); the loop commits after.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="olu-snapshot")
         self._writing: dict[tuple[str, int], tuple[PartitionRunner, object, float, Future]] = {}
+        # Deletion deltas too, on their own thread: one thread keeps each partition's deltas in order.
+        self._delta_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="olu-delta")
+        self._paused: set[tuple[str, int]] = set()  # blocked on a delta: paused until it is stored
         self.events = 0
         self.summary = defaultdict(int)
         self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
@@ -77,11 +97,21 @@ class Worker:
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
         _warm_up_kernels()  # compile before the first batch, not inside it
-        self.producer = Producer(s.producer_config())
+        # The delta and snapshot writers hand the GIL back and forth with the loop around every
+        # store call and fsync; at the default 5 ms switch interval each hand-over can cost a
+        # deletion 5 ms of latency while the loop is busy learning.
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        # Everything loaded so far (numpy, numba, the Kafka clients: ~120,000 objects) lives as long
+        # as the process: keep the cyclic GC from walking it in every full collection (~60 ms each,
+        # a pause every deletion in flight would wait out).
+        gc.freeze()
+        self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error})
         if s.transactional:
             self.producer.init_transactions(30)
             self.producer.begin_transaction()
-        self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats})
+        self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
+                                  "error_cb": self._on_client_error})
         self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("worker started", extra={"topics": list(s.input_topics), "group": s.group_id,
@@ -92,20 +122,20 @@ class Worker:
                 if max_events is not None and self.events >= max_events:
                     break
         finally:
-            self._shutdown()
+            try:
+                self._shutdown()
+            finally:
+                sys.setswitchinterval(switch_interval)
         return dict(self.summary)
 
     def _round(self) -> None:
-        # Take what is already fetched without waiting (a delete is handled as soon as it is
-        # here); block for up to poll_timeout only when nothing is.
-        messages = self.consumer.consume(num_messages=self.settings.batch_size, timeout=0)
-        if not messages:
-            messages = self.consumer.consume(num_messages=self.settings.batch_size,
-                                             timeout=self.settings.poll_timeout)
+        messages = self._fetch()
         if self.health is not None:
             self.health.heartbeat()
         if self._delivery_error:
             raise DeliveryFailed(self._delivery_error)
+        if self._client_error:
+            raise ClientFailed(self._client_error)
         by_partition: dict[tuple[str, int], list] = defaultdict(list)
         for msg in messages:
             if msg.error():
@@ -114,19 +144,42 @@ class Worker:
             by_partition[(msg.topic(), msg.partition())].append(msg)
         for key, batch in by_partition.items():
             runner = self.runners.get(key)
-            if runner is not None and runner.blocked is None:
+            if runner is not None and not runner.blocked:
                 self._process(runner, batch)
         now = time.monotonic()
         self._retry_blocked(now)
         for runner in list(self.runners.values()):
-            release = runner.tick(now)
-            if release is not None:
-                self._publish(runner, release)
+            runner.tick(now)
+            self._publish_ready(runner)
             if runner.snapshot_due(now):
                 self._start_snapshot(runner)
         self._collect_snapshots()
         self._end_transaction_round()
         self.producer.poll(0)
+
+    def _fetch(self) -> list:
+        """What is already fetched, without waiting; if nothing is, wait up to poll_timeout for the
+        first message only. (``consume(n, timeout)`` would wait until n messages are there: at
+        50,000 events/s a batch of 2,000 takes 40 ms to fill, and a delete inside it waits too.)"""
+        batch = self.settings.batch_size
+        messages = self.consumer.consume(num_messages=batch, timeout=0)
+        if messages:
+            return messages
+        # A delta being written unlocks a release soon: look again within a millisecond or two
+        # rather than after a whole poll timeout (the delta writer cannot wake up the consumer).
+        waiting = any(r.outbox.in_flight for r in self.runners.values())
+        first = self.consumer.poll(min(self.settings.poll_timeout, 0.002) if waiting else self.settings.poll_timeout)
+        if first is None:
+            return []
+        return [first, *self.consumer.consume(num_messages=batch - 1, timeout=0)] if batch > 1 else [first]
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback (served inside consume/poll). Transient errors are retried by
+        the client and logged by librdkafka itself; an unrecoverable one stops the worker."""
+        if err.fatal() or err.code() in _UNRECOVERABLE:
+            if self._client_error is None:
+                log.error("kafka client error, stopping", extra={"error": err.str(), "code": err.name()})
+            self._client_error = f"{err.name()}: {err.str()}"
 
     def _on_consume_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -145,28 +198,44 @@ class Worker:
         self.events += consumed
         self.summary["events"] += consumed
         self.summary["deletions_honoured"] += sum(1 for d in outcome.deletions if d.changed_model)
-        if outcome.resume_at is not None:
-            # The deletion's post-noise state is not durable yet: stop this partition here and
-            # publish nothing of it until the delta is stored (invariant 2).
-            tp = TopicPartition(runner.topic, runner.partition, outcome.resume_at)
-            self.consumer.pause([tp])
-            self.consumer.seek(tp)
-            self.metrics.snapshot_failure("delta")
-            log.warning("deletion delta not durable; partition paused",
-                        extra={"topic": runner.topic, "partition": runner.partition, "offset": outcome.resume_at})
+        if runner.blocked:
+            self._pause_blocked(runner)
+
+    def _publish_ready(self, runner: PartitionRunner) -> None:
+        """Publish the releases whose deltas became durable in the background; pause on a failure."""
+        for release in runner.ready_releases():
+            self._publish(runner, release)
+        if runner.blocked:
+            self._pause_blocked(runner)
+
+    def _pause_blocked(self, runner: PartitionRunner) -> None:
+        """A deletion's post-noise state could not be stored: stop the partition where it is and
+        publish nothing of it until the delta is durable (invariant 2)."""
+        key = (runner.topic, runner.partition)
+        if key in self._paused:
+            return
+        self._paused.add(key)
+        tp = TopicPartition(runner.topic, runner.partition, runner.next_offset)
+        self.consumer.pause([tp])
+        self.consumer.seek(tp)  # messages fetched past this point are fetched again on resume
+        self.metrics.snapshot_failure("delta")
+        log.warning("deletion delta not durable; partition paused",
+                    extra={"topic": runner.topic, "partition": runner.partition, "offset": runner.next_offset})
 
     def _retry_blocked(self, now: float) -> None:
         for key, runner in list(self.runners.items()):
-            if runner.blocked is None or now < self._retry_at.get(key, 0.0):
+            if not runner.blocked or now < self._retry_at.get(key, 0.0):
                 continue
             try:
-                release = runner.retry_durable()
+                releases = runner.retry_durable()
             except StorageUnavailable:
                 self.metrics.snapshot_failure("delta")
                 self._retry_at[key] = now + 1.0
                 continue
             self._retry_at.pop(key, None)
-            self._publish(runner, release)
+            for release in releases:
+                self._publish(runner, release)
+            self._paused.discard(key)
             self.consumer.resume([TopicPartition(runner.topic, runner.partition)])
             log.info("deletion delta stored after retry; partition resumed",
                      extra={"topic": runner.topic, "partition": runner.partition})
@@ -193,14 +262,30 @@ class Worker:
             if err is not None:
                 self._delivery_error = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
 
-        headers = dead_letter_headers(
-            source_topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), reason=dead.reason,
-            detail=dead.detail, worker_version=__version__, failed_at_ms=int(time.time() * 1000),
-        ) + carry_headers(msg.headers())
-        self.producer.produce(self.settings.dlq_topic, key=msg.key(), value=msg.value(), headers=headers,
-                              on_delivery=delivered)
+        try:
+            self._produce_dead_letter(msg, msg.key(), msg.value(), dead.reason, dead.detail, msg.headers(), delivered)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise
+            # Larger than the producer's message.max.bytes (the input topic accepted it): a poison
+            # pill that would crash every restart. Send a bounded prefix instead and say so; the
+            # whole record stays in the input topic at the offset the headers name.
+            key, value = msg.key(), msg.value()
+            note = (f"[truncated: the record ({len(key or b'') + len(value or b'')} "
+                    f"bytes of key and value) is too large for the dead-letter topic; key and value cut to "
+                    f"their first {DEAD_LETTER_PREFIX_BYTES} bytes, original headers dropped] ")
+            self._produce_dead_letter(msg, key if key is None else key[:DEAD_LETTER_PREFIX_BYTES],
+                                      value if value is None else value[:DEAD_LETTER_PREFIX_BYTES],
+                                      dead.reason, note + dead.detail, None, delivered)
         self.metrics.record_dead_letter(msg.topic(), dead.reason)
         self.summary["dead_letters"] += 1
+
+    def _produce_dead_letter(self, msg, key, value, reason, detail, original_headers, delivered) -> None:
+        headers = dead_letter_headers(
+            source_topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), reason=reason,
+            detail=detail, worker_version=__version__, failed_at_ms=int(time.time() * 1000),
+        ) + carry_headers(original_headers)
+        self.producer.produce(self.settings.dlq_topic, key=key, value=value, headers=headers, on_delivery=delivered)
 
     # ----------------------------------------------------------------- snapshots and commits
     def _flush(self, timeout: float) -> bool:
@@ -216,7 +301,7 @@ class Worker:
 
     def _start_snapshot(self, runner: PartitionRunner) -> None:
         """Capture the state now (loop thread); write it in the background, commit when durable."""
-        if not self._flush(10.0):
+        if not self._settle_deltas(runner, 10.0) or not self._flush(10.0):
             return
         pending = runner.begin_snapshot()
         future = self._writer.submit(runner.write_snapshot, pending)
@@ -251,6 +336,13 @@ class Worker:
         self.metrics.snapshot_failure("full")
         log.warning("snapshot failed", extra={"topic": runner.topic, "partition": runner.partition,
                                               "error": str(exc)})
+
+    def _settle_deltas(self, runner: PartitionRunner, timeout: float) -> bool:
+        """Wait for the partition's deltas in flight and publish what they unlock; True if none is
+        left (a snapshot then covers no deletion whose release is still held)."""
+        settled = runner.outbox.settle(timeout)
+        self._publish_ready(runner)
+        return settled and not runner.blocked
 
     def _snapshot_and_commit(self, runner: PartitionRunner, flush_timeout: float = 10.0) -> bool:
         """Synchronous snapshot and commit (revoke and shutdown)."""
@@ -297,17 +389,21 @@ class Worker:
             runner, restored = PartitionRunner.restore(
                 tp.topic, tp.partition, snapshots=self.snapshots, settings=self.settings,
                 model_factory=self._new_model, model_name=self.settings.model_name or self.settings.group_id,
-                on_corrupt=self.settings.on_corrupt_snapshot,
+                on_corrupt=self.settings.on_corrupt_snapshot, delta_writer=self._delta_writer.submit,
             )
             self.runners[(tp.topic, tp.partition)] = runner
             self.metrics.record_restore(runner, time.monotonic() - started)
             offset = runner.next_offset if runner.next_offset is not None else OFFSET_BEGINNING
             assignment.append(TopicPartition(tp.topic, tp.partition, offset))
+            skipped = [] if restored is None else [{"key": k, "reason": r} for k, r in restored.skipped]
+            for entry in skipped:  # on_corrupt_snapshot=fallback: name each object passed over
+                log.warning("corrupt snapshot skipped", extra={"topic": tp.topic, "partition": tp.partition,
+                                                               **entry})
             log.info("partition assigned", extra={
                 "topic": tp.topic, "partition": tp.partition, "offset": runner.next_offset,
                 "snapshot": None if restored is None else restored.offset,
                 "deltas": 0 if restored is None else len(restored.deltas),
-                "skipped_snapshots": [] if restored is None else [r for _, r in restored.skipped],
+                "skipped_snapshots": skipped,
             })
         consumer.incremental_assign(assignment)
         self.metrics.set_assigned(len(self.runners))
@@ -336,10 +432,13 @@ class Worker:
                 if deadline is not None:
                     self._collect_snapshots([key], timeout=max(0.01, deadline - time.monotonic()))
                 self._writing.pop(key, None)
-            if deadline is not None and runner.blocked is None and time.monotonic() < deadline:
-                release = runner.final_release()
-                if release is not None:
-                    self._publish(runner, release)
+            self._paused.discard(key)
+            self._retry_at.pop(key, None)
+            if deadline is None:
+                runner.outbox.cancel(timeout=10.0)  # lost: no write may land once another member owns it
+            elif self._settle_deltas(runner, max(0.0, deadline - time.monotonic())) and time.monotonic() < deadline:
+                runner.final_release()
+                self._publish_ready(runner)
                 if runner.next_offset != runner.snapshot_offset:
                     self._snapshot_and_commit(runner, flush_timeout=max(0.1, deadline - time.monotonic()))
                 else:
@@ -366,6 +465,7 @@ class Worker:
                     self._transactions_done = True
         finally:
             self._writer.shutdown(wait=True)
+            self._delta_writer.shutdown(wait=True)
             if self.consumer is not None:
                 self.consumer.close()
             if self.producer is not None:

@@ -27,6 +27,7 @@ REASONS: tuple[str, ...] = (
     "oversized",
     "schema_violation",
     "key_mismatch",
+    "budget_exhausted",
 )
 _REASON_SET = frozenset(REASONS)
 

@@ -4,9 +4,10 @@ No Kafka calls here: the loop hands in fetched messages and publishes what comes
 the privacy-critical ordering in one small place:
 
 1. a deletion that changed the model is made durable (a delta object holding the post-noise state)
-   *before* its release is handed to the loop (invariant 2);
-2. if that write fails, processing of the partition stops at that point (``blocked``) and resumes
-   only once the delta is durable; the noisy state is never published before;
+   *before* its release, or any later one, is handed to the loop (invariant 2; the outbox holds
+   them while the delta is written in the background and learning goes on);
+2. if that write fails, the partition stops (``blocked``) until the delta is durable; nothing of
+   the state after the deletion is published or committed before;
 3. on restore, a delete whose delta exists takes the stored post-noise state instead of drawing
    fresh noise, so a crash never yields two independent noisy views of one deletion.
 
@@ -21,15 +22,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..logs import get_logger
+from ..olu.accountant import BudgetExhausted
 from ..olu.base import load_model
 from ..olu.errors import InvalidExample
-from ..state.store import StorageUnavailable
-from .decode import DeadLetter, Delete, Insert, decode_event
-from .releases import release_headers, release_key, release_value
+from .decode import DeadLetter, Delete, Insert, InsertRun, decode_event, decode_inserts
+from .outbox import Outbox
+from .releases import budget_header, release_headers, release_key, release_value
+
+log = get_logger("olu.partition")
 
 # Algorithms that keep raw retained examples in their state: after a deletion, every stored object
 # that still holds the deleted record must go within the purge bound (invariant 6).
-KEEPS_EXAMPLES = frozenset({"active-d2d", "active-anchor", "active-newton", "retrain"})
+KEEPS_EXAMPLES = frozenset({"active-d2d", "active-anchor", "active-newton", "retrain", "memory-pair", "rewind"})
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Outcome:
     tombstones: int = 0  # of ``deletes``: null-value deletes (metric op="tombstone")
     deletions: list = field(default_factory=list)  # the engine's Deletion results, in order
     skipped: int = 0
+    refused: int = 0  # deletes refused for an exhausted privacy budget (also in ``dead_letters``)
 
 
 @dataclass
@@ -71,17 +77,10 @@ class PendingSnapshot:
     purge_due_at: float | None  # set: objects before ``offset`` must be purged (invariant 6)
 
 
-@dataclass
-class _PendingDelta:
-    offset: int
-    header: dict
-    arrays: dict
-    release: Release
-
-
 class PartitionRunner:
     def __init__(self, topic: str, partition: int, model, *, snapshots, settings, model_name: str,
-                 next_offset: int | None = None, event_time_ms: int = 0, replay_deltas: dict | None = None):
+                 next_offset: int | None = None, event_time_ms: int = 0, replay_deltas: dict | None = None,
+                 delta_writer=None):
         self.topic, self.partition, self.model = topic, partition, model
         self.snapshots, self.settings, self.model_name = snapshots, settings, model_name
         self.next_offset = next_offset  # None: nothing applied yet, start at the log's beginning
@@ -95,53 +94,80 @@ class PartitionRunner:
         self.last_release_at = self.last_snapshot_at = now
         self.purge_due_at: float | None = None  # active algorithms: raw features to purge by then
         self.snapshot_in_flight = False
-        self.blocked: _PendingDelta | None = None
+        # delta_writer: a single-thread executor's submit (None: write deltas on this thread).
+        self.outbox = Outbox(self._write_delta, delta_writer)
         self.prequential_loss: float | None = None
 
     # ----------------------------------------------------------------- restore
     @classmethod
-    def restore(cls, topic, partition, *, snapshots, settings, model_factory, model_name, on_corrupt):
+    def restore(cls, topic, partition, *, snapshots, settings, model_factory, model_name, on_corrupt,
+                delta_writer=None):
         restored = snapshots.restore(topic, partition, on_corrupt=on_corrupt)
+        common = dict(snapshots=snapshots, settings=settings, model_name=model_name, delta_writer=delta_writer)
         if restored is None:
-            return cls(topic, partition, model_factory(), snapshots=snapshots, settings=settings,
-                       model_name=model_name), None
+            return cls(topic, partition, model_factory(), **common), None
         deltas = {off: (hdr, arrs) for off, hdr, arrs in restored.deltas}
         if restored.key is None:  # deletions before the first full snapshot: replay from the start
-            return cls(topic, partition, model_factory(), snapshots=snapshots, settings=settings,
-                       model_name=model_name, replay_deltas=deltas), restored
+            return cls(topic, partition, model_factory(), replay_deltas=deltas, **common), restored
         model = load_model({"meta": restored.header["model"], "arrays": restored.arrays})
-        runner = cls(topic, partition, model, snapshots=snapshots, settings=settings, model_name=model_name,
-                     next_offset=restored.offset, event_time_ms=restored.header.get("event_time_ms", 0),
-                     replay_deltas=deltas)
+        runner = cls(topic, partition, model, next_offset=restored.offset,
+                     event_time_ms=restored.header.get("event_time_ms", 0), replay_deltas=deltas, **common)
         return runner, restored
 
     # ----------------------------------------------------------------- processing
     def process(self, messages) -> Outcome:
-        """Apply fetched messages (offset order). Stops at a deletion whose delta is not durable."""
+        """Apply fetched messages (offset order); ``releases`` holds those publishable now.
+
+        Stops after a deletion whose delta could not be stored (``resume_at``, ``blocked``).
+        """
         out = Outcome()
-        batch: list = []
-        for msg in messages:
-            offset = msg.offset()
-            if self.next_offset is not None and offset < self.next_offset:
-                continue  # already reflected (a re-fetch after a seek)
+        messages = self._unseen(messages)
+        dim, max_bytes = self.model.dim, self.settings.max_record_bytes
+        i, n = 0, len(messages)
+        while i < n:
+            run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes)
+            if run.end > i:
+                self._apply_inserts(run, messages, i, out)
+                i = run.end
+                if i == n:
+                    break
+            msg = messages[i]  # not a valid insert: a delete, or a dead letter with its reason
+            i += 1
             try:
-                event = decode_event(msg.key(), msg.value(), dim=self.model.dim,
-                                     max_bytes=self.settings.max_record_bytes)
+                event = decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes)
             except DeadLetter as dead:
-                self._flush(batch, out)
                 out.dead_letters.append(DeadLetterOut(msg, dead.reason, dead.detail))
                 self._advance(msg)
                 continue
-            if isinstance(event, Insert):
-                batch.append((msg, event))
+            if isinstance(event, Insert):  # not expected (the fast path mirrors decode_event), never lost
+                kind, ts = msg.timestamp()
+                single = InsertRun(i, [event.id], np.array([event.x], np.float64), np.array([event.y]), ts if kind else 0)
+                self._apply_inserts(single, messages, i - 1, out)
                 continue
-            self._flush(batch, out)
             if not self._delete(msg, event, out):
-                out.resume_at = offset + 1
-                return out
-        self._flush(batch, out)
-        self._release_if_due(out)
+                break
+        if not self.blocked:
+            self._release_if_due()
+        out.releases = self.outbox.ready()
+        if self.blocked:
+            out.resume_at = self.next_offset
         return out
+
+    @property
+    def blocked(self) -> bool:
+        """A deletion's delta could not be stored: process nothing more until :meth:`retry_durable`."""
+        return self.outbox.failed is not None
+
+    def _unseen(self, messages: list) -> list:
+        """Drop messages already reflected in the state (a re-fetch after a seek or a restore).
+
+        One partition's messages arrive in offset order (librdkafka drops those fetched before a
+        seek), so only a batch that starts below ``next_offset`` needs filtering.
+        """
+        floor = self.next_offset
+        if floor is None or not messages or messages[0].offset() >= floor:
+            return messages
+        return [m for m in messages if m.offset() >= floor]
 
     def _advance(self, msg) -> None:
         self.next_offset = msg.offset() + 1
@@ -151,38 +177,30 @@ class PartitionRunner:
         self.events_since_release += 1
         self.events_since_snapshot += 1
 
-    def _flush(self, batch: list, out: Outcome) -> None:
-        if not batch:
-            return
-        ids = [ev.id for _, ev in batch]
-        X = np.array([ev.x for _, ev in batch], dtype=np.float64)  # decode checked: numbers, length dim
-        y = np.array([ev.y for _, ev in batch], dtype=np.float64)
+    def _apply_inserts(self, run, messages: list, start: int, out: Outcome) -> None:
+        """Learn ``messages[start:run.end]`` (decoded in ``run``) as one batch."""
+        X, y = run.X, run.y
         self._observe_loss(X, y)
         dead = 0
         try:
-            applied = self.model.learn_many(ids, X, y)
+            applied = self.model.learn_many(run.ids, X, y)
         except InvalidExample:
             # Rare: find the bad rows one by one (learn_many changed nothing; learn_one is
             # bit-identical to it, so the result does not depend on this path being taken).
             applied = 0
-            for msg, ev in batch:
+            for j, record_id in enumerate(run.ids):
                 try:
-                    applied += self.model.learn_one(ev.id, ev.x, ev.y)
+                    applied += self.model.learn_one(record_id, X[j], y[j])
                 except InvalidExample as bad:
-                    out.dead_letters.append(DeadLetterOut(msg, bad.reason, str(bad)))
+                    out.dead_letters.append(DeadLetterOut(messages[start + j], bad.reason, str(bad)))
                     dead += 1
+        count = run.end - start
         out.inserts += applied
-        out.skipped += len(batch) - applied - dead  # inserts of ids deleted before they arrived
-        self._advance_many([msg for msg, _ in batch])
-        batch.clear()
-
-    def _advance_many(self, messages: list) -> None:
-        """``_advance`` for a run of messages, without per-message bookkeeping."""
-        newest = max((ts for kind, ts in (m.timestamp() for m in messages) if kind), default=0)
-        self.event_time_ms = max(self.event_time_ms, newest)
-        self.next_offset = messages[-1].offset() + 1
-        self.events_since_release += len(messages)
-        self.events_since_snapshot += len(messages)
+        out.skipped += count - applied - dead  # inserts of ids deleted before they arrived
+        self.event_time_ms = max(self.event_time_ms, run.newest_ts)
+        self.next_offset = messages[run.end - 1].offset() + 1
+        self.events_since_release += count
+        self.events_since_snapshot += count
 
     def _observe_loss(self, X: np.ndarray, y: np.ndarray) -> None:
         """Prequential (test-then-train) loss of the current model on the incoming batch."""
@@ -201,7 +219,11 @@ class PartitionRunner:
         after = msg.offset() + 1
         stored = self.replay_deltas.pop(after, None)
         post_state = None if stored is None else self._post_state(stored)
-        deletion = self.model.unlearn_one(event.id, post_state=post_state)
+        try:
+            deletion = self.model.unlearn_one(event.id, post_state=post_state)
+        except BudgetExhausted as exc:  # the model is unchanged; never crash-loop on it
+            self._refuse(msg, exc, out)
+            return True
         self._advance(msg)
         out.deletes += 1
         out.tombstones += event.tombstone
@@ -212,26 +234,36 @@ class PartitionRunner:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
         release = self._release("deletion", deletion_started=started)
+        if deletion.outcome == "retrained":  # the budget ran out: said in a header, the value stays pure
+            release.headers.append(budget_header("retrained"))
+            log.warning("deletion budget exhausted; model retrained on the retained data", extra={
+                "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
+                "algorithm": self.settings.algorithm, "epoch": self.model.epoch})
         if stored is not None:  # replaying: this exact post-noise state is already durable
-            out.releases.append(release)
+            self.outbox.release(release)
             return True
         header, arrays = self._delta_payload(after)
-        try:
-            self.snapshots.write_delta(self.topic, self.partition, after, header, arrays)
-        except StorageUnavailable:
-            self.blocked = _PendingDelta(after, header, arrays, release)
-            return False
-        out.releases.append(release)
-        return True
+        return self.outbox.delta(after, header, arrays, release)
 
-    def retry_durable(self) -> Release | None:
-        """Try again to store the blocked deletion's delta; its release once durable."""
-        pending = self.blocked
-        if pending is None:
-            return None
-        self.snapshots.write_delta(self.topic, self.partition, pending.offset, pending.header, pending.arrays)
-        self.blocked = None
-        return pending.release
+    def _write_delta(self, offset: int, header: dict, arrays: dict) -> None:
+        self.snapshots.write_delta(self.topic, self.partition, offset, header, arrays)
+
+    def _refuse(self, msg, exc: BudgetExhausted, out: Outcome) -> None:
+        """A delete the budget cannot cover (on_budget=refuse): dead-letter it so it is not lost."""
+        log.error("deletion refused: privacy budget exhausted", extra={
+            "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
+            "algorithm": self.settings.algorithm, "reason": "budget_exhausted", "detail": str(exc)})
+        out.dead_letters.append(DeadLetterOut(msg, "budget_exhausted", str(exc)))
+        out.refused += 1
+        self._advance(msg)
+
+    def ready_releases(self) -> list[Release]:
+        """Releases whose deltas have become durable since the last call, in order."""
+        return self.outbox.ready()
+
+    def retry_durable(self) -> list[Release]:
+        """Store the deltas that are not durable, in order (raises StorageUnavailable); the releases."""
+        return self.outbox.retry()
 
     def _delta_payload(self, after: int) -> tuple[dict, dict]:
         m = self.model
@@ -254,27 +286,27 @@ class PartitionRunner:
         return Release(release_key(self.topic, self.partition), value, release_headers(trigger),
                        self.next_offset, trigger, deletion_started)
 
-    def _release_if_due(self, out: Outcome) -> None:
+    def _release_if_due(self) -> None:
         every = self.settings.release_every_events
         if every and self.events_since_release >= every and self._unreleased():
-            out.releases.append(self._release("events"))
+            self.outbox.release(self._release("events"))
 
     def _unreleased(self) -> bool:
         return self.next_offset is not None and self.next_offset != self.released_version
 
-    def tick(self, now: float) -> Release | None:
+    def tick(self, now: float) -> None:
         """Timer releases: every T seconds when something changed since the last one."""
         every = self.settings.release_every_seconds
-        if every and self.blocked is None and self._unreleased() and now - self.last_release_at >= every:
-            return self._release("interval")
-        return None
+        if every and not self.blocked and self._unreleased() and now - self.last_release_at >= every:
+            self.outbox.release(self._release("interval"))
 
-    def final_release(self) -> Release | None:
-        return self._release("final") if self.blocked is None and self._unreleased() else None
+    def final_release(self) -> None:
+        if not self.blocked and self._unreleased():
+            self.outbox.release(self._release("final"))
 
     # ----------------------------------------------------------------- snapshots
     def snapshot_due(self, now: float) -> bool:
-        if (self.blocked is not None or self.snapshot_in_flight or self.next_offset is None
+        if (self.blocked or self.snapshot_in_flight or self.next_offset is None
                 or self.next_offset == self.snapshot_offset):
             return False
         s = self.settings

@@ -16,6 +16,10 @@ from .. import __version__
 
 SCHEMA_VERSION = 1
 TRIGGERS = ("deletion", "events", "interval", "final")
+#: Header on a deletion's release when the privacy budget ran out and the model was rebuilt from
+#: the retained data (memory-pair, on_budget=retrain) instead of noised.
+BUDGET_HEADER = "olu.budget"
+BUDGET_OUTCOMES = ("retrained",)
 
 
 class UnreleasableState(RuntimeError):
@@ -59,3 +63,10 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
 
 def release_headers(trigger: str) -> list[tuple[str, bytes]]:
     return [("olu.trigger", trigger.encode()), ("olu.worker.version", __version__.encode())]
+
+
+def budget_header(outcome: str) -> tuple[str, bytes]:
+    """``olu.budget`` = what the exhausted budget led to (``retrained``)."""
+    if outcome not in BUDGET_OUTCOMES:
+        raise ValueError(f"budget outcome must be one of {BUDGET_OUTCOMES}, got {outcome!r}")
+    return (BUDGET_HEADER, outcome.encode())

@@ -1,0 +1,102 @@
+"""The performance targets of the engine and streaming-worker issues, in one place (not a bench).
+
+Every bench compares its numbers with these and prints one MET / NOT MET line per comparison;
+:class:`Checks` does both and keeps the lines as dicts for the JSON report::
+
+    checks = Checks()
+    checks.check(ENGINE_EVENTS_PER_S, 2.5e6, where="learn_many, d=10")
+    report["targets"] = checks.results
+
+Timings depend on the machine and on what else runs on it: a NOT MET on a shared machine is a
+prompt to re-run on a quiet one, never a build failure (design.md section 8).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+_OPS = {">=": operator.ge, "<=": operator.le}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One stated goal: ``value <op> threshold`` in ``unit``."""
+
+    key: str  # stable name in the JSON reports
+    text: str  # the goal as the issue states it
+    op: str  # ">=" or "<="
+    threshold: float
+    unit: str
+    source: str  # which issue states it
+
+    def met(self, value: float | None) -> bool:
+        return value is not None and _OPS[self.op](value, self.threshold)
+
+    def format(self, value: float | None) -> str:
+        if value is None:
+            return "no value"
+        if self.unit == "x":
+            return f"{value:.2f}x"
+        if self.unit == "s":
+            return f"{value * 1e3:,.1f} ms" if self.threshold < 1 else f"{value:,.3f} s"
+        if self.unit == "ms":
+            return f"{value:,.1f} ms"
+        return f"{value:,.2f} {self.unit}" if value < 100 else f"{value:,.0f} {self.unit}"
+
+
+# --------------------------------------------------------------------------- engine issue
+ENGINE_EVENTS_PER_S = Target(
+    "engine_events_per_s", "engine learns >= 1,000,000 events/s on one core", ">=", 1_000_000,
+    "events/s", "engine")
+ENGINE_X_RIVER = Target(
+    "engine_x_river", "engine >= 3x River's LogisticRegression.learn_one on one core", ">=", 3.0,
+    "x", "engine")
+INDEX_BYTES_PER_RECORD = Target(
+    "index_bytes_per_record", "applied-record index <= 16 bytes per record at 1,000,000 records", "<=", 16.0,
+    "bytes/record", "engine")
+ACTIVE_DELETION_MS = Target(
+    "active_deletion_ms", "one active deletion <= 250 ms with 100,000 retained examples at d = 50", "<=", 250.0,
+    "ms", "engine")
+ACTIVE_DELETION_RETAINED = 100_000  # the conditions of ACTIVE_DELETION_MS
+ACTIVE_DELETION_DIM = 50
+
+# --------------------------------------------------------------------------- streaming-worker issue
+WORKER_EVENTS_PER_S = Target(
+    "worker_events_per_s", "worker end to end, passive d = 10 logistic, one partition >= 150,000 events/s",
+    ">=", 150_000, "events/s", "streaming worker")
+WORKER_X_CEILING = Target(
+    "worker_x_ceiling", "worker end to end >= 0.5x the raw consume-and-decode ceiling of the same run",
+    ">=", 0.5, "x", "streaming worker")
+DELETE_TO_RELEASE_P99_S = Target(
+    "delete_to_release_p99_s", "delete-to-release p99 <= 50 ms at 50,000 inserts/s, deletion durable on S3",
+    "<=", 0.050, "s", "streaming worker")
+RESTORE_1M_S = Target(
+    "restore_1m_s", "restore of a partition with 1,000,000 applied records <= 2 s", "<=", 2.0, "s",
+    "streaming worker")
+
+ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS,
+       WORKER_EVENTS_PER_S, WORKER_X_CEILING, DELETE_TO_RELEASE_P99_S, RESTORE_1M_S)
+
+
+class Checks:
+    """Compares values with targets, prints a MET / NOT MET line for each, keeps them for the JSON."""
+
+    def __init__(self, indent: str = "  ", echo: bool = True):
+        self.indent, self.echo = indent, echo
+        self.results: list[dict] = []
+
+    def check(self, target: Target, value: float | None, *, where: str = "", note: str = "") -> bool:
+        ok = target.met(value)
+        self.results.append({"target": target.key, "text": target.text, "op": target.op,
+                             "threshold": target.threshold, "unit": target.unit, "where": where,
+                             "value": value, "met": ok, **({"note": note} if note else {})})
+        if self.echo:
+            head = f"{target.text}" + (f" [{where}]" if where else "")
+            print(f"{self.indent}{head}: {target.format(value)} -> {'MET' if ok else 'NOT MET'}"
+                  + (f" ({note})" if note else ""))
+        return ok
+
+    @property
+    def all_met(self) -> bool:
+        return all(r["met"] for r in self.results)

@@ -1,0 +1,192 @@
+"""worker.stream.outbox: releases held behind deletion deltas until those are durable (invariant 2).
+
+The writes run on a real single-thread executor, as in the worker; a gate (threading.Event) holds a
+write "in flight" so the test can look at the outbox meanwhile. Nothing here depends on timing:
+every wait is on an event or a future.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from worker.config import load_settings
+from worker.olu import PassiveOLU
+from worker.state.store import SnapshotConflict, SnapshotStore, StorageUnavailable, open_store
+from worker.stream.outbox import NotAttempted, Outbox
+from worker.stream.partition import PartitionRunner
+
+
+class Store:
+    """A delta sink: records writes in order; fails while ``down``; blocks while ``gate`` is clear."""
+
+    def __init__(self):
+        self.written: list[int] = []
+        self.calls: list[int] = []
+        self.down = False
+        self.fail: set[int] = set()  # offsets whose (next) write fails
+        self.error: Exception | None = None
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def write(self, offset, header, arrays):
+        self.calls.append(offset)
+        self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        if self.down or offset in self.fail:
+            self.fail.discard(offset)
+            raise StorageUnavailable(f"delta {offset}", "store down")
+        self.written.append(offset)
+
+
+@pytest.fixture
+def executor():
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool
+
+
+def test_releases_without_deltas_pass_in_order():
+    box = Outbox(Store().write)
+    box.release("a")
+    box.release("b")
+    assert box.ready() == ["a", "b"] and box.ready() == []
+    assert not box.pending and box.failed is None
+
+
+def test_a_release_behind_an_in_flight_delta_waits_for_it(executor):
+    store = Store()
+    box = Outbox(store.write, executor.submit)
+    box.release("before")
+    store.gate.clear()
+    assert box.delta(10, {}, {}, "deletion") is True  # queued, not failed
+    box.release("after")
+    assert box.ready() == ["before"]  # the deletion and everything after it are held
+    assert box.pending and store.written == []
+    store.gate.set()
+    assert box.settle(None)
+    assert box.ready() == ["deletion", "after"]
+    assert store.written == [10]
+
+
+def test_a_failed_delta_blocks_and_later_deltas_are_not_written_before_it(executor):
+    store = Store()
+    box = Outbox(store.write, executor.submit)
+    store.gate.clear()
+    store.fail = {10}  # only the first write fails: the second must still not be written
+    box.delta(10, {}, {}, "d10")
+    box.release("r11")
+    box.delta(12, {}, {}, "d12")
+    store.gate.set()
+    box.settle(None)
+    assert box.ready() == [] and box.failed is not None and box.failed.offset == 10
+    assert store.written == []  # 12 was not attempted: 10 is not durable
+    assert isinstance(box._items[-1].future.exception(), NotAttempted)
+    assert box.retry() == ["d10", "r11", "d12"]
+    assert store.written == [10, 12] and box.failed is None and not box.pending
+
+
+def test_retry_raises_while_storage_is_down_and_keeps_everything():
+    store = Store()
+    store.down = True
+    box = Outbox(store.write)  # synchronous writes: the failure is known at once
+    assert box.delta(5, {}, {}, "d5") is False
+    assert box.ready() == [] and box.failed.offset == 5
+    with pytest.raises(StorageUnavailable):
+        box.retry()
+    assert box.ready() == [] and box.pending
+    store.down = False
+    assert box.retry() == ["d5"]
+
+
+def test_a_conflicting_object_is_raised_not_retried():
+    store = Store()
+    store.error = SnapshotConflict("k", "a different snapshot already exists")
+    box = Outbox(store.write)
+    box.delta(5, {}, {}, "d5")
+    with pytest.raises(SnapshotConflict):
+        box.ready()
+
+
+def test_backpressure_waits_for_the_oldest_delta(executor):
+    store = Store()
+    box = Outbox(store.write, executor.submit, max_in_flight=2)
+    store.gate.clear()
+    box.delta(1, {}, {}, "d1")
+    box.delta(2, {}, {}, "d2")
+    third = threading.Thread(target=box.delta, args=(3, {}, {}, "d3"))
+    third.start()
+    third.join(0.3)
+    assert third.is_alive()  # two in flight: the third deletion waits
+    store.gate.set()
+    third.join(30)
+    assert not third.is_alive()
+    box.settle(None)
+    assert box.ready() == ["d1", "d2", "d3"] and store.written == [1, 2, 3]
+
+
+def test_cancel_drops_writes_not_started(executor):
+    store = Store()
+    box = Outbox(store.write, executor.submit)
+    store.gate.clear()
+    box.delta(1, {}, {}, "d1")
+    box.delta(2, {}, {}, "d2")
+    threading.Timer(0.2, store.gate.set).start()
+    box.cancel(timeout=30)  # waits for the running write (1), drops the queued one (2)
+    assert store.written == [1] and store.calls == [1]
+    assert box.ready() == [] and not box.pending
+
+
+# --------------------------------------------------------------------------- through PartitionRunner
+class _Msg:
+    def __init__(self, offset, key, value):
+        self._offset, self._key, self._value = offset, key, value
+
+    def offset(self):
+        return self._offset
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def timestamp(self):
+        return (1, 1_700_000_000_000 + self._offset)
+
+
+class GatedSnapshots(SnapshotStore):
+    """The real snapshot store (memory://) with delta writes held at a gate."""
+
+    def __init__(self):
+        super().__init__(open_store("memory://"), prefix="p", group="g", keep=3)
+        self.gate = threading.Event()
+
+    def write_delta(self, *args, **kwargs):
+        self.gate.wait()
+        return super().write_delta(*args, **kwargs)
+
+
+def test_runner_holds_the_deletion_release_and_later_ones_until_the_delta_is_stored(executor):
+    settings = load_settings([], env={"OLU_DIM": "2", "OLU_RELEASE_EVERY_EVENTS": "1",
+                                      "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1"})
+    snapshots = GatedSnapshots()
+    model = PassiveOLU(dim=2, noise_rng=np.random.default_rng(0))
+    runner = PartitionRunner("t", 0, model, snapshots=snapshots, settings=settings, model_name="m",
+                             delta_writer=executor.submit)
+    ins = [_Msg(i, f"r-{i}".encode(), b'{"op":"insert","id":"r-%d","x":[0.5,0.5],"y":1}' % i) for i in range(3)]
+    out = runner.process(ins)
+    assert [r.version for r in out.releases] == [3]  # release_every_events = 1: one per batch
+    out = runner.process([_Msg(3, b"r-1", None)])  # a tombstone: delete r-1
+    assert out.releases == [] and snapshots.list("t", 0) == []  # the deletion's release waits
+    more = runner.process([_Msg(4, b"r-9", b'{"op":"insert","id":"r-9","x":[0.1,0.2],"y":-1}')])
+    assert more.releases == []  # so does every later release
+    assert runner.outbox.pending and not runner.blocked
+    snapshots.gate.set()
+    runner.outbox.settle(None)
+    released = runner.ready_releases()
+    assert [(r.trigger, r.version) for r in released] == [("deletion", 4), ("events", 5)]
+    assert [ref.offset for ref in snapshots.list("t", 0)] == [4]

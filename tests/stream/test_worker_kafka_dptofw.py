@@ -1,0 +1,122 @@
+"""The online-DP baseline (dp-tofw) in the worker, against the real broker.
+
+Every release carries the tree mechanism's own epsilon; deletions are DP-covered no-ops (no
+delta, no deletion release); and a SIGKILL followed by a replay from the last snapshot re-forms
+the same noisy tree nodes, so every re-published version is byte-identical: no second noisy view
+of a node that a release already used (private-oco-spec 5.1, design.md invariants 2 and 3).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from tests.stream.kafka_harness import (
+    WorkerProcess, assert_identical_duplicates, assert_same_state, covered, end_offsets, event_stream,
+    input_by_partition, produce, releases, settings_of, stored_objects, topics_for, wait_for, worker_env,
+)
+from worker.olu.base import ALGORITHMS, load_model
+from worker.olu.errors import InvalidExample
+from worker.olu.tree import record_levels
+from worker.state.store import SnapshotStore, open_store
+from worker.stream.decode import DeadLetter, Insert, decode_event
+
+pytestmark = pytest.mark.kafka
+
+HORIZON = 256  # small, so the stream crosses tree epochs
+
+
+def _oracle(settings, noise_key: str):
+    """A fresh engine with the worker's settings and the worker's noise key (read from its snapshot)."""
+    blank = ALGORITHMS[settings.algorithm](**settings.model_kwargs()).export_state()
+    blank["meta"]["extra"]["noise_key"] = noise_key
+    return load_model(blank)
+
+
+def _replay(model, settings, records) -> dict[int, tuple]:
+    """offset + 1 -> (t, epoch, weights bytes, privacy) after each input record."""
+    trace = {}
+    for offset, key, value in records:
+        try:
+            event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes)
+            if isinstance(event, Insert):
+                model.learn_one(event.id, event.x, event.y)
+            else:
+                assert model.unlearn_one(event.id).outcome in ("dp_covered", "not_applied", "duplicate")
+        except (DeadLetter, InvalidExample):
+            pass
+        trace[offset + 1] = (model.t, model.epoch, model.weights.tobytes(), model.privacy())
+    return trace
+
+
+def test_dp_tofw_worker_releases_its_epsilon_and_replays_bit_identically_after_sigkill(
+        kafka_bootstrap, kafka_topic, tmp_path):
+    topics = topics_for(kafka_topic, partitions=1)
+    group = f"dptofw-{uuid.uuid4().hex[:8]}"
+    env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state", OLU_ALGORITHM="dp-tofw",
+                     OLU_DP_HORIZON=str(HORIZON), OLU_EPS="0.5", OLU_BATCH_SIZE="50",
+                     OLU_SNAPSHOT_EVERY_EVENTS="250", OLU_SNAPSHOT_EVERY_SECONDS="0",
+                     OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0")  # the restart takes over at once
+    snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
+    stream = event_stream(700, seed=71, delete_rate=0.08)
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    try:
+        worker.start()
+        worker.wait_assigned({0})
+        produce(kafka_bootstrap, topics.input, stream[:400])
+        first_end = end_offsets(kafka_bootstrap, topics.input)[0]
+        wait_for(covered(kafka_bootstrap, topics, {0: first_end}), 60, "the first part released", interval=0.3)
+        before = {r.json()["version"] for r in releases(kafka_bootstrap, topics.params)}
+
+        worker.kill()  # the events after the last full snapshot were released but not snapshotted
+        worker.start()
+        restored = worker.wait_assigned({0})[0]
+        assert restored["snapshot"] is not None and restored["snapshot"] < first_end, restored
+
+        def republished():
+            versions = [r.json()["version"] for r in releases(kafka_bootstrap, topics.params)]
+            return [v for v in set(versions) if versions.count(v) > 1 and v in before]
+        assert wait_for(republished, 60, "a version republished after the replay", interval=0.3)
+
+        produce(kafka_bootstrap, topics.input, stream[400:])
+        end = end_offsets(kafka_bootstrap, topics.input)[0]
+        wait_for(covered(kafka_bootstrap, topics, {0: end}), 60, "the whole stream released", interval=0.3)
+        metrics = {name: worker.metric_sum(name, partition="0") for name in (
+            "olu_privacy_epsilon", "olu_dp_noise_sigma", "olu_dp_horizon_remaining")}
+        covered_deletes = worker.metric_sum("olu_deletions_noop_total", reason="dp_covered")
+        changed_deletes = worker.metric_sum("olu_deletions_total")
+        assert worker.terminate() == 0, worker.log_text(all_runs=False)[-3000:]
+    finally:
+        worker.cleanup()
+
+    records = releases(kafka_bootstrap, topics.params)
+    assert_identical_duplicates(records)  # the replay re-formed every noisy node bit for bit
+    assert all(r.headers.get("olu.trigger") != b"deletion" for r in records)  # covered: nothing to publish
+    objects = stored_objects(snapshots, topics.input, 0)
+    assert objects and all(o.kind == "full" for o in objects)  # no deletion needed a durable delta
+    keys = {o.header["model"]["extra"]["noise_key"] for o in objects}
+    assert len(keys) == 1  # one key for the model's life, carried through the restore
+
+    settings = settings_of(env)
+    oracle = _oracle(settings, keys.pop())
+    trace = _replay(oracle, settings, input_by_partition(kafka_bootstrap, topics.input)[0])
+    values = [r.json() for r in records]
+    for v in values:
+        t, epoch, weights, privacy = trace[v["version"]]
+        assert (v["algorithm"], v["t"], v["epoch"]) == ("dp-tofw", t, epoch)
+        assert np.array(v["weights"], np.float64).tobytes() == weights, f"release {v['version']}"
+        assert v["privacy"] == {k: privacy[k] for k in v["privacy"]}  # the tree accounting, as published
+        tree_t = t - epoch * HORIZON
+        rho = max(epoch and record_levels(HORIZON), record_levels(tree_t)) * oracle.rho_node
+        assert v["privacy"]["eps_rdp_slope"] == rho and v["privacy"]["epsilon"] <= oracle.epsilon_at_horizon
+        assert v["privacy"]["deletions_capacity_left"] is None and v["deletions"] == 0
+    assert max(v["epoch"] for v in values) >= 1  # the stream crossed the horizon
+    assert_same_state(oracle, [o for o in objects if o.kind == "full"][-1])
+
+    last = max(values, key=lambda v: v["version"])
+    assert metrics["olu_privacy_epsilon"] == last["privacy"]["epsilon"]
+    assert metrics["olu_dp_noise_sigma"] == oracle.sigma
+    assert metrics["olu_dp_horizon_remaining"] == oracle.horizon - oracle.tree.t
+    assert covered_deletes >= 1 and changed_deletes == 0

@@ -1,0 +1,143 @@
+"""The zCDP deletion odometer of the Memory-Pair unlearner (r2d-memorypair-spec B4 corrected, C2).
+
+zCDP (Bun & Steinke 2016; spec B1 correction): a mechanism is rho-zCDP when the Rényi divergence
+of every order alpha > 1 is at most ``rho * alpha`` (the paper's ``D_alpha <= rho`` drops the
+alpha). The Gaussian mechanism with l2-sensitivity ``Delta`` and noise ``N(0, sigma^2 I)`` is
+``Delta^2 / (2 sigma^2)``-zCDP, and rho adds up under composition.
+
+Uniform allocation (B4): a budget ``rho_total`` and a deletion capacity ``m`` give every deletion
+``rho_step = rho_total / m`` and noise ``sigma_step = Delta / sqrt(2 rho_step)``; after ``k``
+deletions ``rho_spent = k rho_step``. A deletion is allowed while ``rho_spent + rho_step <=
+rho_total``, which under uniform allocation is the integer test ``k < m`` (no float rounding can
+let an (m+1)-th deletion through or refuse the m-th). The budget never refills with inserts
+(C4.6); only a retrain on the retained data (a model that depends on no deleted record) starts a
+new epoch at ``k = 0``.
+
+Conversion (B4): ``eps = rho + 2 sqrt(rho ln(1/delta))`` and back,
+``rho = (sqrt(ln(1/delta) + eps) - sqrt(ln(1/delta)))^2``. Because a rho-zCDP curve is exactly
+the linear Rényi curve ``alpha * rho``, the engine's tighter conversion
+(:func:`worker.olu.accountant.rdp_to_dp`, the default ``"improved"`` method) is valid too; this
+module gives the spec's closed form.
+
+The odometer is stateless: the deletion count ``k`` of the epoch lives in the model's
+:class:`~worker.olu.accountant.PrivacyAccountant`, which every release and snapshot already reads.
+
+>>> odo = DeletionOdometer(rho_total=1.0, capacity=20, delta=1e-5)
+>>> odo.rho_step, odo.allows(19), odo.allows(20), odo.capacity_left(7)
+(0.05, True, False, 13)
+>>> round(odo.sigma_step(1.0), 6)  # Delta / sqrt(2 rho_step) = 1 / sqrt(0.1)
+3.162278
+>>> round(odo.epsilon_spent(20), 4) == round(zcdp_to_dp(1.0, 1e-5), 4) == 7.7861
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["DeletionOdometer", "dp_to_zcdp", "gaussian_rho", "gaussian_sigma", "zcdp_to_dp"]
+
+
+def _positive(name: str, value, *, upper: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+            or (upper is not None and value >= upper):
+        bound = f" and < {upper:g}" if upper is not None else ""
+        raise ValueError(f"{name} must be a finite number > 0{bound}, got {value!r}")
+    return float(value)
+
+
+def zcdp_to_dp(rho: float, delta: float) -> float:
+    """(epsilon, delta)-DP of a rho-zCDP mechanism: ``rho + 2 sqrt(rho ln(1/delta))`` (B4).
+
+    >>> zcdp_to_dp(0.0, 1e-5), round(zcdp_to_dp(0.5, 1e-6), 6)
+    (0.0, 5.756522)
+    """
+    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not rho >= 0 or math.isinf(rho):
+        raise ValueError(f"rho must be a finite number >= 0, got {rho!r}")
+    delta = _positive("delta", delta, upper=1.0)
+    return float(rho) + 2.0 * math.sqrt(float(rho) * math.log(1.0 / delta))
+
+
+def dp_to_zcdp(epsilon: float, delta: float) -> float:
+    """The rho with ``zcdp_to_dp(rho, delta) == epsilon``: ``(sqrt(L + eps) - sqrt(L))^2``, L = ln(1/delta).
+
+    Written as ``eps^2 / (sqrt(L + eps) + sqrt(L))^2`` (the same number without cancellation).
+
+    >>> round(dp_to_zcdp(1.0, 1e-5), 6), round(dp_to_zcdp(10.0, 1e-5), 3)
+    (0.02082, 1.55)
+    """
+    eps = _positive("epsilon", epsilon)
+    L = math.log(1.0 / _positive("delta", delta, upper=1.0))
+    return eps * eps / (math.sqrt(L + eps) + math.sqrt(L)) ** 2
+
+
+def gaussian_sigma(sensitivity: float, rho: float) -> float:
+    """Noise standard deviation that makes a Gaussian mechanism exactly rho-zCDP: ``Delta / sqrt(2 rho)``."""
+    return _positive("sensitivity", sensitivity) / math.sqrt(2.0 * _positive("rho", rho))
+
+
+def gaussian_rho(sensitivity: float, sigma: float) -> float:
+    """zCDP of the Gaussian mechanism: ``Delta^2 / (2 sigma^2)``."""
+    return 0.5 * (_positive("sensitivity", sensitivity) / _positive("sigma", sigma)) ** 2
+
+
+@dataclass(frozen=True)
+class DeletionOdometer:
+    """Uniform zCDP allocation of ``rho_total`` over ``capacity`` deletions (B4, C2).
+
+    ``delta`` is the delta at which epsilons are reported. Every method takes ``k``, the number
+    of deletions already charged in the current epoch.
+    """
+
+    rho_total: float
+    capacity: int
+    delta: float = 1e-5
+
+    def __post_init__(self):
+        object.__setattr__(self, "rho_total", _positive("rho_total", self.rho_total))
+        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
+            raise ValueError(f"capacity must be an integer >= 1, got {self.capacity!r}")
+        object.__setattr__(self, "delta", _positive("delta", self.delta, upper=1.0))
+
+    @classmethod
+    def from_dp(cls, epsilon: float, delta: float, capacity: int) -> "DeletionOdometer":
+        """The odometer whose whole budget converts to (epsilon, delta)-DP."""
+        return cls(dp_to_zcdp(epsilon, delta), capacity, delta)
+
+    @property
+    def rho_step(self) -> float:
+        """zCDP charged by each deletion: ``rho_total / capacity``."""
+        return self.rho_total / self.capacity
+
+    def sigma_step(self, sensitivity: float) -> float:
+        """Per-deletion noise for a fixed, data-independent sensitivity (C4.2): ``Delta / sqrt(2 rho_step)``."""
+        return gaussian_sigma(sensitivity, self.rho_step)
+
+    def _k(self, k) -> int:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"k (deletions charged) must be an integer >= 0, got {k!r}")
+        return k
+
+    def allows(self, k: int) -> bool:
+        """Whether one more deletion fits: ``rho_spent + rho_step <= rho_total``, i.e. ``k < capacity``."""
+        return self._k(k) < self.capacity
+
+    def capacity_left(self, k: int) -> int:
+        """Deletions the privacy budget still covers in this epoch: ``m - k`` (never negative)."""
+        return max(0, self.capacity - self._k(k))
+
+    def rho_spent(self, k: int) -> float:
+        return self._k(k) * self.rho_step
+
+    def epsilon_spent(self, k: int) -> float:
+        """``eps_spent`` of C2: the spent rho converted at ``delta``."""
+        return zcdp_to_dp(min(self.rho_spent(k), self.rho_total), self.delta)
+
+    @property
+    def epsilon_total(self) -> float:
+        return zcdp_to_dp(self.rho_total, self.delta)
+
+    def epsilon_remaining(self, k: int) -> float:
+        """``eps_remaining = eps_total - eps_spent`` (C2)."""
+        return max(0.0, self.epsilon_total - self.epsilon_spent(k))

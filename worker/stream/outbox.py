@@ -1,0 +1,156 @@
+"""A partition's releases, in input order, each held until every deletion delta before it is durable.
+
+Invariant 2 (design.md section 4): a deletion's post-noise state is durable before its release is
+published, and so is every later release of the partition, since each one is a function of that
+state. The delta object is written in the background so the loop goes on learning while the store
+call (a PUT, or a write + fsync) runs; the release waits here instead of the whole partition.
+
+Deltas become durable in the order of their deletions: each background write first checks that
+the one before it is durable, and otherwise gives up without writing (``NotAttempted``). So after
+a failure no later delta exists without the earlier ones, and a restore never adopts a stored
+post-noise state built on a deletion whose own noise was lost. The loop then pauses the
+partition, and :meth:`Outbox.retry` writes the missing deltas in order on its own thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, wait
+
+from ..state.store import StorageUnavailable
+
+#: Deltas a partition may have in flight before a new deletion waits for the oldest (backpressure:
+#: the delta writer is one thread, so a burst of deletions cannot queue without bound).
+MAX_DELTAS_IN_FLIGHT = 64
+
+
+class NotAttempted(StorageUnavailable):
+    """Not written because an earlier delta of the partition is not durable (order of durability)."""
+
+
+class DeltaWrite:
+    """One deletion's delta: what to store, the release it unlocks, and its write."""
+
+    __slots__ = ("offset", "header", "arrays", "release", "future", "written")
+
+    def __init__(self, offset: int, header: dict, arrays: dict, release):
+        self.offset, self.header, self.arrays, self.release = offset, header, arrays, release
+        self.future: Future | None = None
+        self.written = False  # set by whichever thread completed the write
+
+
+def _run_now(fn, *args) -> Future:
+    """``executor.submit`` without an executor: run on the calling thread, return a done future."""
+    future: Future = Future()
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:  # noqa: BLE001 - delivered through the future like an executor does
+        future.set_exception(exc)
+    return future
+
+
+class Outbox:
+    """Releases of one partition in order; ``write(offset, header, arrays)`` stores a delta.
+
+    ``submit`` is an executor's ``submit`` with a single worker thread (writes must start in
+    submission order), or None to write on the calling thread.
+    """
+
+    def __init__(self, write, submit=None, *, max_in_flight: int = MAX_DELTAS_IN_FLIGHT):
+        self._write = write
+        self._submit = submit or _run_now
+        self._max_in_flight = max_in_flight
+        self._items: deque = deque()
+        self._last: DeltaWrite | None = None
+        self.failed: DeltaWrite | None = None  # the first delta whose write failed, until retried
+
+    # ----------------------------------------------------------------- adding
+    def release(self, release) -> None:
+        self._items.append(release)
+
+    def delta(self, offset: int, header: dict, arrays: dict, release) -> bool:
+        """Queue a deletion's delta and its release; False if the write already failed."""
+        in_flight = [d for d in self._deltas() if not d.written]
+        if len(in_flight) >= self._max_in_flight:
+            in_flight[0].future.exception()  # wait for the oldest: its outcome is read by ready()
+        item = DeltaWrite(offset, header, arrays, release)
+        previous, self._last = self._last, item
+        item.future = self._submit(self._write_after, previous, item)
+        self._items.append(item)
+        return not (item.future.done() and not item.written)
+
+    def _write_after(self, previous: DeltaWrite | None, item: DeltaWrite) -> None:
+        if previous is not None and not previous.written:
+            raise NotAttempted(f"delta@{item.offset}", f"waits for the delta at offset {previous.offset}")
+        self._write(item.offset, item.header, item.arrays)
+        item.written = True
+
+    # ----------------------------------------------------------------- taking
+    def ready(self) -> list:
+        """Pop the releases that may be published now, in order.
+
+        Stops at a delta still being written, or at one whose write failed (``failed`` is then
+        set). A failure other than storage being unavailable (a conflicting object: another
+        writer owns the partition) is raised.
+        """
+        out = []
+        items = self._items
+        while items:
+            head = items[0]
+            if isinstance(head, DeltaWrite):
+                if not head.written:
+                    if not head.future.done():
+                        break
+                    exc = head.future.exception()
+                    if exc is not None and not isinstance(exc, StorageUnavailable):
+                        raise exc
+                    if not head.written:
+                        self.failed = head
+                        break
+                head = head.release
+            out.append(head)
+            items.popleft()
+        return out
+
+    @property
+    def pending(self) -> bool:
+        """Some delta is not durable yet (in flight or failed)."""
+        return any(not d.written for d in self._deltas())
+
+    @property
+    def in_flight(self) -> bool:
+        """Some delta write is still running or queued (its release may become ready any moment)."""
+        return any(not d.written and not d.future.done() for d in self._deltas())
+
+    def settle(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds for the writes in flight; True if every delta is durable."""
+        futures = [d.future for d in self._deltas() if not d.written]
+        if futures:
+            wait(futures, timeout=timeout)
+        return not self.pending
+
+    def retry(self) -> list:
+        """Write every delta that is not durable, in order, on this thread; then :meth:`ready`.
+
+        Raises :class:`StorageUnavailable` while the store is still down.
+        """
+        for item in list(self._deltas()):
+            if item.written:
+                continue
+            item.future.exception()  # a write still running in the background finishes first
+            if not item.written:
+                self._write(item.offset, item.header, item.arrays)
+                item.written = True
+        self.failed = None
+        return self.ready()
+
+    def cancel(self, timeout: float) -> None:
+        """Drop the writes not started yet and wait up to ``timeout`` for a running one (the
+        partition was lost: another member may own it, so no write may land after this returns)."""
+        running = [d.future for d in self._deltas() if not d.future.cancel()]
+        if running:
+            wait(running, timeout=timeout)
+        self._items.clear()
+
+    def _deltas(self):
+        return (item for item in self._items if isinstance(item, DeltaWrite))
