@@ -57,7 +57,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 import _targets as T  # noqa: E402
 import engine_throughput as et  # noqa: E402
-import numpy as np  # noqa: E402
 import worker_throughput as wt  # noqa: E402
 
 from worker.olu import ALGORITHMS, kernels  # noqa: E402

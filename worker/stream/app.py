@@ -111,7 +111,7 @@ class Worker:
             self.producer.init_transactions(30)
             self.producer.begin_transaction()
         self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
-                                  "error_cb": self._on_client_error})
+                                  "error_cb": self._on_client_error, "on_commit": self._on_commit})
         self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("worker started", extra={"topics": list(s.input_topics), "group": s.group_id,
@@ -330,7 +330,7 @@ class Worker:
             runner.finish_snapshot(pending, durable=True)
             self.metrics.record_snapshot(runner, "full", time.monotonic() - started, ref.size)
             done.append(runner)
-        self._commit(done)
+        self._commit(done, asynchronous=True)
 
     def _snapshot_failed(self, runner: PartitionRunner, exc: Exception) -> None:
         self.metrics.snapshot_failure("full")
@@ -358,15 +358,28 @@ class Worker:
         self._commit([runner])
         return True
 
-    def _commit(self, runners) -> None:
+    def _commit(self, runners, asynchronous: bool = False) -> None:
+        """Commit up to each runner's durable snapshot. In the steady state asynchronously (a
+        synchronous commit held the loop, and every deletion behind it, for up to 140 ms); on
+        revoke and shutdown synchronously, before the partition is handed over."""
         offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
                    for r in runners if r.snapshot_offset is not None]
         if not offsets or self.settings.transactional:
             return  # transactional mode commits offsets inside the transaction
         try:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+            self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
         except KafkaException as exc:
             log.warning("offset commit failed", extra={"error": str(exc)})
+
+    @staticmethod
+    def _on_commit(err, partitions) -> None:
+        """Result of an asynchronous commit (served by consume/poll): a failure is only logged, the
+        next snapshot's commit covers the same offsets and more."""
+        failed = [p for p in partitions or () if p.error is not None]
+        if err is not None or failed:
+            log.warning("offset commit failed", extra={
+                "error": str(err) if err is not None else str(failed[0].error),
+                "partitions": [f"{p.topic}/{p.partition}" for p in failed]})
 
     def _end_transaction_round(self) -> None:
         if not self.settings.transactional or self._transactions_done:
