@@ -21,8 +21,8 @@ Timing window: from the moment the first non-empty batch is in hand to the end o
 last event, for every path. That leaves out the consumer group join (and the partition restore) of
 the worker and the first fetch of the plain consumer, which are start-up costs, not throughput; they
 are reported separately. Inside the worker's window everything a steady worker does is included:
-decoding, learning, deletions (each writes a delta object with fsync and publishes a release),
-releases every 10,000 events and full snapshots (flush + write + fsync + gc + synchronous commit)
+decoding, learning, deletions (each writes a delta object with fsync, in the background, and publishes a release),
+releases every 10,000 events and full snapshots (flush + write + fsync + gc + asynchronous commit)
 every 200,000. The final snapshot written at shutdown is outside the window (reported). The numba
 kernels are warmed up before the run (the worker itself does not do that at start; see README).
 

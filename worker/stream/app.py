@@ -381,15 +381,18 @@ class Worker:
                 "error": str(err) if err is not None else str(failed[0].error),
                 "partitions": [f"{p.topic}/{p.partition}" for p in failed]})
 
-    def _end_transaction_round(self) -> None:
+    def _end_transaction_round(self, dropped=()) -> None:
         if not self.settings.transactional or self._transactions_done:
             return
-        offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
-                   for r in self.runners.values() if r.snapshot_offset is not None]
-        if offsets:
-            self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
+        self._send_offsets_to_transaction([*self.runners.values(), *dropped])
         self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
         self.producer.begin_transaction()
+
+    def _send_offsets_to_transaction(self, runners) -> None:
+        offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
+                   for r in runners if r.snapshot_offset is not None]
+        if offsets:
+            self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
 
     # ----------------------------------------------------------------- rebalances
     def _on_assign(self, consumer, partitions) -> None:
@@ -426,16 +429,20 @@ class Worker:
     def _on_revoke(self, consumer, partitions) -> None:
         self.metrics.rebalance("revoke")
         deadline = time.monotonic() + self.settings.revoke_budget_seconds
-        self._drop(partitions, deadline=deadline)
-        self._end_transaction_round()  # KIP-447: settle the open transaction before handing over
+        dropped = self._drop(partitions, deadline=deadline)
+        # KIP-447: settle the open transaction before handing over, with the dropped partitions'
+        # final snapshot offsets in it (they are no longer in self.runners).
+        self._end_transaction_round(dropped)
 
     def _on_lost(self, consumer, partitions) -> None:
         self.metrics.rebalance("lost")
         self._drop(partitions, deadline=None)  # no commit: another member may own them already
 
-    def _drop(self, partitions, deadline: float | None) -> None:
-        """Final snapshot and commit within the deadline (None: drop without either)."""
+    def _drop(self, partitions, deadline: float | None) -> list[PartitionRunner]:
+        """Final snapshot and commit within the deadline (None: drop without either); the runners
+        dropped with a deadline (their durable offsets belong in a transaction, if one is open)."""
         keep = []
+        dropped = []
         for tp in partitions:
             runner = self.runners.pop((tp.topic, tp.partition), None)
             if runner is None:
@@ -461,17 +468,21 @@ class Worker:
                 "deletions": runner.model.accountant.lifetime_deletions, **runner.model.privacy(),
             }
             self.metrics.remove_partition(tp.topic, tp.partition)
+            if deadline is not None:
+                dropped.append(runner)
         if keep:
             self._commit(keep)
         self.metrics.set_assigned(len(self.runners))
+        return dropped
 
     def _shutdown(self) -> None:
         try:
             if self.consumer is not None and self._delivery_error is None:
                 deadline = time.monotonic() + self.settings.revoke_budget_seconds
                 parts = [TopicPartition(t, p) for t, p in self.runners]
-                self._drop(parts, deadline=deadline)
+                dropped = self._drop(parts, deadline=deadline)
                 if self.settings.transactional and self.producer is not None:
+                    self._send_offsets_to_transaction(dropped)
                     self.producer.commit_transaction(30)
                     # consumer.close() below revokes the assignment: _on_revoke must not commit
                     # (no transaction is open) nor begin a new one.

@@ -1,0 +1,174 @@
+"""Crash equivalence: many SIGKILLs at seeded points of a long stream change nothing.
+
+The worker consumes a live stream of inserts and deletes (JSON deletes, tombstones, duplicate
+deletes, deletes of ids never seen, deletes before their insert) and is SIGKILLed at seeded points
+(Kafka's ``transactions_test`` shape, anchors-streaming.md section 2), each time restarted at once
+(static membership, so the new process takes its predecessor's partitions without a session
+timeout). Two kinds of kill point alternate, chosen by the seed: mid-stream (once the producer has
+reached a seeded position, after a seeded delay) and during recovery (a seeded moment right after
+the restarted process was assigned its partitions, while it replays from its snapshot).
+
+The reference is an uninterrupted run: the in-process replay of the same input
+(``kafka_harness.replay_partition``) that adopts the post-noise state of each deletion the worker
+made durable. Noise comes from OS entropy and is never stored (invariant 1), so no second run
+could reproduce it: the deletions' stored post-noise states are the only non-deterministic input,
+and between deletions everything must match bit for bit (invariant 3). ``verify_end_state``
+asserts the rest: final parameters, ledger, counters, applied index and tombstones bit-identical;
+every delete honoured; every published version unique or an identical duplicate; every deletion
+release produced after its delta; the group offset never past a durable snapshot.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from tests.stream.kafka_harness import (
+    HANG_GUARD_S, BackgroundProducer, WorkerProcess, covered, end_offsets, event_stream, releases, topics_for,
+    verify_end_state, wait_for, worker_env, worker_on_s3,
+)
+from worker.state.store import SnapshotStore, open_store
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+PARTITIONS = 2
+
+
+@dataclass(frozen=True)
+class Variant:
+    events: int
+    kills: int
+    transactional: bool
+    state: str  # "s3" (SeaweedFS) or "file"
+    seed: int
+
+
+VARIANTS = {
+    # The full run: >= 100,000 events, >= 20 SIGKILLs, state on the real S3 server.
+    "plain-s3": Variant(events=100_000, kills=20, transactional=False, state="s3", seed=1001),
+    # Releases and offsets in Kafka transactions: each restart fences its predecessor's
+    # transactional.id and aborts its open transaction.
+    "transactional-file": Variant(events=20_000, kills=6, transactional=True, state="file", seed=2002),
+}
+
+# Fewer, larger objects than the harness defaults: the check reads every one of them back.
+TUNING = {
+    "OLU_BATCH_SIZE": "500",
+    "OLU_SNAPSHOT_EVERY_EVENTS": "2000",
+    "OLU_SNAPSHOT_EVERY_SECONDS": "1",
+    "OLU_RELEASE_EVERY_EVENTS": "1000",
+    "OLU_RELEASE_EVERY_SECONDS": "0.5",
+}
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    kind: str  # "mid-stream" or "recovering"
+    limit: int  # the producer may go up to here until the next kill point
+    position: int  # mid-stream: kill once the producer has handed over this many events
+    delay: float  # seconds after the trigger
+
+
+def kill_points(variant: Variant, chunk: int) -> list[KillPoint]:
+    """The seeded plan: the stream is cut into ``kills + 1`` phases, one kill in each of the first ``kills``."""
+    rnd = random.Random(variant.seed)
+    phase = variant.events // (variant.kills + 1)
+    points = []
+    for i in range(variant.kills):
+        start, limit = i * phase, (i + 1) * phase
+        kind = "recovering" if i and rnd.random() < 0.3 else "mid-stream"
+        points.append(KillPoint(kind, limit, rnd.randint(start + chunk, limit - 2 * chunk),
+                                rnd.uniform(0.0, 0.25) if kind == "recovering" else rnd.uniform(0.0, 0.5)))
+    return points
+
+
+def _setup(variant: Variant, kafka_bootstrap, kafka_topic, s3_server, tmp_path, name: str):
+    extra = {**TUNING, "OLU_TRANSACTIONAL": str(variant.transactional).lower()}
+    if variant.state == "s3":
+        topics, group, env, snapshots = worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, name,
+                                                     partitions=PARTITIONS, stoppable=False, **extra)
+    else:
+        topics = topics_for(kafka_topic, partitions=PARTITIONS)
+        group = f"{name}-{uuid.uuid4().hex[:8]}"
+        env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state", **extra)
+        snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
+    # Static membership and a stable transactional.id: a restarted process replaces the dead one at once.
+    env.update(OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0", OLU_TRANSACTIONAL_ID=f"{group}-0")
+    return topics, group, env, snapshots
+
+
+@pytest.fixture
+def s3_server_if_needed(request):
+    """The session S3 server only for the variants that keep their state there."""
+    variant = VARIANTS[request.node.callspec.params["variant"]]
+    return request.getfixturevalue("s3_server") if variant.state == "s3" else None
+
+
+@pytest.mark.parametrize("variant", [pytest.param(name, marks=[pytest.mark.s3] if v.state == "s3" else [])
+                                     for name, v in VARIANTS.items()])
+def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstrap, kafka_topic, s3_server_if_needed,
+                                                                   tmp_path, variant):
+    v = VARIANTS[variant]
+    topics, group, env, snapshots = _setup(v, kafka_bootstrap, kafka_topic, s3_server_if_needed, tmp_path, "crash")
+    stream = event_stream(v.events, seed=v.seed, delete_rate=0.03)
+    chunk = 250
+    plan = kill_points(v, chunk)
+    assert len(plan) >= (20 if v.events >= 100_000 else 1)
+    feeder = BackgroundProducer(kafka_bootstrap, topics.input, stream, chunk=chunk, pause=0.05, limit=plan[0].limit)
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    done: list[tuple[KillPoint, int, bool]] = []  # (plan, producer position at the kill, producer waiting)
+    restarts: list[dict] = []
+    try:
+        worker.start()
+        worker.wait_assigned(set(range(PARTITIONS)), timeout=HANG_GUARD_S)
+        feeder.start()
+        for point in plan:
+            feeder.allow(point.limit)
+            if point.kind == "mid-stream":
+                wait_for(lambda: feeder.error or feeder.position >= point.position, HANG_GUARD_S,
+                         f"the producer at {point.position}", interval=0.02)
+            time.sleep(point.delay)
+            worker.check_alive()  # it must not have died on its own
+            done.append((point, feeder.position, feeder.waiting))
+            worker.kill()
+            worker.start()
+            restarts.append(worker.wait_assigned(set(range(PARTITIONS)), timeout=HANG_GUARD_S))
+        feeder.hurry()
+        feeder.result(timeout=300)
+        wait_for(covered(kafka_bootstrap, topics, end_offsets(kafka_bootstrap, topics.input)), 300,
+                 "the last process caught up with the whole stream", interval=0.5)
+        assert worker.terminate() == 0, worker.log_text(all_runs=False)[-3000:]
+    finally:
+        feeder.hurry()
+        feeder.join(30)
+        worker.cleanup()
+
+    assert len(done) == v.kills
+    assert all(position < v.events for _, position, _ in done), "a kill came after the whole stream was out"
+    assert len(worker.log_lines("worker stopped", all_runs=True)) == 1  # only the last run stopped cleanly
+    # After the first kill every restart resumed from a stored snapshot (and the deltas after
+    # it), not from the log start.
+    for assigned in restarts[1:]:
+        for p in range(PARTITIONS):
+            assert assigned[p]["snapshot"] is not None, assigned[p]
+
+    results, records = verify_end_state(kafka_bootstrap, topics, snapshots, env, group)
+
+    inserts = sum(1 for _, _, kind in stream if kind == "insert")
+    assert sum(r.inserts_applied + r.inserts_skipped for r in results.values()) == inserts
+    assert sum(r.dead for r in results.values()) == 0
+    for p, replayed in results.items():
+        assert replayed.noised_deletes and replayed.noop_deletes and replayed.inserts_skipped
+    # A restart re-publishes the deletions it replays from their deltas: byte-identical duplicates
+    # (checked by verify_end_state) that must exist whenever a restart replayed a delta.
+    replayed_deltas = sum(line["deltas"] for assigned in restarts for line in assigned.values())
+    versions = [(r.json()["partition"], r.json()["version"]) for r in records
+                if r.headers.get("olu.trigger") == b"deletion"]
+    if replayed_deltas:
+        assert len(versions) > len(set(versions)), "no deletion release was republished after a restart"
+    if v.transactional:  # the killed runs' open transactions were aborted, never made visible
+        assert len(releases(kafka_bootstrap, topics.params, isolation="read_uncommitted")) >= len(records)
