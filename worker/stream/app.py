@@ -180,6 +180,8 @@ class Worker:
             if self._client_error is None:
                 log.error("kafka client error, stopping", extra={"error": err.str(), "code": err.name()})
             self._client_error = f"{err.name()}: {err.str()}"
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN:  # retried by the client; say so once per outage
+            log.warning("all Kafka brokers are down; the client keeps retrying", extra={"error": err.str()})
 
     def _on_consume_error(self, err: KafkaError) -> None:
         if err.fatal():
