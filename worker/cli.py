@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .memory import fix_malloc_thresholds
+
+    fix_malloc_thresholds()  # before the first large allocation (see worker/memory.py)
     parser = build_parser()
     args = parser.parse_args(argv)
     func = args.__dict__.pop("func")
