@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from confluent_kafka import Message
 
 from worker.config import load_settings
 from worker.olu import PassiveOLU
@@ -141,21 +142,10 @@ def test_cancel_drops_writes_not_started(executor):
 
 
 # --------------------------------------------------------------------------- through PartitionRunner
-class _Msg:
-    def __init__(self, offset, key, value):
-        self._offset, self._key, self._value = offset, key, value
-
-    def offset(self):
-        return self._offset
-
-    def key(self):
-        return self._key
-
-    def value(self):
-        return self._value
-
-    def timestamp(self):
-        return (1, 1_700_000_000_000 + self._offset)
+def _Msg(offset, key, value):
+    """A real confluent-kafka Message (constructible since 2.x), as the loop hands them in."""
+    return Message(topic="t", partition=0, offset=offset, key=key, value=value,
+                   timestamp=(1, 1_700_000_000_000 + offset))
 
 
 class GatedSnapshots(SnapshotStore):

@@ -57,6 +57,11 @@ DEAD_LETTER_PREFIX_BYTES = 65_536
 _UNRECOVERABLE = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 
 
+def _durable_offsets(runners) -> list[TopicPartition]:
+    """Each runner's next offset covered by a durable full snapshot: never commit past it."""
+    return [TopicPartition(r.topic, r.partition, r.snapshot_offset) for r in runners if r.snapshot_offset is not None]
+
+
 class Worker:
     def __init__(self, settings, metrics, health=None, *, store=None):
         self.settings = settings
@@ -364,8 +369,7 @@ class Worker:
         """Commit up to each runner's durable snapshot. In the steady state asynchronously (a
         synchronous commit held the loop, and every deletion behind it, for up to 140 ms); on
         revoke and shutdown synchronously, before the partition is handed over."""
-        offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
-                   for r in runners if r.snapshot_offset is not None]
+        offsets = _durable_offsets(runners)
         if not offsets or self.settings.transactional:
             return  # transactional mode commits offsets inside the transaction
         try:
@@ -391,8 +395,7 @@ class Worker:
         self.producer.begin_transaction()
 
     def _send_offsets_to_transaction(self, runners) -> None:
-        offsets = [TopicPartition(r.topic, r.partition, r.snapshot_offset)
-                   for r in runners if r.snapshot_offset is not None]
+        offsets = _durable_offsets(runners)
         if offsets:
             self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
 
