@@ -173,7 +173,7 @@ def time_restores(url: str, settings, expected: dict, repeat: int) -> dict:
         t0 = time.perf_counter()
         restored = snaps.restore(TOPIC, 0, on_corrupt=settings.on_corrupt_snapshot)
         t1 = time.perf_counter()
-        load_model({"meta": restored.header["model"], "arrays": restored.arrays})
+        load_model({"meta": restored.header["model"], "arrays": restored.arrays, "shared": restored.shared})
         t2 = time.perf_counter()
         store_s.append(t1 - t0)
         load_s.append(t2 - t1)

@@ -15,10 +15,10 @@ Pieces, all on loopback (a local Kafka broker unless ``KAFKA_BOOTSTRAP_SERVERS``
   ``/metrics``, ``olu_consumer_lag`` (last stable offset minus the committed offset: offsets are
   committed with full snapshots, so it includes the input since the last one),
   ``olu_consumer_processing_lag`` (what the worker has not received yet), events consumed, releases,
-  deletions honoured and the size of the last full snapshot (``olu_snapshot_bytes{kind="full"}``,
-  mostly the applied-record index: every insert has a new id, and the worker must remember each
-  applied id to honour its delete, so that part of the memory grows with the stream by design; the
-  report splits the RSS slope into it and the rest).
+  deletions honoured and the records in the applied-record index (``olu_applied_records``, 12
+  bytes each: every insert has a new id, and the worker must remember each applied id to honour
+  its delete, so that part of the memory grows with the stream by design; the report splits the
+  RSS slope into it and the rest).
 
 Full snapshots every ``--snapshot-every-events`` (default 50,000 = 2.5 s of input at the default
 rate, instead of the worker's 100,000): ``olu_consumer_lag`` counts from the committed offset, so
@@ -60,6 +60,7 @@ from _targets import Checks, Target  # noqa: E402
 from delete_latency import paced_producer  # noqa: E402
 
 MIB = 1024 * 1024
+INDEX_BYTES_PER_RECORD = 12  # uint64 key + uint32 step (worker/olu/index.py)
 RSS_FLAT = Target("soak_rss_slope_mib_per_10min",
                   "RSS flat: least-squares RSS slope over the second half < 1 MiB per 10 minutes",
                   "<=", 1.0, "MiB/10 min", "soak")
@@ -120,8 +121,9 @@ def scrape(port: int) -> dict[str, float] | None:
     seen_lag = False
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "olu_snapshot_bytes" and s.labels.get("kind") == "full":
-                out["state_bytes"] = s.value  # the last full snapshot: mostly the applied-record index
+            if s.name == "olu_applied_records":
+                # the applied-record index: 12 bytes per record (index.py), plus a fixed tail
+                out["state_bytes"] = (out["state_bytes"] or 0.0) + s.value * INDEX_BYTES_PER_RECORD
                 continue
             key = wanted.get(s.name)
             if key is None:
@@ -179,7 +181,7 @@ def chart(samples: list[dict], rate: float, second_half_from: float, slope: floa
         a, b = np.polyfit(ht, hr / MIB, 1)
         ax1.plot(ht / 60.0, a * ht + b, "--", label=f"fit over the second half: {slope:+.2f} MiB / 10 min")
     state = np.array([np.nan if s.get("state_bytes") is None else s["state_bytes"] / MIB for s in samples])
-    ax1.plot(t, state, ".-", ms=3, alpha=0.7, label="last full snapshot (mostly the applied-record index)")
+    ax1.plot(t, state, ".-", ms=3, alpha=0.7, label="applied-record index (12 B x olu_applied_records)")
     ax1.set_ylabel("MiB")
     ax1.legend(loc="lower right")
     ax1.grid(alpha=0.3)
@@ -302,8 +304,8 @@ def main(argv=None) -> int:
     state_slope = slope_mib_per_10min(half, "state_bytes")
     if state_slope is not None and slope is not None:
         # Every insert has a new id, and the worker must remember each applied id to honour its
-        # delete: the applied-record index (most of a full snapshot) grows with the stream by design.
-        print(f"second half: RSS {slope:+.1f} MiB / 10 min, of which the full snapshot (state) "
+        # delete: the applied-record index grows with the stream by design.
+        print(f"second half: RSS {slope:+.1f} MiB / 10 min, of which the applied-record index "
               f"{state_slope:+.1f} MiB / 10 min; RSS minus state {slope - state_slope:+.1f} MiB / 10 min")
     checks = Checks()
     checks.check(RSS_FLAT, slope, where=f"{len(half)} samples over the last {args.minutes / 2:g} min")

@@ -81,6 +81,7 @@ class FakeAccountant:
 class FakeModel:
     t = 120
     accountant = FakeAccountant()
+    index = range(97)  # the applied-record index: only its length is read
 
     def __init__(self, capacity_left=None):
         self.capacity_left = capacity_left
@@ -171,6 +172,7 @@ def test_loop_facing_updates_and_remove_partition():
     assert value(m, "olu_privacy_budget_used_ratio", **tp) == 0.25
     assert value(m, "olu_privacy_rdp_slope", **tp) == 0.25
     assert value(m, "olu_model_steps", **tp) == 120
+    assert value(m, "olu_applied_records", **tp) == 97
     assert value(m, "olu_model_version", **tp) == 4_001
     assert value(m, "olu_prequential_loss", **tp) == pytest.approx(0.42)
     assert value(m, "olu_releases_total", trigger="deletion", **tp) == 1

@@ -119,12 +119,17 @@ class Metrics:
                                              "worker: last stable offset minus the application offset",
                                              _TP, registry=r)
         self.model_version = Gauge("olu_model_version", "Version of the last release", _TP, registry=r)
+        self.applied_records = Gauge("olu_applied_records", "Records in the applied-record index: applied and "
+                                     "still deletable (about 12 bytes of memory and state each)", _TP, registry=r)
         self.model_steps = Gauge("olu_model_steps", "Steps t applied in the model's current epoch", _TP,
                                  registry=r)
         # State
         self.snapshot_duration = Histogram("olu_snapshot_duration_seconds", "Time to write a snapshot",
                                            ("kind",), buckets=SNAPSHOT_BUCKETS, registry=r)
-        self.snapshot_bytes = Gauge("olu_snapshot_bytes", "Size of the last snapshot written", ("kind",),
+        self.snapshot_bytes = Gauge("olu_snapshot_bytes",
+                                    "Bytes the last snapshot wrote: the object, plus for a full snapshot the "
+                                    "shared index blobs written for it (blobs reused from earlier ones are free)",
+                                    ("kind",),
                                     registry=r)
         self.snapshot_failures = Counter("olu_snapshot_failures", "Snapshot writes that failed", ("kind",),
                                          registry=r)
@@ -204,9 +209,11 @@ class Metrics:
             self._child(self.deletions_noop, topic, partition, _code(outcome, NOOP_REASONS)).inc()
 
     def set_model(self, topic: str, partition: int, *, steps: int | None = None, version: int | None = None,
-                  prequential_loss: float | None = None) -> None:
+                  prequential_loss: float | None = None, applied_records: int | None = None) -> None:
         if steps is not None:
             self._child(self.model_steps, topic, partition).set(steps)
+        if applied_records is not None:
+            self._child(self.applied_records, topic, partition).set(applied_records)
         if version is not None:
             self._child(self.model_version, topic, partition).set(version)
         if prequential_loss is not None and math.isfinite(prequential_loss):
@@ -337,4 +344,5 @@ class Metrics:
                 self.update_privacy(topic, partition, model)
         self.set_model(topic, partition, steps=getattr(model, "t", None),
                        version=getattr(runner, "released_version", None),
-                       prequential_loss=getattr(runner, "prequential_loss", None))
+                       prequential_loss=getattr(runner, "prequential_loss", None),
+                       applied_records=len(model.index) if hasattr(model, "index") else None)

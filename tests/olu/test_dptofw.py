@@ -430,7 +430,7 @@ def test_state_holds_no_noise_vector_or_noisy_node():
         noise = node - m.tree._exact[j]
         assert node.tobytes() not in blob and noise.tobytes() not in blob
     assert m.tree.prefix().tobytes() not in blob
-    assert set(state["arrays"]) == {"z", "z_prev", "tree_exact", "tombstones", "applied_keys", "applied_steps"}
+    assert set(state["arrays"]) == {"z", "z_prev", "tree_exact", "tombstones", "applied_tail_keys", "applied_tail_steps"}
     assert "noise_key" not in state["meta"]["config"]  # config is what a start log shows
 
 

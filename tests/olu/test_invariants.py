@@ -65,7 +65,7 @@ def test_passive_model_holds_no_raw_features_in_memory_or_state():
     m.unlearn_one(ids[7])
     state = m.export_state()
     assert {k: a.dtype.kind for k, a in state["arrays"].items()} == {
-        "z": "f", "tombstones": "u", "applied_keys": "u", "applied_steps": "u"}
+        "z": "f", "tombstones": "u", "applied_tail_keys": "u", "applied_tail_steps": "u"}
     floats_in_memory = [v for v in vars(m).values() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
     assert all(a.shape == (4,) for a in floats_in_memory)  # only the iterate
     for row in X[:50]:

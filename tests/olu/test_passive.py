@@ -190,7 +190,7 @@ def test_noise_comes_from_fresh_os_entropy_and_is_never_in_state():
     blob = orjson.dumps(a.export_state()["meta"]).lower()
     for word in (b"rng", b"seed", b"noise", b"pre_noise", b"xi"):
         assert word not in blob
-    assert set(a.export_state()["arrays"]) == {"z", "tombstones", "applied_keys", "applied_steps"}
+    assert set(a.export_state()["arrays"]) == {"z", "tombstones", "applied_tail_keys", "applied_tail_steps"}
 
 
 def test_counter_and_ledger_survive_export_import():

@@ -110,6 +110,7 @@ def _blobs(run) -> dict[str, bytes]:
     """Every binary artifact: each object ever written (tap) and each object still stored."""
     blobs = {f"put #{i}": blob for i, blob in enumerate(run.persisted)}
     blobs.update({o.key: o.blob for o in run.stored})
+    blobs.update({key: blob for o in run.stored for key, blob in o.shared_blobs.items()})
     return blobs
 
 

@@ -530,14 +530,23 @@ class Stored:
     envelope: dict
     header: dict
     arrays: dict
+    shared: dict = field(default_factory=dict)  # full snapshots: group -> arrays, from the blobs named
+    shared_blobs: dict = field(default_factory=dict)  # blob key -> its bytes
 
 
 def stored_objects(snapshots: SnapshotStore, topic: str, partition: int) -> list[Stored]:
+    """Every full snapshot and delta (with the shared blobs each full snapshot names), by offset."""
     out = []
+    where = snapshots.directory(topic, partition)
     for ref in snapshots.list(topic, partition):
         blob = bytes(obstore.get(snapshots.store, ref.key).bytes())
         head, arrays = decode(blob)
-        out.append(Stored(ref.key, ref.kind, ref.offset, blob, head["snapshot"], head["meta"], arrays))
+        stored = Stored(ref.key, ref.kind, ref.offset, blob, head["snapshot"], head["meta"], arrays)
+        for group, blob_ref in (head.get("shared") or {}).items():
+            raw = bytes(obstore.get(snapshots.store, where + blob_ref["blob"]).bytes())
+            stored.shared_blobs[where + blob_ref["blob"]] = raw
+            stored.shared[group] = decode(raw)[1]
+        out.append(stored)
     return out
 
 
@@ -656,9 +665,11 @@ def assert_same_state(model, full: Stored) -> None:
     state = model.export_state()
     mine = orjson.loads(orjson.dumps(state["meta"], option=orjson.OPT_SERIALIZE_NUMPY))
     assert mine == full.header["model"]
-    assert set(state["arrays"]) == set(full.arrays)
-    for name, arr in state["arrays"].items():
-        theirs = full.arrays[name]
+    mine_arrays = {**state["arrays"], **{f"{g}/{k}": a for g, arrs in state["shared"].items() for k, a in arrs.items()}}
+    theirs_arrays = {**full.arrays, **{f"{g}/{k}": a for g, arrs in full.shared.items() for k, a in arrs.items()}}
+    assert set(mine_arrays) == set(theirs_arrays)
+    for name, arr in mine_arrays.items():
+        theirs = theirs_arrays[name]
         assert arr.dtype == theirs.dtype and arr.shape == theirs.shape, name
         assert np.asarray(arr).tobytes() == theirs.tobytes(), f"array {name} differs"
 
@@ -784,8 +795,7 @@ def assert_deletes_honoured(settings, inputs: dict[int, list], results: dict[int
         expected = model_changing_deletes(settings, records)
         replayed = results[p]
         assert replayed.noised_deletes == expected, f"partition {p}: deletes honoured differ from the input's"
-        state = replayed.model.export_state()
-        applied = set(state["arrays"]["applied_keys"].tolist())
+        applied = set(replayed.model.index.to_arrays()["applied_keys"].tolist())
         tombstones = replayed.model.tombstones
         ids = {decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes).id
                for offset, key, value in records if offset in set(expected)}

@@ -359,9 +359,11 @@ def test_passive_state_holds_no_raw_features_or_ids(e2e):
     objects = [o for store in (e2e.snapshots,) for p in (0, 1) for o in stored_objects(store, e2e.topics.input, p)]
     assert objects and rows and ids
     for o in objects:
-        assert not any(row in o.blob for row in rows), f"raw features in {o.key}"
-        assert not any(i in o.blob for i in ids), f"a record id in {o.key}"
-        assert set(o.arrays) <= {"z", "tombstones", "applied_keys", "applied_steps"}
+        for key, blob in {o.key: o.blob, **o.shared_blobs}.items():
+            assert not any(row in blob for row in rows), f"raw features in {key}"
+            assert not any(i in blob for i in ids), f"a record id in {key}"
+        assert all(re.fullmatch(r"z|tombstones|applied_tail_(keys|steps)|applied_run\d+_dead", a) for a in o.arrays)
+        assert all(set(arrays) == {"keys", "steps"} for arrays in o.shared.values())
 
 
 def test_every_insert_is_applied_skipped_or_dead_lettered(kafka_bootstrap, e2e):

@@ -258,7 +258,7 @@ class _ActiveBase:
             raise InvalidState("active deletion history lies after the step counter")
 
     def _check_store(self, store: ExampleStore, arrays: dict, complete: bool) -> None:
-        applied = np.sort(np.asarray(arrays["applied_steps"]).astype(np.int64))
+        applied = self.index.live_steps()
         if complete and not np.array_equal(applied, store.steps):
             raise InvalidState("retained examples do not match the applied-record index")
         if not complete and not np.all(np.isin(store.steps, applied)):

@@ -20,7 +20,7 @@ from .index import AppliedIndex, KeySet, record_key
 from .losses import make_loss
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: the applied index as runs + tail (index.py); 1 is still read
 ALGORITHMS: dict[str, type["OnlineUnlearner"]] = {}
 
 
@@ -251,8 +251,8 @@ class OnlineUnlearner:
         try:
             result = self._delete(key, steps) if steps else Deletion("not_applied")
         except BaseException:
-            for s in steps:  # leave the model exactly as it was (e.g. BudgetExhausted)
-                self.index.add(key, s)
+            if steps:  # leave the model exactly as it was (e.g. BudgetExhausted)
+                self.index.undo_pop()
             raise
         finally:
             self._replaying = False
@@ -344,9 +344,11 @@ class OnlineUnlearner:
             "accountant": self.accountant.to_state(), "ledger": [dict(e) for e in self.ledger],
             "extra": self._export_extra(),
         }
-        arrays = {"z": self.z.copy(), "tombstones": self.tombstones.keys.copy(), **self.index.to_arrays()}
+        index_arrays, shared = self.index.export()
+        arrays = {"z": self.z.copy(), "tombstones": self.tombstones.keys.copy(), **index_arrays}
         arrays.update(self._export_arrays())
-        return {"meta": meta, "arrays": arrays}
+        # ``shared`` arrays are immutable and not copied: a store may write each group once.
+        return {"meta": meta, "arrays": arrays, "shared": shared}
 
     def _export_extra(self) -> dict:
         return {}
@@ -366,8 +368,8 @@ def load_model(state: dict, noise_rng=None, expected: type | None = None) -> Onl
     """Rebuild a model from ``export_state()``; raises ``InvalidState`` on anything inconsistent."""
     try:
         meta, arrays = state["meta"], state["arrays"]
-        if meta["format"] != STATE_FORMAT:
-            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {STATE_FORMAT})")
+        if meta["format"] not in (1, STATE_FORMAT):
+            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads 1 and {STATE_FORMAT})")
         cls = ALGORITHMS[meta["algorithm"]]
         if expected is not None and expected is not OnlineUnlearner and not issubclass(cls, expected):
             raise InvalidState(f"state is for {meta['algorithm']!r}, not {expected.algorithm!r}")
@@ -382,9 +384,9 @@ def load_model(state: dict, noise_rng=None, expected: type | None = None) -> Onl
         model.counters = {k: int(v) for k, v in meta["counters"].items()}
         model.accountant = PrivacyAccountant.from_state(meta["accountant"])
         model.ledger = [dict(e) for e in meta["ledger"]]
-        model.index = AppliedIndex.from_arrays(arrays["applied_keys"], arrays["applied_steps"])
+        model.index = AppliedIndex.load(arrays, state.get("shared"))
         model.tombstones = KeySet(arrays["tombstones"])
-        if len(model.index) and int(model.index.steps.max()) > model.t:
+        if model.index.max_step > model.t:
             raise InvalidState("applied index holds a step after the step counter")
         model._import(meta, arrays)
         return model

@@ -4,10 +4,22 @@ The applied-record index maps a record to the step(s) u at which it was applied;
 nothing else per record (olu-spec 6.2). To stay within 16 bytes per applied record we keep
 
 - a 64-bit BLAKE2b key of the record id instead of the id (8 bytes; raw ids never reach snapshots),
-- the step as uint32 (4 bytes),
+- the step as uint32 (4 bytes).
 
-in key-sorted arrays, plus a small unsorted tail of recent inserts that is merged in when full.
-Lookups are a binary search plus a scan of the tail.
+Layout: a log-structured merge of immutable sorted **runs** plus a small unsorted **tail** of
+recent inserts. When the tail fills (65,536 entries) it is sorted into a new run, and runs of
+similar size are merged (a binary counter: O(log n) runs, each entry rewritten O(log n) times),
+never into a run above 2,097,152 entries, so no single merge stalls the caller for long. A
+removal marks the entry's position dead in its run (runs never change after they are built); a
+merge drops dead entries, and a run that is mostly dead is rewritten on its own.
+
+Why runs rather than one sorted array: an insert into one big sorted array rewrites it (tens of
+milliseconds at a million records), and a snapshot of it copies and rewrites all of it. Runs are
+immutable, so a snapshot refers to them without copying, and the state store writes each run
+once and shares it between snapshots (``export`` marks them ``shared``); only the tail, the dead
+positions and the runs built since the last snapshot are new.
+
+Lookups are a binary search per run plus a scan of the tail.
 
 Hash collisions (about n^2 / 2^65: 3e-8 at a million records) can only err towards more noise,
 never less (invariant 7): a key that matches several records returns all their steps, and the
@@ -19,13 +31,16 @@ caller counts that skip.
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 
 from .errors import InvalidRecordId
 
 MAX_ID_BYTES = 1024
-_MIN_TAIL = 1 << 14
+TAIL_SIZE = 1 << 16  # entries buffered before they become a run (768 KB)
+MAX_RUN = 1 << 21  # runs stop growing by merges here (24 MB; the largest merge stalls ~40 ms)
+_RUN_GROUP = re.compile(r"applied_run(\d+)")
 
 
 def record_key(record_id: str) -> int:
@@ -43,6 +58,27 @@ def record_key(record_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") or 1
 
 
+class Run:
+    """An immutable key-sorted array of (key, step) entries, with the positions removed since."""
+
+    __slots__ = ("keys", "steps", "dead")
+
+    def __init__(self, keys: np.ndarray, steps: np.ndarray, dead=()):
+        keys.flags.writeable = False  # shared with snapshots in flight: never changed in place
+        steps.flags.writeable = False
+        self.keys, self.steps, self.dead = keys, steps, set(dead)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def live(self) -> int:
+        return len(self.keys) - len(self.dead)
+
+    def dead_positions(self) -> np.ndarray:
+        return np.array(sorted(self.dead), np.int64)
+
+
 class AppliedIndex:
     """key -> applied steps, about 12 bytes per live record.
 
@@ -50,22 +86,25 @@ class AppliedIndex:
     >>> idx.add(7, 1); idx.add(9, 2); idx.add(7, 3)
     >>> idx.pop(7), idx.pop(7), len(idx)
     ([1, 3], [], 1)
+    >>> idx.merge(); len(idx.runs), idx.pop(9), len(idx)
+    (1, [2], 0)
     """
 
-    def __init__(self):
-        self.keys = np.zeros(0, np.uint64)
-        self.steps = np.zeros(0, np.uint32)  # 0 marks an entry removed since the last merge
-        self._removed = 0
-        self._tail_keys = np.zeros(_MIN_TAIL, np.uint64)
-        self._tail_steps = np.zeros(_MIN_TAIL, np.uint32)
+    def __init__(self, tail_size: int | None = None, max_run: int | None = None):
+        self.runs: list[Run] = []
+        self._tail_keys = np.zeros(tail_size or TAIL_SIZE, np.uint64)
+        self._tail_steps = np.zeros(tail_size or TAIL_SIZE, np.uint32)
         self._tail_len = 0
+        self._max_run = max_run or MAX_RUN
+        self._undo: tuple = ([], None)  # what the last pop removed (see undo_pop)
 
     def __len__(self) -> int:
-        return len(self.keys) - self._removed + self._tail_len
+        return sum(r.live for r in self.runs) + self._tail_len
 
     @property
     def nbytes(self) -> int:
-        return self.keys.nbytes + self.steps.nbytes + self._tail_keys.nbytes + self._tail_steps.nbytes
+        return (sum(r.keys.nbytes + r.steps.nbytes for r in self.runs)
+                + self._tail_keys.nbytes + self._tail_steps.nbytes)
 
     def add(self, key: int, step: int) -> None:
         if not 0 < step < 2**32:
@@ -86,15 +125,18 @@ class AppliedIndex:
     def pop(self, key: int) -> list[int]:
         """Remove and return every step applied under ``key`` (ascending)."""
         found: list[int] = []
+        marked: list[tuple[Run, int]] = []
         k = np.uint64(key)
-        lo, hi = np.searchsorted(self.keys, k, "left"), np.searchsorted(self.keys, k, "right")
-        for pos in range(lo, hi):
-            if self.steps[pos]:
-                found.append(int(self.steps[pos]))
-                self.steps[pos] = 0
-                self._removed += 1
+        for run in self.runs:
+            lo, hi = np.searchsorted(run.keys, k, "left"), np.searchsorted(run.keys, k, "right")
+            for pos in range(int(lo), int(hi)):
+                if pos not in run.dead:
+                    found.append(int(run.steps[pos]))
+                    run.dead.add(pos)
+                    marked.append((run, pos))
         n = self._tail_len
         hits = np.flatnonzero(self._tail_keys[:n] == k)
+        self._undo = (marked, (self._tail_keys[:n].copy(), self._tail_steps[:n].copy()) if len(hits) else None)
         if len(hits):
             found.extend(int(s) for s in self._tail_steps[hits])
             keep = np.ones(n, bool)
@@ -105,42 +147,139 @@ class AppliedIndex:
             self._tail_len = m
         return sorted(found)
 
+    def undo_pop(self) -> None:
+        """Put back what the last :meth:`pop` removed, exactly where it was (nothing may change between)."""
+        marked, tail = self._undo
+        for run, pos in marked:
+            run.dead.discard(pos)
+        if tail is not None:
+            n = len(tail[0])
+            self._tail_keys[:n], self._tail_steps[:n], self._tail_len = tail[0], tail[1], n
+        self._undo = ([], None)
+
     def merge(self) -> None:
-        """Fold the tail into the sorted arrays, dropping removed entries; grow the tail with n."""
+        """Sort the tail into a new run, then merge runs of similar size (see the module doc)."""
         n = self._tail_len
-        live = self.steps != 0
-        keys, steps = self.keys[live], self.steps[live]
         if n:
             order = np.lexsort((self._tail_steps[:n], self._tail_keys[:n]))
-            tk, ts = self._tail_keys[:n][order], self._tail_steps[:n][order]
-            at = np.searchsorted(keys, tk, "right")
-            keys, steps = np.insert(keys, at, tk), np.insert(steps, at, ts)
-        self.keys, self.steps, self._removed, self._tail_len = keys, steps, 0, 0
-        # A tail of ~n/8 keeps merges amortised O(1) per insert and adds ~1.5 bytes per record.
-        size = max(_MIN_TAIL, len(keys) // 8)
-        if size > len(self._tail_keys):
-            self._tail_keys = np.zeros(size, np.uint64)
-            self._tail_steps = np.zeros(size, np.uint32)
+            self.runs.append(Run(self._tail_keys[:n][order], self._tail_steps[:n][order]))
+            self._tail_len = 0
+        runs = self.runs
+        while len(runs) >= 2 and runs[-2].live <= runs[-1].live and runs[-2].live + runs[-1].live <= self._max_run:
+            b, a = runs.pop(), runs.pop()
+            runs.append(_merged(a, b))
+        for i, run in enumerate(runs):  # deletions concentrated in one run: reclaim it alone
+            if len(run.dead) * 2 > len(run):
+                runs[i] = _merged(run, None)
+        self.runs = [r for r in runs if len(r)]
 
     def clear(self) -> None:
-        self.__init__()
+        self.runs, self._tail_len = [], 0
+
+    def live_steps(self) -> np.ndarray:
+        """Every live entry's step, ascending (int64)."""
+        parts = [np.delete(r.steps, r.dead_positions()) for r in self.runs]
+        parts.append(self._tail_steps[:self._tail_len])
+        return np.sort(np.concatenate(parts).astype(np.int64))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        self.merge()
-        return {"applied_keys": self.keys.copy(), "applied_steps": self.steps.copy()}
+        """Every live entry in one canonical (key, step)-sorted view; the index is not changed."""
+        keys = [np.delete(r.keys, r.dead_positions()) for r in self.runs] + [self._tail_keys[:self._tail_len]]
+        steps = [np.delete(r.steps, r.dead_positions()) for r in self.runs] + [self._tail_steps[:self._tail_len]]
+        keys, steps = np.concatenate(keys), np.concatenate(steps)
+        order = np.lexsort((steps, keys))
+        return {"applied_keys": keys[order], "applied_steps": steps[order]}
+
+    # ---------------------------------------------------------------- state
+    def export(self) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+        """(arrays, shared) for a snapshot, without copying the runs.
+
+        ``shared`` holds each run's (keys, steps) as group ``applied_run{i}``: immutable, so a
+        store may write each once and refer to it from later snapshots. ``arrays`` holds what
+        changes: the tail and each run's dead positions (copies).
+        """
+        arrays = {"applied_tail_keys": self._tail_keys[:self._tail_len].copy(),
+                  "applied_tail_steps": self._tail_steps[:self._tail_len].copy()}
+        shared = {}
+        for i, run in enumerate(self.runs):
+            arrays[f"applied_run{i}_dead"] = run.dead_positions()
+            shared[f"applied_run{i}"] = {"keys": run.keys, "steps": run.steps}
+        return arrays, shared
 
     @classmethod
-    def from_arrays(cls, keys: np.ndarray, steps: np.ndarray) -> "AppliedIndex":
-        keys, steps = np.asarray(keys, np.uint64), np.asarray(steps, np.uint32)
-        if keys.shape != steps.shape or keys.ndim != 1:
-            raise ValueError("applied index arrays must be 1-D and of equal length")
-        if len(keys) > 1 and not np.all(keys[1:] >= keys[:-1]):
-            raise ValueError("applied index keys are not sorted")
-        if not steps.all():
-            raise ValueError("applied index holds a zero step")
+    def load(cls, arrays: dict, shared: dict | None = None) -> "AppliedIndex":
+        """Inverse of :meth:`export` (also reads the older one-array layout); ValueError if inconsistent.
+
+        The shared run arrays are adopted, not copied: the caller hands them over.
+        """
         idx = cls()
-        idx.keys, idx.steps = keys.copy(), steps.copy()
+        shared = shared or {}
+        if "applied_keys" in arrays:  # state format 1: one sorted array, no tail
+            idx.runs = [_checked_run("applied", arrays["applied_keys"], arrays["applied_steps"], ())]
+            idx.runs = [r for r in idx.runs if len(r)]
+            return idx
+        numbers = []
+        for group in shared:
+            match = _RUN_GROUP.fullmatch(group)
+            if match:
+                numbers.append(int(match[1]))
+        if sorted(numbers) != list(range(len(numbers))):
+            raise ValueError(f"applied index runs are not numbered 0..n-1: {sorted(numbers)}")
+        for i in range(len(numbers)):
+            group = shared[f"applied_run{i}"]
+            idx.runs.append(_checked_run(f"applied_run{i}", group["keys"], group["steps"],
+                                         arrays[f"applied_run{i}_dead"]))
+        tail_keys = np.asarray(arrays["applied_tail_keys"], np.uint64)
+        tail_steps = np.asarray(arrays["applied_tail_steps"], np.uint32)
+        if tail_keys.shape != tail_steps.shape or tail_keys.ndim != 1 or len(tail_keys) > len(idx._tail_keys):
+            raise ValueError("applied index tail arrays must be 1-D, of equal length and fit the tail")
+        if not tail_steps.all():
+            raise ValueError("applied index tail holds a zero step")
+        n = len(tail_keys)
+        idx._tail_keys[:n], idx._tail_steps[:n], idx._tail_len = tail_keys, tail_steps, n
         return idx
+
+    @property
+    def max_step(self) -> int:
+        """The largest live step (0 when empty)."""
+        best = int(self._tail_steps[:self._tail_len].max()) if self._tail_len else 0
+        for run in self.runs:
+            if run.live:
+                best = max(best, int(np.delete(run.steps, run.dead_positions()).max()))
+        return best
+
+
+def _checked_run(name: str, keys, steps, dead) -> Run:
+    keys, steps = np.asarray(keys, np.uint64), np.asarray(steps, np.uint32)
+    dead = np.asarray(dead, np.int64)
+    if keys.shape != steps.shape or keys.ndim != 1:
+        raise ValueError(f"{name}: keys and steps must be 1-D and of equal length")
+    if len(keys) > 1 and not np.all(keys[1:] >= keys[:-1]):
+        raise ValueError(f"{name}: keys are not sorted")
+    if not steps.all():
+        raise ValueError(f"{name}: a zero step")
+    if dead.ndim != 1 or (len(dead) and (dead.min() < 0 or dead.max() >= len(keys))) or len(np.unique(dead)) != len(dead):
+        raise ValueError(f"{name}: dead positions out of range or repeated")
+    return Run(keys, steps, dead.tolist())
+
+
+def _merged(a: Run, b: Run | None) -> Run:
+    """One run with the live entries of ``a`` and ``b`` (``a`` first among equal keys)."""
+    from .kernels import merge_runs  # compiled; kernels imports this module
+
+    empty_keys, empty_steps = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
+    bk, bs, bd = (b.keys, b.steps, b.dead_positions()) if b is not None else (empty_keys, empty_steps, np.zeros(0, np.int64))
+    keys, steps = merge_runs(a.keys, a.steps, a.dead_positions(), bk, bs, bd)
+    return Run(keys, steps)
+
+
+def merge_runs_reference(ak, as_, adead, bk, bs, bdead):
+    """numpy form of ``kernels.merge_runs`` (tests compare them)."""
+    ka, sa = np.delete(ak, adead), np.delete(as_, adead)
+    kb, sb = np.delete(bk, bdead), np.delete(bs, bdead)
+    keys, steps = np.concatenate([ka, kb]), np.concatenate([sa, sb])
+    order = np.argsort(keys, kind="stable")
+    return keys[order], steps[order]
 
 
 class KeySet:

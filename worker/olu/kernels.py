@@ -222,6 +222,39 @@ def run_batch(plan, z, t, index, tombstone_keys, keys, X, y):
     return t, steps, j, reason
 
 
+@_jit
+def merge_runs(ak, as_, adead, bk, bs, bdead):
+    """Merge two key-sorted runs of the applied index, skipping their dead positions (sorted).
+
+    Among equal keys the entries of ``a`` come first, each run's own order kept; the numpy
+    reference is ``index.merge_runs_reference``. Returns (keys, steps).
+    """
+    n = ak.shape[0] - adead.shape[0] + bk.shape[0] - bdead.shape[0]
+    keys = np.empty(n, np.uint64)
+    steps = np.empty(n, np.uint32)
+    i = j = da = db = out = 0
+    na, nb = ak.shape[0], bk.shape[0]
+    while True:
+        while i < na and da < adead.shape[0] and adead[da] == i:
+            i += 1
+            da += 1
+        while j < nb and db < bdead.shape[0] and bdead[db] == j:
+            j += 1
+            db += 1
+        if i < na and (j >= nb or ak[i] <= bk[j]):
+            keys[out] = ak[i]
+            steps[out] = as_[i]
+            i += 1
+        elif j < nb:
+            keys[out] = bk[j]
+            steps[out] = bs[j]
+            j += 1
+        else:
+            break
+        out += 1
+    return keys, steps
+
+
 # ------------------------------------------------------------------ record keys, vectorised
 # BLAKE2b (RFC 7693) with an 8-byte digest and no key, i.e. hashlib.blake2b(raw, digest_size=8),
 # read little-endian: the same 64-bit value as index.record_key (tests compare them).
@@ -382,5 +415,7 @@ def warm_up() -> float:
               np.array([5], np.uint64), tail_keys, tail_steps, 0, 0, np.zeros(2, np.int64), 0)
     raw = b"r-1"
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
+    merge_runs(keys, np.array([1, 2], np.uint32), np.zeros(0, np.int64), keys, np.array([3, 4], np.uint32),
+               np.array([1], np.int64))
     compile_seconds = time.perf_counter() - start
     return compile_seconds

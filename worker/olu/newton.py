@@ -262,7 +262,7 @@ class RidgeNewton(OnlineUnlearner):
 
     def _import(self, meta: dict, arrays: dict) -> None:
         self.examples = load_store(self, arrays)
-        applied = np.sort(np.asarray(arrays["applied_steps"]).astype(np.int64))
+        applied = self.index.live_steps()
         if not np.array_equal(applied, self.examples.steps):
             raise InvalidState("retained examples do not match the applied-record index")
         d = self.dim

@@ -125,5 +125,5 @@ class Retrain(OnlineUnlearner):
 
     def _import(self, meta: dict, arrays: dict) -> None:
         self.examples = load_store(self, arrays)
-        if not np.array_equal(np.sort(arrays["applied_steps"].astype(np.int64)), self.examples.steps):
+        if not np.array_equal(self.index.live_steps(), self.examples.steps):
             raise InvalidState("retained examples do not match the applied-record index")

@@ -368,7 +368,7 @@ class RewindToDelete(OnlineUnlearner):
     def _import(self, meta: dict, arrays: dict) -> None:
         extra = meta["extra"]
         self.examples = load_store(self, arrays)
-        applied = np.sort(np.asarray(arrays["applied_steps"]).astype(np.int64))
+        applied = self.index.live_steps()
         if not np.array_equal(applied, self.examples.steps):
             raise InvalidState("retained examples do not match the applied-record index")
         for name in ("rewind_checkpoint", "rewind_base"):

@@ -74,7 +74,7 @@ def decode(blob: bytes) -> tuple[dict, dict[str, np.ndarray]]:
             if len(chunk) != spec["size"]:
                 raise CorruptSnapshot(f"array {spec['name']!r} runs past the end of the object")
             arr = np.frombuffer(chunk, dtype=dtype).reshape(spec["shape"])
-            arrays[spec["name"]] = arr.astype(dtype.newbyteorder("="), copy=True)
+            arrays[spec["name"]] = arr.astype(_DTYPES[spec["dtype"]], copy=True)  # native, canonical dtype
     except CorruptSnapshot:
         raise
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:

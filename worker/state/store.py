@@ -4,6 +4,15 @@ Layout, per partition, under ``{prefix}/{group}/{topic}/{partition}/``::
 
     full-{offset:020d}.snap    the whole model state; every event below ``offset`` is reflected
     delta-{offset:020d}.snap   the post-noise state right after one deletion (delete offset + 1)
+    blob-{sha256}.snap         an immutable array group shared by full snapshots (named by content)
+
+Shared blobs make full snapshots incremental. A model marks the parts of its state that never
+change once built (the applied index's sorted runs) as ``shared``; each group is written once as a
+content-addressed blob and later snapshots name it instead of rewriting it, so a snapshot costs
+the state that changed since the last one, not the whole index (a million-record index is 12 MB;
+re-encoding and re-uploading it every few seconds was the worker's largest pause). A full snapshot
+lists its blobs with their sizes; restore fetches and checks each (the name is the checksum), and a
+missing or damaged blob makes that full snapshot invalid like any other corruption.
 
 Every object is written once with ``mode="create"`` (put-if-absent works on Memory, Local and
 S3) and is then immutable. Each carries an envelope -- layout version, kind, group, topic,
@@ -39,6 +48,9 @@ Decisions:
   active and ``restore`` raises :class:`SnapshotConflict`.
 * **Durability on file://**: obstore's LocalStore does not fsync, so every write here syncs
   the file and its directories itself; a delta must survive an OS crash, not just ours.
+* **Blob garbage.** ``gc`` deletes a blob only when no kept full snapshot names it *and* it is
+  older than the oldest kept full snapshot: a blob is written before the snapshot that names it,
+  so a blob another writer has just created for its next snapshot is never taken.
 * **Outages** (network, timeouts, 5xx after obstore's bounded retries) raise
   :class:`StorageUnavailable`; nothing is half-written (puts are atomic), so retrying is safe.
 """
@@ -49,6 +61,7 @@ import logging
 import os
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -66,6 +79,7 @@ log = logging.getLogger(__name__)
 LAYOUT_VERSION = 1
 FULL, DELTA = "full", "delta"
 _NAME = re.compile(r"(full|delta)-(\d{20})\.snap")
+_BLOB = re.compile(r"blob-([0-9a-f]{64})\.snap")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _TRUE = {"1", "true", "yes", "on"}
 _RELIST_ATTEMPTS = 3
@@ -120,6 +134,7 @@ class Restored:
     offset: int | None  # next input offset to consume; None: from the log start
     header: dict  # the caller's header of the full snapshot
     arrays: dict[str, np.ndarray]
+    shared: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # group -> arrays (blobs)
     deltas: list[tuple[int, dict, dict[str, np.ndarray]]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (key, reason), newer than key
     created_at: str | None = None
@@ -204,6 +219,11 @@ class SnapshotStore:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.store, self.prefix, self.group, self.keep = store, prefix.strip("/"), group, keep
         self._good: dict[str, int] = {}  # key -> size of objects known valid (they are immutable)
+        # Shared groups already stored: (directory, ids of the group's arrays) -> (weak refs, blob
+        # name). Identity, not content: re-hashing a 48 MB run per snapshot is what blobs avoid.
+        self._blobs: dict[tuple, tuple[list, str]] = {}
+        self._blob_names: dict[str, frozenset] = {}  # full snapshot key -> blob names it refers to
+        self._blob_refs: dict[str, dict] = {}  # full snapshot key -> its "shared" header (last loads)
 
     # ------------------------------------------------------------------ naming
     def directory(self, topic: str, partition: int) -> str:
@@ -219,7 +239,7 @@ class SnapshotStore:
     def list(self, topic: str, partition: int) -> list[SnapshotRef]:
         """Snapshots and deltas of one partition, by offset (a delta before a full at the same offset)."""
         where = self.directory(topic, partition)
-        metas = _call("list", where, lambda: [m for chunk in obstore.list(self.store, where) for m in chunk])
+        metas = self._list_objects(where)
         refs = []
         for meta in metas:
             match = _NAME.fullmatch(meta["path"][len(where):])  # skips nested and foreign names
@@ -227,26 +247,73 @@ class SnapshotStore:
                 refs.append(SnapshotRef(meta["path"], match[1], int(match[2]), meta["size"]))
         return sorted(refs, key=lambda r: (r.offset, r.kind))
 
+    def _list_objects(self, where: str) -> list[dict]:
+        return _call("list", where, lambda: [m for chunk in obstore.list(self.store, where) for m in chunk])
+
     # ------------------------------------------------------------------ writing
-    def write_full(self, topic: str, partition: int, offset: int, header: dict, arrays: dict) -> SnapshotRef:
-        """The complete state; ``offset`` is the next input offset to consume."""
-        return self._write(FULL, topic, partition, offset, header, arrays)
+    def write_full(self, topic: str, partition: int, offset: int, header: dict, arrays: dict,
+                   shared: dict | None = None) -> SnapshotRef:
+        """The complete state; ``offset`` is the next input offset to consume.
+
+        ``shared``: {group: {name: array}} of arrays that never change (see the module doc);
+        each group not stored yet is written as a blob first. The returned size counts the
+        snapshot object and the blobs written for it, not the blobs reused.
+        """
+        where = self.directory(topic, partition)
+        refs, written = {}, 0
+        for group, group_arrays in (shared or {}).items():
+            name, size = self._put_blob(where, group_arrays)
+            refs[group] = {"blob": name}
+            written += size
+        ref = self._write(FULL, topic, partition, offset, header, arrays, refs)
+        self._blob_names[ref.key] = frozenset(r["blob"] for r in refs.values())
+        return SnapshotRef(ref.key, ref.kind, ref.offset, ref.size + written, ref.duration)
+
+    def _put_blob(self, where: str, arrays: dict) -> tuple[str, int]:
+        """Store one shared group (once); returns (blob name, bytes written now)."""
+        ident = (where, tuple((k, id(v)) for k, v in sorted(arrays.items())))
+        known = self._blobs.get(ident)
+        if known and all(r() is arrays[k] for (k, _), r in zip(ident[1], known[0])):
+            return known[1], 0
+        blob = encode({"blob": {"layout": LAYOUT_VERSION}}, arrays)
+        name = f"blob-{blob[-32:].hex()}.snap"  # the codec's SHA-256: the name is the checksum
+        key = where + name
+        try:
+            _call("put", key, obstore.put, self.store, key, blob, mode="create")
+        except AlreadyExistsError:  # same name, same content -- unless the stored copy is damaged
+            if _call("head", key, obstore.head, self.store, key)["size"] != len(blob):
+                log.warning("replacing damaged blob %s", key)
+                self._delete_keys([key])
+                try:
+                    _call("put", key, obstore.put, self.store, key, blob, mode="create")
+                except AlreadyExistsError:
+                    pass  # a racing writer stored it again: same name, same content
+        _sync_local(self.store, key)
+        self._remember_blob(where, arrays, name)
+        return name, len(blob)
+
+    def _remember_blob(self, where: str, arrays: dict, name: str) -> None:
+        for ident in [i for i, (refs, _) in self._blobs.items() if any(r() is None for r in refs)]:
+            del self._blobs[ident]  # groups the model has merged away
+        ident = (where, tuple((k, id(v)) for k, v in sorted(arrays.items())))
+        self._blobs[ident] = ([weakref.ref(v) for _, v in sorted(arrays.items())], name)
 
     def write_delta(self, topic: str, partition: int, offset: int, header: dict, arrays: dict) -> SnapshotRef:
         """A deletion's post-noise state; ``offset`` is the delete event's offset + 1."""
         return self._write(DELTA, topic, partition, offset, header, arrays)
 
-    def _write(self, kind, topic, partition, offset, header, arrays) -> SnapshotRef:
+    def _write(self, kind, topic, partition, offset, header, arrays, shared_refs=None) -> SnapshotRef:
         key = self.key(topic, partition, kind, offset)
         started = time.monotonic()
         envelope = self._envelope(kind, topic, partition, offset)
         created_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
-        blob = encode({"snapshot": {**envelope, "created_at": created_at}, "meta": header}, arrays)
+        content = {"meta": header, **({"shared": shared_refs} if shared_refs else {})}
+        blob = encode({"snapshot": {**envelope, "created_at": created_at}, **content}, arrays)
         size = len(blob)
         try:
             _call("put", key, obstore.put, self.store, key, blob, mode="create")
         except AlreadyExistsError:
-            size = self._same_or_conflict(key, envelope, header, arrays, replacement=blob)
+            size = self._same_or_conflict(key, envelope, content, arrays, replacement=blob)
         _sync_local(self.store, key)
         self._good[key] = size
         return SnapshotRef(key, kind, offset, size, time.monotonic() - started)
@@ -257,6 +324,8 @@ class SnapshotStore:
 
     def _same_or_conflict(self, key, envelope, header, arrays, replacement: bytes | None) -> int:
         """The existing object's size if it holds what we meant to write; else SnapshotConflict.
+
+        ``header`` is the content next to the envelope: {"meta": ..., "shared": ...}.
 
         A damaged object (bad checksum, truncated, not a snapshot) is useless to everyone and
         typically lies exactly where a replay after a fallback snapshots again: it is deleted
@@ -277,7 +346,7 @@ class SnapshotStore:
         if misplaced and replacement is not None:
             log.warning("replacing misplaced snapshot object %s (%s)", key, misplaced)
             return self._replace(key, envelope, header, arrays, replacement)
-        wanted = orjson.loads(orjson.dumps({"snapshot": envelope, "meta": header}))
+        wanted = orjson.loads(orjson.dumps({"snapshot": envelope, **header}))
         if stored != wanted or not _same_arrays(arrays, stored_arrays):
             raise SnapshotConflict(key, "a different snapshot already exists at this offset: "
                                         "another writer (a zombie?) owns this partition")
@@ -315,19 +384,20 @@ class SnapshotStore:
         for ref in fulls:
             try:
                 header, arrays, created_at = self._load(ref, topic, partition)
+                shared = self._load_shared(self.directory(topic, partition), self._blob_refs[ref.key])
             except _Invalid as bad:
                 if on_corrupt == "fail":
                     raise SnapshotCorrupt(ref.key, bad.args[0]) from None
                 skipped.append((ref.key, bad.args[0]))
                 continue
             deltas = self._deltas(refs, ref.offset, topic, partition)
-            return Restored(ref.key, ref.offset, header, arrays, deltas, skipped, created_at)
+            return Restored(ref.key, ref.offset, header, arrays, shared, deltas, skipped, created_at)
         if fulls:
             raise SnapshotCorrupt(fulls[0].key, f"no valid full snapshot among {len(fulls)} "
                                   f"({'; '.join(r for _, r in skipped)}); starting fresh would reset "
                                   f"the deletion counter and redraw deletion noise")
         deltas = self._deltas(refs, -1, topic, partition)
-        return Restored(None, None, {}, {}, deltas) if deltas else None
+        return Restored(None, None, {}, {}, {}, deltas) if deltas else None
 
     def _deltas(self, refs, after: int, topic, partition) -> list:
         """Every delta past ``after``, in order; any unusable one is fatal (see module doc)."""
@@ -356,8 +426,34 @@ class SnapshotStore:
         problem = self._identity_problem(stored, ref, topic, partition)
         if problem:
             raise _Invalid(problem)
+        blob_refs = stored.get("shared") or {}
+        if not isinstance(blob_refs, dict) or not all(
+                isinstance(r, dict) and isinstance(r.get("blob"), str) and _BLOB.fullmatch(r["blob"])
+                for r in blob_refs.values()):
+            raise _Invalid("corrupt: malformed shared blob references")
+        self._blob_refs[ref.key] = blob_refs
+        self._blob_names[ref.key] = frozenset(r["blob"] for r in blob_refs.values())
         self._good[ref.key] = ref.size
         return stored["meta"], arrays, stored["snapshot"].get("created_at")
+
+    def _load_shared(self, where: str, blob_refs: dict) -> dict[str, dict[str, np.ndarray]]:
+        """Every shared group a full snapshot names, each checked against its name."""
+        shared = {}
+        for group, ref in blob_refs.items():
+            key = where + ref["blob"]
+            try:
+                blob = self._get(key)
+            except FileNotFoundError:
+                raise _Invalid(f"shared blob {ref['blob']} is missing") from None
+            try:
+                stored, arrays = decode(blob)
+            except CorruptSnapshot as exc:
+                raise _Invalid(f"shared blob {ref['blob']} is corrupt: {exc}") from None
+            if f"blob-{bytes(blob[-32:]).hex()}.snap" != ref["blob"] or not isinstance(stored.get("blob"), dict):
+                raise _Invalid(f"shared blob {ref['blob']} does not hold what its name says")
+            self._remember_blob(where, arrays, ref["blob"])
+            shared[group] = arrays
+        return shared
 
     def _identity_problem(self, stored: dict, ref: SnapshotRef, topic, partition) -> str | None:
         env = stored.get("snapshot")
@@ -401,7 +497,30 @@ class SnapshotStore:
         if not kept:
             return 0
         cutoff = kept[-1].offset
-        return self._delete([r for r in refs if r.offset < cutoff or (r.kind == DELTA and r.offset == cutoff)])
+        deleted = self._delete([r for r in refs if r.offset < cutoff or (r.kind == DELTA and r.offset == cutoff)])
+        return deleted + self._gc_blobs(topic, partition, kept)
+
+    def _gc_blobs(self, topic: str, partition: int, kept: list[SnapshotRef]) -> int:
+        """Delete blobs no kept full snapshot names and older than all of them (module doc)."""
+        where = self.directory(topic, partition)
+        metas = self._list_objects(where)
+        blobs = {m["path"]: m for m in metas if _BLOB.fullmatch(m["path"][len(where):])}
+        if not blobs:
+            return 0
+        modified = {m["path"]: m["last_modified"] for m in metas}
+        if any(r.key not in modified for r in kept):
+            return 0  # a kept snapshot vanished meanwhile: someone else is cleaning up
+        oldest_kept = min(modified[r.key] for r in kept)
+        named: set[str] = set()
+        for ref in kept:
+            if ref.key not in self._blob_names:
+                try:
+                    self._load(ref, topic, partition)
+                except (_Invalid, _Vanished):
+                    return 0  # cannot tell what it needs: keep every blob
+            named |= {where + name for name in self._blob_names[ref.key]}
+        garbage = [k for k, m in blobs.items() if k not in named and m["last_modified"] < oldest_kept]
+        return self._delete_keys(garbage)
 
     def purge_before(self, topic: str, partition: int, offset: int) -> int:
         """Delete every snapshot and delta below ``offset`` (invariant 6: after a full snapshot at
@@ -412,16 +531,23 @@ class SnapshotStore:
                    for r in reversed(refs)):
             raise ValueError(f"no valid full snapshot at or after offset {offset} for "
                              f"{topic}/{partition}: refusing to purge the older ones")
-        return self._delete([r for r in refs if r.offset < offset])
+        deleted = self._delete([r for r in refs if r.offset < offset])
+        kept = [r for r in refs if r.kind == FULL and r.offset >= offset and self._valid(r, topic, partition)]
+        return deleted + self._gc_blobs(topic, partition, kept)
 
     def _delete(self, refs: list[SnapshotRef]) -> int:
-        for ref in refs:
+        return self._delete_keys([r.key for r in refs])
+
+    def _delete_keys(self, keys: list[str]) -> int:
+        for key in keys:
             try:
-                _call("delete", ref.key, obstore.delete, self.store, ref.key)
+                _call("delete", key, obstore.delete, self.store, key)
             except FileNotFoundError:  # LocalStore reports a missing object; S3/Memory do not
                 pass
-            self._good.pop(ref.key, None)
-        return len(refs)
+            self._good.pop(key, None)
+            self._blob_names.pop(key, None)
+            self._blob_refs.pop(key, None)
+        return len(keys)
 
 
 _SYNCED_DIRS: set[Path] = set()  # ancestors whose entries (our subdirectories) are already durable

@@ -74,6 +74,7 @@ class PendingSnapshot:
     offset: int
     header: dict
     arrays: dict
+    shared: dict  # immutable array groups: the store writes each once (state/store.py)
     purge_due_at: float | None  # set: objects before ``offset`` must be purged (invariant 6)
 
 
@@ -109,7 +110,7 @@ class PartitionRunner:
         deltas = {off: (hdr, arrs) for off, hdr, arrs in restored.deltas}
         if restored.key is None:  # deletions before the first full snapshot: replay from the start
             return cls(topic, partition, model_factory(), replay_deltas=deltas, **common), restored
-        model = load_model({"meta": restored.header["model"], "arrays": restored.arrays})
+        model = load_model({"meta": restored.header["model"], "arrays": restored.arrays, "shared": restored.shared})
         runner = cls(topic, partition, model, next_offset=restored.offset,
                      event_time_ms=restored.header.get("event_time_ms", 0), replay_deltas=deltas, **common)
         return runner, restored
@@ -323,7 +324,8 @@ class PartitionRunner:
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
                   "model": state["meta"]}
         # Deletions after this point may need their own purge: they are not in this copy's past.
-        pending = PendingSnapshot(self.next_offset, header, state["arrays"], purge_due_at=self.purge_due_at)
+        pending = PendingSnapshot(self.next_offset, header, state["arrays"], state.get("shared", {}),
+                                  purge_due_at=self.purge_due_at)
         self.purge_due_at = None
         self.events_since_snapshot = 0
         self.last_snapshot_at = time.monotonic()
@@ -331,7 +333,8 @@ class PartitionRunner:
         return pending
 
     def write_snapshot(self, pending: PendingSnapshot):
-        ref = self.snapshots.write_full(self.topic, self.partition, pending.offset, pending.header, pending.arrays)
+        ref = self.snapshots.write_full(self.topic, self.partition, pending.offset, pending.header, pending.arrays,
+                                        pending.shared)
         if pending.purge_due_at is not None:
             # Older objects may still hold a deleted record's raw features (invariant 6).
             self.snapshots.purge_before(self.topic, self.partition, pending.offset)

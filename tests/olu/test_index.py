@@ -1,0 +1,142 @@
+"""The applied-record index (runs + tail) against a plain dict, and its snapshot layout."""
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.olu import index as index_module
+from worker.olu import kernels
+from worker.olu.index import AppliedIndex, merge_runs_reference
+
+
+def small_index():
+    return AppliedIndex(tail_size=4, max_run=16)
+
+
+# keys from a small pool, so pops hit runs, the tail and duplicate keys
+ops = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.integers(1, 12)),
+    st.tuples(st.just("pop"), st.integers(1, 12)),
+    st.tuples(st.just("pop_undo"), st.integers(1, 12)),
+    st.tuples(st.just("merge"), st.just(0)),
+    st.tuples(st.just("reload"), st.just(0)),
+), max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_index_behaves_like_a_dict_of_step_lists(operations):
+    idx, expected, step = small_index(), defaultdict(list), 0
+    for op, key in operations:
+        if op == "add":
+            step += 1
+            idx.add(key, step)
+            expected[key].append(step)
+        elif op == "pop":
+            assert idx.pop(key) == sorted(expected.pop(key, []))
+        elif op == "pop_undo":
+            before = idx.to_arrays()
+            idx.pop(key)
+            idx.undo_pop()
+            after = idx.to_arrays()
+            assert all(np.array_equal(before[k], after[k]) for k in before)
+        elif op == "merge":
+            idx.merge()
+        else:  # a snapshot round trip keeps the exact layout
+            arrays, shared = idx.export()
+            copy = AppliedIndex.load(arrays, {g: {k: v.copy() for k, v in a.items()} for g, a in shared.items()})
+            assert [len(r) for r in copy.runs] == [len(r) for r in idx.runs]
+            assert all(r.dead == s.dead for r, s in zip(copy.runs, idx.runs))
+            idx = copy
+            idx._max_run, idx._tail_keys, idx._tail_steps = 16, idx._tail_keys[:4].copy(), idx._tail_steps[:4].copy()
+        assert len(idx) == sum(len(v) for v in expected.values())
+        assert all(len(r) <= 16 or not r.dead for r in idx.runs)
+    live = idx.to_arrays()
+    pairs = sorted((k, s) for k, steps in expected.items() for s in steps)
+    assert list(zip(live["applied_keys"].tolist(), live["applied_steps"].tolist())) == pairs
+    assert idx.live_steps().tolist() == sorted(s for _, s in pairs)
+
+
+def test_runs_merge_like_a_binary_counter_and_stop_at_the_cap():
+    idx = AppliedIndex(tail_size=4, max_run=32)
+    for step in range(1, 4 * 64 + 1):
+        idx.add(step * 7919 % 1000 + 1, step)
+    idx.merge()
+    sizes = [len(r) for r in idx.runs]
+    assert sizes == [32] * 8  # 256 entries: capped runs, no run above 32
+    assert all(np.all(r.keys[1:] >= r.keys[:-1]) for r in idx.runs)
+    idx = AppliedIndex(tail_size=4, max_run=1 << 20)
+    for step in range(1, 4 * 7 + 1):
+        idx.add(step, step)
+    idx.merge()
+    assert [len(r) for r in idx.runs] == [16, 8, 4]  # 7 tails = binary 111
+
+
+def test_runs_are_immutable_and_mostly_dead_runs_are_rewritten():
+    idx = AppliedIndex(tail_size=4, max_run=8)
+    for step in range(1, 9):
+        idx.add(step, step)
+    idx.merge()
+    run = idx.runs[0]
+    with pytest.raises(ValueError):
+        run.keys[0] = 99  # snapshots in flight share these arrays
+    for key in (1, 2, 3, 4, 5):
+        idx.pop(key)
+    idx.merge()  # more than half dead: rewritten without them
+    assert [len(r) for r in idx.runs] == [3] and not idx.runs[0].dead
+    assert run.keys.tolist() == list(range(1, 9))  # the old run an earlier snapshot holds is untouched
+
+
+def test_export_shares_runs_without_copying():
+    idx = AppliedIndex(tail_size=4)
+    for step in range(1, 7):
+        idx.add(step, step)
+    arrays, shared = idx.export()
+    assert set(shared) == {"applied_run0"}
+    assert shared["applied_run0"]["keys"] is idx.runs[0].keys
+    assert arrays["applied_tail_keys"].tolist() == [5, 6]
+    assert arrays["applied_run0_dead"].tolist() == []
+
+
+def test_load_reads_the_one_array_layout_of_state_format_1():
+    idx = AppliedIndex.load({"applied_keys": np.array([3, 5, 5], np.uint64),
+                             "applied_steps": np.array([2, 1, 3], np.uint32)})
+    assert idx.pop(5) == [1, 3] and len(idx) == 1
+
+
+@pytest.mark.parametrize("bad", [
+    lambda a, s: s["applied_run0"].update(keys=np.array([9, 1, 2, 3], np.uint64)),
+    lambda a, s: a.update(applied_run0_dead=np.array([4], np.int64)),
+    lambda a, s: a.update(applied_run0_dead=np.array([1, 1], np.int64)),
+    lambda a, s: s.update(applied_run2=s["applied_run0"]),
+    lambda a, s: a.update(applied_tail_steps=np.array([0, 6], np.uint32)),
+])
+def test_load_rejects_inconsistent_layouts(bad):
+    idx = AppliedIndex(tail_size=4)
+    for step in range(1, 7):
+        idx.add(step, step)
+    arrays, shared = idx.export()
+    shared = {g: dict(a) for g, a in shared.items()}
+    bad(arrays, shared)
+    with pytest.raises(ValueError):
+        AppliedIndex.load(arrays, shared)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 20), max_size=40), st.lists(st.integers(1, 20), max_size=40), st.data())
+def test_compiled_merge_matches_numpy_reference(a, b, data):
+    ak, bk = np.sort(np.array(a, np.uint64)), np.sort(np.array(b, np.uint64))
+    as_ = np.arange(1, len(a) + 1, dtype=np.uint32)
+    bs = np.arange(100, 100 + len(b), dtype=np.uint32)
+    adead = np.array(sorted(data.draw(st.sets(st.integers(0, max(len(a) - 1, 0)))) if a else []), np.int64)
+    bdead = np.array(sorted(data.draw(st.sets(st.integers(0, max(len(b) - 1, 0)))) if b else []), np.int64)
+    got = kernels.merge_runs(ak, as_, adead, bk, bs, bdead)
+    want = merge_runs_reference(ak, as_, adead, bk, bs, bdead)
+    assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
+
+
+def test_module_defaults_are_the_documented_sizes():
+    assert index_module.TAIL_SIZE == 65_536 and index_module.MAX_RUN == 2_097_152

@@ -1,0 +1,191 @@
+"""Incremental full snapshots: the applied index's runs are written once as shared blobs.
+
+On memory://, file:// and the real S3 server: a model's runs round-trip through blobs, a later
+snapshot writes only the runs built since, gc keeps every blob a kept snapshot names (and a blob
+another writer has just created), and a missing or damaged blob invalidates its snapshot like
+any other corruption.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import obstore
+import pytest
+from obstore.store import MemoryStore
+
+from tests.olu.helpers import synthetic_stream
+from tests.state.test_snapshots import raw, snaps  # noqa: F401  (fixtures)
+from worker.olu import index as index_module
+from worker.olu.base import load_model
+from worker.olu.passive import PassiveOLU
+from worker.state.store import SnapshotCorrupt, SnapshotStore
+
+T = "events"
+KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+
+
+@pytest.fixture(autouse=True)
+def small_runs(monkeypatch):
+    """Runs of 64 entries (tails of 16), so a few hundred records make several."""
+    monkeypatch.setattr(index_module, "TAIL_SIZE", 16)
+    monkeypatch.setattr(index_module, "MAX_RUN", 64)
+
+
+class Stream:
+    def __init__(self, n=2000):
+        self.ids, self.X, self.y = synthetic_stream(n, 4, seed=3)
+        self.model = PassiveOLU(**KW, noise_rng=np.random.default_rng(0))
+        self.done = 0
+
+    def advance(self, n, delete=()):
+        self.model.learn_many(self.ids[self.done:self.done + n], self.X[self.done:self.done + n],
+                              self.y[self.done:self.done + n])
+        self.done += n
+        for j in delete:
+            self.model.unlearn_one(self.ids[j])
+
+    def snapshot(self, store: SnapshotStore, partition: int = 0):
+        state = self.model.export_state()
+        return store.write_full(T, partition, self.done, {"model": state["meta"]}, state["arrays"], state["shared"])
+
+
+def blobs(store: SnapshotStore, partition: int = 0) -> dict[str, int]:
+    where = store.directory(T, partition)
+    return {m["path"][len(where):]: m["size"] for chunk in obstore.list(store.store, where) for m in chunk
+            if m["path"][len(where):].startswith("blob-")}
+
+
+def object_size(store: SnapshotStore, ref) -> int:
+    """The full snapshot object alone (``ref.size`` adds the blobs written for it)."""
+    return obstore.head(store.store, ref.key)["size"]
+
+
+def restored_model(store: SnapshotStore, partition: int = 0, on_corrupt="fallback"):
+    got = store.restore(T, partition, on_corrupt=on_corrupt)
+    return got, load_model({"meta": got.header["model"], "arrays": got.arrays, "shared": got.shared})
+
+
+def same_model(a, b) -> bool:
+    x, y = a.export_state(), b.export_state()
+    return (a.z.tobytes() == b.z.tobytes() and x["meta"] == y["meta"]
+            and all(np.array_equal(x["arrays"][k], y["arrays"][k]) for k in x["arrays"])
+            and all(np.array_equal(a.index.to_arrays()[k], b.index.to_arrays()[k]) for k in ("applied_keys",
+                                                                                               "applied_steps")))
+
+
+def test_runs_round_trip_through_blobs(snaps):
+    s = Stream()
+    s.advance(500, delete=(3, 70, 400))
+    assert len(s.model.index.runs) >= 3
+    s.snapshot(snaps)
+    assert len(blobs(snaps)) == len(s.model.index.runs)
+    got, model = restored_model(snaps)
+    assert set(got.shared) == {f"applied_run{i}" for i in range(len(s.model.index.runs))}
+    assert same_model(model, s.model)
+    assert [r.dead for r in model.index.runs] == [r.dead for r in s.model.index.runs]
+
+
+def test_a_later_snapshot_writes_only_the_new_runs(snaps):
+    s = Stream()
+    s.advance(640)  # ten full runs of 64
+    first = s.snapshot(snaps)
+    before = blobs(snaps)
+    s.advance(64 + 5, delete=(10,))  # one more run, a tail of 5, a dead entry in an old run
+    second = s.snapshot(snaps)
+    after = blobs(snaps)
+    new = set(after) - set(before)
+    assert 1 <= len(new) <= 2  # the run the tail became, and the one it merged into
+    blob_bytes = [ref.size - object_size(snaps, ref) for ref in (first, second)]
+    assert blob_bytes[1] == sum(after[b] for b in new) < blob_bytes[0] / 3
+    _, model = restored_model(snaps)
+    assert same_model(model, s.model)
+
+
+def test_a_restarted_store_reuses_the_blobs_it_restored(raw):  # noqa: F811
+    s = Stream()
+    s.advance(640)
+    s.snapshot(SnapshotStore(raw, prefix="olu", group="g1"))
+    fresh = SnapshotStore(raw, prefix="olu", group="g1")
+    got, model = restored_model(fresh)
+    state = model.export_state()
+    before = blobs(fresh)
+    ref = fresh.write_full(T, 0, 700, {"model": state["meta"]}, state["arrays"], state["shared"])
+    assert ref.size == object_size(fresh, ref) and blobs(fresh) == before  # no run rewritten
+
+
+def test_gc_keeps_named_blobs_and_drops_the_rest(raw):  # noqa: F811
+    store = SnapshotStore(raw, prefix="olu", group="g1", keep=1)
+    s = Stream()
+    for _ in range(6):
+        s.advance(64 * 3)
+        s.snapshot(store)
+        store.gc(T, 0)
+        got = store.restore(T, 0)
+        named = {r["blob"] for r in store._blob_refs[got.key].values()}
+        where = store.directory(T, 0)
+        listed = {m["path"][len(where):]: m["last_modified"] for chunk in obstore.list(raw, where) for m in chunk}
+        assert named <= set(listed)
+        # the rest: merged-away runs, gone unless written in the same clock tick as the snapshot
+        # (S3 stamps whole seconds; gc only takes blobs strictly older than every kept snapshot)
+        snapshot_time = listed[got.key[len(where):]]
+        assert all(listed[b] >= snapshot_time for b in set(blobs(store)) - named)
+        if isinstance(raw, MemoryStore):
+            assert set(blobs(store)) == named
+    _, model = restored_model(store)
+    assert same_model(model, s.model)
+
+
+def test_gc_never_takes_a_blob_newer_than_every_kept_snapshot():
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1", keep=1)
+    s = Stream()
+    s.advance(128)
+    s.snapshot(store)
+    other = SnapshotStore(store.store, prefix="olu", group="g1")  # the partition's next owner
+    s.advance(64)
+    name, _ = other._put_blob(other.directory(T, 0), {"keys": s.model.index.runs[-1].keys,
+                                                      "steps": s.model.index.runs[-1].steps})
+    store.gc(T, 0)
+    assert name in blobs(store)
+
+
+@pytest.mark.parametrize("damage", ["delete", "overwrite"])
+@pytest.mark.parametrize("on_corrupt", ["fallback", "fail"])
+def test_a_missing_or_damaged_blob_invalidates_its_snapshot(damage, on_corrupt):
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1", keep=3)
+    s = Stream()
+    s.advance(128)
+    s.snapshot(store)
+    older = s.model.export_state()
+    s.advance(64)
+    s.snapshot(store)
+    newest_blob = (set(blobs(store)) - {r["blob"] for r in store._blob_refs.get(
+        store.key(T, 0, "full", 128), {}).values()})
+    newest_blob = sorted(newest_blob)[0]
+    key = store.directory(T, 0) + newest_blob
+    if damage == "delete":
+        obstore.delete(store.store, key)
+    else:
+        obstore.put(store.store, key, b"not a blob at all, but the same name")
+    fresh = SnapshotStore(store.store, prefix="olu", group="g1")
+    if on_corrupt == "fail":
+        with pytest.raises(SnapshotCorrupt, match="shared blob"):
+            fresh.restore(T, 0, on_corrupt="fail")
+        return
+    got, model = restored_model(fresh)
+    assert got.offset == 128 and "shared blob" in got.skipped[0][1]
+    assert model.export_state()["meta"] == older["meta"]
+
+
+def test_a_damaged_blob_is_replaced_when_written_again():
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
+    s = Stream()
+    s.advance(64)
+    s.snapshot(store)
+    name = sorted(blobs(store))[0]
+    key = store.directory(T, 0) + name
+    obstore.put(store.store, key, b"truncated")
+    fresh = SnapshotStore(store.store, prefix="olu", group="g1")  # knows nothing of it
+    state = s.model.export_state()
+    fresh.write_full(T, 0, 70, {"model": state["meta"]}, state["arrays"], state["shared"])
+    _, model = restored_model(SnapshotStore(store.store, prefix="olu", group="g1"), on_corrupt="fail")
+    assert same_model(model, s.model)
