@@ -55,6 +55,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import bisect  # noqa: E402
+import gc  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -68,6 +69,7 @@ from _targets import DELETE_TO_RELEASE_P99_S  # noqa: E402
 import numpy as np  # noqa: E402
 
 TARGET_P99_S = DELETE_TO_RELEASE_P99_S.threshold
+SLOW_ROUND_S = 0.025  # loop rounds longer than this are kept with their breakdown
 RELEASE_EVERY = 10_000
 SNAPSHOT_EVERY = 200_000
 
@@ -251,6 +253,41 @@ def chart(e2e: list, worker: list, timeline: list, lag: list, snapshots: list, t
     plt.close(fig)
 
 
+def stall_report(worker, merges: list, t0: float, t1: float) -> dict:
+    """Print and return where the loop's slow rounds (> SLOW_ROUND_S) went during the delete phase."""
+    slow = [r for r in worker.slow_rounds if t0 <= r["t"] <= t1]
+    phases = ("fetch", "process", "start_snapshot", "collect_snapshots")
+    in_window = [m for m in merges if t0 <= m[0] <= t1]
+    gcs = [g for g in worker.gc_pauses if t0 <= g[0] <= t1]
+    bg = [(a, b) for a, b in worker.background_snapshots if t0 <= a <= t1]
+
+    def overlaps(r, spans):
+        return any(a < r["t"] + r["total"] and b > r["t"] for a, b in spans)
+
+    with_merge = [r for r in slow if overlaps(r, [(a, a + d) for a, d, _ in in_window])]
+    with_gc = [r for r in slow if overlaps(r, [(a, a + d) for a, _, d in gcs])]
+    with_bg = [r for r in slow if overlaps(r, bg)]
+    print(f"\nloop rounds over {1e3 * SLOW_ROUND_S:.0f} ms during the delete phase: {len(slow)}, "
+          f"{sum(r['total'] for r in slow):.2f} s in all")
+    for phase in phases:
+        secs = sum(r.get(phase, 0.0) for r in slow)
+        print(f"  {phase:18} {secs:6.2f} s")
+    print(f"  overlapping an index merge: {len(with_merge)}; a gen>=1 GC: {len(with_gc)}; "
+          f"a background full-snapshot write: {len(with_bg)}")
+    md = [d for _, d, _ in in_window]
+    print(f"index merges: {len(md)}, max {1e3 * max(md, default=0):.1f} ms, total {sum(md):.2f} s; "
+          f"GC gen>=1 pauses: {len(gcs)}, max {1e3 * max((g[2] for g in gcs), default=0):.1f} ms; "
+          f"background full snapshots: {len(bg)}, {', '.join(f'{1e3 * (b - a):.0f}' for a, b in bg)} ms")
+    worst = sorted(slow, key=lambda r: -r["total"])[:8]
+    for r in worst:
+        parts = "  ".join(f"{k} {1e3 * r[k]:.1f}" for k in phases if k in r)
+        print(f"  t={r['t'] - t0:6.2f} s  {1e3 * r['total']:6.1f} ms  ({parts}; {r.get('messages', 0)} messages)")
+    return {"threshold_s": SLOW_ROUND_S, "rounds": [{**r, "t": r["t"] - t0} for r in slow],
+            "with_index_merge": len(with_merge), "with_gc": len(with_gc), "with_background_snapshot": len(with_bg),
+            "index_merges": [(a - t0, d, n) for a, d, n in in_window], "gc_pauses": [(a - t0, g, d) for a, g, d in gcs],
+            "background_snapshots": [(a - t0, b - a) for a, b in bg]}
+
+
 def fmt(p: dict) -> str:
     if not p["count"]:
         return "no data"
@@ -299,6 +336,20 @@ def main(argv=None) -> int:
             self.observed.append(seconds)
             super().observe_delete_to_release(seconds)
 
+    from worker.olu.index import AppliedIndex
+
+    merges: list[tuple[float, float, int]] = []  # (start, seconds, records) of every index merge
+    merge = AppliedIndex.merge
+
+    def timed_merge(index):
+        t0 = time.monotonic()
+        try:
+            return merge(index)
+        finally:
+            merges.append((t0, time.monotonic() - t0, len(index)))
+
+    AppliedIndex.merge = timed_merge  # this process only: the bench's own worker
+
     class BenchWorker(Worker):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
@@ -314,6 +365,57 @@ def main(argv=None) -> int:
                     self.delta_puts.append(time.monotonic() - t0)
 
             self.snapshots.write_delta = timed_write_delta  # this instance only
+
+            # Where the loop's time goes: every round slower than SLOW_ROUND_S, split by phase.
+            self.slow_rounds: list[dict] = []
+            self._phase: dict[str, float] = {}
+            self.background_snapshots: list[tuple[float, float]] = []  # written off the loop thread
+            self.gc_pauses: list[tuple[float, int, float]] = []  # (start, generation, seconds)
+            self._gc_started = 0.0
+
+            def on_gc(phase, info):
+                if phase == "start":
+                    self._gc_started = time.monotonic()
+                elif info["generation"] >= 1:
+                    self.gc_pauses.append((self._gc_started, info["generation"],
+                                           time.monotonic() - self._gc_started))
+
+            gc.callbacks.append(on_gc)
+
+        def _timed(self, phase, fn, *a, **kw):
+            t0 = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self._phase[phase] = self._phase.get(phase, 0.0) + time.monotonic() - t0
+
+        def _round(self):
+            self._phase = {}
+            t0 = time.monotonic()
+            super()._round()
+            total = time.monotonic() - t0
+            if total > SLOW_ROUND_S:
+                self.slow_rounds.append({"t": t0, "total": total, **self._phase})
+
+        def _fetch(self):
+            return self._timed("fetch", super()._fetch)
+
+        def _process(self, runner, batch):
+            self._phase["messages"] = self._phase.get("messages", 0) + len(batch)
+            return self._timed("process", super()._process, runner, batch)
+
+        def _start_snapshot(self, runner):
+            self.snapshot_windows.append((time.monotonic(), None))
+            try:
+                return self._timed("start_snapshot", super()._start_snapshot, runner)
+            finally:
+                self.snapshot_windows[-1] = (self.snapshot_windows[-1][0], time.monotonic())
+
+        def _collect_snapshots(self, keys=None, timeout: float = 0.0):
+            before = {k: v[2] for k, v in self._writing.items()}
+            self._timed("collect_snapshots", super()._collect_snapshots, keys, timeout)
+            now = time.monotonic()
+            self.background_snapshots.extend((t, now) for k, t in before.items() if k not in self._writing)
 
         def _snapshot_and_commit(self, runner, flush_timeout: float = 10.0) -> bool:
             t0 = time.monotonic()
@@ -394,11 +496,13 @@ def main(argv=None) -> int:
     hist_q = {f"p{q}": h.histogram_quantile(buckets, q / 100) for q in (50, 90, 99)}
     pe, pw = h.percentiles(e2e), h.percentiles(worker_obs)
     delta = h.percentiles(worker.delta_puts)
-    snaps = [b - a for a, b in worker.snapshot_windows]
-    # Deletions in flight (produced, release not yet received) while a full snapshot blocked the loop.
-    overlapping = sum(1 for t, lat in timeline if any(a <= t + lat and b >= t for a, b in worker.snapshot_windows))
+    snaps = [b - a for a, b in worker.snapshot_windows]  # on the loop thread
+    written = [b - a for a, b in worker.background_snapshots]  # capture to durable, off the loop thread
+    # Deletions in flight (produced, release not yet received) during any part of a full snapshot.
+    spans = [*worker.snapshot_windows, *worker.background_snapshots]
+    overlapping = sum(1 for t, lat in timeline if any(a <= t + lat and b >= t for a, b in spans))
     slow = [(t, lat) for t, lat in timeline if lat > TARGET_P99_S]
-    slow_overlapping = sum(1 for t, lat in slow if any(a <= t + lat and b >= t for a, b in worker.snapshot_windows))
+    slow_overlapping = sum(1 for t, lat in slow if any(a <= t + lat and b >= t for a, b in spans))
     t0, n0, t1, n1 = prod["window"] or (0, 0, 1, 0)
     achieved = (n1 - n0) / (t1 - t0) if t1 > t0 else None
     in_phase = [(t, p_, w) for t, p_, w in lag if t0 <= t <= t1]
@@ -422,10 +526,13 @@ def main(argv=None) -> int:
           f"mean {1e3 * hsum / max(hcount, 1):.1f} ms)")
     print(f"{'delta PUT to S3 (write_delta)':46} {fmt(delta)}")
     if snaps:
-        print(f"full snapshots: {len(snaps)}, {1e3 * min(snaps):.0f} to {1e3 * max(snaps):.0f} ms each "
-              f"(the loop is blocked meanwhile); deletions in flight during one: {overlapping}")
+        print(f"full snapshots: {len(snaps)}, loop thread {1e3 * min(snaps):.0f} to {1e3 * max(snaps):.0f} ms each "
+              f"(settle deltas, flush, capture; the shutdown one whole), written in the background in "
+              f"{1e3 * min(written, default=0):.0f} to {1e3 * max(written, default=0):.0f} ms; "
+              f"deletions in flight during one: {overlapping}")
     print(f"deletions over 50 ms end to end: {len(slow):,} of {len(timeline):,}, of which {slow_overlapping:,} "
           f"were in flight during a full snapshot")
+    stalls = stall_report(worker, merges, t0, t1)
     ok = pe["p99"] is not None and pe["p99"] <= TARGET_P99_S and not unmatched
     print(f"\ntarget 2: end-to-end delete-to-release p99 <= 50 ms at {args.rate:,.0f} inserts/s, deletions "
           f"durable on S3 ({1e3 * (pe['p99'] or float('nan')):.1f} ms): {h.met(ok)}")
@@ -433,7 +540,7 @@ def main(argv=None) -> int:
         print(f"  caveat: the producer reached only {achieved:,.0f} inserts/s")
 
     args.out.mkdir(parents=True, exist_ok=True)
-    chart(e2e, worker_obs, timeline, lag, worker.snapshot_windows, t0, args.rate, args.out / "delete_latency.png",
+    chart(e2e, worker_obs, timeline, lag, spans, t0, args.rate, args.out / "delete_latency.png",
           f"Delete-to-release latency, {len(e2e):,} deletions at {args.rate:,.0f} inserts/s, state on S3 "
           f"(p99 e2e {1e3 * (pe['p99'] or 0):.1f} ms)")
     report = {
@@ -464,8 +571,10 @@ def main(argv=None) -> int:
         "delta_put_s": delta,
         "worker_lag_events": lag_events,
         "lag_samples": [(round(t - t0, 3), p_, w) for t, p_, w in lag],
-        "full_snapshots": {"count": len(snaps), "seconds": snaps, "deletes_in_flight_during_one": overlapping},
+        "full_snapshots": {"count": len(snaps), "loop_seconds": snaps, "background_write_seconds": written,
+                           "deletes_in_flight_during_one": overlapping},
         "over_50ms": {"count": len(slow), "in_flight_during_a_snapshot": slow_overlapping},
+        "loop_stalls": stalls,
         "delta_put_samples_s": worker.delta_puts,
         # the whole distributions (the PNG's histogram and CDFs), not only their percentiles
         "end_to_end_samples_s": e2e,

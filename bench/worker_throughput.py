@@ -326,7 +326,7 @@ def main(argv=None) -> int:
               f"{r['events_per_s'] / ceil:>10.2f} {r['events_per_cpu_s']:>13,.0f}")
     weps = res["worker"]["events_per_s"]
     ok_abs, ok_rel = weps >= TARGET_EVENTS_PER_S, weps >= TARGET_CEILING_RATIO * ceil
-    print(f"\ntarget 1 (one partition, d=10 logistic, real broker):")
+    print("\ntarget 1 (one partition, d=10 logistic, real broker):")
     print(f"  worker >= {TARGET_EVENTS_PER_S:,} events/s ({weps:,.0f}): {h.met(ok_abs)}")
     print(f"  worker >= 0.5 x consume+orjson ceiling ({weps / ceil:.2f} x {ceil:,.0f}): {h.met(ok_rel)}")
     print(f"  target 1 overall: {h.met(ok_abs and ok_rel)}")

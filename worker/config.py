@@ -322,6 +322,9 @@ OPTIONS: tuple[Option, ...] = (
            "full snapshot after N events (0 disables)", "state"),
     Option("snapshot_every_seconds", _nonneg, 30.0, "full snapshot every T seconds (0 disables)", "state"),
     Option("snapshot_keep", _number(1, integer=True), 2, "full snapshots kept per partition", "state"),
+    Option("snapshot_max_bytes_per_second", _number(0, integer=True), 32 << 20,
+           "upload rate limit of background full snapshots, bytes/s (0: none; revoke and shutdown "
+           "snapshots are never limited)", "state"),
     Option("state_url", _state_url, "file://./olu-state", "object store: file://, memory:// or s3://", "state"),
     Option("state_prefix", _state_prefix, "olu", "key prefix in the object store", "state"),
     Option("on_corrupt_snapshot", _choice(CORRUPT_POLICIES), "fallback",
@@ -511,6 +514,7 @@ class Settings:
     snapshot_every_events: int = 100_000
     snapshot_every_seconds: float = 30.0
     snapshot_keep: int = 2
+    snapshot_max_bytes_per_second: int = 32 << 20
     state_url: str = "file://./olu-state"
     state_prefix: str = "olu"
     on_corrupt_snapshot: str = "fallback"

@@ -60,23 +60,24 @@ def test_index_behaves_like_a_dict_of_step_lists(operations):
     assert idx.live_steps().tolist() == sorted(s for _, s in pairs)
 
 
-def test_runs_merge_like_a_binary_counter_and_stop_at_the_cap():
+def test_runs_merge_four_of_a_tier_at_a_time_and_stop_at_the_cap():
     idx = AppliedIndex(tail_size=4, max_run=32)
     for step in range(1, 4 * 64 + 1):
         idx.add(step * 7919 % 1000 + 1, step)
     idx.merge()
     sizes = [len(r) for r in idx.runs]
-    assert sizes == [32] * 8  # 256 entries: capped runs, no run above 32
+    assert sizes == [16] * 16  # 256 entries: four 16s would make 64 > 32, so runs stop at 16
     assert all(np.all(r.keys[1:] >= r.keys[:-1]) for r in idx.runs)
-    idx = AppliedIndex(tail_size=4, max_run=1 << 20)
-    for step in range(1, 4 * 7 + 1):
-        idx.add(step, step)
-    idx.merge()
-    assert [len(r) for r in idx.runs] == [16, 8, 4]  # 7 tails = binary 111
+    for tails, expected in ((3, [4, 4, 4]), (7, [16, 4, 4, 4]), (21, [64, 16, 4])):
+        idx = AppliedIndex(tail_size=4, max_run=1 << 20)
+        for step in range(1, 4 * tails + 1):
+            idx.add(step, step)
+        idx.merge()
+        assert [len(r) for r in idx.runs] == expected  # tails counted in base 4: 3 = 3, 7 = 13, 21 = 111
 
 
 def test_runs_are_immutable_and_mostly_dead_runs_are_rewritten():
-    idx = AppliedIndex(tail_size=4, max_run=8)
+    idx = AppliedIndex(tail_size=2, max_run=8)  # four tails of 2 merge into one run of 8
     for step in range(1, 9):
         idx.add(step, step)
     idx.merge()

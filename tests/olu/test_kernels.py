@@ -20,7 +20,6 @@ import pytest
 
 import worker.olu.index as index_module
 from worker.olu import kernels
-from worker.olu.base import OnlineUnlearner
 from worker.olu.errors import InvalidLabel, InvalidRecordId
 from worker.olu.index import MAX_ID_BYTES, record_key
 from worker.olu.losses import Logistic, Ridge
@@ -117,9 +116,9 @@ def kernel_enabled(monkeypatch):
 
 @pytest.fixture
 def tiny_tail(monkeypatch):
-    """Force many index merges: models built after this start with an 8-slot tail (runs up to 64)."""
+    """Force many index merges: models built after this start with an 8-slot tail (runs up to 128)."""
     monkeypatch.setattr(index_module, "TAIL_SIZE", 8)
-    monkeypatch.setattr(index_module, "MAX_RUN", 64)
+    monkeypatch.setattr(index_module, "MAX_RUN", 128)
 
 
 # ------------------------------------------------------------------ kernel vs reference

@@ -18,6 +18,7 @@ from tests.state.test_snapshots import raw, snaps  # noqa: F401  (fixtures)
 from worker.olu import index as index_module
 from worker.olu.base import load_model
 from worker.olu.passive import PassiveOLU
+from worker.state import store as store_module
 from worker.state.store import SnapshotCorrupt, SnapshotStore
 
 T = "events"
@@ -121,7 +122,7 @@ def test_gc_keeps_named_blobs_and_drops_the_rest(raw):  # noqa: F811
         s.snapshot(store)
         store.gc(T, 0)
         got = store.restore(T, 0)
-        named = {r["blob"] for r in store._blob_refs[got.key].values()}
+        named = {n for names in store._blob_refs[got.key].values() for n in names}
         where = store.directory(T, 0)
         listed = {m["path"][len(where):]: m["last_modified"] for chunk in obstore.list(raw, where) for m in chunk}
         assert named <= set(listed)
@@ -158,8 +159,8 @@ def test_a_missing_or_damaged_blob_invalidates_its_snapshot(damage, on_corrupt):
     older = s.model.export_state()
     s.advance(64)
     s.snapshot(store)
-    newest_blob = (set(blobs(store)) - {r["blob"] for r in store._blob_refs.get(
-        store.key(T, 0, "full", 128), {}).values()})
+    newest_blob = (set(blobs(store)) - {n for names in store._blob_refs.get(
+        store.key(T, 0, "full", 128), {}).values() for n in names})
     newest_blob = sorted(newest_blob)[0]
     key = store.directory(T, 0) + newest_blob
     if damage == "delete":
@@ -189,3 +190,99 @@ def test_a_damaged_blob_is_replaced_when_written_again():
     fresh.write_full(T, 0, 70, {"model": state["meta"]}, state["arrays"], state["shared"])
     _, model = restored_model(SnapshotStore(store.store, prefix="olu", group="g1"), on_corrupt="fail")
     assert same_model(model, s.model)
+
+
+# --------------------------------------------------------------------------- pieces and pacing
+
+def test_a_large_run_is_stored_in_pieces_that_restore_joins(raw, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)  # 10 entries of 12 bytes per piece
+    store = SnapshotStore(raw, prefix="olu", group="g1")
+    s = Stream()
+    s.advance(200, delete=[3, 150])
+    s.snapshot(store)
+    refs = store._blob_refs.get(store.key(T, 0, "full", 200)) or _shared_header(store, 200)
+    run_sizes = [len(r) for r in s.model.index.runs]
+    assert [len(names) for names in refs.values()] == [-(-n // 10) for n in run_sizes]  # ceil(n / 10)
+    assert all(size <= 12 * 10 + 1024 for size in blobs(store).values())  # piece + header and checksum
+    got, model = restored_model(SnapshotStore(raw, prefix="olu", group="g1"), on_corrupt="fail")
+    assert same_model(model, s.model)
+    assert [len(r) for r in model.index.runs] == run_sizes  # joined back into the same runs
+    # and a later snapshot of the restored model rewrites none of those pieces
+    again = SnapshotStore(raw, prefix="olu", group="g1")
+    again.restore(T, 0)
+    before = blobs(again)
+    state = model.export_state()
+    again.write_full(T, 0, 201, {"model": state["meta"]}, state["arrays"], state["shared"])
+    assert blobs(again) == before
+
+
+def _shared_header(store: SnapshotStore, offset: int) -> dict:
+    from worker.state.codec import decode
+    head, _ = decode(bytes(obstore.get(store.store, store.key(T, 0, "full", offset)).bytes()))
+    return {g: r["blobs"] for g, r in head["shared"].items()}
+
+
+def test_a_missing_piece_invalidates_the_snapshot(monkeypatch):
+    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
+    s = Stream()
+    s.advance(64)
+    s.snapshot(store)
+    pieces = _shared_header(store, 64)["applied_run0"]
+    assert len(pieces) > 1
+    obstore.delete(store.store, store.directory(T, 0) + pieces[-1])
+    with pytest.raises(SnapshotCorrupt, match=f"shared blob {pieces[-1]} is missing"):
+        SnapshotStore(store.store, prefix="olu", group="g1").restore(T, 0, on_corrupt="fail")
+
+
+def test_pieces_of_another_group_swapped_in_are_refused(monkeypatch):
+    """A header naming valid blobs that do not fit together (wrong arrays) is corruption."""
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
+    where = store.directory(T, 0)
+    a, _ = store._put_blob(where, {"keys": np.arange(3, dtype=np.uint64), "steps": np.ones(3, np.uint32)})
+    b, _ = store._put_blob(where, {"other": np.arange(3, dtype=np.uint64)})
+    store._write("full", T, 0, 9, {"model": {}}, {}, {"applied_run0": {"blobs": [a, b]}})
+    with pytest.raises(SnapshotCorrupt, match="pieces hold different arrays"):
+        SnapshotStore(store.store, prefix="olu", group="g1").restore(T, 0, on_corrupt="fail")
+
+
+def test_the_single_blob_form_of_earlier_snapshots_still_restores():
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
+    where = store.directory(T, 0)
+    keys, steps = np.array([5, 9], np.uint64), np.array([1, 2], np.uint32)
+    name, _ = store._put_blob(where, {"keys": keys, "steps": steps})
+    store._write("full", T, 0, 2, {"model": {}}, {}, {"applied_run0": {"blob": name}})
+    got = SnapshotStore(store.store, prefix="olu", group="g1").restore(T, 0, on_corrupt="fail")
+    assert got.shared["applied_run0"]["keys"].tolist() == [5, 9]
+    assert got.shared["applied_run0"]["steps"].tolist() == [1, 2]
+
+
+def test_uploads_are_paced_to_the_rate_limit(monkeypatch):
+    """Between pieces the writer sleeps so that bytes sent / elapsed stays at the limit."""
+    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
+    clock = {"now": 100.0}
+    slept = []
+    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock["now"])
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock["now"] += seconds
+
+    monkeypatch.setattr(store_module.time, "sleep", sleep)
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
+    s = Stream()
+    s.advance(64)
+    state = s.model.export_state()
+    ref = store.write_full(T, 0, 64, {"model": state["meta"]}, state["arrays"], state["shared"],
+                           bytes_per_second=1000.0)
+    pieces = len(blobs(store))
+    assert pieces > 1 and len(slept) == pieces - 1  # nothing before the first piece
+    piece_bytes = ref.size - object_size(store, ref)
+    last_piece = min(blobs(store).values())
+    assert sum(slept) == pytest.approx((piece_bytes - last_piece) / 1000.0)
+    # no limit: no sleeping at all
+    slept.clear()
+    s.advance(64)
+    state = s.model.export_state()
+    store.write_full(T, 0, 128, {"model": state["meta"]}, state["arrays"], state["shared"])
+    assert slept == []

@@ -543,9 +543,12 @@ def stored_objects(snapshots: SnapshotStore, topic: str, partition: int) -> list
         head, arrays = decode(blob)
         stored = Stored(ref.key, ref.kind, ref.offset, blob, head["snapshot"], head["meta"], arrays)
         for group, blob_ref in (head.get("shared") or {}).items():
-            raw = bytes(obstore.get(snapshots.store, where + blob_ref["blob"]).bytes())
-            stored.shared_blobs[where + blob_ref["blob"]] = raw
-            stored.shared[group] = decode(raw)[1]
+            pieces = []
+            for name in blob_ref["blobs"]:
+                raw = bytes(obstore.get(snapshots.store, where + name).bytes())
+                stored.shared_blobs[where + name] = raw
+                pieces.append(decode(raw)[1])
+            stored.shared[group] = {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
         out.append(stored)
     return out
 

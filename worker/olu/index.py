@@ -8,7 +8,7 @@ nothing else per record (olu-spec 6.2). To stay within 16 bytes per applied reco
 
 Layout: a log-structured merge of immutable sorted **runs** plus a small unsorted **tail** of
 recent inserts. When the tail fills (65,536 entries) it is sorted into a new run, and runs of
-similar size are merged (a binary counter: O(log n) runs, each entry rewritten O(log n) times),
+similar size are merged four at a time (O(log n) runs, each entry rewritten log_4(n) times),
 never into a run above 2,097,152 entries, so no single merge stalls the caller for long. A
 removal marks the entry's position dead in its run (runs never change after they are built); a
 merge drops dead entries, and a run that is mostly dead is rewritten on its own.
@@ -40,6 +40,10 @@ from .errors import InvalidRecordId
 MAX_ID_BYTES = 1024
 TAIL_SIZE = 1 << 16  # entries buffered before they become a run (768 KB)
 MAX_RUN = 1 << 21  # runs stop growing by merges here (24 MB; the largest merge stalls ~40 ms)
+# Runs merge MERGE_FANIN at a time once that many of one size tier exist. Each merge's output is a
+# new run a snapshot writes in full, so the fan-in sets the write amplification: an entry is
+# rewritten log_F(n / TAIL_SIZE) times (F = 2, a binary counter, wrote ~2x the bytes of F = 4).
+MERGE_FANIN = 4
 _RUN_GROUP = re.compile(r"applied_run(\d+)")
 
 
@@ -164,10 +168,11 @@ class AppliedIndex:
             order = np.lexsort((self._tail_steps[:n], self._tail_keys[:n]))
             self.runs.append(Run(self._tail_keys[:n][order], self._tail_steps[:n][order]))
             self._tail_len = 0
-        runs = self.runs
-        while len(runs) >= 2 and runs[-2].live <= runs[-1].live and runs[-2].live + runs[-1].live <= self._max_run:
-            b, a = runs.pop(), runs.pop()
-            runs.append(_merged(a, b))
+        runs, fanin = self.runs, MERGE_FANIN
+        while len(runs) >= fanin and _same_tier(runs[-fanin:]) and sum(r.live for r in runs[-fanin:]) <= self._max_run:
+            group = runs[-fanin:]
+            del runs[-fanin:]
+            runs.append(_merged_all(group))
         for i, run in enumerate(runs):  # deletions concentrated in one run: reclaim it alone
             if len(run.dead) * 2 > len(run):
                 runs[i] = _merged(run, None)
@@ -261,6 +266,19 @@ def _checked_run(name: str, keys, steps, dead) -> Run:
     if dead.ndim != 1 or (len(dead) and (dead.min() < 0 or dead.max() >= len(keys))) or len(np.unique(dead)) != len(dead):
         raise ValueError(f"{name}: dead positions out of range or repeated")
     return Run(keys, steps, dead.tolist())
+
+
+def _same_tier(runs: list[Run]) -> bool:
+    """Runs of one tier: none more than twice the newest (dead entries shrink runs a little)."""
+    return all(r.live <= 2 * runs[-1].live for r in runs)
+
+
+def _merged_all(runs: list[Run]) -> Run:
+    """One run from several, merged pairwise (oldest first among equal keys)."""
+    while len(runs) > 1:
+        pairs = [_merged(runs[i], runs[i + 1]) for i in range(0, len(runs) - 1, 2)]
+        runs = pairs + ([runs[-1]] if len(runs) % 2 else [])
+    return runs[0]
 
 
 def _merged(a: Run, b: Run | None) -> Run:

@@ -53,8 +53,6 @@ raw features.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .base import Deletion, OnlineUnlearner

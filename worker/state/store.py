@@ -7,12 +7,14 @@ Layout, per partition, under ``{prefix}/{group}/{topic}/{partition}/``::
     blob-{sha256}.snap         an immutable array group shared by full snapshots (named by content)
 
 Shared blobs make full snapshots incremental. A model marks the parts of its state that never
-change once built (the applied index's sorted runs) as ``shared``; each group is written once as a
-content-addressed blob and later snapshots name it instead of rewriting it, so a snapshot costs
-the state that changed since the last one, not the whole index (a million-record index is 12 MB;
-re-encoding and re-uploading it every few seconds was the worker's largest pause). A full snapshot
-lists its blobs with their sizes; restore fetches and checks each (the name is the checksum), and a
-missing or damaged blob makes that full snapshot invalid like any other corruption.
+change once built (the applied index's sorted runs) as ``shared``; each group is written once, as
+content-addressed blobs of at most ``BLOB_PIECE_BYTES`` (row pieces), and later snapshots name them
+instead of rewriting them, so a snapshot costs the state that changed since the last one, not the
+whole index (a million-record index is 12 MB; re-encoding and re-uploading it every few seconds was
+the worker's largest pause). A full snapshot lists each group's pieces in order; restore fetches
+them in parallel and checks each (the name is the checksum), and a missing or damaged piece makes
+that full snapshot invalid like any other corruption. Background snapshots may pace their uploads
+(``bytes_per_second``).
 
 Every object is written once with ``mode="create"`` (put-if-absent works on Memory, Local and
 S3) and is then immutable. Each carries an envelope -- layout version, kind, group, topic,
@@ -62,6 +64,7 @@ import os
 import re
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -197,6 +200,68 @@ def _call(op: str, key: str, fn, *args, **kwargs):
         raise StorageUnavailable(key, f"{op} failed: {first}") from exc
 
 
+# --------------------------------------------------------------------------- shared blobs
+
+# A shared group is stored as row pieces of at most this size: an upload is never one long burst
+# (on a shared machine a 24 MB PUT held the local S3 server on both cores for ~0.2 s), pacing has
+# something to space out, and restore fetches the pieces in parallel.
+BLOB_PIECE_BYTES = 2 << 20
+BLOB_FETCH_THREADS = 8
+
+
+def _row_pieces(arrays: dict[str, np.ndarray], max_bytes: int) -> list[dict[str, np.ndarray]]:
+    """``arrays`` cut along their first axis into pieces of at most ``max_bytes`` (at least one
+    row each); arrays of different lengths or 0-d stay whole.
+
+    >>> pieces = _row_pieces({"k": np.arange(10, dtype=np.uint64), "s": np.arange(10, dtype=np.uint32)}, 48)
+    >>> [len(p["k"]) for p in pieces]
+    [4, 4, 2]
+    """
+    lengths = {a.shape[0] if a.ndim else None for a in arrays.values()}
+    if len(lengths) != 1 or None in lengths:
+        return [arrays]
+    (rows,) = lengths
+    row_bytes = sum(a.itemsize * int(np.prod(a.shape[1:])) for a in arrays.values())
+    step = max(1, max_bytes // max(1, row_bytes))
+    if rows <= step:
+        return [arrays]
+    return [{k: a[i:i + step] for k, a in arrays.items()} for i in range(0, rows, step)]
+
+
+def _blob_lists(refs) -> dict[str, list[str]] | None:
+    """A full snapshot's "shared" header as {group: [blob name, ...]}; None if malformed. Reads
+    the single-blob form ``{"blob": name}`` of earlier snapshots too."""
+    if not isinstance(refs, dict):
+        return None
+    out = {}
+    for group, ref in refs.items():
+        names = [ref.get("blob")] if isinstance(ref, dict) and "blob" in ref else (
+            ref.get("blobs") if isinstance(ref, dict) else None)
+        if not isinstance(names, list) or not names or not all(
+                isinstance(n, str) and _BLOB.fullmatch(n) for n in names):
+            return None
+        out[group] = names
+    return out
+
+
+class _Pacer:
+    """Spaces uploads out to an average of ``rate`` bytes per second (0: no limit), like
+    Elasticsearch's ``max_snapshot_bytes_per_sec``: a background snapshot should not take the
+    network, or a co-located object store's CPU, away from the deletions behind it."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate, self.started, self.bytes = rate, time.monotonic(), 0
+
+    def sent(self, size: int) -> None:
+        self.bytes += size
+
+    def wait(self) -> None:
+        if self.rate > 0:
+            delay = self.started + self.bytes / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+
 # --------------------------------------------------------------------------- snapshots
 
 class SnapshotStore:
@@ -252,29 +317,43 @@ class SnapshotStore:
 
     # ------------------------------------------------------------------ writing
     def write_full(self, topic: str, partition: int, offset: int, header: dict, arrays: dict,
-                   shared: dict | None = None) -> SnapshotRef:
+                   shared: dict | None = None, bytes_per_second: float = 0.0) -> SnapshotRef:
         """The complete state; ``offset`` is the next input offset to consume.
 
         ``shared``: {group: {name: array}} of arrays that never change (see the module doc);
-        each group not stored yet is written as a blob first. The returned size counts the
-        snapshot object and the blobs written for it, not the blobs reused.
+        each group not stored yet is written first, as blobs of at most ``BLOB_PIECE_BYTES``.
+        ``bytes_per_second`` (0: no limit) paces those blob uploads. The returned size counts
+        the snapshot object and the blobs written for it, not the blobs reused.
         """
         where = self.directory(topic, partition)
+        pacer = _Pacer(bytes_per_second)
         refs, written = {}, 0
         for group, group_arrays in (shared or {}).items():
-            name, size = self._put_blob(where, group_arrays)
-            refs[group] = {"blob": name}
+            names, size = self._put_group(where, group_arrays, pacer)
+            refs[group] = {"blobs": list(names)}
             written += size
         ref = self._write(FULL, topic, partition, offset, header, arrays, refs)
-        self._blob_names[ref.key] = frozenset(r["blob"] for r in refs.values())
+        self._blob_names[ref.key] = frozenset(n for r in refs.values() for n in r["blobs"])
         return SnapshotRef(ref.key, ref.kind, ref.offset, ref.size + written, ref.duration)
 
-    def _put_blob(self, where: str, arrays: dict) -> tuple[str, int]:
-        """Store one shared group (once); returns (blob name, bytes written now)."""
+    def _put_group(self, where: str, arrays: dict, pacer: "_Pacer") -> tuple[tuple[str, ...], int]:
+        """Store one shared group (once), in row pieces; returns (blob names, bytes written now)."""
         ident = (where, tuple((k, id(v)) for k, v in sorted(arrays.items())))
         known = self._blobs.get(ident)
         if known and all(r() is arrays[k] for (k, _), r in zip(ident[1], known[0])):
             return known[1], 0
+        names, written = [], 0
+        for piece in _row_pieces(arrays, BLOB_PIECE_BYTES):
+            pacer.wait()
+            name, size = self._put_blob(where, piece)
+            pacer.sent(size)
+            names.append(name)
+            written += size
+        self._remember_blob(where, arrays, tuple(names))
+        return tuple(names), written
+
+    def _put_blob(self, where: str, arrays: dict) -> tuple[str, int]:
+        """Store one blob (content-addressed); returns (blob name, bytes written)."""
         blob = encode({"blob": {"layout": LAYOUT_VERSION}}, arrays)
         name = f"blob-{blob[-32:].hex()}.snap"  # the codec's SHA-256: the name is the checksum
         key = where + name
@@ -289,14 +368,13 @@ class SnapshotStore:
                 except AlreadyExistsError:
                     pass  # a racing writer stored it again: same name, same content
         _sync_local(self.store, key)
-        self._remember_blob(where, arrays, name)
         return name, len(blob)
 
-    def _remember_blob(self, where: str, arrays: dict, name: str) -> None:
+    def _remember_blob(self, where: str, arrays: dict, names: tuple[str, ...]) -> None:
         for ident in [i for i, (refs, _) in self._blobs.items() if any(r() is None for r in refs)]:
             del self._blobs[ident]  # groups the model has merged away
         ident = (where, tuple((k, id(v)) for k, v in sorted(arrays.items())))
-        self._blobs[ident] = ([weakref.ref(v) for _, v in sorted(arrays.items())], name)
+        self._blobs[ident] = ([weakref.ref(v) for _, v in sorted(arrays.items())], names)
 
     def write_delta(self, topic: str, partition: int, offset: int, header: dict, arrays: dict) -> SnapshotRef:
         """A deletion's post-noise state; ``offset`` is the delete event's offset + 1."""
@@ -426,34 +504,50 @@ class SnapshotStore:
         problem = self._identity_problem(stored, ref, topic, partition)
         if problem:
             raise _Invalid(problem)
-        blob_refs = stored.get("shared") or {}
-        if not isinstance(blob_refs, dict) or not all(
-                isinstance(r, dict) and isinstance(r.get("blob"), str) and _BLOB.fullmatch(r["blob"])
-                for r in blob_refs.values()):
+        blob_refs = _blob_lists(stored.get("shared") or {})
+        if blob_refs is None:
             raise _Invalid("corrupt: malformed shared blob references")
         self._blob_refs[ref.key] = blob_refs
-        self._blob_names[ref.key] = frozenset(r["blob"] for r in blob_refs.values())
+        self._blob_names[ref.key] = frozenset(n for names in blob_refs.values() for n in names)
         self._good[ref.key] = ref.size
         return stored["meta"], arrays, stored["snapshot"].get("created_at")
 
     def _load_shared(self, where: str, blob_refs: dict) -> dict[str, dict[str, np.ndarray]]:
-        """Every shared group a full snapshot names, each checked against its name."""
+        """Every shared group a full snapshot names, its pieces fetched in parallel and checked
+        against their names, then joined."""
+        names = sorted({n for pieces in blob_refs.values() for n in pieces})
+        if not names:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(BLOB_FETCH_THREADS, len(names))) as pool:
+            loaded = dict(zip(names, pool.map(lambda n: self._load_blob(where, n), names)))
         shared = {}
-        for group, ref in blob_refs.items():
-            key = where + ref["blob"]
-            try:
-                blob = self._get(key)
-            except FileNotFoundError:
-                raise _Invalid(f"shared blob {ref['blob']} is missing") from None
-            try:
-                stored, arrays = decode(blob)
-            except CorruptSnapshot as exc:
-                raise _Invalid(f"shared blob {ref['blob']} is corrupt: {exc}") from None
-            if f"blob-{bytes(blob[-32:]).hex()}.snap" != ref["blob"] or not isinstance(stored.get("blob"), dict):
-                raise _Invalid(f"shared blob {ref['blob']} does not hold what its name says")
-            self._remember_blob(where, arrays, ref["blob"])
+        for group, pieces in blob_refs.items():
+            parts = [loaded[n] for n in pieces]
+            if len(parts) == 1:
+                arrays = parts[0]
+            elif any(p.keys() != parts[0].keys() for p in parts):
+                raise _Invalid(f"shared group {group}: its pieces hold different arrays")
+            else:
+                try:
+                    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+                except ValueError as exc:
+                    raise _Invalid(f"shared group {group}: its pieces do not fit together: {exc}") from None
+            self._remember_blob(where, arrays, tuple(pieces))
             shared[group] = arrays
         return shared
+
+    def _load_blob(self, where: str, name: str) -> dict[str, np.ndarray]:
+        try:
+            blob = self._get(where + name)
+        except FileNotFoundError:
+            raise _Invalid(f"shared blob {name} is missing") from None
+        try:
+            stored, arrays = decode(blob)
+        except CorruptSnapshot as exc:
+            raise _Invalid(f"shared blob {name} is corrupt: {exc}") from None
+        if f"blob-{bytes(blob[-32:]).hex()}.snap" != name or not isinstance(stored.get("blob"), dict):
+            raise _Invalid(f"shared blob {name} does not hold what its name says")
+        return arrays
 
     def _identity_problem(self, stored: dict, ref: SnapshotRef, topic, partition) -> str | None:
         env = stored.get("snapshot")

@@ -311,7 +311,7 @@ class Worker:
         if not self._settle_deltas(runner, 10.0) or not self._flush(10.0):
             return
         pending = runner.begin_snapshot()
-        future = self._writer.submit(runner.write_snapshot, pending)
+        future = self._writer.submit(runner.write_snapshot, pending, self.settings.snapshot_max_bytes_per_second)
         self._writing[(runner.topic, runner.partition)] = (runner, pending, time.monotonic(), future)
 
     def _collect_snapshots(self, keys=None, timeout: float = 0.0) -> None:

@@ -332,9 +332,9 @@ class PartitionRunner:
         self.snapshot_in_flight = True
         return pending
 
-    def write_snapshot(self, pending: PendingSnapshot):
+    def write_snapshot(self, pending: PendingSnapshot, bytes_per_second: float = 0.0):
         ref = self.snapshots.write_full(self.topic, self.partition, pending.offset, pending.header, pending.arrays,
-                                        pending.shared)
+                                        pending.shared, bytes_per_second=bytes_per_second)
         if pending.purge_due_at is not None:
             # Older objects may still hold a deleted record's raw features (invariant 6).
             self.snapshots.purge_before(self.topic, self.partition, pending.offset)
