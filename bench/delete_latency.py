@@ -458,7 +458,9 @@ def main(argv=None) -> int:
         lag: list[tuple[float, int, int]] = []  # (monotonic, produced, processed by the worker)
 
         def supervise():
-            while producer.is_alive():
+            # Until the producer is done: gone, or its report is waiting in the pipe (a report
+            # larger than the pipe's buffer keeps it alive until the main thread reads it).
+            while producer.is_alive() and not p_recv.poll():
                 if not consuming.is_set() and worker.runners:
                     consuming.set()
                 lag.append((time.monotonic(), produced.value, worker.events))

@@ -257,8 +257,12 @@ def main(argv=None) -> int:
               f"{'releases':>9} {'deletions':>9}")
         t0 = time.monotonic()
         next_sample, next_row = t0, t0
-        printed = None
+        printed, prod = None, None
         while producer.is_alive() or time.monotonic() < t0 + duration:
+            if prod is None and p_recv.poll():
+                # Read the producer's report as soon as it is sent: it can outgrow the pipe's
+                # buffer (a 30-minute run's deletes), and the producer cannot exit before it is read.
+                prod = p_recv.recv()
             if proc.poll() is not None:
                 raise RuntimeError(f"the worker exited with {proc.returncode}:\n{tail(log)}")
             now = time.monotonic()
@@ -276,12 +280,13 @@ def main(argv=None) -> int:
                     print_row(sample)
                     printed = sample
                     next_row += 60.0
-            if not producer.is_alive() and now >= t0 + duration:
+            if (prod is not None or not producer.is_alive()) and now >= t0 + duration:
                 break
             time.sleep(min(0.5, max(0.0, next_sample - time.monotonic())))
         if samples and samples[-1] is not printed:
             print_row(samples[-1])  # the last sample, if it fell between the minute rows
-        prod = p_recv.recv() if p_recv.poll(60) else None
+        if prod is None:
+            prod = p_recv.recv() if p_recv.poll(60) else None
         producer.join(30)
         if prod is None or prod["failed"]:
             raise RuntimeError(f"producer failed: {prod and prod['failed']}")
