@@ -347,14 +347,14 @@ def test_grace_period_covers_the_revoke_budget(chart):
     deployment = only(render(chart, REQUIRED), "Deployment")
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     settings = load_settings([], plain_env(render(chart, REQUIRED)))
-    assert settings.revoke_budget_seconds == 150.0 and grace > settings.revoke_budget_seconds + 15
+    assert settings.revoke_budget_seconds == 150.0 and grace > settings.revoke_budget_seconds + 20
 
 
 @pytest.mark.parametrize(("values", "need"), [
-    ({"terminationGracePeriodSeconds": 160}, "165 s"),
-    ({"config": {"transactional": True}}, "195 s"),
-    ({"kafka": {"max.poll.interval.ms": 600000}}, "315 s"),
-    ({"config": {"revoke_budget_fraction": 0.9}, "terminationGracePeriodSeconds": 250}, "285 s"),
+    ({"terminationGracePeriodSeconds": 165}, "170 s"),
+    ({"config": {"transactional": True}}, "200 s"),
+    ({"kafka": {"max.poll.interval.ms": 600000}}, "320 s"),
+    ({"config": {"revoke_budget_fraction": 0.9}, "terminationGracePeriodSeconds": 250}, "290 s"),
 ])
 def test_grace_period_shorter_than_the_drain_is_refused(chart, values, need):
     with pytest.raises(helm.HelmRenderError, match="terminationGracePeriodSeconds") as info:

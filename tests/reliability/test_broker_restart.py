@@ -22,7 +22,7 @@ import pytest
 
 from tests.stream.kafka_harness import (
     HANG_GUARD_S, BackgroundProducer, Topics, WorkerProcess, covered, create_topics, end_offsets, event_stream,
-    latest_versions, verify_end_state, wait_for, worker_env,
+    latest_versions, produce, verify_end_state, wait_for, worker_env,
 )
 from worker.devtools.kafka_local import KafkaBroker
 from worker.state.store import SnapshotStore, open_store
@@ -134,3 +134,40 @@ def test_worker_reconnects_after_broker_restarts_and_loses_nothing(own_broker, t
     inserts = sum(1 for _, _, kind in stream if kind == "insert")
     assert sum(r.inserts_applied + r.inserts_skipped for r in results.values()) == inserts
     assert all(r.noised_deletes for r in results.values())
+
+
+def test_sigterm_while_the_broker_is_down_stops_in_bounded_time(own_broker, tmp_path):
+    """With every broker gone, librdkafka's synchronous commit and its consumer close never return;
+    the worker waits for each a bounded time (``SYNC_COMMIT_TIMEOUT_S``, ``CLOSE_TIMEOUT_S``),
+    says so, and exits cleanly with its state durable, instead of hanging until SIGKILL."""
+    bootstrap = own_broker.bootstrap_servers
+    tag = uuid.uuid4().hex[:8]
+    topics = Topics(f"sigterm-{tag}.events", f"sigterm-{tag}.params", f"sigterm-{tag}.dlq", 1)
+    create_topics(bootstrap, {topics.input: 1, topics.params: 1, topics.dlq: 1})
+    group = f"sigterm-{tag}"
+    # librdkafka's default group timings (the suite shortens them): close() then waits on the group
+    # coordinator well past our bound, as in a deployment.
+    env = worker_env(bootstrap, topics, group, f"file://{tmp_path}/state",
+                     OLU_KAFKA_SESSION_TIMEOUT_MS=45000, OLU_KAFKA_HEARTBEAT_INTERVAL_MS=3000)
+    produce(bootstrap, topics.input, event_stream(1500, seed=SEED + 1, delete_rate=0.05))
+    ends = end_offsets(bootstrap, topics.input)
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    try:
+        worker.start()
+        worker.wait_assigned({0}, timeout=HANG_GUARD_S)
+        wait_for(covered(bootstrap, topics, ends), HANG_GUARD_S, "the worker caught up", interval=0.3)
+        failures = _connection_failures(worker)
+        own_broker.stop(keep_data=True)
+        wait_for(lambda: _connection_failures(worker) > failures, HANG_GUARD_S,
+                 "the worker noticing the broker is gone", interval=0.2)
+        assert worker.terminate(timeout=HANG_GUARD_S) == 0, worker.log_text()[-3000:]
+    finally:
+        worker.cleanup()
+        if not own_broker.is_running:
+            own_broker.start()
+    assert worker.log_lines("offset commit unanswered; going on without it (the snapshot is durable)")
+    assert worker.log_lines("consumer close unanswered; leaving without it")
+    assert len(worker.log_lines("worker stopped")) == 1
+    # Nothing is lost by leaving without the commit: the newest full snapshot covers the whole input.
+    snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
+    assert snapshots.restore(topics.input, 0).offset == ends[0]

@@ -50,6 +50,11 @@ class ClientFailed(RuntimeError):
     """The Kafka clients hit an error that retrying never heals (wrong credentials, fatal error)."""
 
 
+# Longest wait for a synchronous offset commit (revoke, shutdown) before going on without it.
+SYNC_COMMIT_TIMEOUT_S = 5.0
+# Longest wait for the consumer to leave its group at shutdown.
+CLOSE_TIMEOUT_S = 5.0
+
 # A dead letter too large for the producer keeps this much of its key and value.
 DEAD_LETTER_PREFIX_BYTES = 65_536
 
@@ -365,17 +370,36 @@ class Worker:
         self._commit([runner])
         return True
 
-    def _commit(self, runners, asynchronous: bool = False) -> None:
+    def _commit(self, runners, asynchronous: bool = False, timeout: float = SYNC_COMMIT_TIMEOUT_S) -> None:
         """Commit up to each runner's durable snapshot. In the steady state asynchronously (a
         synchronous commit held the loop, and every deletion behind it, for up to 140 ms); on
-        revoke and shutdown synchronously, before the partition is handed over."""
+        revoke and shutdown synchronously, before the partition is handed over, but waiting at
+        most ``timeout``: with the brokers down librdkafka's synchronous commit never returns, and
+        a shutdown stuck there outlives its grace period. Giving up loses nothing: the next owner
+        restores the same snapshot and seeks to its offset; the group offset is only a lag gauge."""
         offsets = _durable_offsets(runners)
         if not offsets or self.settings.transactional:
             return  # transactional mode commits offsets inside the transaction
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
-        except KafkaException as exc:
-            log.warning("offset commit failed", extra={"error": str(exc)})
+        if asynchronous:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            except KafkaException as exc:
+                log.warning("offset commit failed", extra={"error": str(exc)})
+            return
+        finished = threading.Event()
+
+        def commit():
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                log.warning("offset commit failed", extra={"error": str(exc)})
+            finally:
+                finished.set()
+
+        threading.Thread(target=commit, name="olu-commit", daemon=True).start()
+        if not finished.wait(timeout):
+            log.warning("offset commit unanswered; going on without it (the snapshot is durable)",
+                        extra={"seconds": timeout, "partitions": [f"{o.topic}/{o.partition}" for o in offsets]})
 
     @staticmethod
     def _on_commit(err, partitions) -> None:
@@ -496,7 +520,16 @@ class Worker:
             self._writer.shutdown(wait=True)
             self._delta_writer.shutdown(wait=True)
             if self.consumer is not None:
-                self.consumer.close()
+                self._close_consumer(CLOSE_TIMEOUT_S)
             if self.producer is not None:
                 self.producer.flush(10)
             log.info("worker stopped", extra=dict(self.summary))
+
+    def _close_consumer(self, timeout: float) -> None:
+        """Leave the group; with the brokers down librdkafka's close() never returns, so wait for
+        it at most ``timeout`` (the group then notices our absence at the session timeout)."""
+        thread = threading.Thread(target=self.consumer.close, name="olu-close", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("consumer close unanswered; leaving without it", extra={"seconds": timeout})

@@ -127,7 +127,7 @@ snapshots and commits, then producer.flush(10), plus commit_transaction(30) in t
 plus 5 s for consumer.close() and process exit.
 */}}
 {{- define "olu-worker.shutdownSeconds" -}}
-{{- $seconds := addf (include "olu-worker.revokeBudgetSeconds" .) 15 -}}
+{{- $seconds := addf (include "olu-worker.revokeBudgetSeconds" .) 20 -}}
 {{- if .Values.config.transactional -}}
 {{- $seconds = addf $seconds 30 -}}
 {{- end -}}
@@ -154,7 +154,7 @@ Checks that values.schema.json cannot express (each fails the install with a mes
 {{- $grace := float64 .Values.terminationGracePeriodSeconds -}}
 {{- $need := float64 (include "olu-worker.shutdownSeconds" .) -}}
 {{- if le $grace $need -}}
-{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed the worker's shutdown time, %v s: revoke budget %v s (config.revoke_budget_fraction x kafka.max.poll.interval.ms) + 10 s producer flush + 5 s close%s. Raise terminationGracePeriodSeconds or lower the budget" .Values.terminationGracePeriodSeconds $need (include "olu-worker.revokeBudgetSeconds" .) (ternary " + 30 s transaction commit" "" (eq (toString $c.transactional) "true"))) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed the worker's shutdown time, %v s: revoke budget %v s (config.revoke_budget_fraction x kafka.max.poll.interval.ms) + 5 s offset commit + 5 s consumer close + 10 s producer flush%s. Raise terminationGracePeriodSeconds or lower the budget" .Values.terminationGracePeriodSeconds $need (include "olu-worker.revokeBudgetSeconds" .) (ternary " + 30 s transaction commit" "" (eq (toString $c.transactional) "true"))) -}}
 {{- end -}}
 {{- if .Values.autoscaling.enabled -}}
 {{- if gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas) -}}
