@@ -235,13 +235,19 @@ def _blob_lists(refs) -> dict[str, list[str]] | None:
         return None
     out = {}
     for group, ref in refs.items():
-        names = [ref.get("blob")] if isinstance(ref, dict) and "blob" in ref else (
-            ref.get("blobs") if isinstance(ref, dict) else None)
+        if not isinstance(ref, dict):
+            return None
+        names = [ref["blob"]] if "blob" in ref else ref.get("blobs")
         if not isinstance(names, list) or not names or not all(
                 isinstance(n, str) and _BLOB.fullmatch(n) for n in names):
             return None
         out[group] = names
     return out
+
+
+def _group_ident(where: str, arrays: dict) -> tuple:
+    """The identity cache key of a shared group: its directory and the ids of its arrays."""
+    return where, tuple((k, id(v)) for k, v in sorted(arrays.items()))
 
 
 class _Pacer:
@@ -338,7 +344,7 @@ class SnapshotStore:
 
     def _put_group(self, where: str, arrays: dict, pacer: "_Pacer") -> tuple[tuple[str, ...], int]:
         """Store one shared group (once), in row pieces; returns (blob names, bytes written now)."""
-        ident = (where, tuple((k, id(v)) for k, v in sorted(arrays.items())))
+        ident = _group_ident(where, arrays)
         known = self._blobs.get(ident)
         if known and all(r() is arrays[k] for (k, _), r in zip(ident[1], known[0])):
             return known[1], 0
@@ -373,8 +379,7 @@ class SnapshotStore:
     def _remember_blob(self, where: str, arrays: dict, names: tuple[str, ...]) -> None:
         for ident in [i for i, (refs, _) in self._blobs.items() if any(r() is None for r in refs)]:
             del self._blobs[ident]  # groups the model has merged away
-        ident = (where, tuple((k, id(v)) for k, v in sorted(arrays.items())))
-        self._blobs[ident] = ([weakref.ref(v) for _, v in sorted(arrays.items())], names)
+        self._blobs[_group_ident(where, arrays)] = ([weakref.ref(v) for _, v in sorted(arrays.items())], names)
 
     def write_delta(self, topic: str, partition: int, offset: int, header: dict, arrays: dict) -> SnapshotRef:
         """A deletion's post-noise state; ``offset`` is the delete event's offset + 1."""

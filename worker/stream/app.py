@@ -62,6 +62,15 @@ DEAD_LETTER_PREFIX_BYTES = 65_536
 _UNRECOVERABLE = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 
 
+def _finished_within(call, seconds: float, name: str) -> bool:
+    """Run a blocking client call on a daemon thread; False if it has not returned in ``seconds``
+    (librdkafka's synchronous commit and close never return while no broker answers)."""
+    thread = threading.Thread(target=call, name=name, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()
+
+
 def _durable_offsets(runners) -> list[TopicPartition]:
     """Each runner's next offset covered by a durable full snapshot: never commit past it."""
     return [TopicPartition(r.topic, r.partition, r.snapshot_offset) for r in runners if r.snapshot_offset is not None]
@@ -370,36 +379,29 @@ class Worker:
         self._commit([runner])
         return True
 
-    def _commit(self, runners, asynchronous: bool = False, timeout: float = SYNC_COMMIT_TIMEOUT_S) -> None:
+    def _commit(self, runners, asynchronous: bool = False) -> None:
         """Commit up to each runner's durable snapshot. In the steady state asynchronously (a
         synchronous commit held the loop, and every deletion behind it, for up to 140 ms); on
         revoke and shutdown synchronously, before the partition is handed over, but waiting at
-        most ``timeout``: with the brokers down librdkafka's synchronous commit never returns, and
-        a shutdown stuck there outlives its grace period. Giving up loses nothing: the next owner
+        most SYNC_COMMIT_TIMEOUT_S: with the brokers down librdkafka's synchronous commit never
+        returns, and a shutdown stuck there outlives its grace period. Giving up loses nothing: the next owner
         restores the same snapshot and seeks to its offset; the group offset is only a lag gauge."""
         offsets = _durable_offsets(runners)
         if not offsets or self.settings.transactional:
             return  # transactional mode commits offsets inside the transaction
-        if asynchronous:
-            try:
-                self.consumer.commit(offsets=offsets, asynchronous=True)
-            except KafkaException as exc:
-                log.warning("offset commit failed", extra={"error": str(exc)})
-            return
-        finished = threading.Event()
 
         def commit():
             try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
+                self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
             except KafkaException as exc:
                 log.warning("offset commit failed", extra={"error": str(exc)})
-            finally:
-                finished.set()
 
-        threading.Thread(target=commit, name="olu-commit", daemon=True).start()
-        if not finished.wait(timeout):
+        if asynchronous:
+            commit()
+        elif not _finished_within(commit, SYNC_COMMIT_TIMEOUT_S, "olu-commit"):
             log.warning("offset commit unanswered; going on without it (the snapshot is durable)",
-                        extra={"seconds": timeout, "partitions": [f"{o.topic}/{o.partition}" for o in offsets]})
+                        extra={"seconds": SYNC_COMMIT_TIMEOUT_S,
+                               "partitions": [f"{o.topic}/{o.partition}" for o in offsets]})
 
     @staticmethod
     def _on_commit(err, partitions) -> None:
@@ -519,17 +521,11 @@ class Worker:
         finally:
             self._writer.shutdown(wait=True)
             self._delta_writer.shutdown(wait=True)
-            if self.consumer is not None:
-                self._close_consumer(CLOSE_TIMEOUT_S)
+            # Leave the group; with the brokers down close() never returns either (the group
+            # then notices our absence at the session timeout).
+            closed = self.consumer is None or _finished_within(self.consumer.close, CLOSE_TIMEOUT_S, "olu-close")
+            if not closed:
+                log.warning("consumer close unanswered; leaving without it", extra={"seconds": CLOSE_TIMEOUT_S})
             if self.producer is not None:
                 self.producer.flush(10)
             log.info("worker stopped", extra=dict(self.summary))
-
-    def _close_consumer(self, timeout: float) -> None:
-        """Leave the group; with the brokers down librdkafka's close() never returns, so wait for
-        it at most ``timeout`` (the group then notices our absence at the session timeout)."""
-        thread = threading.Thread(target=self.consumer.close, name="olu-close", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
-            log.warning("consumer close unanswered; leaving without it", extra={"seconds": timeout})
