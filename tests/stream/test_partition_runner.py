@@ -10,6 +10,7 @@ from worker.config import load_settings
 from worker.olu import PassiveOLU
 from worker.state.store import SnapshotStore, open_store
 from worker.stream import partition as partition_mod
+from worker.stream import scan
 from worker.stream.decode import InsertRun
 from worker.stream.partition import PartitionRunner
 
@@ -44,13 +45,7 @@ def _run(msgs, dim=3):
     return runner, outs
 
 
-def test_record_by_record_fallback_matches_the_batch_path(monkeypatch):
-    msgs = _stream()
-    fast, fast_outs = _run(msgs)
-    # Force every insert through the fallback: the fast path finds no run at all.
-    monkeypatch.setattr(partition_mod, "decode_inserts",
-                        lambda messages, start, **_: InsertRun(start, [], np.empty((0, 3)), np.empty(0), 0))
-    slow, slow_outs = _run(msgs)
+def _assert_same(slow, slow_outs, fast, fast_outs, msgs):
     assert slow.model.t == fast.model.t > 0
     assert np.array_equal(slow.model.z, fast.model.z)
     assert slow.next_offset == fast.next_offset == len(msgs)
@@ -59,8 +54,42 @@ def test_record_by_record_fallback_matches_the_batch_path(monkeypatch):
         assert sum(getattr(o, name) for o in slow_outs) == sum(getattr(o, name) for o in fast_outs)
     assert [d.reason for o in slow_outs for d in o.dead_letters] == [d.reason for o in fast_outs
                                                                      for d in o.dead_letters] == ["not_json"] * 3
-    assert ([(r.trigger, r.version) for o in slow_outs for r in o.releases]
-            == [(r.trigger, r.version) for o in fast_outs for r in o.releases])
+    assert ([(r.trigger, r.version, r.value) for o in slow_outs for r in o.releases]
+            == [(r.trigger, r.version, r.value) for o in fast_outs for r in o.releases])
+
+
+def test_record_by_record_fallback_matches_the_batch_path(monkeypatch):
+    msgs = _stream()
+    with scan.python_decoder():
+        fast, fast_outs = _run(msgs)
+        # Force every insert through the fallback: the fast path finds no run at all.
+        monkeypatch.setattr(partition_mod, "decode_inserts",
+                            lambda messages, start, **_: InsertRun(start, [], np.empty((0, 3)), np.empty(0), 0))
+        slow, slow_outs = _run(msgs)
+    _assert_same(slow, slow_outs, fast, fast_outs, msgs)
+
+
+def _unusual(msgs):
+    """The stream with some inserts only the Python decoder takes (ids with a non-ASCII character)."""
+    out = []
+    for m in msgs:
+        is_insert = m.value().startswith(b'{"op":"insert"')
+        if is_insert and m.offset() % 5 == 0:
+            obj = orjson.loads(m.value())
+            obj["id"] = obj["id"] + "-é"
+            m = Message(topic="t", partition=0, offset=m.offset(), key=obj["id"].encode(), value=orjson.dumps(obj),
+                        timestamp=m.timestamp())
+        out.append(m)
+    return out
+
+
+def test_compiled_decoder_matches_the_python_decoder():
+    msgs = _unusual(_stream())
+    fast, fast_outs = _run(msgs)
+    with scan.python_decoder():
+        slow, slow_outs = _run(msgs)
+    _assert_same(slow, slow_outs, fast, fast_outs, msgs)
+    assert scan.scan_batch(msgs, dim=3, max_bytes=1 << 20).accepted.mean() > 0.5  # the fast path ran
 
 
 def test_every_offset_is_accounted_for():
@@ -69,3 +98,32 @@ def test_every_offset_is_accounted_for():
     accounted = sum(o.inserts + o.deletes + o.skipped + len(o.dead_letters) for o in outs)
     assert accounted == len(msgs)
     assert runner.model.counters["applied"] == sum(o.inserts for o in outs)
+
+
+class _ErrorsSeen:
+    def __init__(self):
+        self.errors = []
+
+    def _on_consume_error(self, err):
+        self.errors.append(err.code())
+
+
+def test_fetched_messages_are_grouped_by_partition_in_order():
+    from confluent_kafka import KafkaError
+
+    from worker.stream.app import Worker
+
+    one = [Message(topic="t", partition=0, offset=i, key=b"k", value=b"v") for i in range(4)]
+    assert Worker._by_partition(_ErrorsSeen(), one) == {("t", 0): one}
+    assert Worker._by_partition(_ErrorsSeen(), []) == {}
+    mixed = [Message(topic="t", partition=i % 2, offset=i, key=b"k", value=b"v") for i in range(4)]
+    mixed.insert(2, Message(topic="t", partition=0, error=KafkaError(KafkaError._PARTITION_EOF)))
+    mixed.append(Message(topic="u", partition=0, offset=9, key=b"k", value=b"v"))
+    seen = _ErrorsSeen()
+    groups = Worker._by_partition(seen, mixed)
+    assert {k: [m.offset() for m in v] for k, v in groups.items()} == {("t", 0): [0, 2], ("t", 1): [1, 3], ("u", 0): [9]}
+    assert seen.errors == [KafkaError._PARTITION_EOF]
+    # an error event alone in a one-partition batch is not taken for a message
+    seen = _ErrorsSeen()
+    groups = Worker._by_partition(seen, one[:2] + [Message(topic="t", partition=0, error=KafkaError(KafkaError._PARTITION_EOF))])
+    assert {k: len(v) for k, v in groups.items()} == {("t", 0): 2} and len(seen.errors) == 1

@@ -155,13 +155,22 @@ class OnlineUnlearner:
             return self._learn_kernel(plan, np.array([key], np.uint64), xv[None, :], np.array([yv])) == 1
         return self._learn(key, xv, yv)
 
-    def learn_many(self, record_ids, X, y) -> int:
-        """Same result as ``learn_one`` in a loop; the whole batch is validated before any step."""
-        kernels = _kernels()
-        if kernels is not None:  # vectorised hashing and label checks, same values and errors
-            keys, yv = kernels.record_keys(record_ids), kernels.check_labels(self.loss, y)
+    def learn_many(self, record_ids, X, y, *, keys=None) -> int:
+        """Same result as ``learn_one`` in a loop; the whole batch is validated before any step.
+
+        ``keys``: ``record_key`` of each id when the caller has them already (the stream decoder
+        hashes ids straight from the record bytes); ``record_ids`` is then not read.
+        """
+        kernels = _kernels()  # if there: vectorised hashing and label checks, same values and errors
+        if keys is not None:
+            keys = np.asarray(keys, np.uint64)
+        elif kernels is not None:
+            keys = kernels.record_keys(record_ids)
         else:
             keys = np.array([record_key(r) for r in record_ids], np.uint64)
+        if kernels is not None:
+            yv = kernels.check_labels(self.loss, y)
+        else:
             yv = np.array([self.loss.label(v) for v in y], np.float64)
         Xv = self.features.check_many(X)
         if not (len(keys) == len(Xv) == len(yv)):

@@ -327,6 +327,27 @@ def _compress(h, m, counter, last):
 
 
 @_jit
+def blake2b64(buf, begin, length, h, m):
+    """Key of the byte string buf[begin:begin + length] (``record_key``'s value); h and m are
+    scratch arrays of 8 and 16 uint64."""
+    for i in range(8):
+        h[i] = _IV[i]
+    h[0] ^= _PARAM0
+    pos = 0
+    while True:
+        block = min(128, length - pos)
+        for i in range(16):
+            m[i] = 0
+        for i in range(block):
+            m[i >> 3] |= np.uint64(buf[begin + pos + i]) << np.uint64((i & 7) * 8)
+        pos += block
+        _compress(h, m, np.uint64(pos), pos == length)
+        if pos == length:
+            break
+    return h[0] if h[0] != 0 else np.uint64(1)  # record_key's "or 1": 0 marks a free slot
+
+
+@_jit
 def blake2b64_many(buf, offsets):
     """Keys of the byte strings buf[offsets[k]:offsets[k+1]] (same value as ``record_key``)."""
     n = offsets.shape[0] - 1
@@ -334,22 +355,7 @@ def blake2b64_many(buf, offsets):
     h = np.empty(8, np.uint64)
     m = np.empty(16, np.uint64)
     for k in range(n):
-        begin, length = offsets[k], offsets[k + 1] - offsets[k]
-        for i in range(8):
-            h[i] = _IV[i]
-        h[0] ^= _PARAM0
-        pos = 0
-        while True:
-            block = min(128, length - pos)
-            for i in range(16):
-                m[i] = 0
-            for i in range(block):
-                m[i >> 3] |= np.uint64(buf[begin + pos + i]) << np.uint64((i & 7) * 8)
-            pos += block
-            _compress(h, m, np.uint64(pos), pos == length)
-            if pos == length:
-                break
-        out[k] = h[0] if h[0] != 0 else np.uint64(1)  # record_key's "or 1": 0 marks a free slot
+        out[k] = blake2b64(buf, offsets[k], offsets[k + 1] - offsets[k], h, m)
     return out
 
 

@@ -24,6 +24,7 @@ from .. import __version__
 from ..logs import get_logger
 from ..olu.base import ALGORITHMS
 from ..state.store import SnapshotStore, StorageUnavailable, open_store
+from . import scan
 from .deadletter import carry_headers, dead_letter_headers
 from .partition import PartitionRunner
 
@@ -36,6 +37,9 @@ def _warm_up_kernels() -> None:
     except ImportError:
         return  # numba unavailable: the engine uses its numpy reference step
     seconds = kernels.warm_up()
+    started = time.perf_counter()
+    scan.warm_up()
+    seconds += time.perf_counter() - started
     log.info("compiled kernels ready", extra={"seconds": round(seconds, 3)})
 
 
@@ -155,13 +159,7 @@ class Worker:
             raise DeliveryFailed(self._delivery_error)
         if self._client_error:
             raise ClientFailed(self._client_error)
-        by_partition: dict[tuple[str, int], list] = defaultdict(list)
-        for msg in messages:
-            if msg.error():
-                self._on_consume_error(msg.error())
-                continue
-            by_partition[(msg.topic(), msg.partition())].append(msg)
-        for key, batch in by_partition.items():
+        for key, batch in self._by_partition(messages).items():
             runner = self.runners.get(key)
             if runner is not None and not runner.blocked:
                 self._process(runner, batch)
@@ -175,6 +173,24 @@ class Worker:
         self._collect_snapshots()
         self._end_transaction_round()
         self.producer.poll(0)
+
+    def _by_partition(self, messages: list) -> dict[tuple[str, int], list]:
+        """The fetched messages by (topic, partition), in order; error events are handled here.
+        (Comprehensions first: a batch is usually one partition without errors, and this runs per
+        message.)"""
+        if not messages:
+            return {}
+        if not any([m.error() for m in messages]):
+            topics, partitions = [m.topic() for m in messages], [m.partition() for m in messages]
+            if topics.count(topics[0]) == len(messages) and partitions.count(partitions[0]) == len(messages):
+                return {(topics[0], partitions[0]): messages}
+        by_partition: dict[tuple[str, int], list] = defaultdict(list)
+        for msg in messages:
+            if msg.error():
+                self._on_consume_error(msg.error())
+                continue
+            by_partition[(msg.topic(), msg.partition())].append(msg)
+        return by_partition
 
     def _fetch(self) -> list:
         """What is already fetched, without waiting; if nothing is, wait up to poll_timeout for the

@@ -250,14 +250,15 @@ class InsertRun:
     """``messages[start:end]``: consecutive valid inserts, decoded into batch arrays."""
 
     end: int
-    ids: list[str]
+    ids: list[str] | None  # None: not decoded (the compiled path hands ``keys`` instead)
     X: np.ndarray  # (n, dim) float64
     y: np.ndarray  # (n,) float64
     newest_ts: int  # the largest Kafka timestamp among them (0: none)
+    keys: np.ndarray | None = None  # record_key of each id, when already known
 
 
-def decode_inserts(messages, start: int, *, dim: int, max_bytes: int) -> InsertRun:
-    """Decode the longest run of valid inserts from ``messages[start]`` on, in one pass.
+def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int | None = None) -> InsertRun:
+    """Decode the longest run of valid inserts in ``messages[start:stop]``, in one pass.
 
     The values and the accept/reject decision are exactly those of :func:`decode_event`; this is
     its fast path for the common record (four fields, float or integer features), with the
@@ -279,7 +280,7 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int) -> InsertR
     ys: list = []
     newest = 0
     end = start
-    for j in range(start, len(messages)):
+    for j in range(start, len(messages) if stop is None else stop):
         msg = messages[j]
         key, value = msg.key(), msg.value()
         if value is None or key is None or len(key) + len(value) > max_bytes:

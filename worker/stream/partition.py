@@ -29,6 +29,7 @@ from ..olu.errors import InvalidExample
 from .decode import DeadLetter, Delete, Insert, InsertRun, decode_event, decode_inserts
 from .outbox import Outbox
 from .releases import budget_header, release_headers, release_key, release_value
+from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
 
@@ -124,13 +125,31 @@ class PartitionRunner:
         out = Outcome()
         messages = self._unseen(messages)
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
-        i, n = 0, len(messages)
-        while i < n:
-            run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes)
+        scan = scan_batch(messages, dim=dim, max_bytes=max_bytes) if compiled_decoder() else None
+        stretches = scan.stretches() if scan is not None else [(0, len(messages), False)]
+        for start, stop, accepted in stretches:
+            if accepted:  # common inserts, already decoded by the compiled path
+                run = InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
+                                scan.keys[start:stop])
+                self._apply_inserts(run, messages, start, out)
+            elif not self._process_each(messages, start, stop, out):
+                break
+        if not self.blocked:
+            self._release_if_due()
+        out.releases = self.outbox.ready()
+        if self.blocked:
+            out.resume_at = self.next_offset
+        return out
+
+    def _process_each(self, messages: list, i: int, stop: int, out: Outcome) -> bool:
+        """The Python decoder over ``messages[i:stop]``; False once processing must stop."""
+        dim, max_bytes = self.model.dim, self.settings.max_record_bytes
+        while i < stop:
+            run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=stop)
             if run.end > i:
                 self._apply_inserts(run, messages, i, out)
                 i = run.end
-                if i == n:
+                if i == stop:
                     break
             msg = messages[i]  # not a valid insert: a delete, or a dead letter with its reason
             i += 1
@@ -146,13 +165,8 @@ class PartitionRunner:
                 self._apply_inserts(single, messages, i - 1, out)
                 continue
             if not self._delete(msg, event, out):
-                break
-        if not self.blocked:
-            self._release_if_due()
-        out.releases = self.outbox.ready()
-        if self.blocked:
-            out.resume_at = self.next_offset
-        return out
+                return False
+        return True
 
     @property
     def blocked(self) -> bool:
@@ -184,12 +198,13 @@ class PartitionRunner:
         self._observe_loss(X, y)
         dead = 0
         try:
-            applied = self.model.learn_many(run.ids, X, y)
+            applied = self.model.learn_many(run.ids, X, y, keys=run.keys)
         except InvalidExample:
             # Rare: find the bad rows one by one (learn_many changed nothing; learn_one is
             # bit-identical to it, so the result does not depend on this path being taken).
             applied = 0
-            for j, record_id in enumerate(run.ids):
+            ids = run.ids if run.ids is not None else [m.key().decode() for m in messages[start:run.end]]
+            for j, record_id in enumerate(ids):
                 try:
                     applied += self.model.learn_one(record_id, X[j], y[j])
                 except InvalidExample as bad:
