@@ -35,6 +35,9 @@ Not checked here, but later in batch by the engine (numpy): finiteness of the fe
 (``non_finite``), the feature bound (``norm_exceeded``) and which labels the loss allows
 (``bad_label``).
 
+The worker first runs the compiled fast path (scan.py) over each fetched batch; it takes the common
+insert and hands everything else to this module, which stays the reference for every decision.
+
 Privacy: a :class:`DeadLetter` detail names fields, types, lengths and positions, never a
 feature or label value, nor the id or key (details end up in logs; the raw record goes only to
 the dead-letter topic).
