@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.stream.test_decode import BIG, SETTINGS, records
 from worker.olu.index import record_key
+from worker.stream import jsonnumber
 from worker.stream import scan as scan_mod
 from worker.stream.decode import DeadLetter, Insert, decode_event
 from worker.stream.scan import scan_batch
@@ -63,7 +64,7 @@ def test_power_of_ten_table_matches_known_entries():
              -1: (0xCCCCCCCCCCCCCCCC, 0xCCCCCCCCCCCCCCCC), 23: (0xA968163F0A57B400, 0)}
     for e, (hi, lo) in table.items():
         i = e + 348
-        assert (int(scan_mod.POW10_HI[i]), int(scan_mod.POW10_LO[i])) == (hi, lo), e
+        assert (int(jsonnumber.POW10_HI[i]), int(jsonnumber.POW10_LO[i])) == (hi, lo), e
 
 
 @pytest.mark.parametrize("text, accepted, value", [
