@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.stream.test_decode import BIG, SETTINGS, records
 from worker.olu.index import record_key
-from worker.stream import jsonnumber
+from worker.stream import insert_kernel
 from worker.stream import scan as scan_mod
 from worker.stream.decode import DeadLetter, Insert, decode_event
 from worker.stream.scan import scan_batch
@@ -64,7 +64,7 @@ def test_power_of_ten_table_matches_known_entries():
              -1: (0xCCCCCCCCCCCCCCCC, 0xCCCCCCCCCCCCCCCC), 23: (0xA968163F0A57B400, 0)}
     for e, (hi, lo) in table.items():
         i = e + 348
-        assert (int(jsonnumber.POW10_HI[i]), int(jsonnumber.POW10_LO[i])) == (hi, lo), e
+        assert (int(insert_kernel.POW10_HI[i]), int(insert_kernel.POW10_LO[i])) == (hi, lo), e
 
 
 @pytest.mark.parametrize("text, accepted, value", [
@@ -78,6 +78,11 @@ def test_power_of_ten_table_matches_known_entries():
     ("9007199254740993", False, None),  # exactly half-way between two doubles
     ("1234567890123456789", False, None),  # a 19-digit integer: orjson's reading depends on range
     ("1.00000000000000011102230246251565404236316680908203125", False, None),  # > 19 digits
+    # eight fraction digits at a time: chunk edges, zeros inside, a chunk cut by an exponent
+    ("0.1234567812345678", True, 0.1234567812345678), ("12345678.12345678", True, 12345678.12345678),
+    ("0.000000001234567890123", True, 1.234567890123e-09), ("1.23456789e-5", True, 1.23456789e-05),
+    ("0.10000000000000000", True, 0.1), ("9.999999999999999999", True, 10.0),
+    ("1.2345678901234567890", False, None),  # 20 significant digits
     ("01", False, None), ("1.", False, None), (".5", False, None), ("+1", False, None), ("-", False, None),
     ("1e", False, None), ("NaN", False, None), ("Infinity", False, None), ("0x10", False, None),
 ])

@@ -1,0 +1,408 @@
+"""The compiled parser of the common insert record: JSON bytes to features, label and acceptance.
+
+Used by scan.py (see there for what is accepted and why a record is only ever accepted or
+declined). Two parts:
+
+**Numbers.** :func:`read_number` reads one number of the JSON grammar from a byte buffer and says
+whether it is *certain* of its value, which is then the correctly rounded double: the value orjson
+gives (and Python's ``float()`` of the text), so the compiled and the Python decoder agree bit for
+bit. When it is not certain, the caller declines the record and orjson decides.
+
+- Clinger's fast path first: a mantissa below 2**53 and a power of ten up to 22 are both exact
+  doubles, so one IEEE multiplication or division rounds correctly.
+- Otherwise Eisel-Lemire (Lemire, "Number parsing at a gigabyte per second", 2021), in the form of
+  Go's ``strconv.eiselLemire64``: a 64x128-bit product with a truncated power of ten, giving up on
+  the rare products it cannot settle (exact half-way cases among them).
+- Eight fraction digits at a time where they are there (fast_float's SWAR), as digit-by-digit
+  parsing is one long chain of dependent multiplications.
+- Not certain, by design: more than 19 significant digits, results that would be subnormal or
+  overflow, and integers (no fraction, no exponent) of 19 digits or more, which orjson reads as an
+  int whose range depends on the sign. An integer is otherwise read like orjson's int followed by
+  ``float()``: ``-0`` is +0.0.
+
+**Records.** :func:`parse_kernel` walks the object of each record (fields in any order, each once,
+JSON whitespace anywhere) and checks it against its key.
+
+Everything the cached kernel calls is in this one file on purpose: numba's disk cache notices a
+change to the file of a cached function, not to functions it calls in other files. The helpers
+take raw pointers, not arrays: numba counts references to an array argument around every call of
+a helper (the parser has many exits), and that cost more than the parsing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.cpython.unsafe.numbers import leading_zeros
+from numba.extending import intrinsic
+
+from ..olu.kernels import _jit
+from .decode import MAX_ID_CHARS
+
+__all__ = ["POW10_HI", "POW10_LO", "parse_kernel", "read_number"]
+
+_POW10_MIN, _POW10_MAX = -348, 347
+
+
+def _powers_of_ten() -> tuple[np.ndarray, np.ndarray]:
+    """128-bit mantissas of 10^e, e in [-348, 347], normalised (top bit set) and rounded down."""
+    lo, hi = [], []
+    for e in range(_POW10_MIN, _POW10_MAX + 1):
+        if e >= 0:
+            v = 10**e
+            bits = v.bit_length()
+            m = v << (128 - bits) if bits <= 128 else v >> (bits - 128)
+        else:
+            v = 10**-e
+            m = (1 << (127 + v.bit_length())) // v
+        assert 1 << 127 <= m < 1 << 128
+        lo.append(m & (2**64 - 1))
+        hi.append(m >> 64)
+    return np.array(lo, np.uint64), np.array(hi, np.uint64)
+
+
+POW10_LO, POW10_HI = _powers_of_ten()
+
+# uint64 constants: numba would turn uint64-with-int64 arithmetic into float64
+_U0, _U1, _U3, _U4, _U8, _U9, _U10, _U16, _U32, _U53, _U63 = (
+    np.uint64(v) for v in (0, 1, 3, 4, 8, 9, 10, 16, 32, 53, 63))
+_U10_8 = np.uint64(10**8)
+# eight-digit SWAR constants (fast_float)
+_HIGH_NIBBLES, _SIXES, _THREES, _ZEROS = (np.uint64(v) for v in (
+    0xF0F0F0F0F0F0F0F0, 0x0606060606060606, 0x3333333333333333, 0x3030303030303030))
+_BYTE_PAIRS, _MUL1, _MUL2 = (np.uint64(v) for v in (0x000000FF000000FF, 100 + (1000000 << 32), 1 + (10000 << 32)))
+_LOW9 = np.uint64(0x1FF)
+_EXACT_INT = np.uint64(1 << 53)
+_EXACT_POW10 = np.array([10.0**k for k in range(23)])  # exact doubles
+_POW2 = np.array([math.ldexp(1.0, e - 1075) for e in range(0x7FF)])  # 2**(biased exponent - 1075)
+_MINUS, _PLUS, _DOT, _ZERO, _NINE, _E, _LOWER_E = 45, 43, 46, 48, 57, 69, 101
+
+# Helpers: plain compiled functions on scalars and raw pointers (LLVM inlines them).
+_helper = numba.njit(nogil=True)
+
+
+@intrinsic
+def _mul64(typingctx, a, b):
+    """The 128-bit product of two uint64 as (high, low): one machine multiplication."""
+    def codegen(context, builder, signature, args):
+        wide = ir.IntType(128)
+        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
+        high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+        return context.make_tuple(builder, signature.return_type, (high, builder.trunc(product, ir.IntType(64))))
+
+    return types.UniTuple(types.uint64, 2)(types.uint64, types.uint64), codegen
+
+
+@intrinsic
+def _load8(typingctx, pointer, offset):
+    """The eight bytes at ``pointer + offset`` as one little-endian uint64 (any alignment)."""
+    def codegen(context, builder, signature, args):
+        address = builder.gep(args[0], [args[1]])
+        return builder.load(builder.bitcast(address, ir.IntType(64).as_pointer()), align=1)
+
+    return types.uint64(pointer, offset), codegen
+
+
+@_helper
+def _eight_digits(chunk):
+    """Are all eight bytes of ``chunk`` ASCII digits? (SWAR, as in fast_float.)"""
+    return (chunk & _HIGH_NIBBLES | ((chunk + _SIXES) & _HIGH_NIBBLES) >> _U4) == _THREES
+
+
+@_helper
+def _eight_digit_value(chunk):
+    """The number written by eight ASCII digits, first digit in the lowest byte (fast_float's
+    parse_eight_digits_unrolled: three multiplications instead of eight steps)."""
+    chunk -= _ZEROS
+    chunk = chunk * _U10 + (chunk >> _U8)
+    return ((chunk & _BYTE_PAIRS) * _MUL1 + ((chunk >> _U16) & _BYTE_PAIRS) * _MUL2) >> _U32
+
+
+@_helper
+def _to_double(man, exp10, neg):
+    """The double nearest to (-1)**neg * man * 10**exp10 (man: uint64 > 0), and whether it is
+    certain ((0.0, False) also for results that would be subnormal or infinite)."""
+    if man <= _EXACT_INT and -22 <= exp10 <= 22:
+        # Clinger's fast path: both operands exact, so one IEEE operation rounds correctly.
+        # (Eisel-Lemire cannot settle exactly representable results of negative powers, like 1.0.)
+        value = float(man) * _EXACT_POW10[exp10] if exp10 >= 0 else float(man) / _EXACT_POW10[-exp10]
+        return (-value if neg else value), True
+    return _eisel_lemire(man, exp10, neg)
+
+
+@_helper
+def _eisel_lemire(man, exp10, neg):
+    """:func:`_to_double` for any man and exp10 (Go's ``eiselLemire64``)."""
+    if exp10 < _POW10_MIN or exp10 > _POW10_MAX:
+        return 0.0, False
+    clz = np.int64(leading_zeros(man))
+    man <<= np.uint64(clz)
+    exp2 = ((217706 * exp10) >> 16) + 64 + 1023 - clz  # floor(log2(10**exp10)) + bias + 64, as in Go
+    i = exp10 - _POW10_MIN
+    x_hi, x_lo = _mul64(man, POW10_HI[i])
+    if x_hi & _LOW9 == _LOW9 and x_lo + man < man:  # the truncated power's error may reach x_hi
+        y_hi, y_lo = _mul64(man, POW10_LO[i])
+        merged_hi, merged_lo = x_hi, x_lo + y_hi
+        if merged_lo < x_lo:
+            merged_hi += _U1
+        if merged_hi & _LOW9 == _LOW9 and merged_lo + _U1 == _U0 and y_lo + man < man:
+            return 0.0, False
+        x_hi, x_lo = merged_hi, merged_lo
+    msb = x_hi >> _U63
+    mantissa = x_hi >> (msb + _U9)
+    exp2 -= 1 - np.int64(msb)
+    if x_lo == _U0 and x_hi & _LOW9 == _U0 and mantissa & _U3 == _U1:  # exactly half-way: undecided
+        return 0.0, False
+    mantissa += mantissa & _U1
+    mantissa >>= _U1
+    if mantissa >> _U53 > _U0:
+        mantissa >>= _U1
+        exp2 += 1
+    if exp2 <= 0 or exp2 >= 0x7FF:
+        return 0.0, False
+    value = float(mantissa) * _POW2[exp2]  # exact: mantissa < 2**53 and the result is normal
+    return (-value if neg else value), True
+
+
+@_helper
+def _is_digit(c):
+    return _ZERO <= c <= _NINE
+
+
+@_helper
+def read_number(buf, p, end):
+    """A JSON number at ``buf[p:end]`` (a pointer to bytes): (position after it, its double,
+    certain). Not certain: not a JSON number there, or a value it will not vouch for (module doc)."""
+    neg = p < end and buf[p] == _MINUS
+    if neg:
+        p += 1
+    if p >= end or not _is_digit(buf[p]):
+        return p, 0.0, False
+    man, digits, exp10 = _U0, 0, 0
+    if buf[p] == _ZERO:
+        p += 1
+        if p < end and _is_digit(buf[p]):  # a leading zero
+            return p, 0.0, False
+    else:
+        while p < end and _is_digit(buf[p]):
+            if digits == 19:
+                return p, 0.0, False
+            man = man * _U10 + np.uint64(buf[p] - _ZERO)
+            digits += 1
+            p += 1
+    integer = True
+    if p < end and buf[p] == _DOT:
+        integer = False
+        p += 1
+        first = p
+        while p < end and _is_digit(buf[p]):
+            if man != _U0 and digits <= 11 and p + 8 <= end:  # eight digits at once, if they are
+                chunk = _load8(buf, p)
+                if _eight_digits(chunk):
+                    man = man * _U10_8 + _eight_digit_value(chunk)
+                    digits += 8
+                    exp10 -= 8
+                    p += 8
+                    continue
+            if man != _U0 or buf[p] != _ZERO:  # leading zeros of a fraction are not significant
+                if digits == 19:
+                    return p, 0.0, False
+                man = man * _U10 + np.uint64(buf[p] - _ZERO)
+                digits += 1
+            exp10 -= 1
+            p += 1
+        if p == first:
+            return p, 0.0, False
+    if p < end and (buf[p] == _LOWER_E or buf[p] == _E):
+        integer = False
+        p += 1
+        exp_neg = p < end and buf[p] == _MINUS
+        if p < end and (buf[p] == _MINUS or buf[p] == _PLUS):
+            p += 1
+        first, e = p, 0
+        while p < end and _is_digit(buf[p]):
+            if e < 100_000:
+                e = e * 10 + (buf[p] - _ZERO)
+            p += 1
+        if p == first:
+            return p, 0.0, False
+        exp10 += -e if exp_neg else e
+    if integer:
+        if digits > 18:  # beyond int64 orjson's reading differs by sign; let it decide
+            return p, 0.0, False
+        if man == _U0:
+            return p, 0.0, True  # float(int("-0")) is +0.0
+    elif man == _U0:
+        return p, (-0.0 if neg else 0.0), True
+    value, ok = _to_double(man, exp10, neg)
+    return p, value, ok
+
+
+# bytes of the grammar
+_QUOTE, _BACKSLASH, _COMMA, _COLON = 34, 92, 44, 58
+_LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 123, 125, 91, 93
+
+# fields, as bits of a mask
+_OP, _ID, _X, _Y, _TS = 1, 2, 4, 8, 16
+_REQUIRED = _OP | _ID | _X | _Y
+
+
+@_helper
+def _skip_ws(buf, p, end):
+    while p < end and (buf[p] == 32 or buf[p] == 10 or buf[p] == 13 or buf[p] == 9):
+        p += 1
+    return p
+
+
+@_helper
+def _string_end(buf, p, end):
+    """Index of the closing quote of a plain ASCII string starting at ``buf[p]``, else -1."""
+    while p < end:
+        c = buf[p]
+        if c == _QUOTE:
+            return p
+        if c == _BACKSLASH or c < 32 or c >= 128:
+            return -1
+        p += 1
+    return -1
+
+
+@_helper
+def _field(buf, p, stop):
+    """The bit of the field name ``buf[p:stop]``, 0 for any other name."""
+    size = stop - p
+    if size == 1:
+        return _X if buf[p] == 120 else (_Y if buf[p] == 121 else 0)
+    if size == 2:
+        a, b = buf[p], buf[p + 1]
+        if a == 111 and b == 112:
+            return _OP
+        if a == 105 and b == 100:
+            return _ID
+        if a == 116 and b == 115:
+            return _TS
+    return 0
+
+
+@_helper
+def _is_insert(buf, p, stop):
+    word = (105, 110, 115, 101, 114, 116)  # "insert"
+    if stop - p != 6:
+        return False
+    for k in range(6):
+        if buf[p + k] != word[k]:
+            return False
+    return True
+
+
+@_helper
+def _insert(buf, p, end, kbuf, kp, kend, dim, max_bytes, X, y_out, r):
+    """Accept record r (value ``buf[p:end]``, key ``kbuf[kp:kend]``) as a common insert?"""
+    klen = kend - kp
+    if klen == 0 or klen > MAX_ID_CHARS or klen + (end - p) > max_bytes:
+        return False
+    p = _skip_ws(buf, p, end)
+    if p >= end or buf[p] != _LBRACE:
+        return False
+    p += 1
+    seen = 0
+    while True:
+        p = _skip_ws(buf, p, end)
+        if p >= end or buf[p] != _QUOTE:
+            return False
+        stop = _string_end(buf, p + 1, end)
+        if stop < 0:
+            return False
+        field = _field(buf, p + 1, stop)
+        if field == 0 or seen & field:
+            return False
+        seen |= field
+        p = _skip_ws(buf, stop + 1, end)
+        if p >= end or buf[p] != _COLON:
+            return False
+        p = _skip_ws(buf, p + 1, end)
+        if p >= end:
+            return False
+        if field == _OP or field == _ID:
+            if buf[p] != _QUOTE:
+                return False
+            stop = _string_end(buf, p + 1, end)
+            if stop < 0:
+                return False
+            if field == _OP:
+                if not _is_insert(buf, p + 1, stop):
+                    return False
+            else:
+                if stop - (p + 1) != klen:
+                    return False
+                for k in range(klen):
+                    if buf[p + 1 + k] != kbuf[kp + k]:
+                        return False
+            p = stop + 1
+        elif field == _X:
+            if buf[p] != _LBRACKET:
+                return False
+            p += 1
+            count = 0
+            while True:
+                p = _skip_ws(buf, p, end)
+                p, value, ok = read_number(buf, p, end)
+                if not ok:
+                    return False
+                if count < dim:
+                    X[r * dim + count] = value
+                count += 1
+                p = _skip_ws(buf, p, end)
+                if p >= end:
+                    return False
+                c = buf[p]
+                p += 1
+                if c == _RBRACKET:
+                    break
+                if c != _COMMA:
+                    return False
+            if count != dim:
+                return False
+        elif field == _Y:
+            p, value, ok = read_number(buf, p, end)
+            if not ok:
+                return False
+            y_out[r] = value
+        else:  # ts: a plain non-negative integer of at most 18 digits
+            first = p
+            while p < end and _is_digit(buf[p]):
+                p += 1
+            if p == first or p - first > 18 or (buf[first] == _ZERO and p - first > 1):
+                return False
+        p = _skip_ws(buf, p, end)
+        if p >= end:
+            return False
+        c = buf[p]
+        p += 1
+        if c == _RBRACE:
+            break
+        if c != _COMMA:
+            return False
+    return seen & _REQUIRED == _REQUIRED and _skip_ws(buf, p, end) == end
+
+
+@intrinsic
+def _data_pointer(typingctx, array):
+    """The raw pointer to an array's first element (valid while the array is alive)."""
+    def codegen(context, builder, signature, args):
+        return context.make_array(signature.args[0])(context, builder, args[0]).data
+
+    return types.CPointer(array.dtype)(array), codegen
+
+
+@_jit
+def parse_kernel(vbuf, voff, kbuf, koff, dim, max_bytes, X, y_out, accepted):
+    """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X`` and ``y_out[r]``
+    (value r is ``vbuf[voff[r]:voff[r + 1]]``, its key ``kbuf[koff[r]:koff[r + 1]]``)."""
+    v, k, x, y = _data_pointer(vbuf), _data_pointer(kbuf), _data_pointer(X), _data_pointer(y_out)
+    for r in range(accepted.shape[0]):
+        accepted[r] = _insert(v, voff[r], voff[r + 1], k, koff[r], koff[r + 1], dim, max_bytes, x, y, r)
