@@ -259,6 +259,15 @@ def _skip_ws(buf, p, end):
 
 
 @_helper
+def _separator(buf, p, end):
+    """The next byte after whitespace and the position after it; 0 at the end of the record."""
+    p = _skip_ws(buf, p, end)
+    if p >= end:
+        return end, 0
+    return p + 1, buf[p]
+
+
+@_helper
 def _string_end(buf, p, end):
     """Index of the closing quote of a plain ASCII string starting at ``buf[p]``, else -1."""
     while p < end:
@@ -356,11 +365,7 @@ def _insert(buf, p, end, kbuf, kp, kend, dim, max_bytes, X, y_out, r):
                 if count < dim:
                     X[r * dim + count] = value
                 count += 1
-                p = _skip_ws(buf, p, end)
-                if p >= end:
-                    return False
-                c = buf[p]
-                p += 1
+                p, c = _separator(buf, p, end)
                 if c == _RBRACKET:
                     break
                 if c != _COMMA:
@@ -378,11 +383,7 @@ def _insert(buf, p, end, kbuf, kp, kend, dim, max_bytes, X, y_out, r):
                 p += 1
             if p == first or p - first > 18 or (buf[first] == _ZERO and p - first > 1):
                 return False
-        p = _skip_ws(buf, p, end)
-        if p >= end:
-            return False
-        c = buf[p]
-        p += 1
+        p, c = _separator(buf, p, end)
         if c == _RBRACE:
             break
         if c != _COMMA:
