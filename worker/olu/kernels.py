@@ -21,8 +21,9 @@ Switches
 
 Compilation and the numba cache
 -------------------------------
-Kernels compile lazily on first use (about 1.6 s for all of them, plus ~0.2 s to import numba;
-~0.2 s when loaded from the cache; see ``bench/README.md``) and are cached on disk (``cache=True``). numba looks for a writable cache
+Kernels compile lazily on first use (about 1.6 to 2.2 s for all of them, plus ~0.2 s to import
+numba; ~0.3 s when loaded from the cache; the stream decoder's kernel adds ~1.9 s, ~0.03 s cached)
+and are cached on disk (``cache=True``). numba looks for a writable cache
 directory in this order: ``$NUMBA_CACHE_DIR``, the package's ``__pycache__``, then the user cache
 (``~/.cache/numba``). When none is writable (a read-only root file system), numba would raise
 ``RuntimeError`` at import; we then compile without the disk cache and log a warning once: the
