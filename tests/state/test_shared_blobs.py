@@ -16,6 +16,7 @@ from obstore.store import MemoryStore
 from tests.olu.helpers import synthetic_stream
 from tests.state.test_snapshots import raw, snaps  # noqa: F401  (fixtures)
 from worker.olu import index as index_module
+from worker.olu import ledger as ledger_module
 from worker.olu.base import load_model
 from worker.olu.passive import PassiveOLU
 from worker.state import store as store_module
@@ -100,6 +101,28 @@ def test_a_later_snapshot_writes_only_the_new_runs(snaps):
     assert blob_bytes[1] == sum(after[b] for b in new) < blob_bytes[0] / 3
     _, model = restored_model(snaps)
     assert same_model(model, s.model)
+
+
+def test_sealed_ledger_segments_are_written_once(snaps, monkeypatch):
+    """The ledger grows by one entry per deletion for the model's whole life: a full snapshot
+    carries only the open segment; each sealed one is a blob written once (invariant 4 at scale)."""
+    monkeypatch.setattr(ledger_module, "SEGMENT_ENTRIES", 4)
+    s = Stream()
+    s.advance(630, delete=range(0, 90, 9))  # ten deletions: two sealed segments, two open entries
+    first = s.snapshot(snaps)
+    assert s.model.ledger.sealed == 2 and len(s.model.ledger) == 10
+    got, model = restored_model(snaps)
+    assert {"ledger_seg0", "ledger_seg1"} <= set(got.shared) and len(got.header["model"]["ledger"]) == 2
+    assert model.ledger == s.model.ledger and same_model(model, s.model)
+    before = blobs(snaps)
+    s.advance(1, delete=(91, 92))  # a third segment is sealed; the index only gains a tail entry
+    second = s.snapshot(snaps)
+    new = set(blobs(snaps)) - set(before)
+    assert len(new) == 1  # the new segment only; the runs and the two sealed segments are reused
+    assert second.size - object_size(snaps, second) == blobs(snaps)[new.pop()]
+    assert object_size(snaps, second) < object_size(snaps, first) + 200
+    _, model = restored_model(snaps)
+    assert [e["i"] for e in model.ledger] == list(range(1, 13)) and same_model(model, s.model)
 
 
 def test_a_restarted_store_reuses_the_blobs_it_restored(raw):  # noqa: F811

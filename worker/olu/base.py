@@ -17,10 +17,14 @@ from .accountant import PrivacyAccountant
 from .domain import Ball, FeatureBound
 from .errors import ConfigError, InvalidState
 from .index import AppliedIndex, KeySet, record_key
+from .ledger import Ledger
 from .losses import make_loss
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 
-STATE_FORMAT = 2  # 2: the applied index as runs + tail (index.py); 1 is still read
+# 3: the ledger in sealed segments (ledger.py); 2: the applied index as runs + tail (index.py).
+# Older formats are still read.
+STATE_FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
 ALGORITHMS: dict[str, type["OnlineUnlearner"]] = {}
 
 
@@ -131,7 +135,7 @@ class OnlineUnlearner:
         self.epoch = 0
         self.index = AppliedIndex()
         self.tombstones = KeySet()
-        self.ledger: list[dict] = []
+        self.ledger = Ledger()
         self.counters = {"applied": 0, "skipped_deleted": 0}
 
     # ----------------------------------------------------------------- learning
@@ -350,10 +354,12 @@ class OnlineUnlearner:
         meta = {
             "format": STATE_FORMAT, "algorithm": self.algorithm, "config": dict(self.config),
             "t": self.t, "epoch": self.epoch, "counters": dict(self.counters),
-            "accountant": self.accountant.to_state(), "ledger": [dict(e) for e in self.ledger],
-            "extra": self._export_extra(),
+            "accountant": self.accountant.to_state(), "extra": self._export_extra(),
         }
+        meta["ledger"], sealed, ledger_shared = self.ledger.export()
+        meta["ledger_sealed"] = {"segments": sealed, "segment_entries": self.ledger.segment_entries}
         index_arrays, shared = self.index.export()
+        shared.update(ledger_shared)
         arrays = {"z": self.z.copy(), "tombstones": self.tombstones.keys.copy(), **index_arrays}
         arrays.update(self._export_arrays())
         # ``shared`` arrays are immutable and not copied: a store may write each group once.
@@ -377,8 +383,8 @@ def load_model(state: dict, noise_rng=None, expected: type | None = None) -> Onl
     """Rebuild a model from ``export_state()``; raises ``InvalidState`` on anything inconsistent."""
     try:
         meta, arrays = state["meta"], state["arrays"]
-        if meta["format"] not in (1, STATE_FORMAT):
-            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads 1 and {STATE_FORMAT})")
+        if meta["format"] not in READABLE_FORMATS:
+            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
         cls = ALGORITHMS[meta["algorithm"]]
         if expected is not None and expected is not OnlineUnlearner and not issubclass(cls, expected):
             raise InvalidState(f"state is for {meta['algorithm']!r}, not {expected.algorithm!r}")
@@ -392,7 +398,9 @@ def load_model(state: dict, noise_rng=None, expected: type | None = None) -> Onl
         model.t, model.epoch = int(meta["t"]), int(meta["epoch"])
         model.counters = {k: int(v) for k, v in meta["counters"].items()}
         model.accountant = PrivacyAccountant.from_state(meta["accountant"])
-        model.ledger = [dict(e) for e in meta["ledger"]]
+        sealed = meta.get("ledger_sealed", {"segments": 0})
+        model.ledger = Ledger.load(meta["ledger"], sealed["segments"], state.get("shared"),
+                                   stored_segment_entries=sealed.get("segment_entries"))
         model.index = AppliedIndex.load(arrays, state.get("shared"))
         model.tombstones = KeySet(arrays["tombstones"])
         if model.index.max_step > model.t:
