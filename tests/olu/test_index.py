@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from worker.olu import index as index_module
 from worker.olu import kernels
-from worker.olu.index import AppliedIndex, merge_runs_reference
+from worker.olu.index import AppliedIndex, KeySet, merge_runs_reference
 
 
 def small_index():
@@ -141,3 +141,58 @@ def test_compiled_merge_matches_numpy_reference(a, b, data):
 
 def test_module_defaults_are_the_documented_sizes():
     assert index_module.TAIL_SIZE == 65_536 and index_module.MAX_RUN == 2_097_152
+
+
+# ------------------------------------------------------------------ tombstones: base + recent
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("add"), st.integers(1, 40)),
+                          st.tuples(st.just("reload"), st.just(0))), max_size=120))
+def test_keyset_behaves_like_a_set_and_round_trips_its_layout(operations):
+    keys, expected = KeySet(recent_keys=4), set()
+    for op, key in operations:
+        if op == "add":
+            assert keys.add(key) == (key not in expected)
+            expected.add(key)
+        else:  # a snapshot round trip keeps base and recent exactly (a replay must rebuild them)
+            recent, shared = keys.export()
+            copy = KeySet.load(recent, {g: {k: v.copy() for k, v in a.items()} for g, a in shared.items()})
+            assert copy.base.tolist() == keys.base.tolist() and copy.recent.tolist() == keys.recent.tolist()
+            keys = copy
+            keys.recent_keys = 4
+        assert len(keys) == len(expected) and keys.keys.tolist() == sorted(expected)
+        assert all(k in keys for k in expected) and 41 not in keys
+        assert len(keys.recent) < 4 and not set(keys.base.tolist()) & set(keys.recent.tolist())
+
+
+def test_keyset_base_is_immutable_and_exported_without_a_copy():
+    keys = KeySet(recent_keys=3)
+    for k in (9, 4, 7, 1):
+        keys.add(k)
+    base = keys.base
+    assert base.tolist() == [4, 7, 9] and not base.flags.writeable and keys.recent.tolist() == [1]
+    recent, shared = keys.export()
+    assert shared["tombstones_base"]["keys"] is base and recent.tolist() == [1]
+    keys.add(2)
+    assert keys.base is base  # below the merge point the base is the same object: stored once
+    assert KeySet(recent_keys=3).export()[1] == {}  # no base yet: nothing shared
+
+
+def test_one_sorted_array_of_an_older_state_becomes_the_base_when_large():
+    assert KeySet(np.arange(1, 10, dtype=np.uint64), recent_keys=4).base.tolist() == list(range(1, 10))
+    small = KeySet(np.array([3, 5], np.uint64), recent_keys=4)
+    assert small.base.tolist() == [] and small.recent.tolist() == [3, 5]
+    with pytest.raises(ValueError, match="not strictly sorted"):
+        KeySet(np.array([5, 3], np.uint64))
+
+
+@pytest.mark.parametrize("bad", ["unsorted_base", "unsorted_recent", "overlap"])
+def test_keyset_load_refuses_inconsistent_parts(bad):
+    base, recent = np.array([2, 4, 6], np.uint64), np.array([3], np.uint64)
+    if bad == "unsorted_base":
+        base = base[::-1].copy()
+    elif bad == "unsorted_recent":
+        recent = np.array([5, 1], np.uint64)
+    else:
+        recent = np.array([4], np.uint64)
+    with pytest.raises(ValueError):
+        KeySet.load(recent, {"tombstones_base": {"keys": base}})

@@ -116,9 +116,11 @@ def kernel_enabled(monkeypatch):
 
 @pytest.fixture
 def tiny_tail(monkeypatch):
-    """Force many index merges: models built after this start with an 8-slot tail (runs up to 128)."""
+    """Force many index merges: models built after this start with an 8-slot tail (runs up to 128),
+    and tombstones that move from recent to the base every 5 deletions (both arrays are searched)."""
     monkeypatch.setattr(index_module, "TAIL_SIZE", 8)
     monkeypatch.setattr(index_module, "MAX_RUN", 128)
+    monkeypatch.setattr(index_module, "RECENT_KEYS", 5)
 
 
 # ------------------------------------------------------------------ kernel vs reference
@@ -132,6 +134,7 @@ def test_kernel_matches_numpy_reference(name, tiny_tail):
     drive(ref, ids, X, y, batch=257)
     assert_same_state(fast, ref)
     assert fast.counters["skipped_deleted"] > 0  # tombstoned inserts were skipped
+    assert len(fast.tombstones.base) > 0 and len(fast.tombstones.recent) > 0
     assert len(fast.index.runs) > 3 and max(len(r) for r in fast.index.runs) > 32  # many tails, merged runs
     if name in CLIPPED:
         assert ref.clipped > 0  # the projection was active

@@ -125,6 +125,28 @@ def test_sealed_ledger_segments_are_written_once(snaps, monkeypatch):
     assert [e["i"] for e in model.ledger] == list(range(1, 13)) and same_model(model, s.model)
 
 
+def test_the_tombstone_base_is_written_once(snaps, monkeypatch):
+    """One tombstone per deletion for the model's whole life: a full snapshot carries the recent
+    ones; the base they are merged into is a blob, written again only when it changes."""
+    monkeypatch.setattr(index_module, "RECENT_KEYS", 4)
+    s = Stream()
+    s.advance(630, delete=range(0, 90, 9))  # ten deletions: a base of 8, two recent
+    s.snapshot(snaps)
+    assert len(s.model.tombstones.base) == 8 and len(s.model.tombstones.recent) == 2
+    got, model = restored_model(snaps)
+    assert "tombstones_base" in got.shared and got.arrays["tombstones"].tolist() == s.model.tombstones.recent.tolist()
+    assert model.tombstones.keys.tolist() == s.model.tombstones.keys.tolist() and same_model(model, s.model)
+    before = blobs(snaps)
+    s.advance(1, delete=(91,))  # a third recent tombstone: the base is unchanged
+    s.snapshot(snaps)
+    assert blobs(snaps) == before
+    s.advance(1, delete=(92,))  # the fourth: recent is merged into a new base, one new blob
+    s.snapshot(snaps)
+    assert len(set(blobs(snaps)) - set(before)) == 1 and len(s.model.tombstones.base) == 12
+    _, model = restored_model(snaps)
+    assert len(model.tombstones) == 12 and same_model(model, s.model)
+
+
 def test_a_restarted_store_reuses_the_blobs_it_restored(raw):  # noqa: F811
     s = Stream()
     s.advance(640)

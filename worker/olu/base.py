@@ -21,7 +21,8 @@ from .ledger import Ledger
 from .losses import make_loss
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 
-# 3: the ledger in sealed segments (ledger.py); 2: the applied index as runs + tail (index.py).
+# 3: the ledger in sealed segments (ledger.py), tombstones as base + recent (index.KeySet);
+# 2: the applied index as runs + tail (index.py).
 # Older formats are still read.
 STATE_FORMAT = 3
 READABLE_FORMATS = (1, 2, 3)
@@ -213,7 +214,7 @@ class OnlineUnlearner:
             return 0
         kernels = _kernels()
         z = np.array(self.z, dtype=np.float64)  # a new array per update, like the reference
-        t, steps, consumed, reason = kernels.run_batch(plan, z, self.t, self.index, self.tombstones.keys, keys, X, y)
+        t, steps, consumed, reason = kernels.run_batch(plan, z, self.t, self.index, self.tombstones, keys, X, y)
         applied = t - self.t
         self.z, self.t = z, t
         self.counters["applied"] += applied
@@ -359,8 +360,10 @@ class OnlineUnlearner:
         meta["ledger"], sealed, ledger_shared = self.ledger.export()
         meta["ledger_sealed"] = {"segments": sealed, "segment_entries": self.ledger.segment_entries}
         index_arrays, shared = self.index.export()
+        recent_tombstones, tombstone_shared = self.tombstones.export()
         shared.update(ledger_shared)
-        arrays = {"z": self.z.copy(), "tombstones": self.tombstones.keys.copy(), **index_arrays}
+        shared.update(tombstone_shared)
+        arrays = {"z": self.z.copy(), "tombstones": recent_tombstones, **index_arrays}
         arrays.update(self._export_arrays())
         # ``shared`` arrays are immutable and not copied: a store may write each group once.
         return {"meta": meta, "arrays": arrays, "shared": shared}
@@ -402,7 +405,7 @@ def load_model(state: dict, noise_rng=None, expected: type | None = None) -> Onl
         model.ledger = Ledger.load(meta["ledger"], sealed["segments"], state.get("shared"),
                                    stored_segment_entries=sealed.get("segment_entries"))
         model.index = AppliedIndex.load(arrays, state.get("shared"))
-        model.tombstones = KeySet(arrays["tombstones"])
+        model.tombstones = KeySet.load(arrays["tombstones"], state.get("shared"))
         if model.index.max_step > model.t:
             raise InvalidState("applied index holds a step after the step counter")
         model._import(meta, arrays)

@@ -2,7 +2,7 @@
 
 The per-event step is sequential (z_{t+1} depends on z_t), so speed comes from keeping Python out
 of the inner loop: :func:`ogd_steps` runs a whole micro-batch of projected OGD steps in one call,
-including the tombstone check (binary search in the sorted tombstone keys), the step size, the
+including the tombstone check (binary search in the two sorted tombstone arrays), the step size, the
 gradient, the projection onto the ball and the append of (key, step) to the applied index's tail.
 
 The pure-numpy ``OnlineUnlearner._learn`` stays the reference implementation. The kernel follows
@@ -102,7 +102,7 @@ def _contains(sorted_keys, key):
 
 
 @_jit
-def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones,
+def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
               tail_keys, tail_steps, tail_len, t, steps_out, start):
     """Run OGD steps for rows ``start..`` of a micro-batch; ``z`` and the tail are updated in place.
 
@@ -117,12 +117,12 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     """
     n, d = X.shape
     cap = tail_keys.shape[0]
-    n_tomb = tombstones.shape[0]
+    n_tomb, n_recent = tombstones.shape[0], recent_tombstones.shape[0]
     applied = 0
     j = start
     while j < n:
         key = keys[j]
-        if n_tomb > 0 and _contains(tombstones, key):
+        if (n_tomb > 0 and _contains(tombstones, key)) or (n_recent > 0 and _contains(recent_tombstones, key)):
             steps_out[j] = 0  # an insert after its delete (olu-spec 6.1)
             j += 1
             continue
@@ -196,10 +196,11 @@ def plan_for(model):
     return lk, float(loss.lam), sk, float(sa), float(sb), float(model.ball.radius)
 
 
-def run_batch(plan, z, t, index, tombstone_keys, keys, X, y):
+def run_batch(plan, z, t, index, tombstones, keys, X, y):
     """Drive :func:`ogd_steps` over a whole batch, merging the index whenever its tail fills.
 
-    ``z`` (float64, contiguous) is updated in place and the index in place. Returns
+    ``tombstones``: the model's ``KeySet``. ``z`` (float64, contiguous) is updated in place and
+    the index in place. Returns
     (t, steps, rows consumed, stop reason) where ``steps[j]`` is row j's step or 0 (skipped);
     rows from ``consumed`` on were not touched (only when the step counter would overflow).
     """
@@ -207,13 +208,13 @@ def run_batch(plan, z, t, index, tombstone_keys, keys, X, y):
     keys = np.ascontiguousarray(keys, dtype=np.uint64)
     X = np.ascontiguousarray(X, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
-    tomb = np.ascontiguousarray(tombstone_keys, dtype=np.uint64)
+    tomb, recent = tombstones.base, tombstones.recent
     n = len(keys)
     steps = np.zeros(n, np.int64)
     j, t, reason = 0, int(t), DONE
     while j < n:
         tail_keys, tail_steps, tail_len = index.tail_buffers()
-        j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb,
+        j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent,
                                               tail_keys, tail_steps, tail_len, t, steps, j)
         index.set_tail_len(tail_len)
         if reason == TAIL_FULL:
@@ -429,7 +430,7 @@ def warm_up() -> float:
     keys = np.array([3, 5], np.uint64)
     tail_keys, tail_steps = np.zeros(4, np.uint64), np.zeros(4, np.uint32)
     ogd_steps(LOSS_LOGISTIC, 0.1, SCHED_STRONGLY_CONVEX, 0.1, 1.0, 1.0, z, X, y, keys,
-              np.array([5], np.uint64), tail_keys, tail_steps, 0, 0, np.zeros(2, np.int64), 0)
+              np.array([5], np.uint64), np.zeros(0, np.uint64), tail_keys, tail_steps, 0, 0, np.zeros(2, np.int64), 0)
     raw = b"r-1"
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
     merge_runs(keys, np.array([1, 2], np.uint32), np.zeros(0, np.int64), keys, np.array([3, 4], np.uint32),

@@ -1,0 +1,135 @@
+"""What a long-lived model's per-deletion state costs: the ledger and the tombstones (not a test).
+
+    /work/venv/bin/python bench/deletion_state.py [--entries 100000,1000000]
+
+Both keep one item per deletion for the model's whole life (design.md invariant 4; a tombstone
+per deleted id so a late insert of it is skipped), so both only grow.
+
+**Ledger.** For each size, passive-style entries (i, epoch, tau, u, shift,
+sigma, rho) are appended to
+
+- a plain list of dicts, written whole into every full snapshot's JSON header (the state format
+  before 3), and
+- :class:`worker.olu.ledger.Ledger` (format 3): sealed segments of 4,096 entries, each one
+  immutable blob the store writes once, and only the open entries in the header;
+
+and the bench reports the ledger's memory (tracemalloc, after building it), the size of the
+snapshot header's JSON and the time to export it on the loop thread (``export_state`` / the old
+``[dict(e) for e in ledger]``, plus ``orjson.dumps`` of the header; best of 3).
+
+**Tombstones.** For each size, random 64-bit keys in
+
+- one sorted array, an ``np.insert`` per deletion and all of it copied into every full snapshot
+  (before format 3), and
+- :class:`worker.olu.index.KeySet` (format 3): an immutable base plus at most 16,384 recent keys;
+  a snapshot copies the recent ones and names the base, stored once as a blob;
+
+and the bench reports the mean and the slowest of 20,000 adds from that size on (so at least one
+merge of the recent keys into a new base is included) and the bytes a full snapshot then copies
+on the loop thread.
+
+Writes ``bench/results/deletion_state.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h  # noqa: E402
+import numpy as np  # noqa: E402
+import orjson  # noqa: E402
+
+from worker.olu.index import KeySet  # noqa: E402
+from worker.olu.passive import PassiveOLU  # noqa: E402
+
+
+def entry(i: int) -> dict:
+    return {"i": i, "epoch": 0, "tau": 1_000_000 + 37 * i, "u": [13 * i + 1], "shift": 1.0 / (i + 7.3),
+            "sigma": 0.5 + i * 1e-7, "rho": 0.001 * i / (i + 1.5)}
+
+
+def measure(n: int, sealed: bool) -> dict:
+    model = PassiveOLU(dim=10)
+    tracemalloc.start()
+    if sealed:
+        for i in range(1, n + 1):
+            model.ledger.append(entry(i))
+    else:
+        model.ledger = [entry(i) for i in range(1, n + 1)]
+    memory = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        header = model.export_state()["meta"] if sealed else {"ledger": [dict(e) for e in model.ledger]}
+        size = len(orjson.dumps(header))
+        times.append(time.perf_counter() - started)
+    return {"entries": n, "memory_bytes": memory, "memory_bytes_per_entry": memory / n,
+            "header_bytes": size, "export_s": min(times)}
+
+
+def measure_tombstones(n: int, split: bool, adds: int = 20_000) -> dict:
+    rng = np.random.default_rng(n)
+    start = np.unique(rng.integers(1, 2**63, n, dtype=np.uint64))
+    new = rng.integers(1, 2**63, adds, dtype=np.uint64)
+    if split:
+        keys = KeySet(start)
+        started, slowest = time.perf_counter(), 0.0
+        for k in new.tolist():
+            t = time.perf_counter()
+            keys.add(k)
+            slowest = max(slowest, time.perf_counter() - t)
+        add_s = (time.perf_counter() - started) / adds
+        copied = keys.export()[0].nbytes
+    else:
+        keys = start
+        started, slowest = time.perf_counter(), 0.0
+        for k in new:
+            t = time.perf_counter()
+            pos = np.searchsorted(keys, k)
+            if pos == len(keys) or keys[pos] != k:
+                keys = np.insert(keys, pos, k)
+            slowest = max(slowest, time.perf_counter() - t)
+        add_s = (time.perf_counter() - started) / adds
+        copied = keys.copy().nbytes
+    return {"keys": n, "adds": adds, "add_s": add_s, "slowest_add_s": slowest, "snapshot_copy_bytes": copied}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--entries", default="100000,1000000", help="comma-separated ledger sizes")
+    p.add_argument("--out", type=Path, default=h.RESULTS)
+    args = p.parse_args(argv)
+    info = h.machine()
+    print(h.machine_line(info))
+    rows = []
+    print(f"{'ledger':30} {'entries':>10} {'memory':>10} {'B/entry':>8} {'header':>11} {'export':>10}")
+    for n in (int(v) for v in args.entries.split(",")):
+        for sealed, label in ((False, "list in the header (format 2)"), (True, "sealed segments (format 3)")):
+            r = {"ledger": label, **measure(n, sealed)}
+            rows.append(r)
+            print(f"{label:30} {n:>10,} {r['memory_bytes'] / 2**20:>8.1f} MiB {r['memory_bytes_per_entry']:>7.0f} "
+                  f"{r['header_bytes'] / 2**20:>8.2f} MiB {r['export_s'] * 1e3:>7.1f} ms")
+    tombstones = []
+    print(f"\n{'tombstones':30} {'keys':>10} {'mean add':>10} {'slowest':>10} {'snapshot copies':>16}")
+    for n in (int(v) for v in args.entries.split(",")):
+        for split, label in ((False, "one sorted array (format 2)"), (True, "base + recent (format 3)")):
+            r = {"tombstones": label, **measure_tombstones(n, split)}
+            tombstones.append(r)
+            print(f"{label:30} {n:>10,} {r['add_s'] * 1e6:>7.1f} us {r['slowest_add_s'] * 1e3:>7.2f} ms "
+                  f"{r['snapshot_copy_bytes'] / 2**20:>12.3f} MiB")
+    args.out.mkdir(parents=True, exist_ok=True)
+    h.write_json(args.out / "deletion_state.json", {"bench": "deletion_state", "command": h.command(),
+                                                    "machine": info, "ledger": rows, "tombstones": tombstones})
+    print(f"\nwrote {args.out / 'deletion_state.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
