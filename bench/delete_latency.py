@@ -339,17 +339,28 @@ def main(argv=None) -> int:
 
     from worker.olu.index import AppliedIndex
 
-    merges: list[tuple[float, float, int]] = []  # (start, seconds, records) of every index merge
-    merge = AppliedIndex.merge
+    # (start, seconds, records) of every index merge call, and of every paced-merge step that
+    # took over a millisecond (the slices of a merge done as the next tail fills)
+    merges: list[tuple[float, float, int]] = []
+    merge, advance = AppliedIndex.merge, AppliedIndex.advance_merge
 
-    def timed_merge(index):
+    def timed_merge(index, paced=False):
         t0 = time.monotonic()
         try:
-            return merge(index)
+            return merge(index, paced)
         finally:
             merges.append((t0, time.monotonic() - t0, len(index)))
 
+    def timed_advance(index):
+        t0 = time.monotonic()
+        try:
+            return advance(index)
+        finally:
+            if time.monotonic() - t0 > 1e-3:
+                merges.append((t0, time.monotonic() - t0, len(index)))
+
     AppliedIndex.merge = timed_merge  # this process only: the bench's own worker
+    AppliedIndex.advance_merge = timed_advance
 
     class BenchWorker(Worker):
         def __init__(self, *a, **kw):

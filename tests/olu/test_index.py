@@ -196,3 +196,101 @@ def test_keyset_load_refuses_inconsistent_parts(bad):
         recent = np.array([4], np.uint64)
     with pytest.raises(ValueError):
         KeySet.load(recent, {"tombstones_base": {"keys": base}})
+
+
+# ------------------------------------------------------------------ paced merges
+def _layout(idx):
+    arrays, shared = idx.export()
+    return ({k: v.tolist() for k, v in arrays.items()},
+            {g: {k: v.tolist() for k, v in a.items()} for g, a in shared.items()})
+
+
+def _reloaded(idx):
+    arrays, shared = idx.export()
+    copy = AppliedIndex.load(arrays, {g: {k: v.copy() for k, v in a.items()} for g, a in shared.items()})
+    tail = len(idx._tail_keys)
+    copy._max_run, copy._tail_keys, copy._tail_steps = idx._max_run, copy._tail_keys[:tail].copy(), copy._tail_steps[:tail].copy()
+    if copy._merging is not None:  # restarted with the slices of this test's size
+        copy._merging = index_module._PacedMerge(copy._merging.start, copy._merging.sources)
+    return copy
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("add"), st.integers(1, 30)),
+                          st.tuples(st.just("pop"), st.integers(1, 30)),
+                          st.tuples(st.just("reload"), st.just(0))), max_size=300))
+def test_paced_merges_are_a_dict_and_a_replay_rebuilds_the_same_layout(operations):
+    """Against a dict, with merges of many small slices; and an index reloaded from its
+    snapshot at random points (mid-merge too) ends with exactly the uninterrupted layout."""
+    saved = index_module.MERGE_SLICE
+    index_module.MERGE_SLICE = 1
+    try:
+        plain, reloaded = AppliedIndex(tail_size=4, max_run=64), AppliedIndex(tail_size=4, max_run=64)
+        expected, step, merging_seen = defaultdict(list), 0, False
+        for op, key in operations:
+            if op == "add":
+                step += 1
+                plain.add(key, step)
+                reloaded.add(key, step)
+                expected[key].append(step)
+            elif op == "pop":
+                want = sorted(expected.pop(key, []))
+                assert plain.pop(key) == want and reloaded.pop(key) == want
+            else:
+                reloaded = _reloaded(reloaded)
+            merging_seen |= plain._merging is not None
+            assert _layout(plain) == _layout(reloaded)
+            assert len(plain) == sum(len(v) for v in expected.values())
+        live = plain.to_arrays()
+        pairs = sorted((k, s) for k, steps in expected.items() for s in steps)
+        assert list(zip(live["applied_keys"].tolist(), live["applied_steps"].tolist())) == pairs
+        if step > 40:
+            assert merging_seen
+    finally:
+        index_module.MERGE_SLICE = saved
+
+
+def test_a_paced_merge_spreads_its_slices_over_the_next_tail(monkeypatch):
+    monkeypatch.setattr(index_module, "MERGE_SLICE", 4)
+    idx, step = AppliedIndex(tail_size=16, max_run=1 << 20), 0
+    for _ in range(4 * 16 + 1):  # four tails: the fifth add starts a merge of their four runs
+        step += 1
+        idx.add(step * 7919 % 1000 + 1, step)
+    merging = idx._merging
+    assert merging is not None and merging.slices == 4 and [len(r) for r in merging.sources] == [16] * 4
+    done = []
+    for _ in range(15):
+        step += 1
+        idx.add(step * 7919 % 1000 + 1, step)
+        done.append(merging.done)
+    assert done == sorted(done) and 0 < done[3] < 4 and done[-1] == 4  # a slice now and then, all by the end
+    assert [len(r) for r in idx.runs] == [16] * 4  # not adopted before the tail is full
+    step += 1
+    idx.add(step, step)
+    assert [len(r) for r in idx.runs] == [64, 16] and idx._merging is None
+
+
+def test_deletions_during_a_paced_merge_are_carried_into_the_merged_run(monkeypatch):
+    monkeypatch.setattr(index_module, "MERGE_SLICE", 2)
+    idx = AppliedIndex(tail_size=8, max_run=1 << 20)
+    for step in range(1, 34):  # 4 runs of 8 and a merge started at step 33
+        idx.add(step % 11 + 1, step)
+    assert idx._merging is not None
+    gone = idx.pop(3) + idx.pop(7)  # keys with entries in every source run
+    assert len(gone) >= 4
+    idx.merge()  # adopts: the merged run keeps all 32 entries, those popped marked dead
+    merged = idx.runs[0]
+    assert len(merged) == 32 and len(merged.dead) == len([s for s in gone if s <= 32])
+    assert sorted(merged.steps[sorted(merged.dead)].tolist()) == sorted(s for s in gone if s <= 32)
+    assert idx.pop(3) == [] and idx.pop(7) == [] and idx.pop(4) == list(range(3, 34, 11))
+
+
+def test_a_snapshot_naming_a_merge_that_cannot_be_is_refused():
+    idx = AppliedIndex(tail_size=4, max_run=64)
+    for step in range(1, 18):
+        idx.add(step, step)
+    arrays, shared = idx.export()
+    assert arrays["applied_merging"].tolist() == [0, 4]
+    arrays["applied_merging"] = np.array([1, 4], np.int64)
+    with pytest.raises(ValueError, match="merges runs"):
+        AppliedIndex.load(arrays, shared)

@@ -197,7 +197,7 @@ def plan_for(model):
 
 
 def run_batch(plan, z, t, index, tombstones, keys, X, y):
-    """Drive :func:`ogd_steps` over a whole batch, merging the index whenever its tail fills.
+    """Drive :func:`ogd_steps` over a whole batch, pacing the index's merges as its tail fills.
 
     ``tombstones``: the model's ``KeySet``. ``z`` (float64, contiguous) is updated in place and
     the index in place. Returns
@@ -217,8 +217,9 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
         j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent,
                                               tail_keys, tail_steps, tail_len, t, steps, j)
         index.set_tail_len(tail_len)
+        index.advance_merge()
         if reason == TAIL_FULL:
-            index.merge()
+            index.merge(paced=True)
         elif reason == STEP_OVERFLOW:
             break
     return t, steps, j, reason
