@@ -339,3 +339,58 @@ def test_kernels_work_without_a_writable_cache_dir():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "2", "True"]
     assert "numba cache disabled" in out.stderr
+
+
+# ------------------------------------------------------------------ warm-up covers production
+WARM_UP_COVERS = textwrap.dedent("""
+    import numpy as np
+    import numba
+    import worker.olu.index as index_module
+    from worker.olu import kernels, load_model
+    from worker.olu.active import ActiveD2D
+    from worker.olu.passive import PassiveOLU
+
+    def versions():
+        return {name: len(d.signatures) for name, d in vars(kernels).items()
+                if isinstance(d, numba.core.registry.CPUDispatcher)}
+
+    kernels.warm_up()
+    before = versions()
+    index_module.TAIL_SIZE, index_module.MAX_RUN, index_module.RECENT_KEYS = 8, 128, 5
+
+    def frozen_copy(state):  # as read back from a store: every array read-only
+        def ro(a):
+            a = np.array(a)
+            a.flags.writeable = False
+            return a
+        return {"meta": state["meta"], "arrays": {k: ro(v) for k, v in state["arrays"].items()},
+                "shared": {g: {k: ro(v) for k, v in arrs.items()} for g, arrs in state["shared"].items()}}
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(900, 3)) / 4
+    y = np.where(rng.random(900) < 0.5, 1.0, -1.0)
+    ids = [f"r{i}" for i in range(900)]
+    m = PassiveOLU(dim=3, l2=0.1, radius=5.0, eps=1.0, noise_rng=rng)
+    for start in range(0, 900, 100):  # merges (paced and whole), tombstones moving to the base
+        m.learn_many(ids[start:start + 100], X[start:start + 100], y[start:start + 100])
+        for i in range(start, start + 100, 13):
+            m.unlearn_one(ids[i])
+        m.unlearn_one(f"future-{start}")
+        if start == 400:
+            m = load_model(frozen_copy(m.export_state()), noise_rng=rng)
+    a = ActiveD2D(dim=3, l2=0.1, radius=5.0, max_deletions=10, eps=1.0, noise_rng=rng)
+    a.learn_many(ids[:50], X[:50], y[:50])
+    a.unlearn_one(ids[40])
+    assert a.unlearn_one(ids[3]).outcome == "exact"  # out of order: replayed by the kernel
+    print(before == versions(), before, versions())
+""")
+
+
+def test_warm_up_compiles_every_version_production_uses():
+    """numba compiles one version per argument types, read-only arrays included; a version that
+    warm_up misses is compiled inside a batch (a stall of 0.1-0.3 s, bench/delete_latency.py).
+    A fresh interpreter, so no other test's calls count."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", WARM_UP_COVERS], capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("True"), out.stdout

@@ -21,6 +21,7 @@ import numpy as np
 from .base import Deletion, OnlineUnlearner, _kernels
 from .errors import InvalidState
 from .examples import ExampleStore
+from .index import KeySet
 
 _STORE_PREFIX = "examples_"
 
@@ -50,12 +51,12 @@ def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndar
     starts = np.concatenate(([0], np.flatnonzero(np.diff(steps) != 1) + 1))
     ends = np.append(starts[1:], n)
     keys = np.zeros(n, np.uint64)
-    no_tombstones = np.zeros(0, np.uint64)
+    no_tombstones = KeySet()  # an empty one, so the call types match learn_many's (one compiled version)
     tail_keys, tail_steps = np.zeros(n, np.uint64), np.zeros(n, np.uint32)
     steps_out = np.zeros(n, np.int64)
     for s, e in zip(starts.tolist(), ends.tolist()):
         j, t, _, _, reason = kernels.ogd_steps(
-            lk, lam, sk, sa, sb, radius, z, X[s:e], y[s:e], keys[s:e], no_tombstones, no_tombstones,
+            lk, lam, sk, sa, sb, radius, z, X[s:e], y[s:e], keys[s:e], no_tombstones.base, no_tombstones.recent,
             tail_keys, tail_steps, 0, int(steps[s]) - 1, steps_out[s:e], 0)
         if reason != kernels.DONE or j != e - s or t != int(steps[e - 1]):
             raise RuntimeError(f"replay kernel stopped early (reason {reason})")
