@@ -13,6 +13,7 @@ import os
 import platform
 import shlex
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -137,6 +138,94 @@ def histogram_buckets(histogram) -> tuple[list[tuple[float, float]], float, floa
     return buckets, total, count
 
 
+# --------------------------------------------------------------------------- CPU use
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_of(stat_path: str) -> tuple[str, float] | None:
+    """(comm, user + system CPU seconds) from a /proc/<pid>[/task/<tid>]/stat file; None if gone."""
+    try:
+        text = Path(stat_path).read_text()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return comm, (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (fields 14, 15)
+
+
+class CpuSampler:
+    """CPU seconds used so far by named processes, and by this process's threads grouped by name.
+
+    ``labels``: {pid: label}; processes found by command name (``java`` = the broker, ``weed`` =
+    the S3 server) are added by :meth:`find`. Each :meth:`sample` appends (monotonic, {label:
+    seconds}); :meth:`cores` turns a time window into average cores used per label.
+    """
+
+    THREAD_GROUPS = (("rdk:", "worker librdkafka threads"), ("olu-snapshot", "worker snapshot writer"),
+                     ("olu-delta", "worker delta writer"))
+
+    def __init__(self, labels: dict[int, str]):
+        self.labels = dict(labels)
+        self.samples: list[tuple[float, dict[str, float]]] = []
+
+    def find(self, comm: str, label: str) -> None:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            got = _cpu_of(str(stat))
+            if got and got[0] == comm:
+                self.labels[int(stat.parent.name)] = label
+
+    def sample(self) -> None:
+        used: dict[str, float] = {}
+        for pid, label in self.labels.items():
+            got = _cpu_of(f"/proc/{pid}/stat")
+            if got:
+                used[label] = used.get(label, 0.0) + got[1]
+        me = os.getpid()
+        names = {t.native_id: t.name for t in threading.enumerate()}  # Python does not set comm
+        for task in Path(f"/proc/{me}/task").iterdir():
+            got = _cpu_of(str(task / "stat"))
+            if not got:
+                continue
+            name = names.get(int(task.name), got[0])
+            group = next((g for prefix, g in self.THREAD_GROUPS if name.startswith(prefix)),
+                         "worker loop thread" if int(task.name) == me else "worker other threads")
+            used[group] = used.get(group, 0.0) + got[1]
+        self.samples.append((time.monotonic(), used))
+
+    def cores(self, spans: list[tuple[float, float]]) -> dict[str, float]:
+        """Average cores per label over the sampling intervals that fall inside ``spans``."""
+        total: dict[str, float] = {}
+        seconds = 0.0
+        for (ta, a), (tb, b) in zip(self.samples, self.samples[1:]):
+            if any(lo <= ta and tb <= hi for lo, hi in spans):
+                seconds += tb - ta
+                for label in b:
+                    total[label] = total.get(label, 0.0) + b[label] - a.get(label, b[label])
+        return {label: used / seconds for label, used in sorted(total.items())} if seconds else {}
+
+
+def confine(comms: tuple[str, ...], cpus: set[int]) -> int:
+    """Pin every thread of every process whose command name is in ``comms`` to ``cpus`` (Linux);
+    returns the number of threads pinned. Threads started later inherit it from their creator."""
+    pinned = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        got = _cpu_of(str(stat))
+        if not got or got[0] not in comms:
+            continue
+        for task in (stat.parent / "task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that has just exited
+                os.sched_setaffinity(int(task.name), cpus)
+                pinned += 1
+    return pinned
+
+
+def confine_self(cpus: set[int]) -> None:
+    """Pin every thread of this process to ``cpus``; processes and threads it starts inherit it."""
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
 # --------------------------------------------------------------------------- servers
 @contextlib.contextmanager
 def kafka() -> Iterator[tuple[str, str]]:
@@ -206,18 +295,24 @@ def worker_settings(bootstrap: str, *, topic: str, params: str, dlq: str, group:
     argv = ["--dim", str(dim), "--input-topics", topic, "--params-topic", params, "--dlq-topic", dlq,
             "--group-id", group, "--state-url", state_url]
     for name, value in extra.items():
-        argv += [f"--{name.replace('_', '-')}", str(value)]
+        for one in value if isinstance(value, list) else [value]:  # --kafka KEY=VALUE repeats
+            argv += [f"--{name.replace('_', '-')}", str(one)]
     return load_settings(argv, {"KAFKA_BOOTSTRAP_SERVERS": bootstrap}, command="run")
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
-    """``["poll_timeout=0.01", ...]`` -> ``{"poll_timeout": "0.01"}`` (validated by load_settings)."""
-    out = {}
+    """``["poll_timeout=0.01", ...]`` -> ``{"poll_timeout": "0.01"}`` (validated by load_settings);
+    ``kafka=KEY=VALUE`` (librdkafka pass-through) may repeat and gives a list."""
+    out: dict = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise SystemExit(f"--set takes NAME=VALUE, got {item!r}")
-        out[name.strip().replace("-", "_")] = value.strip()
+        name = name.strip().replace("-", "_")
+        if name == "kafka":
+            out.setdefault(name, []).append(value.strip())
+        else:
+            out[name] = value.strip()
     return out
 
 

@@ -37,9 +37,14 @@ Two latencies per deletion:
 Also reported: achieved insert rate, the worker's lag behind the producer (sampled every 100 ms;
 when it grows, end-to-end latency is queueing), delta PUT durations, full-snapshot durations (a
 full snapshot blocks the loop, and deletes that arrive meanwhile wait) and how many deletions were
-in flight during one. ``--set NAME=VALUE`` overrides a worker setting (e.g. ``poll_timeout``,
-``batch_size``) to try a change without editing anything. The PNG has the latency histogram, the
-CDFs, and latency and lag over time with the full snapshots shaded.
+in flight during one, and the average CPU cores each piece used (broker, S3 server, producer,
+observer, and the worker's threads by role), while a full snapshot was being written and otherwise.
+``--set NAME=VALUE`` overrides a worker setting (e.g. ``poll_timeout``, ``batch_size``; ``kafka=KEY=VALUE``
+repeats for librdkafka keys) to try a change without editing anything. ``--cores split`` pins the
+broker and the S3 server to the last CPU and this process (worker, producer, observer) to the
+others: the servers on their own cores, as in a deployment; ``shared`` (the default) lets every
+process run anywhere. The PNG has the latency histogram, the CDFs, and latency and lag over time
+with the full snapshots shaded.
 
 Target (issue): end-to-end p99 <= 50 ms at 50,000 inserts/s with the deletion durable on S3.
 
@@ -289,6 +294,42 @@ def stall_report(worker, merges: list, t0: float, t1: float) -> dict:
             "background_snapshots": [(a - t0, b - a) for a, b in bg]}
 
 
+def cores_layout(cores: str) -> dict:
+    """Apply ``--cores`` (the servers have just started); returns what was done, for the report."""
+    usable = sorted(os.sched_getaffinity(0))
+    if cores == "shared":
+        return {"cores": "shared", "cpus": usable}
+    if len(usable) < 2:
+        raise SystemExit("--cores split needs at least 2 usable CPUs")
+    servers, rest = {usable[-1]}, set(usable[:-1])
+    pinned = h.confine(("java", "weed"), servers)
+    h.confine_self(rest)
+    print(f"cores split: broker and S3 server ({pinned} threads) on CPU {usable[-1]}; worker, producer and "
+          f"observer on CPU {', '.join(map(str, sorted(rest)))}")
+    return {"cores": "split", "servers_cpus": sorted(servers), "worker_cpus": sorted(rest), "server_threads": pinned}
+
+
+def cpu_report(cpu, worker, t0: float, t1: float) -> dict:
+    """Print and return the average cores each piece used in the delete phase, split into the
+    stretches while a full snapshot was being written in the background and the rest."""
+    writing = sorted((max(a, t0), min(b, t1)) for a, b in worker.background_snapshots if b > t0 and a < t1)
+    quiet, start = [], t0
+    for a, b in writing:
+        quiet.append((start, a))
+        start = max(start, b)
+    quiet.append((start, t1))
+    use = {"delete_phase": cpu.cores([(t0, t1)]), "writing_a_snapshot": cpu.cores(writing),
+           "not_writing_a_snapshot": cpu.cores(quiet)}
+    labels = sorted(use["delete_phase"], key=lambda k: -use["delete_phase"][k])
+    print(f"\nCPU, average cores (2 usable)    {'whole phase':>12} {'writing a snapshot':>19} {'otherwise':>10}")
+    for label in labels:
+        print(f"  {label:30} " + " ".join(f"{use[k].get(label, 0.0):{w}.2f}" for k, w in (
+            ("delete_phase", 12), ("writing_a_snapshot", 19), ("not_writing_a_snapshot", 10))))
+    print(f"  {'all':30} " + " ".join(f"{sum(use[k].values()):{w}.2f}" for k, w in (
+        ("delete_phase", 12), ("writing_a_snapshot", 19), ("not_writing_a_snapshot", 10))))
+    return use
+
+
 def fmt(p: dict) -> str:
     if not p["count"]:
         return "no data"
@@ -310,6 +351,10 @@ def main(argv=None) -> int:
     p.add_argument("--producer", choices=("process", "thread"), default="process",
                    help="run the paced producer in its own process (default: the worker keeps its GIL) "
                         "or as a thread of the worker's process")
+    p.add_argument("--cores", choices=("shared", "split"), default="shared",
+                   help="shared: every process may run on every CPU; split: the broker and the S3 "
+                        "server on the last CPU, the worker, producer and observer on the others "
+                        "(servers on their own cores, as in a deployment)")
     p.add_argument("--quick", action="store_true", help="smoke run: 8 s of deletions after 1 s of warm-up")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=h.RESULTS)
@@ -437,6 +482,7 @@ def main(argv=None) -> int:
                 self.snapshot_windows.append((t0, time.monotonic()))
 
     with h.kafka() as (bootstrap, broker_source), h.s3() as server:
+        layout = cores_layout(args.cores)
         topic, params, dlq = h.unique("bench.events"), h.unique("bench.params"), h.unique("bench.dlq")
         h.create_topics(bootstrap, [topic, params, dlq])
         sets = {"log_level": "WARNING", "state_url": f"s3://{server.bucket}/{h.unique('bench')}",
@@ -475,6 +521,7 @@ def main(argv=None) -> int:
                 if not consuming.is_set() and worker.runners:
                     consuming.set()
                 lag.append((time.monotonic(), produced.value, worker.events))
+                cpu.sample()
                 time.sleep(0.1)
             # Let the worker drain what was produced, then stop it.
             end = time.monotonic() + 30
@@ -485,6 +532,10 @@ def main(argv=None) -> int:
             worker.stop()
 
         producer.start()
+        cpu = h.CpuSampler({observer.pid: "observer process", **(
+            {producer.pid: "producer process"} if args.producer == "process" else {})})
+        cpu.find("java", "broker (java)")
+        cpu.find("weed", "S3 server (weed)")
         threading.Thread(target=supervise, name="bench-supervisor", daemon=True).start()
         print(f"running: inserts at {args.rate:,.0f}/s from a producer {args.producer}, a delete every "
               f"{args.delete_every_ms:g} ms for {args.duration:g} s after {args.warmup:g} s of warm-up; "
@@ -554,9 +605,10 @@ def main(argv=None) -> int:
     print(f"delete produce -> broker ack: {fmt(ack)}; of the deletions over 50 ms, {slow_before_ack} spent "
           f"more than half of it before the ack")
     stalls = stall_report(worker, merges, t0, t1)
+    cpu_use = cpu_report(cpu, worker, t0, t1)
     ok = pe["p99"] is not None and pe["p99"] <= TARGET_P99_S and not unmatched
     print(f"\ntarget 2: end-to-end delete-to-release p99 <= 50 ms at {args.rate:,.0f} inserts/s, deletions "
-          f"durable on S3 ({1e3 * (pe['p99'] or float('nan')):.1f} ms): {h.met(ok)}")
+          f"durable on S3, cores {args.cores} ({1e3 * (pe['p99'] or float('nan')):.1f} ms): {h.met(ok)}")
     if achieved is not None and achieved < 0.95 * args.rate:
         print(f"  caveat: the producer reached only {achieved:,.0f} inserts/s")
 
@@ -579,7 +631,7 @@ def main(argv=None) -> int:
                    "worker_settings": {k: getattr(settings, k) for k in (
                        "batch_size", "poll_timeout", "release_every_seconds", "snapshot_every_seconds",
                        "algorithm")},
-                   "kernel_warm_up_s": compile_s, "quick": args.quick},
+                   "kernel_warm_up_s": compile_s, "quick": args.quick, "layout": layout},
         "counts": {"deletes": len(deletes), "delivered": len(offsets),
                    "matched": len(e2e), "exact_deletion_release": exact, "unmatched": unmatched,
                    "inserts": inserts, "achieved_insert_rate": achieved,
@@ -598,6 +650,7 @@ def main(argv=None) -> int:
                       "more_than_half_before_the_broker_ack": slow_before_ack},
         "delete_produce_to_ack_s": ack,
         "loop_stalls": stalls,
+        "cpu_cores": cpu_use,
         "delta_put_samples_s": worker.delta_puts,
         # the whole distributions (the PNG's histogram and CDFs), not only their percentiles
         "end_to_end_samples_s": e2e,

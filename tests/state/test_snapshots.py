@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from obstore.store import LocalStore, MemoryStore, S3Store
 
+import worker.state.store as store_module
 from worker.devtools.s3_local import SeaweedS3
 from worker.state.codec import encode
 from worker.state.store import (
@@ -433,6 +434,30 @@ def test_gc_with_nothing_valid_deletes_nothing(snaps, raw):
     snaps.write_delta(T, 0, 5, *delta(5))
     assert snaps.gc(T, 0) == 0
     assert len(snaps.list(T, 0)) == 3
+
+
+def test_gc_deletes_in_batches_and_tolerates_a_vanished_key(snaps, raw, monkeypatch):
+    """Deltas covered by a kept full snapshot go in batches of DELETE_BATCH keys per request; a key
+    another worker already removed (LocalStore then reports it) does not stop the rest."""
+    monkeypatch.setattr(store_module, "DELETE_BATCH", 3)
+    calls = []
+    real_delete = obstore.delete
+
+    def counting_delete(store, paths):
+        calls.append(list(paths) if isinstance(paths, list) else [paths])
+        if len(calls) == 2:  # another worker's GC removes one of this batch first
+            real_delete(store, paths[1])
+        return real_delete(store, paths)
+
+    monkeypatch.setattr(obstore, "delete", counting_delete)
+    snaps.write_full(T, 0, 10, *state(10))
+    for off in range(11, 19):
+        snaps.write_delta(T, 0, off, *delta(off))
+    snaps.write_full(T, 0, 20, *state(20))
+    snaps.write_full(T, 0, 30, *state(30))
+    assert snaps.gc(T, 0) == 9  # full 10 and the eight deltas after it
+    assert [len(c) for c in calls] == [3, 3, 3]
+    assert keys_of(snaps) == [("full", 20), ("full", 30)]
 
 
 # ------------------------------------------------------------------ purge (invariant 6)

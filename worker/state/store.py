@@ -202,6 +202,8 @@ def _call(op: str, key: str, fn, *args, **kwargs):
 
 # --------------------------------------------------------------------------- shared blobs
 
+DELETE_BATCH = 1000  # keys per delete request: S3's DeleteObjects limit
+
 # A shared group is stored as row pieces of at most this size: an upload is never one long burst
 # (on a shared machine a 24 MB PUT held the local S3 server on both cores for ~0.2 s), pacing has
 # something to space out, and restore fetches the pieces in parallel.
@@ -638,14 +640,18 @@ class SnapshotStore:
         return self._delete_keys([r.key for r in refs])
 
     def _delete_keys(self, keys: list[str]) -> int:
-        for key in keys:
+        # One request per DELETE_BATCH keys (S3 DeleteObjects) instead of one per key: a GC after
+        # each full snapshot removes every delta it covers, hundreds at 50 deletions/s.
+        for start in range(0, len(keys), DELETE_BATCH):
+            batch = keys[start:start + DELETE_BATCH]
             try:
-                _call("delete", key, obstore.delete, self.store, key)
-            except FileNotFoundError:  # LocalStore reports a missing object; S3/Memory do not
+                _call("delete", batch[0], obstore.delete, self.store, batch)
+            except FileNotFoundError:  # LocalStore reports a missing object (having deleted the rest)
                 pass
-            self._good.pop(key, None)
-            self._blob_names.pop(key, None)
-            self._blob_refs.pop(key, None)
+            for key in batch:
+                self._good.pop(key, None)
+                self._blob_names.pop(key, None)
+                self._blob_refs.pop(key, None)
         return len(keys)
 
 
