@@ -412,16 +412,18 @@ def main(argv=None) -> int:
             super().__init__(*a, **kw)
             self.snapshot_windows: list[tuple[float, float]] = []
             self.delta_puts: list[float] = []
-            write_delta = self.snapshots.write_delta
+            self.delta_group_sizes: list[int] = []
+            write_deltas = self.snapshots.write_deltas
 
-            def timed_write_delta(*wa, **wkw):
+            def timed_write_deltas(topic, partition, deltas):
                 t0 = time.monotonic()
                 try:
-                    return write_delta(*wa, **wkw)
+                    return write_deltas(topic, partition, deltas)
                 finally:
                     self.delta_puts.append(time.monotonic() - t0)
+                    self.delta_group_sizes.append(len(deltas))
 
-            self.snapshots.write_delta = timed_write_delta  # this instance only
+            self.snapshots.write_deltas = timed_write_deltas  # this instance only
 
             # Where the loop's time goes: every round slower than SLOW_ROUND_S, split by phase.
             self.slow_rounds: list[dict] = []
@@ -589,7 +591,9 @@ def main(argv=None) -> int:
     hq = "  ".join(f"{k} {1e3 * v:7.1f} ms" if v is not None else f"{k} -" for k, v in hist_q.items())
     print(f"{'worker histogram, Prometheus quantile estimate':46} {hq}  (count {hcount:.0f}, "
           f"mean {1e3 * hsum / max(hcount, 1):.1f} ms)")
-    print(f"{'delta PUT to S3 (write_delta)':46} {fmt(delta)}")
+    groups = worker.delta_group_sizes
+    print(f"{'delta PUT to S3 (write_deltas)':46} {fmt(delta)}  ({len(groups):,} objects for "
+          f"{sum(groups):,} deltas, largest group {max(groups, default=0)})")
     if snaps:
         print(f"full snapshots: {len(snaps)}, loop thread {1e3 * min(snaps):.0f} to {1e3 * max(snaps):.0f} ms each "
               f"(settle deltas, flush, capture; the shutdown one whole), written in the background in "
@@ -652,6 +656,7 @@ def main(argv=None) -> int:
         "loop_stalls": stalls,
         "cpu_cores": cpu_use,
         "delta_put_samples_s": worker.delta_puts,
+        "delta_groups": {"objects": len(groups), "deltas": sum(groups), "largest": max(groups, default=0)},
         # the whole distributions (the PNG's histogram and CDFs), not only their percentiles
         "end_to_end_samples_s": e2e,
         "worker_histogram_samples_s": worker_obs,

@@ -1,6 +1,6 @@
 """Worker throughput: the passive worker end to end on one partition of a real broker (not a test).
 
-    /work/venv/bin/python bench/worker_throughput.py [--events 1000000] [--delete-fracs 0,0.001] [--repeat 1] [--quick] [--no-profile]
+    /work/venv/bin/python bench/worker_throughput.py [--events 1000000] [--delete-fracs 0,0.001] [--repeat 1] [--quick] [--no-profile] [--s3]
 
 A local Kafka broker is started (worker.devtools.kafka_local) unless ``KAFKA_BOOTSTRAP_SERVERS`` is
 set. For each share in ``--delete-fracs`` (default: 0, the inserts-only stream the target states,
@@ -39,6 +39,9 @@ Target (issue): worker >= 150,000 events/s and >= 0.5 x the consume+orjson ceili
 judged on the first stream. With an inserts-only first stream and deletes in a later one, the bench
 also prints the loop time each deletion costs in place (the difference of the two runs' times).
 
+``--s3`` puts the worker's state (deltas and full snapshots) on a local S3 server (SeaweedFS)
+instead of file://: each deletion's delta is then a PUT, which is what bounds deletion-heavy streams.
+
 Writes ``bench/results/worker_throughput.json`` and ``.png`` (``--prof FILE`` also dumps the profile).
 """
 
@@ -50,6 +53,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
 import pstats  # noqa: E402
@@ -164,10 +168,12 @@ def ceiling(settings, topic: str, n: int, mode: str, timeout: float = 300.0) -> 
 def run_worker(bootstrap: str, topic: str, params: str, dlq: str, n: int, profile: bool = False,
                overrides: dict | None = None) -> dict:
     state_dir = tempfile.mkdtemp(prefix="olu-bench-state-")
+    overrides = dict(overrides or {})
+    state_url = overrides.pop("state_url", f"file://{state_dir}")
     settings = h.worker_settings(bootstrap, topic=topic, params=params, dlq=dlq,
-                                 group=h.unique("bench-worker"), state_url=f"file://{state_dir}",
+                                 group=h.unique("bench-worker"), state_url=state_url,
                                  **{"release_every_events": RELEASE_EVERY, "snapshot_every_events": SNAPSHOT_EVERY,
-                                    "log_level": "WARNING", **(overrides or {})})
+                                    "log_level": "WARNING", **overrides})
     metrics = Metrics()
     worker = TimedWorker(settings, metrics)
     profiler = cProfile.Profile() if profile else None
@@ -326,6 +332,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=1,
                    help="alternate ceiling and worker runs this many times; best of each is reported")
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile run of the worker")
+    p.add_argument("--s3", action="store_true",
+                   help="the worker's state on a local S3 server (SeaweedFS) instead of file://")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a worker setting (repeatable), e.g. --set batch_size=500")
     p.add_argument("--prof", type=Path, default=None, help="also dump the cProfile stats to this file")
@@ -345,7 +353,9 @@ def main(argv=None) -> int:
     compile_s = kernels.warm_up()
     print(f"numba kernels warmed up in {compile_s:.2f} s (before any timing)")
 
-    with h.kafka() as (bootstrap, broker_source):
+    with h.kafka() as (bootstrap, broker_source), (h.s3() if args.s3 else contextlib.nullcontext()) as server:
+        if server is not None:  # the worker's state (deltas, snapshots) on the S3 server instead of file://
+            sets.setdefault("state_url", f"s3://{server.bucket}/{h.unique('bench')}")
         # The profile (if any) is of the last stream: the one with deletions, where the time goes.
         streams = [measure_stream(bootstrap, n, f, args, sets, profile=not args.no_profile and i == len(fracs) - 1)
                    for i, f in enumerate(fracs)]

@@ -535,12 +535,22 @@ class Stored:
 
 
 def stored_objects(snapshots: SnapshotStore, topic: str, partition: int) -> list[Stored]:
-    """Every full snapshot and delta (with the shared blobs each full snapshot names), by offset."""
+    """Every full snapshot and delta (with the shared blobs each full snapshot names), by offset.
+
+    A delta group (several deletions' deltas in one object) gives one ``Stored`` per deletion,
+    each with the group object's key, bytes and envelope.
+    """
     out = []
     where = snapshots.directory(topic, partition)
     for ref in snapshots.list(topic, partition):
         blob = bytes(obstore.get(snapshots.store, ref.key).bytes())
         head, arrays = decode(blob)
+        if head["meta"].get("kind") == "delta-group":
+            for j, member in enumerate(head["meta"]["deltas"]):
+                prefix = f"d{j}."
+                member_arrays = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                out.append(Stored(ref.key, "delta", member["offset"], blob, head["snapshot"], member, member_arrays))
+            continue
         stored = Stored(ref.key, ref.kind, ref.offset, blob, head["snapshot"], head["meta"], arrays)
         for group, blob_ref in (head.get("shared") or {}).items():
             pieces = []

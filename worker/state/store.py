@@ -35,6 +35,14 @@ Decisions:
   is loaded and the deltas after *it* are returned, so nothing is redrawn); raised under
   ``"fail"``. "Corrupt" includes a valid snapshot of another group/topic/partition or kind
   found under this prefix, or one whose header offset disagrees with its name.
+* **Group commit.** Deletions that queue up behind a delta write are stored together:
+  :meth:`SnapshotStore.write_deltas` puts consecutive deltas of one partition in one object
+  named by the *first* one's offset (header kind ``delta-group``), so a competing writer's next
+  delta still lands on the same key and is caught as a conflict. One delta alone is written as
+  before. A group never spans a full snapshot's offset (the writer seals its queue at each
+  capture), so restore, ``gc`` and ``purge_before`` go by the name's offset as for single
+  deltas. Restore expands groups; two different stored states for one deletion are a
+  :class:`SnapshotConflict`.
 * **Corrupt deltas** always raise :class:`SnapshotCorrupt`: the post-noise state of
   that deletion is lost, and replaying it would draw a second, independent noise sample for a
   deletion whose release may already be public (invariant 2). An older full snapshot does not
@@ -80,7 +88,11 @@ from .codec import FORMAT_VERSION, MAGIC, CorruptSnapshot, decode, encode
 log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 1
+# Delta groups carry their own layout version: a build from before group commit then refuses one
+# as an unknown layout (a delta it cannot read stops the partition) instead of misreading it.
+GROUP_LAYOUT_VERSION = 2
 FULL, DELTA = "full", "delta"
+GROUP_KIND = "delta-group"  # header kind of a delta object holding several deletions' deltas
 _NAME = re.compile(r"(full|delta)-(\d{20})\.snap")
 _BLOB = re.compile(r"blob-([0-9a-f]{64})\.snap")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -387,10 +399,25 @@ class SnapshotStore:
         """A deletion's post-noise state; ``offset`` is the delete event's offset + 1."""
         return self._write(DELTA, topic, partition, offset, header, arrays)
 
-    def _write(self, kind, topic, partition, offset, header, arrays, shared_refs=None) -> SnapshotRef:
+    def write_deltas(self, topic: str, partition: int, deltas: list[tuple[int, dict, dict]]) -> SnapshotRef:
+        """Consecutive deletions' deltas ``[(offset, header, arrays), ...]`` in one object (group
+        commit; see the module doc). One delta is written exactly as :meth:`write_delta` does."""
+        if not deltas:
+            raise ValueError("write_deltas needs at least one delta")
+        offsets = [off for off, _, _ in deltas]
+        if offsets != sorted(set(offsets)):
+            raise ValueError(f"delta offsets must increase: {offsets}")
+        if len(deltas) == 1:
+            return self.write_delta(topic, partition, *deltas[0])
+        header = {"kind": GROUP_KIND, "deltas": [{**h, "offset": off} for off, h, _ in deltas]}
+        arrays = {f"d{j}.{name}": a for j, (_, _, arrs) in enumerate(deltas) for name, a in arrs.items()}
+        return self._write(DELTA, topic, partition, offsets[0], header, arrays, layout=GROUP_LAYOUT_VERSION)
+
+    def _write(self, kind, topic, partition, offset, header, arrays, shared_refs=None,
+               layout: int = LAYOUT_VERSION) -> SnapshotRef:
         key = self.key(topic, partition, kind, offset)
         started = time.monotonic()
-        envelope = self._envelope(kind, topic, partition, offset)
+        envelope = self._envelope(kind, topic, partition, offset, layout)
         created_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
         content = {"meta": header, **({"shared": shared_refs} if shared_refs else {})}
         blob = encode({"snapshot": {**envelope, "created_at": created_at}, **content}, arrays)
@@ -403,8 +430,8 @@ class SnapshotStore:
         self._good[key] = size
         return SnapshotRef(key, kind, offset, size, time.monotonic() - started)
 
-    def _envelope(self, kind, topic, partition, offset) -> dict:
-        return {"layout": LAYOUT_VERSION, "kind": kind, "group": self.group, "topic": topic,
+    def _envelope(self, kind, topic, partition, offset, layout: int = LAYOUT_VERSION) -> dict:
+        return {"layout": layout, "kind": kind, "group": self.group, "topic": topic,
                 "partition": partition, "offset": offset}
 
     def _same_or_conflict(self, key, envelope, header, arrays, replacement: bytes | None) -> int:
@@ -485,18 +512,27 @@ class SnapshotStore:
         return Restored(None, None, {}, {}, {}, deltas) if deltas else None
 
     def _deltas(self, refs, after: int, topic, partition) -> list:
-        """Every delta past ``after``, in order; any unusable one is fatal (see module doc)."""
-        out = []
-        for ref in refs:
-            if ref.kind != DELTA or ref.offset <= after:
-                continue
+        """Every delta past ``after``, in order; any unusable one is fatal (see module doc).
+
+        A group is named by its first delta and never spans a full snapshot's offset (the writer
+        seals its queue when it captures one), so objects named at or before ``after`` are skipped.
+        """
+        out: dict[int, tuple[dict, dict]] = {}
+        for ref in (r for r in refs if r.kind == DELTA and r.offset > after):
             try:
                 header, arrays, _ = self._load(ref, topic, partition)
+                entries = _delta_entries(ref.offset, header, arrays)
             except _Invalid as bad:
                 raise SnapshotCorrupt(ref.key, f"{bad.args[0]}; this deletion's post-noise state is lost "
                                       "and must not be redrawn (invariant 2)") from None
-            out.append((ref.offset, header, arrays))
-        return out
+            for offset, entry, entry_arrays in entries:
+                if offset <= after:
+                    continue
+                if offset in out and not _same_delta(out[offset], (entry, entry_arrays)):
+                    raise SnapshotConflict(ref.key, f"two different post-noise states stored for the deletion "
+                                           f"at offset {offset}: another writer owned the partition")
+                out[offset] = (entry, entry_arrays)
+        return [(offset, *out[offset]) for offset in sorted(out)]
 
     def _load(self, ref: SnapshotRef, topic, partition) -> tuple[dict, dict, str]:
         """(caller header, arrays, created_at); _Invalid naming what is wrong; _Vanished if gone."""
@@ -560,9 +596,12 @@ class SnapshotStore:
         env = stored.get("snapshot")
         if not isinstance(env, dict) or not isinstance(stored.get("meta"), dict):
             return "corrupt: no snapshot envelope in the header"
-        if env.get("layout") != LAYOUT_VERSION:
-            return f"unknown snapshot layout version {env.get('layout')!r} (this build reads {LAYOUT_VERSION})"
-        ours = self._envelope(ref.kind, topic, partition, ref.offset)
+        layouts = (LAYOUT_VERSION, GROUP_LAYOUT_VERSION) if ref.kind == DELTA else (LAYOUT_VERSION,)
+        if env.get("layout") not in layouts:
+            return f"unknown snapshot layout version {env.get('layout')!r} (this build reads {layouts})"
+        if (env["layout"] == GROUP_LAYOUT_VERSION) != (stored["meta"].get("kind") == GROUP_KIND):
+            return f"corrupt: layout {env['layout']} with a {stored['meta'].get('kind')!r} header"
+        ours = self._envelope(ref.kind, topic, partition, ref.offset, env["layout"])
         theirs = {k: env.get(k) for k in ours}
         if theirs != ours:
             diff = ", ".join(f"{k}={theirs[k]!r} (expected {ours[k]!r})" for k in ours if theirs[k] != ours[k])
@@ -653,6 +692,31 @@ class SnapshotStore:
                 self._blob_names.pop(key, None)
                 self._blob_refs.pop(key, None)
         return len(keys)
+
+
+def _delta_entries(first: int, header: dict, arrays: dict) -> list[tuple[int, dict, dict]]:
+    """[(offset, header, arrays)] of one delta object: itself, or the members of a group."""
+    if header.get("kind") != GROUP_KIND:
+        return [(first, header, arrays)]
+    members = header.get("deltas")
+    if not isinstance(members, list) or not members or not all(
+            isinstance(m, dict) and type(m.get("offset")) is int for m in members):
+        raise _Invalid("corrupt: malformed delta group")
+    offsets = [m["offset"] for m in members]
+    if offsets[0] != first or offsets != sorted(set(offsets)):
+        raise _Invalid(f"corrupt: delta group offsets {offsets} do not start at {first} and increase")
+    split: list[dict] = [{} for _ in members]
+    for name, array in arrays.items():
+        index, dot, rest = name.partition(".")
+        if not (dot and index[:1] == "d" and index[1:].isdigit() and int(index[1:]) < len(members)):
+            raise _Invalid(f"corrupt: array {name!r} belongs to no delta of the group")
+        split[int(index[1:])][rest] = array
+    return list(zip(offsets, members, split))
+
+
+def _same_delta(a: tuple[dict, dict], b: tuple[dict, dict]) -> bool:
+    return a[0] == b[0] and a[1].keys() == b[1].keys() and all(
+        a[1][k].dtype == b[1][k].dtype and np.array_equal(a[1][k], b[1][k]) for k in a[1])
 
 
 _SYNCED_DIRS: set[Path] = set()  # ancestors whose entries (our subdirectories) are already durable

@@ -97,7 +97,7 @@ class PartitionRunner:
         self.purge_due_at: float | None = None  # active algorithms: raw features to purge by then
         self.snapshot_in_flight = False
         # delta_writer: a single-thread executor's submit (None: write deltas on this thread).
-        self.outbox = Outbox(self._write_delta, delta_writer)
+        self.outbox = Outbox(self._write_deltas, delta_writer)
         self.prequential_loss: float | None = None
 
     # ----------------------------------------------------------------- restore
@@ -261,8 +261,8 @@ class PartitionRunner:
         header, arrays = self._delta_payload(after)
         return self.outbox.delta(after, header, arrays, release)
 
-    def _write_delta(self, offset: int, header: dict, arrays: dict) -> None:
-        self.snapshots.write_delta(self.topic, self.partition, offset, header, arrays)
+    def _write_deltas(self, deltas: list[tuple[int, dict, dict]]) -> None:
+        self.snapshots.write_deltas(self.topic, self.partition, deltas)
 
     def _refuse(self, msg, exc: BudgetExhausted, out: Outcome) -> None:
         """A delete the budget cannot cover (on_budget=refuse): dead-letter it so it is not lost."""
@@ -335,6 +335,7 @@ class PartitionRunner:
     # A snapshot has three steps so the slow middle one can leave the loop thread:
     # begin (loop thread: a consistent copy), write (any thread: store I/O only), finish (loop).
     def begin_snapshot(self) -> PendingSnapshot:
+        self.outbox.seal()  # no delta group spans this snapshot's offset
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
                   "model": state["meta"]}
