@@ -325,6 +325,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("snapshot_max_bytes_per_second", _number(0, integer=True), 32 << 20,
            "upload rate limit of background full snapshots, bytes/s (0: none; revoke and shutdown "
            "snapshots are never limited)", "state"),
+    Option("snapshot_upload_spread", _number(0, 1, hi_open=True), 0.5,
+           "spread a background full snapshot's uploads over this share of the time since the previous "
+           "one (0: as fast as the rate limit allows)", "state"),
     Option("state_url", _state_url, "file://./olu-state", "object store: file://, memory:// or s3://", "state"),
     Option("state_prefix", _state_prefix, "olu", "key prefix in the object store", "state"),
     Option("on_corrupt_snapshot", _choice(CORRUPT_POLICIES), "fallback",
@@ -515,6 +518,7 @@ class Settings:
     snapshot_every_seconds: float = 30.0
     snapshot_keep: int = 2
     snapshot_max_bytes_per_second: int = 32 << 20
+    snapshot_upload_spread: float = 0.5
     state_url: str = "file://./olu-state"
     state_prefix: str = "olu"
     on_corrupt_snapshot: str = "fallback"

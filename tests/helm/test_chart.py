@@ -203,6 +203,7 @@ ALL_SETTINGS = {
     "lbfgs_memory": 20, "retrain_every": 5000, "train_steps": 60, "noise_sigma": 0.02, "model_name": "ctr",
     "release_every_events": 50000, "release_every_seconds": 2.5, "snapshot_every_events": 200000,
     "snapshot_every_seconds": 60, "snapshot_keep": 3, "snapshot_max_bytes_per_second": 67108864,
+    "snapshot_upload_spread": 0.25,
     "state_url": "s3://olu-state/prod",
     "state_prefix": "olu/prod", "on_corrupt_snapshot": "fail", "purge_bound_seconds": 30.0,
     "max_record_bytes": 2097152, "revoke_budget_fraction": 0.4, "batch_size": 5000, "poll_timeout": 0.05,

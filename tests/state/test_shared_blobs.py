@@ -333,3 +333,64 @@ def test_uploads_are_paced_to_the_rate_limit(monkeypatch):
     state = s.model.export_state()
     store.write_full(T, 0, 128, {"model": state["meta"]}, state["arrays"], state["shared"])
     assert slept == []
+
+
+def test_uploads_are_spread_over_the_given_time_and_count_only_new_blobs(monkeypatch):
+    """spread_seconds: the new blobs' bytes go out evenly over that time (slower than the limit),
+    and blobs stored by an earlier snapshot do not count."""
+    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
+    clock = {"now": 100.0}
+    slept = []
+    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock["now"])
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock["now"] += seconds
+
+    monkeypatch.setattr(store_module.time, "sleep", sleep)
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
+    s = Stream()
+    for offset in (64, 128):
+        slept.clear()
+        s.advance(64)
+        state = s.model.export_state()
+        before = blobs(store)
+        new_bytes = sum(sum(a.nbytes for a in g.values()) for g in state["shared"].values()
+                        if not store._stored(store.directory(T, 0), g))
+        store.write_full(T, 0, offset, {"model": state["meta"]}, state["arrays"], state["shared"],
+                         bytes_per_second=1e9, spread_seconds=4.0)
+        written = {k: v for k, v in blobs(store).items() if k not in before}
+        assert new_bytes > 0 and len(written) > 1 and len(slept) == len(written) - 1
+        # every piece but the last, sent at new_bytes / 4 s (blob sizes: these tiny pieces carry
+        # the codec's header too, so together they take longer than 4 s here)
+        sent_before_last = sum(written.values()) - min(written.values())
+        assert sum(slept) == pytest.approx(sent_before_last / (new_bytes / 4.0), rel=0.05)  # which piece is last
+        assert sum(slept) > 1.0  # the 1e9 B/s limit alone would not have waited
+    # the limit still wins when it is slower
+    slept.clear()
+    s.advance(64)
+    state = s.model.export_state()
+    store.write_full(T, 0, 192, {"model": state["meta"]}, state["arrays"], state["shared"],
+                     bytes_per_second=100.0, spread_seconds=0.001)
+    assert sum(slept) > 1.0
+
+
+def test_a_spread_ignores_groups_stored_before(monkeypatch):
+    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 8 * 1000)
+    clock = {"now": 0.0}
+    slept = []
+    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock["now"])
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock["now"] += seconds
+
+    monkeypatch.setattr(store_module.time, "sleep", sleep)
+    store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
+    old = {"k": np.arange(50_000, dtype=np.uint64)}  # 400 kB, stored by the first snapshot
+    new = {"k": np.arange(5_000, dtype=np.uint64) * 3}  # 40 kB: five pieces
+    store.write_full(T, 0, 1, {"model": {}}, {}, {"old": old})
+    slept.clear()
+    store.write_full(T, 0, 2, {"model": {}}, {}, {"old": old, "new": new}, spread_seconds=10.0)
+    assert len(slept) == 4  # between the new group's five pieces only
+    assert sum(slept) == pytest.approx(10.0 * 4 / 5, rel=0.02)  # 40 kB over 10 s, not 440 kB

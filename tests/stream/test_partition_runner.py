@@ -127,3 +127,34 @@ def test_fetched_messages_are_grouped_by_partition_in_order():
     seen = _ErrorsSeen()
     groups = Worker._by_partition(seen, one[:2] + [Message(topic="t", partition=0, error=KafkaError(KafkaError._PARTITION_EOF))])
     assert {k: len(v) for k, v in groups.items()} == {("t", 0): 2} and len(seen.errors) == 1
+
+
+class _RecordingSnapshots(SnapshotStore):
+    """memory:// snapshots that remember the upload spread each full snapshot was given."""
+
+    def __init__(self):
+        super().__init__(open_store("memory://"), prefix="p", group="g", keep=3)
+        self.spreads: list[float] = []
+
+    def write_full(self, *args, spread_seconds: float = 0.0, **kwargs):
+        self.spreads.append(spread_seconds)
+        return super().write_full(*args, spread_seconds=spread_seconds, **kwargs)
+
+
+def test_a_background_snapshot_spreads_its_uploads_over_a_share_of_the_last_interval(monkeypatch):
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(partition_mod.time, "monotonic", lambda: clock["now"])
+    settings = load_settings([], env={"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1"})
+    snapshots = _RecordingSnapshots()
+    runner = PartitionRunner("t", 0, PassiveOLU(dim=3, noise_rng=np.random.default_rng(7)),
+                             snapshots=snapshots, settings=settings, model_name="m")
+    msgs = _stream(200)
+    runner.process(msgs[:100])
+    clock["now"] += 8.0  # 8 s after the runner started
+    runner.write_snapshot(runner.begin_snapshot(), 1e6, 0.5)
+    runner.process(msgs[100:])
+    clock["now"] += 3.0
+    pending = runner.begin_snapshot()
+    pending.purge_due_at = clock["now"]  # a purge's snapshot: invariant 6's deadline, never spread
+    runner.write_snapshot(pending, 1e6, 0.5)
+    assert snapshots.spreads == [4.0, 0.0]

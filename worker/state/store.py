@@ -272,6 +272,14 @@ class _Pacer:
     def __init__(self, rate: float) -> None:
         self.rate, self.started, self.bytes = rate, time.monotonic(), 0
 
+    def spread(self, total: int, seconds: float) -> None:
+        """Send ``total`` bytes over ``seconds`` if that is slower than the limit: a snapshot's
+        uploads then run at about twice the average rate its new data arrives at (with the
+        default spread of half the interval), not in bursts at the limit."""
+        if total > 0 and seconds > 0:
+            even = total / seconds
+            self.rate = min(self.rate, even) if self.rate > 0 else even
+
     def sent(self, size: int) -> None:
         self.bytes += size
 
@@ -337,16 +345,21 @@ class SnapshotStore:
 
     # ------------------------------------------------------------------ writing
     def write_full(self, topic: str, partition: int, offset: int, header: dict, arrays: dict,
-                   shared: dict | None = None, bytes_per_second: float = 0.0) -> SnapshotRef:
+                   shared: dict | None = None, bytes_per_second: float = 0.0,
+                   spread_seconds: float = 0.0) -> SnapshotRef:
         """The complete state; ``offset`` is the next input offset to consume.
 
         ``shared``: {group: {name: array}} of arrays that never change (see the module doc);
         each group not stored yet is written first, as blobs of at most ``BLOB_PIECE_BYTES``.
-        ``bytes_per_second`` (0: no limit) paces those blob uploads. The returned size counts
-        the snapshot object and the blobs written for it, not the blobs reused.
+        ``bytes_per_second`` (0: no limit) paces those blob uploads; ``spread_seconds`` (0: off)
+        slows them further, to spread the blobs still to write over that many seconds. The
+        returned size counts the snapshot object and the blobs written for it, not the blobs reused.
         """
         where = self.directory(topic, partition)
         pacer = _Pacer(bytes_per_second)
+        if spread_seconds > 0:
+            pacer.spread(sum(sum(a.nbytes for a in g.values()) for g in (shared or {}).values()
+                             if not self._stored(where, g)), spread_seconds)
         refs, written = {}, 0
         for group, group_arrays in (shared or {}).items():
             names, size = self._put_group(where, group_arrays, pacer)
@@ -356,12 +369,19 @@ class SnapshotStore:
         self._blob_names[ref.key] = frozenset(n for r in refs.values() for n in r["blobs"])
         return SnapshotRef(ref.key, ref.kind, ref.offset, ref.size + written, ref.duration)
 
-    def _put_group(self, where: str, arrays: dict, pacer: "_Pacer") -> tuple[tuple[str, ...], int]:
-        """Store one shared group (once), in row pieces; returns (blob names, bytes written now)."""
+    def _stored(self, where: str, arrays: dict) -> tuple[str, ...] | None:
+        """The blob names of a shared group this store has already written, else None."""
         ident = _group_ident(where, arrays)
         known = self._blobs.get(ident)
         if known and all(r() is arrays[k] for (k, _), r in zip(ident[1], known[0])):
-            return known[1], 0
+            return known[1]
+        return None
+
+    def _put_group(self, where: str, arrays: dict, pacer: "_Pacer") -> tuple[tuple[str, ...], int]:
+        """Store one shared group (once), in row pieces; returns (blob names, bytes written now)."""
+        known = self._stored(where, arrays)
+        if known is not None:
+            return known, 0
         names, written = [], 0
         for piece in _row_pieces(arrays, BLOB_PIECE_BYTES):
             pacer.wait()

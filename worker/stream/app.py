@@ -341,7 +341,8 @@ class Worker:
         if not self._settle_deltas(runner, 10.0) or not self._flush(10.0):
             return
         pending = runner.begin_snapshot()
-        future = self._writer.submit(runner.write_snapshot, pending, self.settings.snapshot_max_bytes_per_second)
+        future = self._writer.submit(runner.write_snapshot, pending, self.settings.snapshot_max_bytes_per_second,
+                                     self.settings.snapshot_upload_spread)
         self._writing[(runner.topic, runner.partition)] = (runner, pending, time.monotonic(), future)
 
     def _collect_snapshots(self, keys=None, timeout: float = 0.0) -> None:

@@ -77,6 +77,7 @@ class PendingSnapshot:
     arrays: dict
     shared: dict  # immutable array groups: the store writes each once (state/store.py)
     purge_due_at: float | None  # set: objects before ``offset`` must be purged (invariant 6)
+    since_previous: float = 0.0  # seconds since the previous snapshot of the partition began
 
 
 class PartitionRunner:
@@ -344,13 +345,18 @@ class PartitionRunner:
                                   purge_due_at=self.purge_due_at)
         self.purge_due_at = None
         self.events_since_snapshot = 0
-        self.last_snapshot_at = time.monotonic()
+        now = time.monotonic()
+        pending.since_previous, self.last_snapshot_at = now - self.last_snapshot_at, now
         self.snapshot_in_flight = True
         return pending
 
-    def write_snapshot(self, pending: PendingSnapshot, bytes_per_second: float = 0.0):
+    def write_snapshot(self, pending: PendingSnapshot, bytes_per_second: float = 0.0, spread: float = 0.0):
+        """``spread``: spread the uploads over that share of the time since the previous snapshot
+        began (a purge's snapshot never waits: its deadline is invariant 6's)."""
+        spread_seconds = spread * pending.since_previous if pending.purge_due_at is None else 0.0
         ref = self.snapshots.write_full(self.topic, self.partition, pending.offset, pending.header, pending.arrays,
-                                        pending.shared, bytes_per_second=bytes_per_second)
+                                        pending.shared, bytes_per_second=bytes_per_second,
+                                        spread_seconds=spread_seconds)
         if pending.purge_due_at is not None:
             # Older objects may still hold a deleted record's raw features (invariant 6).
             self.snapshots.purge_before(self.topic, self.partition, pending.offset)
