@@ -224,6 +224,25 @@ def test_two_different_stored_states_for_one_deletion_stop_the_restore(snaps, ra
         snaps.restore(T, 0)
 
 
+def test_the_same_stored_state_twice_is_compared_bit_exactly(snaps, raw):
+    """A deletion stored in two objects is compared as the codec stores it: the very same state
+    with a NaN in it is one state; 0.0 against -0.0 is two."""
+    snaps.write_full(T, 0, 10, *state(10))
+    header, arrays = delta(14)
+    arrays["z"][0] = np.nan
+    snaps.write_deltas(T, 0, [(12, *delta(12)), (14, header, arrays)])
+    other = SnapshotStore(raw, prefix="olu", group="g1")
+    other.write_delta(T, 0, 14, {**header, "offset": 14}, {"z": arrays["z"].copy()})
+    assert [off for off, _, _ in snaps.restore(T, 0).deltas] == [12, 14]
+    header, arrays = delta(17)
+    arrays["z"][0] = 0.0
+    snaps.write_deltas(T, 0, [(16, *delta(16)), (17, header, arrays)])
+    arrays["z"][0] = -0.0
+    other.write_delta(T, 0, 17, {**header, "offset": 17}, arrays)
+    with pytest.raises(SnapshotConflict, match="offset 17"):
+        snaps.restore(T, 0)
+
+
 @pytest.mark.parametrize("bad", ["offsets out of order", "first offset", "stray array", "no members",
                                  "single-delta layout"])
 def test_a_malformed_delta_group_is_corrupt(snaps, bad):

@@ -548,7 +548,7 @@ class SnapshotStore:
             for offset, entry, entry_arrays in entries:
                 if offset <= after:
                     continue
-                if offset in out and not _same_delta(out[offset], (entry, entry_arrays)):
+                if offset in out and (out[offset][0] != entry or not _same_arrays(entry_arrays, out[offset][1])):
                     raise SnapshotConflict(ref.key, f"two different post-noise states stored for the deletion "
                                            f"at offset {offset}: another writer owned the partition")
                 out[offset] = (entry, entry_arrays)
@@ -732,11 +732,6 @@ def _delta_entries(first: int, header: dict, arrays: dict) -> list[tuple[int, di
             raise _Invalid(f"corrupt: array {name!r} belongs to no delta of the group")
         split[int(index[1:])][rest] = array
     return list(zip(offsets, members, split))
-
-
-def _same_delta(a: tuple[dict, dict], b: tuple[dict, dict]) -> bool:
-    return a[0] == b[0] and a[1].keys() == b[1].keys() and all(
-        a[1][k].dtype == b[1][k].dtype and np.array_equal(a[1][k], b[1][k]) for k in a[1])
 
 
 _SYNCED_DIRS: set[Path] = set()  # ancestors whose entries (our subdirectories) are already durable
