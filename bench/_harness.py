@@ -169,10 +169,8 @@ class CpuSampler:
         self.samples: list[tuple[float, dict[str, float]]] = []
 
     def find(self, comm: str, label: str) -> None:
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            got = _cpu_of(str(stat))
-            if got and got[0] == comm:
-                self.labels[int(stat.parent.name)] = label
+        for pid in _pids_named((comm,)):
+            self.labels[pid] = label
 
     def sample(self) -> None:
         used: dict[str, float] = {}
@@ -204,26 +202,31 @@ class CpuSampler:
         return {label: used / seconds for label, used in sorted(total.items())} if seconds else {}
 
 
+def _pids_named(comms: tuple[str, ...]) -> list[int]:
+    """The processes whose command name (``/proc/<pid>/stat``'s comm) is in ``comms``."""
+    return [int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")
+            if (got := _cpu_of(str(stat))) and got[0] in comms]
+
+
+def _pin_threads(pid: int, cpus: set[int]) -> int:
+    """Pin every thread of ``pid`` to ``cpus``; returns how many were pinned."""
+    pinned = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that has just exited
+            os.sched_setaffinity(int(task.name), cpus)
+            pinned += 1
+    return pinned
+
+
 def confine(comms: tuple[str, ...], cpus: set[int]) -> int:
     """Pin every thread of every process whose command name is in ``comms`` to ``cpus`` (Linux);
     returns the number of threads pinned. Threads started later inherit it from their creator."""
-    pinned = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        got = _cpu_of(str(stat))
-        if not got or got[0] not in comms:
-            continue
-        for task in (stat.parent / "task").iterdir():
-            with contextlib.suppress(OSError):  # a thread that has just exited
-                os.sched_setaffinity(int(task.name), cpus)
-                pinned += 1
-    return pinned
+    return sum(_pin_threads(pid, cpus) for pid in _pids_named(comms))
 
 
 def confine_self(cpus: set[int]) -> None:
     """Pin every thread of this process to ``cpus``; processes and threads it starts inherit it."""
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(int(task.name), cpus)
+    _pin_threads(os.getpid(), cpus)
 
 
 # --------------------------------------------------------------------------- servers

@@ -304,11 +304,11 @@ def test_the_single_blob_form_of_earlier_snapshots_still_restores():
     assert got.shared["applied_run0"]["steps"].tolist() == [1, 2]
 
 
-def test_uploads_are_paced_to_the_rate_limit(monkeypatch):
-    """Between pieces the writer sleeps so that bytes sent / elapsed stays at the limit."""
-    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
+@pytest.fixture
+def slept(monkeypatch) -> list[float]:
+    """The store's clock is fake: it moves only when the store sleeps; the sleeps, in order."""
     clock = {"now": 100.0}
-    slept = []
+    slept: list[float] = []
     monkeypatch.setattr(store_module.time, "monotonic", lambda: clock["now"])
 
     def sleep(seconds):
@@ -316,6 +316,12 @@ def test_uploads_are_paced_to_the_rate_limit(monkeypatch):
         clock["now"] += seconds
 
     monkeypatch.setattr(store_module.time, "sleep", sleep)
+    return slept
+
+
+def test_uploads_are_paced_to_the_rate_limit(monkeypatch, slept):
+    """Between pieces the writer sleeps so that bytes sent / elapsed stays at the limit."""
+    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
     store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
     s = Stream()
     s.advance(64)
@@ -335,19 +341,10 @@ def test_uploads_are_paced_to_the_rate_limit(monkeypatch):
     assert slept == []
 
 
-def test_uploads_are_spread_over_the_given_time_and_count_only_new_blobs(monkeypatch):
+def test_uploads_are_spread_over_the_given_time_and_count_only_new_blobs(monkeypatch, slept):
     """spread_seconds: the new blobs' bytes go out evenly over that time (slower than the limit),
     and blobs stored by an earlier snapshot do not count."""
     monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
-    clock = {"now": 100.0}
-    slept = []
-    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock["now"])
-
-    def sleep(seconds):
-        slept.append(seconds)
-        clock["now"] += seconds
-
-    monkeypatch.setattr(store_module.time, "sleep", sleep)
     store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
     s = Stream()
     for offset in (64, 128):
@@ -375,17 +372,8 @@ def test_uploads_are_spread_over_the_given_time_and_count_only_new_blobs(monkeyp
     assert sum(slept) > 1.0
 
 
-def test_a_spread_ignores_groups_stored_before(monkeypatch):
+def test_a_spread_ignores_groups_stored_before(monkeypatch, slept):
     monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 8 * 1000)
-    clock = {"now": 0.0}
-    slept = []
-    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock["now"])
-
-    def sleep(seconds):
-        slept.append(seconds)
-        clock["now"] += seconds
-
-    monkeypatch.setattr(store_module.time, "sleep", sleep)
     store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
     old = {"k": np.arange(50_000, dtype=np.uint64)}  # 400 kB, stored by the first snapshot
     new = {"k": np.arange(5_000, dtype=np.uint64) * 3}  # 40 kB: five pieces

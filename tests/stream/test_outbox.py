@@ -136,12 +136,19 @@ def test_backpressure_waits_for_the_oldest_delta(executor):
     assert box.ready() == ["d1", "d2", "d3"] and store.written == [1, 2, 3]
 
 
-def test_cancel_drops_writes_not_started(executor):
+def _first_write_held(executor) -> tuple[Store, Outbox]:
+    """An outbox whose first delta (offset 1) is being written, held at the gate: deltas added now
+    queue behind it."""
     store = Store()
     box = Outbox(store.write, executor.submit)
     store.gate.clear()
     box.delta(1, {}, {}, "d1")
-    assert store.entered.wait(30)  # the write of 1 is running (held at the gate)
+    assert store.entered.wait(30)
+    return store, box
+
+
+def test_cancel_drops_writes_not_started(executor):
+    store, box = _first_write_held(executor)  # the write of 1 is running (held at the gate)
     box.delta(2, {}, {}, "d2")
     threading.Timer(0.2, store.gate.set).start()
     box.cancel(timeout=30)  # waits for the running write (1), drops the queued one (2)
@@ -151,11 +158,7 @@ def test_cancel_drops_writes_not_started(executor):
 
 # --------------------------------------------------------------------------- group commit
 def test_deltas_queued_behind_a_write_are_stored_together_in_order(executor):
-    store = Store()
-    box = Outbox(store.write, executor.submit)
-    store.gate.clear()
-    box.delta(1, {}, {}, "d1")
-    assert store.entered.wait(30)  # 1 is being written alone
+    store, box = _first_write_held(executor)  # 1 is being written alone
     for off in (2, 3, 4):
         box.delta(off, {}, {}, f"d{off}")
         box.release(f"r{off}")
@@ -166,11 +169,7 @@ def test_deltas_queued_behind_a_write_are_stored_together_in_order(executor):
 
 
 def test_a_failed_group_stores_none_of_it_and_retry_writes_the_same_group(executor):
-    store = Store()
-    box = Outbox(store.write, executor.submit)
-    store.gate.clear()
-    box.delta(1, {}, {}, "d1")
-    assert store.entered.wait(30)
+    store, box = _first_write_held(executor)
     box.delta(2, {}, {}, "d2")
     box.delta(3, {}, {}, "d3")
     store.fail = {3}  # the group [2, 3] fails as a whole
@@ -210,11 +209,7 @@ def test_retry_of_a_group_whose_put_landed_finds_it_identical(executor):
 
 
 def test_seal_keeps_deltas_before_a_snapshot_out_of_later_groups(executor):
-    store = Store()
-    box = Outbox(store.write, executor.submit)
-    store.gate.clear()
-    box.delta(1, {}, {}, "d1")
-    assert store.entered.wait(30)
+    store, box = _first_write_held(executor)
     box.delta(2, {}, {}, "d2")
     box.seal()  # a full snapshot is captured here
     box.delta(3, {}, {}, "d3")
@@ -226,11 +221,7 @@ def test_seal_keeps_deltas_before_a_snapshot_out_of_later_groups(executor):
 
 def test_groups_are_capped(executor, monkeypatch):
     monkeypatch.setattr(outbox_module, "MAX_GROUP", 2)
-    store = Store()
-    box = Outbox(store.write, executor.submit)
-    store.gate.clear()
-    box.delta(1, {}, {}, "d1")
-    assert store.entered.wait(30)
+    store, box = _first_write_held(executor)
     for off in (2, 3, 4, 5, 6):
         box.delta(off, {"n": off}, {"z": np.zeros(3)}, f"d{off}")
     store.gate.set()
@@ -240,11 +231,7 @@ def test_groups_are_capped(executor, monkeypatch):
 
 def test_groups_are_capped_by_bytes_but_a_big_delta_still_goes(executor, monkeypatch):
     monkeypatch.setattr(outbox_module, "MAX_GROUP_BYTES", 100)
-    store = Store()
-    box = Outbox(store.write, executor.submit)
-    store.gate.clear()
-    box.delta(1, {}, {}, "d1")
-    assert store.entered.wait(30)
+    store, box = _first_write_held(executor)
     box.delta(2, {}, {"z": np.zeros(5)}, "d2")  # 40 bytes
     box.delta(3, {}, {"z": np.zeros(5)}, "d3")  # 80 together
     box.delta(4, {}, {"z": np.zeros(5)}, "d4")  # 120: next group

@@ -117,7 +117,11 @@ class Outbox:
         if previous is not None and not previous.written:
             self._unqueue(item)
             raise NotAttempted(f"delta@{item.offset}", f"waits for the delta at offset {previous.offset}")
-        item.group = group = self._take_group(item)
+        item.group = self._take_group(item)
+        self._store(item.group)
+
+    def _store(self, group: list[DeltaWrite]) -> None:
+        """Write ``group`` as one object; each of its deltas is durable once this returns."""
         self._write([d.entry for d in group])
         for d in group:
             d.written = True
@@ -200,10 +204,7 @@ class Outbox:
                 self._unqueue(item)
                 # The same object again: a PUT that timed out may have landed, and only identical
                 # content is taken as a retry (anything else is another writer's).
-                group = item.group or [item]
-                self._write([d.entry for d in group])
-                for d in group:
-                    d.written = True
+                self._store(item.group or [item])
         self.failed = None
         return self.ready()
 
