@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import pytest
 
 from tests.stream.kafka_harness import (
-    HANG_GUARD_S, BackgroundProducer, WorkerProcess, covered, end_offsets, event_stream, releases, topics_for,
-    verify_end_state, wait_for, worker_env, worker_on_s3,
+    HANG_GUARD_S, BackgroundProducer, WorkerProcess, covered, end_offsets, event_stream, read_topic,
+    releases_by_partition, topics_for, verify_end_state, wait_for, worker_env, worker_on_s3,
 )
 from worker.state.store import SnapshotStore, open_store
 
@@ -50,10 +50,15 @@ class Variant:
 VARIANTS = {
     # The full run: >= 100,000 events, >= 20 SIGKILLs, state on the real S3 server.
     "plain-s3": Variant(events=100_000, kills=20, transactional=False, state="s3", seed=1001),
-    # Releases and offsets in Kafka transactions: each restart fences its predecessor's
-    # transactional.id and aborts its open transaction.
-    "transactional-file": Variant(events=20_000, kills=6, transactional=True, state="file", seed=2002),
+    # Releases, dead letters and offsets in Kafka transactions: each restart fences its
+    # predecessor's transactional.id and aborts its open transaction; its replay publishes nothing
+    # a committed transaction holds (exactly once at read_committed).
+    "transactional-file": Variant(events=60_000, kills=20, transactional=True, state="file", seed=2002),
 }
+
+# Transactional variant: every this many events one poison record, dead-lettered exactly once.
+POISON_EVERY = 997
+POISON = (b"poison", b"{not json", "poison")
 
 # Fewer, larger objects than the harness defaults: the check reads every one of them back.
 TUNING = {
@@ -62,6 +67,9 @@ TUNING = {
     "OLU_SNAPSHOT_EVERY_SECONDS": "1",
     "OLU_RELEASE_EVERY_EVENTS": "1000",
     "OLU_RELEASE_EVERY_SECONDS": "0.5",
+    # Write each snapshot at once: a run between two kills lasts a few seconds, and the upload
+    # spread (a production smoothing) would often leave it without any durable snapshot.
+    "OLU_SNAPSHOT_UPLOAD_SPREAD": "0",
 }
 
 
@@ -101,6 +109,12 @@ def _setup(variant: Variant, kafka_bootstrap, kafka_topic, s3_server, tmp_path, 
     return topics, group, env, snapshots
 
 
+def _snapshotted(worker) -> bool:
+    """This process has stored a full snapshot of every partition."""
+    return sum(1 for p in range(PARTITIONS)
+               if worker.metric_sum("olu_snapshot_last_success_timestamp_seconds", partition=str(p)) > 0) == PARTITIONS
+
+
 @pytest.fixture
 def s3_server_if_needed(request):
     """The session S3 server only for the variants that keep their state there."""
@@ -115,9 +129,11 @@ def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstra
     v = VARIANTS[variant]
     topics, group, env, snapshots = _setup(v, kafka_bootstrap, kafka_topic, s3_server_if_needed, tmp_path, "crash")
     stream = event_stream(v.events, seed=v.seed, delete_rate=0.03)
+    if v.transactional:
+        stream = [POISON if j and j % POISON_EVERY == 0 else event for j, event in enumerate(stream)]
     chunk = 250
     plan = kill_points(v, chunk)
-    assert len(plan) >= (20 if v.events >= 100_000 else 1)
+    assert len(plan) >= 20
     feeder = BackgroundProducer(kafka_bootstrap, topics.input, stream, chunk=chunk, pause=0.05, limit=plan[0].limit)
     worker = WorkerProcess(env, tmp_path / "worker.log")
     done: list[tuple[KillPoint, int, bool]] = []  # (plan, producer position at the kill, producer waiting)
@@ -131,6 +147,9 @@ def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstra
             if point.kind == "mid-stream":
                 wait_for(lambda: feeder.error or feeder.position >= point.position, HANG_GUARD_S,
                          f"the producer at {point.position}", interval=0.02)
+                # On a loaded machine a process may spend its whole phase starting up: let it store
+                # one snapshot of each partition first, so every later restart resumes from one.
+                wait_for(lambda: _snapshotted(worker), HANG_GUARD_S, "a snapshot of each partition", interval=0.05)
             time.sleep(point.delay)
             worker.check_alive()  # it must not have died on its own
             done.append((point, feeder.position, feeder.waiting))
@@ -160,15 +179,35 @@ def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstra
 
     inserts = sum(1 for _, _, kind in stream if kind == "insert")
     assert sum(r.inserts_applied + r.inserts_skipped for r in results.values()) == inserts
-    assert sum(r.dead for r in results.values()) == 0
+    poison = sum(1 for _, _, kind in stream if kind == "poison")
+    assert sum(r.dead for r in results.values()) == poison
     for p, replayed in results.items():
         assert replayed.noised_deletes and replayed.noop_deletes and replayed.inserts_skipped
-    # A restart re-publishes the deletions it replays from their deltas: byte-identical duplicates
-    # (checked by verify_end_state) that must exist whenever a restart replayed a delta.
     replayed_deltas = sum(line["deltas"] for assigned in restarts for line in assigned.values())
-    versions = [(r.json()["partition"], r.json()["version"]) for r in records
-                if r.headers.get("olu.trigger") == b"deletion"]
-    if replayed_deltas:
+    if v.transactional:
+        assert_exactly_once(kafka_bootstrap, topics, records, poison, worker)
+    elif replayed_deltas:
+        # At least once: a restart re-publishes the deletions it replays from their deltas,
+        # byte-identical duplicates (checked by verify_end_state) that must then exist.
+        versions = [(r.json()["partition"], r.json()["version"]) for r in records
+                    if r.headers.get("olu.trigger") == b"deletion"]
         assert len(versions) > len(set(versions)), "no deletion release was republished after a restart"
-    if v.transactional:  # the killed runs' open transactions were aborted, never made visible
-        assert len(releases(kafka_bootstrap, topics.params, isolation="read_uncommitted")) >= len(records)
+
+
+def assert_exactly_once(bootstrap, topics, records, poison: int, worker) -> None:
+    """read_committed shows every release version and every dead letter exactly once, although
+    the killed runs published some of them before their transactions were aborted."""
+    versions = [(r.json()["partition"], r.json()["version"]) for r in records]
+    repeated = sorted({v for v in versions if versions.count(v) > 1})
+    assert not repeated, f"release versions seen twice at read_committed: {repeated[:10]}"
+    for p, values in releases_by_partition(records).items():
+        assert [v["version"] for v in values] == sorted({v["version"] for v in values}), f"partition {p} not monotone"
+    dead = read_topic(bootstrap, topics.dlq)
+    sources = [(r.headers["olu.source.partition"], r.headers["olu.source.offset"]) for r in dead]
+    assert len(sources) == len(set(sources)) == poison, f"{len(sources)} dead letters, {len(set(sources))} " \
+                                                        f"distinct, {poison} poison records"
+    assert all(r.value == POISON[1] for r in dead)
+    assert len(read_topic(bootstrap, topics.params, isolation="read_uncommitted")) >= len(records)
+    # The check had something to catch: restarts replayed input whose output was committed already.
+    lines = worker.log_lines("output committed by earlier transactions", all_runs=True)
+    assert any(line["offset"] > (line["replay_from"] or 0) for line in lines), lines[:5]

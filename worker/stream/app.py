@@ -5,7 +5,8 @@ each partition from its newest valid snapshot and seek to the snapshot's offset;
 messages per partition; publish releases and dead letters; at snapshot time flush the producer,
 write the full snapshot, then commit the group offset up to it (never further). On revoke: a
 bounded final snapshot and commit; on lost: drop without commit; on SIGTERM: stop polling, final
-snapshots, commit, close, flush.
+snapshots, commit, close, flush. With ``transactional`` the output and the processed position
+commit together instead, and a restart publishes nothing already committed (exactly_once.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..olu.base import ALGORITHMS
 from ..state.store import SnapshotStore, StorageUnavailable, open_store
 from . import scan
 from .deadletter import carry_headers, dead_letter_headers
+from .exactly_once import CommittedOutput, encode_metadata
 from .partition import PartitionRunner
 
 log = get_logger("olu.worker")
@@ -59,6 +61,15 @@ SYNC_COMMIT_TIMEOUT_S = 5.0
 # Longest wait for the consumer to leave its group at shutdown.
 CLOSE_TIMEOUT_S = 5.0
 
+# Transactional mode: a transaction whose releases wait for a deletion delta stays open across
+# rounds; once it has been open this long the loop waits for the deltas and commits.
+TRANSACTION_MAX_OPEN_S = 0.5
+# Longest wait for the deltas in flight before a transaction must commit (snapshot, revoke, stop).
+TRANSACTION_SETTLE_TIMEOUT_S = 10.0
+# Wait for the group's committed offsets at assignment (transactional mode) beyond the longest a
+# dead member's open transaction can hold them back (transaction.timeout.ms).
+COMMITTED_FETCH_MARGIN_S = 30.0
+
 # A dead letter too large for the producer keeps this much of its key and value.
 DEAD_LETTER_PREFIX_BYTES = 65_536
 
@@ -80,6 +91,15 @@ def _durable_offsets(runners) -> list[TopicPartition]:
     return [TopicPartition(r.topic, r.partition, r.snapshot_offset) for r in runners if r.snapshot_offset is not None]
 
 
+def _output_position(runner) -> int | None:
+    """The input position a transaction commits for ``runner``: how far its output is published. A
+    replay below what earlier transactions committed keeps their position (never moves it back)."""
+    committed = runner.committed_output
+    if committed is None:
+        return runner.next_offset
+    return max(committed.offset, runner.next_offset or 0)
+
+
 class Worker:
     def __init__(self, settings, metrics, health=None, *, store=None):
         self.settings = settings
@@ -95,6 +115,7 @@ class Worker:
         self._delivery_error: str | None = None
         self._client_error: str | None = None
         self._transactions_done = False  # the final transaction is committed: start no other
+        self._transaction_began = 0.0  # monotonic time the open transaction began
         self._retry_at: dict[tuple[str, int], float] = {}
         # Full snapshots are written off the loop thread (one at a time); the loop commits after.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="olu-snapshot")
@@ -132,7 +153,7 @@ class Worker:
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error})
         if s.transactional:
             self.producer.init_transactions(30)
-            self.producer.begin_transaction()
+            self._begin_transaction()
         self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
                                   "error_cb": self._on_client_error, "on_commit": self._on_commit})
         self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
@@ -278,6 +299,10 @@ class Worker:
                      extra={"topic": runner.topic, "partition": runner.partition})
 
     def _publish(self, runner: PartitionRunner, release) -> None:
+        committed = runner.committed_output
+        if committed is not None and committed.has_release(release.version):
+            self.summary["releases_already_committed"] += 1  # replay after a crash: published once
+            return
         started = release.deletion_started
 
         def delivered(err, _msg):
@@ -288,12 +313,17 @@ class Worker:
 
         self.producer.produce(self.settings.params_topic, key=release.key, value=release.value,
                               headers=release.headers, on_delivery=delivered)
+        runner.published_version = release.version
         self.metrics.record_release(runner, release)
         self.summary["releases"] += 1
         self.latest_release[(runner.topic, runner.partition)] = release
 
     def _dead_letter(self, runner: PartitionRunner, dead) -> None:
         msg = dead.message
+        committed = runner.committed_output
+        if committed is not None and committed.has_dead_letter(msg.offset()):
+            self.summary["dead_letters_already_committed"] += 1  # replay after a crash: sent once
+            return
 
         def delivered(err, _msg):
             if err is not None:
@@ -325,12 +355,12 @@ class Worker:
         self.producer.produce(self.settings.dlq_topic, key=key, value=value, headers=headers, on_delivery=delivered)
 
     # ----------------------------------------------------------------- snapshots and commits
-    def _flush(self, timeout: float) -> bool:
-        """Everything produced so far is delivered (a snapshot may then skip past it)."""
+    def _flush(self, timeout: float, dropped=()) -> bool:
+        """Everything produced so far is delivered (a snapshot may then skip past it); ``dropped``:
+        runners no longer assigned whose output is in the open transaction."""
         if self.settings.transactional:
             # Commit what was produced so far before a snapshot may skip past its inputs.
-            self._end_transaction_round()
-            return True
+            return self._end_transaction_round(dropped, force=True)
         remaining = self.producer.flush(timeout)
         if self._delivery_error:
             raise DeliveryFailed(self._delivery_error)
@@ -383,8 +413,8 @@ class Worker:
         return settled and not runner.blocked
 
     def _snapshot_and_commit(self, runner: PartitionRunner, flush_timeout: float = 10.0) -> bool:
-        """Synchronous snapshot and commit (revoke and shutdown)."""
-        if not self._flush(flush_timeout):
+        """Synchronous snapshot and commit (revoke and shutdown: ``runner`` is no longer assigned)."""
+        if not self._flush(flush_timeout, dropped=[runner]):
             return False
         started = time.monotonic()
         try:
@@ -430,17 +460,58 @@ class Worker:
                 "error": str(err) if err is not None else str(failed[0].error),
                 "partitions": [f"{p.topic}/{p.partition}" for p in failed]})
 
-    def _end_transaction_round(self, dropped=()) -> None:
-        if not self.settings.transactional or self._transactions_done:
-            return
-        self._send_offsets_to_transaction([*self.runners.values(), *dropped])
-        self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
+    def _begin_transaction(self) -> None:
         self.producer.begin_transaction()
+        self._transaction_began = time.monotonic()
 
-    def _send_offsets_to_transaction(self, runners) -> None:
-        offsets = _durable_offsets(runners)
+    def _end_transaction_round(self, dropped=(), *, force: bool = False, last: bool = False) -> bool:
+        """Commit the open transaction with each partition's processed position (exactly_once.py);
+        True if it committed (or there is none). The position may only cover releases already
+        produced: while one waits for its deletion delta the transaction stays open, for at most
+        TRANSACTION_MAX_OPEN_S, then (or when ``force``d) the loop waits for the deltas. ``last``:
+        begin no new transaction."""
+        if not self.settings.transactional or self._transactions_done:
+            return True
+        runners = [*self.runners.values(), *dropped]
+        if any(r.outbox.holding for r in runners):
+            if not force and time.monotonic() - self._transaction_began < TRANSACTION_MAX_OPEN_S:
+                return False
+            deadline = time.monotonic() + TRANSACTION_SETTLE_TIMEOUT_S
+            for runner in runners:
+                self._settle_deltas(runner, max(0.0, deadline - time.monotonic()))
+            if any(r.outbox.holding for r in runners):
+                return False  # a delta is not durable (the partition is paused): stay open
+        offsets = [TopicPartition(r.topic, r.partition, position, metadata=encode_metadata(r.published_version))
+                   for r in runners if (position := _output_position(r)) is not None]
         if offsets:
             self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
+        self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
+        if last:
+            self._transactions_done = True
+        else:
+            self._begin_transaction()
+        return True
+
+    def _restore_committed_output(self, runners: list[PartitionRunner]) -> None:
+        """Transactional mode: read how far earlier transactions published each partition's
+        output, so the replay from the snapshot publishes none of it again."""
+        asked = [TopicPartition(r.topic, r.partition) for r in runners]
+        # A dead process's open transaction holds the offsets back until it is aborted (the broker
+        # answers "unstable offset" and the client retries): wait for it.
+        transaction_timeout_s = int(self.settings.producer_config().get("transaction.timeout.ms", 60_000)) / 1000
+        got = self.consumer.committed(asked, timeout=transaction_timeout_s + COMMITTED_FETCH_MARGIN_S)
+        by_key = {(tp.topic, tp.partition): tp for tp in got}
+        for runner in runners:
+            tp = by_key[(runner.topic, runner.partition)]
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            committed = CommittedOutput.from_commit(tp.offset, tp.metadata)
+            runner.committed_output = committed
+            if committed is not None:
+                runner.published_version = committed.released_version
+                log.info("output committed by earlier transactions", extra={
+                    "topic": runner.topic, "partition": runner.partition, "offset": committed.offset,
+                    "released_version": committed.released_version, "replay_from": runner.next_offset})
 
     # ----------------------------------------------------------------- rebalances
     def _on_assign(self, consumer, partitions) -> None:
@@ -448,6 +519,7 @@ class Worker:
         if self.health is not None:
             self.health.set_ready(False)
         assignment = []
+        restored_runners: list[PartitionRunner] = []
         for tp in partitions:
             started = time.monotonic()
             runner, restored = PartitionRunner.restore(
@@ -456,6 +528,7 @@ class Worker:
                 on_corrupt=self.settings.on_corrupt_snapshot, delta_writer=self._delta_writer.submit,
             )
             self.runners[(tp.topic, tp.partition)] = runner
+            restored_runners.append(runner)
             self.metrics.record_restore(runner, time.monotonic() - started)
             offset = runner.next_offset if runner.next_offset is not None else OFFSET_BEGINNING
             assignment.append(TopicPartition(tp.topic, tp.partition, offset))
@@ -469,6 +542,8 @@ class Worker:
                 "deltas": 0 if restored is None else len(restored.deltas),
                 "skipped_snapshots": skipped,
             })
+        if self.settings.transactional and restored_runners:
+            self._restore_committed_output(restored_runners)
         consumer.incremental_assign(assignment)
         self.metrics.set_assigned(len(self.runners))
         if self.health is not None:
@@ -479,8 +554,8 @@ class Worker:
         deadline = time.monotonic() + self.settings.revoke_budget_seconds
         dropped = self._drop(partitions, deadline=deadline)
         # KIP-447: settle the open transaction before handing over, with the dropped partitions'
-        # final snapshot offsets in it (they are no longer in self.runners).
-        self._end_transaction_round(dropped)
+        # positions in it (they are no longer in self.runners).
+        self._end_transaction_round(dropped, force=True)
 
     def _on_lost(self, consumer, partitions) -> None:
         self.metrics.rebalance("lost")
@@ -530,11 +605,10 @@ class Worker:
                 parts = [TopicPartition(t, p) for t, p in self.runners]
                 dropped = self._drop(parts, deadline=deadline)
                 if self.settings.transactional and self.producer is not None:
-                    self._send_offsets_to_transaction(dropped)
-                    self.producer.commit_transaction(30)
                     # consumer.close() below revokes the assignment: _on_revoke must not commit
                     # (no transaction is open) nor begin a new one.
-                    self._transactions_done = True
+                    self._end_transaction_round(dropped, force=True, last=True)
+                    self._transactions_done = True  # committed, or left open to be aborted: replayed
         finally:
             self._writer.shutdown(wait=True)
             self._delta_writer.shutdown(wait=True)

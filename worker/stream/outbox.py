@@ -180,6 +180,11 @@ class Outbox:
         return any(not d.written for d in self._deltas())
 
     @property
+    def holding(self) -> bool:
+        """Some release is still held (behind a delta not yet durable, or not taken by :meth:`ready`)."""
+        return bool(self._items)
+
+    @property
     def in_flight(self) -> bool:
         """Some delta write is still running or queued (its release may become ready any moment)."""
         return any(not d.written and not d.future.done() for d in self._deltas())

@@ -90,7 +90,11 @@ class PartitionRunner:
         self.event_time_ms = event_time_ms
         self.replay_deltas = dict(replay_deltas or {})  # delete offset + 1 -> stored post-noise state
         self.snapshot_offset = next_offset  # the offset a durable full snapshot covers
-        self.released_version: int | None = None
+        self.released_version: int | None = None  # of the newest release made (published or not)
+        # Transactional mode: the output an earlier process already committed (exactly_once.py),
+        # and the newest release version handed to the producer (the next commit's metadata).
+        self.committed_output = None
+        self.published_version: int | None = None
         self.events_since_release = 0
         self.events_since_snapshot = 0
         now = time.monotonic()
