@@ -35,8 +35,8 @@ if str(ROOT) not in sys.path:
 
 from worker.config import load_settings  # noqa: E402
 from worker.olu import ALGORITHMS, OnlineUnlearner  # noqa: E402
-from worker.olu.examples import ExampleStore  # noqa: E402
-from worker.olu.retrain import replay_ogd  # noqa: E402
+from worker.olu.core.examples import ExampleStore  # noqa: E402
+from worker.olu.core.replay import replay_ogd  # noqa: E402
 
 SCHEDULES = ("uniform", "bursts", "early-late", "in-order")
 EPS_FREE = frozenset({"ogd", "restart", "retrain", "active-newton"})  # eps does not change them
@@ -301,7 +301,7 @@ def _score(margin: float, y: float, ridge: bool) -> tuple[int, float]:
 def retrained_weights(data: Dataset, plan: DeletionPlan, eps: float = 1.0) -> np.ndarray:
     """The "retrained" model of olu-spec 1.4 at the end of the stream: OGD from z = 0 over the
     retained records in arrival order at their original steps 1..n (deleted steps are ⊥), with
-    the worker's default constants, through the engine's own replay (``worker.olu.retrain``)."""
+    the worker's default constants, through the engine's own replay (``worker.olu.algorithms.retrain``)."""
     ref = make_model("ogd", data.dim, data.loss, eps, plan.k)
     keep = plan.retained_mask(data.n)
     rows = np.flatnonzero(keep)

@@ -33,10 +33,10 @@ if str(ROOT) not in sys.path:
 
 from _harness import cpu_model  # noqa: E402  (bench/ is on sys.path when run as a script)
 from _targets import ACTIVE_DELETION_MS  # noqa: E402
-from worker.olu.active import ActiveAnchor, ActiveD2D, average_loss_descent  # noqa: E402
-from worker.olu.newton import RidgeNewton  # noqa: E402
-from worker.olu.passive import PassiveOLU  # noqa: E402
-from worker.olu.retrain import Retrain  # noqa: E402
+from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, average_loss_descent  # noqa: E402
+from worker.olu.algorithms.newton import RidgeNewton  # noqa: E402
+from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+from worker.olu.algorithms.retrain import Retrain  # noqa: E402
 
 TARGET_MS = ACTIVE_DELETION_MS.threshold
 

@@ -131,9 +131,9 @@ def main() -> int:
     args = p.parse_args()
     info = h.machine()
     print(h.machine_line(info))
-    from worker.olu import kernels
+    from worker.olu.core.kernels import warmup
 
-    kernels.warm_up()  # compile once, outside every timing
+    warmup.warm_up()  # compile once, outside every timing
     rows = []
     for data in streams(args.quick):
         for algorithm in args.algorithms.split(","):

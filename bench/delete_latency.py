@@ -366,10 +366,10 @@ def main(argv=None) -> int:
     info = h.machine()
     print(h.machine_line(info))
     from worker.metrics import Metrics
-    from worker.olu import kernels
+    from worker.olu.core.kernels import warmup
     from worker.stream.app import Worker
 
-    compile_s = kernels.warm_up()
+    compile_s = warmup.warm_up()
 
     class LatencyMetrics(Metrics):
         """The worker's Metrics, also keeping every delete-to-release observation."""
@@ -382,7 +382,7 @@ def main(argv=None) -> int:
             self.observed.append(seconds)
             super().observe_delete_to_release(seconds)
 
-    from worker.olu.index import AppliedIndex
+    from worker.olu.core.index import AppliedIndex
 
     # (start, seconds, records) of every index merge call, and of every paced-merge step that
     # took over a millisecond (the slices of a merge done as the next tail fills)

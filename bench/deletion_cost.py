@@ -206,7 +206,7 @@ def main(argv=None) -> int:
 
     info = h.machine()
     print(h.machine_line(info))
-    compile_s = kernels.warm_up()
+    compile_s = warmup.warm_up()
     print(f"numba kernels warmed up in {compile_s:.2f} s; d = {args.d}, n in {sizes}, {args.repeat} deletions "
           f"per model ({args.repeat_large} for active-d2d and retraining at n >= {args.large_n:,}), "
           f"k = {args.max_deletions}, one core")

@@ -10,7 +10,7 @@ sigma, rho) are appended to
 
 - a plain list of dicts, written whole into every full snapshot's JSON header (the state format
   before 3), and
-- :class:`worker.olu.ledger.Ledger` (format 3): sealed segments of 4,096 entries, each one
+- :class:`worker.olu.privacy.ledger.Ledger` (format 3): sealed segments of 4,096 entries, each one
   immutable blob the store writes once, and only the open entries in the header;
 
 and the bench reports the ledger's memory (tracemalloc, after building it), the size of the
@@ -21,7 +21,7 @@ snapshot header's JSON and the time to export it on the loop thread (``export_st
 
 - one sorted array, an ``np.insert`` per deletion and all of it copied into every full snapshot
   (before format 3), and
-- :class:`worker.olu.index.KeySet` (format 3): an immutable base plus at most 16,384 recent keys;
+- :class:`worker.olu.core.index.KeySet` (format 3): an immutable base plus at most 16,384 recent keys;
   a snapshot copies the recent ones and names the base, stored once as a blob;
 
 and the bench reports the mean and the slowest of 20,000 adds from that size on (so at least one
@@ -45,8 +45,8 @@ import _harness as h  # noqa: E402
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
-from worker.olu.index import KeySet  # noqa: E402
-from worker.olu.passive import PassiveOLU  # noqa: E402
+from worker.olu.core.index import KeySet  # noqa: E402
+from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 
 
 def entry(i: int) -> dict:

@@ -13,9 +13,9 @@ Paths (events/s = learned events / seconds spent in the learn calls):
                            already-applied ids, 10% ids not seen yet, whose inserts are then skipped).
                            Learn throughput and stream throughput (events + deletes over all the
                            time, deletes included) are both reported.
-- ``vectorised``           the fastest honest batch path available today: ``kernels.record_keys``
+- ``vectorised``           the fastest honest batch path available today: ``hashing.record_keys``
                            (bit-identical vectorised record_key) + ``features.check_many`` +
-                           ``kernels.check_labels`` + ``_learn_batch`` (what a public
+                           ``ogd.check_labels`` + ``_learn_batch`` (what a public
                            ``learn_keys``/faster ``learn_many`` would do); hashing and validation
                            included.
 - ``kernel``               ``_learn_batch(keys, X, y)``: ids hashed beforehand (not timed), rows
@@ -56,9 +56,9 @@ sys.path.insert(0, str(ROOT))
 
 from _harness import cpu_model  # noqa: E402  (bench/ is on sys.path when run as a script)
 from _targets import ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, Checks  # noqa: E402
-from worker.olu import kernels  # noqa: E402
-from worker.olu.index import record_key  # noqa: E402
-from worker.olu.passive import PassiveOLU  # noqa: E402
+from worker.olu.core.kernels import hashing, jit, ogd, warmup  # noqa: E402
+from worker.olu.core.index import record_key  # noqa: E402
+from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 
 TARGET_EVENTS_PER_S = ENGINE_EVENTS_PER_S.threshold
 TARGET_RIVER_RATIO = ENGINE_X_RIVER.threshold
@@ -122,9 +122,9 @@ def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10) 
         if path in ("learn_many", "reference"):
             m.learn_many(ids[start:stop], X[start:stop], y[start:stop])
         elif path == "vectorised":
-            kb = kernels.record_keys(ids[start:stop])
+            kb = hashing.record_keys(ids[start:stop])
             Xv = m.features.check_many(X[start:stop])
-            yv = kernels.check_labels(m.loss, y[start:stop])
+            yv = ogd.check_labels(m.loss, y[start:stop])
             m._learn_batch(kb, Xv, yv)
         elif path == "kernel":
             m._learn_batch(keys[start:stop], X[start:stop], y[start:stop])
@@ -178,8 +178,8 @@ def run_river(X, y, n: int, repeat: int) -> dict:
 
 def compile_times() -> dict:
     """Import + warm_up in fresh processes with an empty, then a populated numba cache."""
-    code = ("import time; t = time.perf_counter(); from worker.olu import kernels; "
-            "i = time.perf_counter() - t; c = kernels.warm_up(); print(i, c, kernels.CACHE_ENABLED)")
+    code = ("import time; t = time.perf_counter(); from worker.olu.core.kernels import hashing, jit, ogd, warmup; "
+            "i = time.perf_counter() - t; c = warmup.warm_up(); print(i, c, jit.CACHE_ENABLED)")
     out = {}
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     comp = compile_times()
     print(f"kernel compile (fresh process, empty numba cache): import {comp['cold']['import_s']:.2f} s + "
           f"warm_up {comp['cold']['warm_up_s']:.2f} s; from the cache: {comp['warm']['warm_up_s']:.3f} s")
-    kernels.warm_up()
+    warmup.warm_up()
 
     t0 = time.perf_counter()
     ids, X, y = make_stream(n, d, args.seed)
@@ -281,11 +281,11 @@ def main(argv=None) -> int:
     keys = np.fromiter(map(record_key, ids), np.uint64, n)
     hash_loop_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    keys_vec = kernels.record_keys(ids)
+    keys_vec = hashing.record_keys(ids)
     hash_vec_s = time.perf_counter() - t0
     assert np.array_equal(keys, keys_vec), "vectorised record keys differ from record_key"
     print(f"id hashing: record_key loop {1e9 * hash_loop_s / n:.0f} ns/id, "
-          f"kernels.record_keys {1e9 * hash_vec_s / n:.0f} ns/id (bit-identical)")
+          f"hashing.record_keys {1e9 * hash_vec_s / n:.0f} ns/id (bit-identical)")
 
     R = args.repeat
     res = {

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 import numpy as np  # noqa: E402
 
-from worker.olu import kernels  # noqa: E402
-from worker.olu.index import AppliedIndex  # noqa: E402
-from worker.olu.passive import PassiveOLU  # noqa: E402
+from worker.olu.core.kernels import warmup  # noqa: E402
+from worker.olu.core.index import AppliedIndex  # noqa: E402
+from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 
 
 def run(records: int, batch: int, paced: bool) -> dict:
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     info = h.machine()
     print(h.machine_line(info))
-    kernels.warm_up()
+    warmup.warm_up()
     rows = []
     print(f"{'way':8} {'records':>10} {'median':>8} {'p99':>8} {'p99.9':>8} {'max':>8} {'calls > 5 ms':>13}")
     for paced in (False, True):

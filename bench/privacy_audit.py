@@ -58,8 +58,8 @@ from _targets import Checks, Target
 AUC_CI_CONTAINS_HALF = Target(
     "audit_auc_ci_gap", "the audit AUC's 95% confidence interval contains 0.5 (gap from 0.5 to the interval)",
     "<=", 0.0, "AUC", "privacy audit (issue 6)")
-from worker.olu.retrain import replay_ogd
-from worker.olu.examples import ExampleStore
+from worker.olu.core.replay import replay_ogd
+from worker.olu.core.examples import ExampleStore
 
 MIA_ALGORITHMS = (("passive", 1.0), ("passive", 0.1), ("passive", 10.0), ("active-d2d", 1.0),
                   ("retrain", 1.0), ("restart", 1.0), ("ogd", 1.0))

@@ -12,7 +12,7 @@ whole-horizon comparators z_i* = argmin_{z in K} sum_{t<=T} f_t(z) - sum_{j<=i} 
     Regret_T = sum_i sum_{t in I_i} [ f_t(z_t) - f_t(z_i*) ],   f_t(z) = log(1 + e^{-y x.z}) + (l2/2)||z||^2.
 
 The comparators are solved to machine precision by projected Newton (each step minimises the
-quadratic model over the ball exactly, ``worker.olu.newton.ball_constrained_quadratic_min``).
+quadratic model over the ball exactly, ``worker.olu.algorithms.newton.ball_constrained_quadratic_min``).
 
 Bound drawn (olu-spec 2.5, [P1] Thm 3.3 with general L, expectation over the noise):
 
@@ -37,7 +37,7 @@ import numpy as np
 
 import _streams as S
 from _harness import RESULTS, command, machine, machine_line, plt, write_json
-from worker.olu.newton import ball_constrained_quadratic_min
+from worker.olu.algorithms.newton import ball_constrained_quadratic_min
 
 K_DELETIONS = 10
 ALGORITHMS = (("ogd", 1.0), ("retrain", 1.0), ("restart", 1.0), ("passive", 0.1), ("passive", 1.0),

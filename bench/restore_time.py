@@ -49,7 +49,7 @@ import _harness as h  # noqa: E402
 from _targets import RESTORE_1M_S, Checks  # noqa: E402
 import numpy as np  # noqa: E402
 
-from worker.olu.base import ALGORITHMS, load_model  # noqa: E402
+from worker.olu import ALGORITHMS, load_model  # noqa: E402
 from worker.state.store import SnapshotStore, open_store  # noqa: E402
 from worker.stream.partition import PartitionRunner  # noqa: E402
 
@@ -224,9 +224,9 @@ def main(argv=None) -> int:
     wall = time.perf_counter()
     info = h.machine()
     print(h.machine_line(info))
-    from worker.olu import kernels
+    from worker.olu.core.kernels import warmup
 
-    kernels.warm_up()
+    warmup.warm_up()
 
     base = h.worker_settings("127.0.0.1:9", topic=TOPIC, params="bench.params", dlq="bench.dlq",
                              group="bench-restore", state_url="memory://", log_level="WARNING")

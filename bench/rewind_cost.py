@@ -46,10 +46,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from _harness import RESULTS, command, machine_line, met, plt, write_json  # noqa: E402
-from worker.olu import rewind_calibration as r2d  # noqa: E402
-from worker.olu.active import average_loss_descent  # noqa: E402
-from worker.olu.base import load_model  # noqa: E402
-from worker.olu.rewind import RewindToDelete  # noqa: E402
+from worker.olu.privacy.analysis import rewind as r2d  # noqa: E402
+from worker.olu.algorithms.active import average_loss_descent  # noqa: E402
+from worker.olu import load_model  # noqa: E402
+from worker.olu.algorithms.rewind import RewindToDelete  # noqa: E402
 
 NAME = "rewind_cost"
 DIM = 20

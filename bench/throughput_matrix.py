@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     except ImportError:
         raise SystemExit("River is not installed (pip install -e '.[bench]')") from None
     print(h.machine_line(info))
-    compile_s = kernels.warm_up()
+    compile_s = warmup.warm_up()
     print(f"numba kernels warmed up in {compile_s:.2f} s (before any timing)")
 
     rows: list[dict] = []

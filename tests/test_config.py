@@ -220,7 +220,7 @@ def test_constant_schedule_with_step_is_fine():
 
 
 def test_algorithm_not_in_this_build_fails_fast():
-    from worker.olu.base import ALGORITHMS
+    from worker.olu import ALGORITHMS
 
     config._engine_class("passive")  # load the registry
     for algorithm in config.ALGORITHMS:
@@ -409,7 +409,7 @@ def test_no_credentials_recorded_as_absent():
 
 # --------------------------------------------------------------------------- model kwargs
 def test_model_kwargs_build_the_engine():
-    from worker.olu.base import ALGORITHMS
+    from worker.olu import ALGORITHMS
 
     s = load(["--eps", "2", "--max-deletions", "50"])
     kwargs = s.model_kwargs()
@@ -420,7 +420,7 @@ def test_model_kwargs_build_the_engine():
 
 
 def test_model_kwargs_per_algorithm():
-    from worker.olu.base import ALGORITHMS
+    from worker.olu import ALGORITHMS
 
     for algorithm in config.ALGORITHMS:
         loss = "ridge" if algorithm == "active-newton" else "logistic"

@@ -662,7 +662,7 @@ def _engine_class(algorithm: str):
     import importlib
 
     try:
-        from .olu.base import ALGORITHMS as registry
+        from .olu import ALGORITHMS as registry
     except ImportError:
         return None
     if algorithm not in registry:  # algorithms register on import: import the engine's modules
@@ -682,7 +682,7 @@ def _engine_class(algorithm: str):
 
 def _registry_loaded() -> bool:
     try:
-        from .olu import base  # noqa: F401
+        from .olu import registry  # noqa: F401
     except ImportError:
         return False
     return True

@@ -32,7 +32,7 @@ OPS = ("insert", "delete", "tombstone")
 TRIGGERS = ("deletion", "events", "interval", "final")
 KINDS = ("full", "delta")
 REBALANCE_TYPES = ("assign", "revoke", "lost")
-#: Deletion outcomes of the engine (worker.olu.base.Deletion) that did not change the model.
+#: Deletion outcomes of the engine (worker.olu.core.base.Deletion) that did not change the model.
 NOOP_REASONS = ("not_applied", "duplicate", "ignored", "dp_covered")
 CHANGED_OUTCOMES = ("noised", "exact", "restarted", "retrained")
 OTHER = "other"

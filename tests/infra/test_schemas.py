@@ -68,10 +68,10 @@ def test_readme_documents_every_reason_code_and_header():
 
 
 def test_every_engine_algorithm_and_loss_is_in_the_release_schema():
-    import worker.olu.baselines  # noqa: F401  (register every algorithm module)
-    import worker.olu.passive  # noqa: F401
-    from worker.olu.base import ALGORITHMS
-    from worker.olu.losses import Logistic, Ridge
+    import worker.olu.algorithms.baselines  # noqa: F401  (register every algorithm module)
+    import worker.olu.algorithms.passive  # noqa: F401
+    from worker.olu import ALGORITHMS
+    from worker.olu.core.losses import Logistic, Ridge
 
     props = load_schema("release")["properties"]
     shipped = {name for name, cls in ALGORITHMS.items() if cls.__module__.startswith("worker.")}

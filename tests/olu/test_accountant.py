@@ -1,4 +1,4 @@
-"""Tests of worker.olu.accountant: formulas, dp-accounting oracle, ledger semantics, state."""
+"""Tests of worker.olu.privacy.accountant: formulas, dp-accounting oracle, ledger semantics, state."""
 
 import math
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.olu.accountant import (
+from worker.olu.privacy.accountant import (
     BudgetExhausted,
     InvalidAccountantState,
     PrivacyAccountant,

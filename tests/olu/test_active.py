@@ -12,15 +12,15 @@ import numpy as np
 import orjson
 import pytest
 
-from worker.olu import kernels
-from worker.olu.accountant import BudgetExhausted
-from worker.olu.active import ActiveAnchor, ActiveD2D, iterations_for
-from worker.olu.base import ALGORITHMS, load_model
-from worker.olu.baselines import PlainOGD
-from worker.olu.errors import ConfigError, InvalidState
-from worker.olu.examples import ExampleStore
-from worker.olu.newton import ExactSums, RidgeNewton, ball_constrained_quadratic_min, quantise
-from worker.olu.passive import PassiveOLU
+from worker.olu.core.kernels import jit
+from worker.olu.exceptions import BudgetExhausted
+from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, iterations_for
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.algorithms.baselines import PlainOGD
+from worker.olu.exceptions import ConfigError, InvalidState
+from worker.olu.core.examples import ExampleStore
+from worker.olu.algorithms.newton import ExactSums, RidgeNewton, ball_constrained_quadratic_min, quantise
+from worker.olu.algorithms.passive import PassiveOLU
 
 from .helpers import synthetic_stream
 
@@ -533,7 +533,7 @@ def test_kernel_and_reference_paths_agree_for_the_retrain_fallback():
     for force in (False, True):
         m = ActiveD2D(**KW)
         if force:
-            with kernels.reference():
+            with jit.reference():
                 m.learn_many(ids, X, y)
                 m.unlearn_one(ids[199])
                 m.unlearn_one(ids[7])

@@ -15,13 +15,13 @@ import pytest
 
 from worker import config
 from worker.metrics import Metrics
-from worker.olu.accountant import rdp_to_dp
-from worker.olu.base import ALGORITHMS, load_model
-from worker.olu.dptofw import (
+from worker.olu.privacy.accountant import rdp_to_dp
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.algorithms.dptofw import (
     DPTreeOnlineFrankWolfe, basic_composition_epsilon, paper_sigma, rho_for_epsilon, zcdp_sigma,
 )
-from worker.olu.errors import ConfigError, InvalidState
-from worker.olu.tree import NodeNoise, TreeAggregator, level_closed_at, record_levels, tree_levels
+from worker.olu.exceptions import ConfigError, InvalidState
+from worker.olu.privacy.tree import NodeNoise, TreeAggregator, level_closed_at, record_levels, tree_levels
 from worker.state.codec import decode, encode
 
 from .helpers import synthetic_stream

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.olu import index as index_module
-from worker.olu import kernels
-from worker.olu.index import AppliedIndex, KeySet, merge_runs_reference
+from worker.olu.core import index as index_module
+from worker.olu.core.kernels import merge
+from worker.olu.core.index import AppliedIndex, KeySet, merge_runs_reference
 
 
 def small_index():
@@ -134,7 +134,7 @@ def test_compiled_merge_matches_numpy_reference(a, b, data):
     bs = np.arange(100, 100 + len(b), dtype=np.uint32)
     adead = np.array(sorted(data.draw(st.sets(st.integers(0, max(len(a) - 1, 0)))) if a else []), np.int64)
     bdead = np.array(sorted(data.draw(st.sets(st.integers(0, max(len(b) - 1, 0)))) if b else []), np.int64)
-    got = kernels.merge_runs(ak, as_, adead, bk, bs, bdead)
+    got = merge.merge_runs(ak, as_, adead, bk, bs, bdead)
     want = merge_runs_reference(ak, as_, adead, bk, bs, bdead)
     assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
 

@@ -1,4 +1,4 @@
-"""The compiled OGD kernel (worker.olu.kernels) against the pure-numpy reference ``_learn``.
+"""The compiled OGD kernel (worker.olu.core.kernels) against the pure-numpy reference ``_learn``.
 
 - kernel vs reference, every loss and schedule kind, with projection, tombstoned inserts, forced
   tail merges and interleaved deletions: weights within 1e-10 relative, identical t, counters and
@@ -18,12 +18,12 @@ import textwrap
 import numpy as np
 import pytest
 
-import worker.olu.index as index_module
-from worker.olu import kernels
-from worker.olu.errors import InvalidLabel, InvalidRecordId
-from worker.olu.index import MAX_ID_BYTES, record_key
-from worker.olu.losses import Logistic, Ridge
-from worker.olu.passive import PassiveOLU
+import worker.olu.core.index as index_module
+from worker.olu.core.kernels import hashing, jit, ogd, warmup
+from worker.olu.exceptions import InvalidLabel, InvalidRecordId
+from worker.olu.core.index import MAX_ID_BYTES, record_key
+from worker.olu.core.losses import Logistic, Ridge
+from worker.olu.algorithms.passive import PassiveOLU
 
 D = 6
 
@@ -111,7 +111,7 @@ def drive(m, ids, X, y, batch, deletions=True, one_by_one=False):
 @pytest.fixture(autouse=True)
 def kernel_enabled(monkeypatch):
     """These tests compare both paths, so they ignore OLU_REFERENCE_KERNEL from the environment."""
-    monkeypatch.setattr(kernels, "FORCE_REFERENCE", False)
+    monkeypatch.setattr(jit, "FORCE_REFERENCE", False)
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_kernel_matches_numpy_reference(name, tiny_tail):
     config = CONFIGS[name]
     ids, X, y = stream(3000, config["loss"], seed=1)
     fast, ref = model(config), model(config, reference=True)
-    assert fast._kernel_plan() is not None and ref._kernel_plan() is None
+    assert fast.kernel_plan() is not None and ref.kernel_plan() is None
     drive(fast, ids, X, y, batch=257)
     drive(ref, ids, X, y, batch=257)
     assert_same_state(fast, ref)
@@ -165,10 +165,10 @@ def test_learn_many_bit_identical_to_learn_one_loop(name, tiny_tail):
 
 def test_reference_switches():
     m = model(CONFIGS["logistic-sc"])
-    assert m._kernel_plan() is not None
-    with kernels.reference():
-        assert m._kernel_plan() is None
-    assert m._kernel_plan() is not None
+    assert m.kernel_plan() is not None
+    with jit.reference():
+        assert m.kernel_plan() is None
+    assert m.kernel_plan() is not None
 
     class Custom(PassiveOLU):
         algorithm = "test-kernels-custom-learn"
@@ -186,7 +186,7 @@ def test_reference_switches():
 
 
 def test_environment_forces_reference():
-    code = "from worker.olu import kernels; print(kernels.FORCE_REFERENCE)"
+    code = "from worker.olu.core.kernels import hashing, jit, ogd, warmup; print(jit.FORCE_REFERENCE)"
     env = {**os.environ, "OLU_REFERENCE_KERNEL": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -281,15 +281,15 @@ def test_record_keys_bit_identical_to_record_key():
     ids += ["é", "日本語-7", "\ud800", "\udc00\ud800", "a\x00", "\x00", "é" * 512, "😀" * 256, "x" * MAX_ID_BYTES]
     ids += ["".join(chr(c) for c in rng.integers(1, 0x10FFFF, size=n)) for n in (1, 5, 40, 100)]
     expected = np.array([record_key(r) for r in ids], np.uint64)
-    assert np.array_equal(kernels.record_keys(ids), expected)
-    assert np.array_equal(kernels.record_keys(iter(ids)), expected)
-    assert np.array_equal(kernels.record_keys(ids[-7:]), expected[-7:])  # the non-ASCII path alone
+    assert np.array_equal(hashing.record_keys(ids), expected)
+    assert np.array_equal(hashing.record_keys(iter(ids)), expected)
+    assert np.array_equal(hashing.record_keys(ids[-7:]), expected[-7:])  # the non-ASCII path alone
 
     class Sub(str):
         pass
 
-    assert np.array_equal(kernels.record_keys([Sub("r-1"), "r-2"]), [record_key("r-1"), record_key("r-2")])
-    assert kernels.record_keys([]).dtype == np.uint64
+    assert np.array_equal(hashing.record_keys([Sub("r-1"), "r-2"]), [record_key("r-1"), record_key("r-2")])
+    assert hashing.record_keys([]).dtype == np.uint64
 
 
 @pytest.mark.parametrize("bad", ["", "x" * (MAX_ID_BYTES + 1), "é" * 513, 5, None, b"r-1"])
@@ -298,21 +298,21 @@ def test_record_keys_rejects_like_record_key(bad):
     with pytest.raises(InvalidRecordId) as want:
         [record_key(r) for r in ids]
     with pytest.raises(InvalidRecordId) as got:
-        kernels.record_keys(ids)
+        hashing.record_keys(ids)
     assert str(got.value) == str(want.value)
 
 
 def test_check_labels_matches_label():
     logistic, ridge = Logistic(0.01), Ridge(0.1, label_bound=1.5)
     y = np.array([1, -1, 0, 1.0, -0.0, 0.0])
-    assert np.array_equal(kernels.check_labels(logistic, y), [logistic.label(v) for v in y])
-    assert np.array_equal(kernels.check_labels(logistic, [True, False]), [1.0, -1.0])
+    assert np.array_equal(ogd.check_labels(logistic, y), [logistic.label(v) for v in y])
+    assert np.array_equal(ogd.check_labels(logistic, [True, False]), [1.0, -1.0])
     r = np.array([1.5, -1.5, 0.3, 0.0])
-    assert np.array_equal(kernels.check_labels(ridge, r), [ridge.label(v) for v in r])
+    assert np.array_equal(ogd.check_labels(ridge, r), [ridge.label(v) for v in r])
     for loss, bad in [(logistic, [1, 2]), (logistic, [np.nan]), (ridge, [0.0, 1.6]),
                       (ridge, [np.inf]), (logistic, ["a"])]:
         with pytest.raises(InvalidLabel):
-            kernels.check_labels(loss, bad)
+            ogd.check_labels(loss, bad)
 
 
 # ------------------------------------------------------------------------- numba cache
@@ -327,11 +327,11 @@ def test_kernels_work_without_a_writable_cache_dir():
 
         caching._CacheLocator.ensure_cache_path = read_only
         import numpy as np
-        from worker.olu import kernels
-        from worker.olu.passive import PassiveOLU
+        from worker.olu.core.kernels import hashing, jit, ogd, warmup
+        from worker.olu.algorithms.passive import PassiveOLU
         m = PassiveOLU(dim=2)
         m.learn_many(["a", "b"], [[0.6, 0.8], [0.8, -0.6]], [1, -1])
-        print(kernels.CACHE_ENABLED, m.t, m._kernel_plan() is not None)
+        print(jit.CACHE_ENABLED, m.t, m.kernel_plan() is not None)
     """)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {k: v for k, v in os.environ.items() if k not in ("OLU_REFERENCE_KERNEL", "NUMBA_CACHE_DIR")}
@@ -345,16 +345,17 @@ def test_kernels_work_without_a_writable_cache_dir():
 WARM_UP_COVERS = textwrap.dedent("""
     import numpy as np
     import numba
-    import worker.olu.index as index_module
-    from worker.olu import kernels, load_model
-    from worker.olu.active import ActiveD2D
-    from worker.olu.passive import PassiveOLU
+    import worker.olu.core.index as index_module
+    from worker.olu import load_model
+    from worker.olu.core.kernels import hashing, merge, ogd, warmup
+    from worker.olu.algorithms.active import ActiveD2D
+    from worker.olu.algorithms.passive import PassiveOLU
 
     def versions():
-        return {name: len(d.signatures) for name, d in vars(kernels).items()
-                if isinstance(d, numba.core.registry.CPUDispatcher)}
+        return {f"{m.__name__}.{name}": len(d.signatures) for m in (hashing, merge, ogd)
+                for name, d in vars(m).items() if isinstance(d, numba.core.registry.CPUDispatcher)}
 
-    kernels.warm_up()
+    warmup.warm_up()
     before = versions()
     index_module.TAIL_SIZE, index_module.MAX_RUN, index_module.RECENT_KEYS = 8, 128, 5
 

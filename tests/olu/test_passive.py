@@ -8,10 +8,10 @@ import numpy as np
 import orjson
 import pytest
 
-from worker.olu.base import load_model
-from worker.olu.errors import DimensionMismatch, InvalidLabel, InvalidRecordId, NonFiniteInput, NormExceeded
-from worker.olu.passive import PassiveOLU, PassiveRestartOLU
-from worker.olu.schedules import StronglyConvex
+from worker.olu import load_model
+from worker.olu.exceptions import DimensionMismatch, InvalidLabel, InvalidRecordId, NonFiniteInput, NormExceeded
+from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
+from worker.olu.core.schedules import StronglyConvex
 
 from .helpers import masked_run, synthetic_stream
 
@@ -109,7 +109,7 @@ def test_output_after_deletion_matches_retraining_plus_matched_noise(halve, monk
     ||m0 - m1|| / s <= sqrt(eps / 3). We estimate both sides from samples. Halving sigma, either
     in the calibration or in the draw, must be caught.
     """
-    from worker.olu.accountant import PrivacyAccountant
+    from worker.olu.privacy.accountant import PrivacyAccountant
 
     kw, ids, state, reference, tightness = _tight_deletion_setup()
     assert tightness > 0.9
@@ -240,7 +240,7 @@ def test_state_round_trips_bit_exactly_and_continues_identically(cls, extra):
     ],
 )
 def test_bad_state_is_rejected(mutate):
-    from worker.olu.errors import InvalidState
+    from worker.olu.exceptions import InvalidState
 
     m, *_ = fed(n=30)
     state = m.export_state()
@@ -339,7 +339,7 @@ def test_replay_adopts_the_stored_post_noise_state_instead_of_drawing(cls, extra
 
 
 def test_replay_that_diverges_is_refused():
-    from worker.olu.errors import InvalidState
+    from worker.olu.exceptions import InvalidState
 
     m, ids, _, _ = fed(n=50)
     state = m.export_state()

@@ -8,12 +8,13 @@ import numpy as np
 import orjson
 import pytest
 
-from worker.olu import kernels
-from worker.olu.base import ALGORITHMS, load_model
-from worker.olu.baselines import PlainOGD
-from worker.olu.errors import InvalidState
-from worker.olu.examples import ExampleStore
-from worker.olu.retrain import Retrain, replay_ogd
+from worker.olu.core.kernels import jit
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.algorithms.baselines import PlainOGD
+from worker.olu.exceptions import InvalidState
+from worker.olu.core.examples import ExampleStore
+from worker.olu.algorithms.retrain import Retrain
+from worker.olu.core.replay import replay_ogd
 
 from .helpers import masked_run, synthetic_stream
 
@@ -36,7 +37,7 @@ def fresh_masked(kw, ids, X, y, skip_steps, upto):
 def test_retrain_equals_a_fresh_model_on_the_masked_stream_bit_for_bit(reference, loss):
     kw = {**KW, "loss": loss}
     ids, X, y = synthetic_stream(600, 5, seed=2, loss=loss)
-    ctx = kernels.reference() if reference else contextlib.nullcontext()
+    ctx = jit.reference() if reference else contextlib.nullcontext()
     with ctx:
         m = Retrain(**kw)
         m.learn_many(ids[:300], X[:300], y[:300])

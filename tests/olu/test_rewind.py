@@ -10,11 +10,11 @@ import pytest
 from scipy.stats import norm
 
 from tests.olu.helpers import masked_run, synthetic_stream
-from worker.olu import rewind_calibration as r2d
-from worker.olu.base import ALGORITHMS, load_model
-from worker.olu.errors import ConfigError, InvalidState
-from worker.olu.passive import PassiveOLU
-from worker.olu.rewind import RewindToDelete
+from worker.olu.privacy.analysis import rewind as r2d
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.exceptions import ConfigError, InvalidState
+from worker.olu.algorithms.passive import PassiveOLU
+from worker.olu.algorithms.rewind import RewindToDelete
 
 DIM = 3
 RADIUS = 10.0  # the iterates stay far inside: the projection is inactive, released = pre-noise + noise

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from worker.olu.base import ALGORITHMS
-from worker.olu.errors import InvalidExample
+from worker.olu import ALGORITHMS
+from worker.olu.exceptions import InvalidExample
 from worker.stream.decode import DeadLetter, Delete, Insert, decode_event
 
 DIM = 4

@@ -24,7 +24,7 @@ import numpy as np
 import obstore
 import orjson
 
-from worker.olu.base import OnlineUnlearner
+from worker.olu.core.base import OnlineUnlearner
 
 TAP_ENV = "OLU_TEST_NOISE_TAP"
 

@@ -37,7 +37,7 @@ from tests.stream.kafka_harness import (
     event_stream, produce, releases, stored_objects, verify_against_oracle, wait_for, worker_env,
 )
 from worker.config import load_settings
-from worker.olu.base import ALGORITHMS
+from worker.olu import ALGORITHMS
 from worker.state.codec import FORMAT_VERSION, MAGIC, encode
 from worker.state.store import (
     GROUP_LAYOUT_VERSION, LAYOUT_VERSION, SnapshotConflict, SnapshotCorrupt, SnapshotStore, open_store,

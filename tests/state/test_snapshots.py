@@ -140,8 +140,8 @@ def test_unrelated_and_nested_objects_are_ignored(snaps, raw):
 
 
 def test_real_model_state_survives(snaps):
-    from worker.olu.base import load_model
-    from worker.olu.passive import PassiveOLU
+    from worker.olu import load_model
+    from worker.olu.algorithms.passive import PassiveOLU
 
     from tests.olu.helpers import synthetic_stream
 

@@ -42,9 +42,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from worker.config import load_settings
-from worker.olu.accountant import BudgetExhausted
-from worker.olu.base import ALGORITHMS, load_model
-from worker.olu.errors import InvalidExample
+from worker.olu.exceptions import BudgetExhausted
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.exceptions import InvalidExample
 from worker.state.codec import decode
 from worker.state.store import SnapshotStore
 from worker.stream.decode import DeadLetter, Insert, decode_event
@@ -801,7 +801,7 @@ def model_changing_deletes(settings, records) -> list[int]:
 def assert_deletes_honoured(settings, inputs: dict[int, list], results: dict[int, Replayed]) -> int:
     """Every delete of an applied record changed the model once, and its id is gone from the
     final state's applied index and is in its tombstones; returns how many deletes that is."""
-    from worker.olu.index import record_key
+    from worker.olu.core.index import record_key
 
     total = 0
     for p, records in inputs.items():

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from tests.infra.schema_samples import VALID, decode_headers, load_schema, validate, validator
 from worker import __version__
-from worker.olu import errors as engine_errors
-from worker.olu.domain import FeatureBound
+from worker.olu import exceptions as engine_errors
+from worker.olu.core.domain import FeatureBound
 from worker.stream import decode as decode_mod
 from worker.stream.deadletter import (
     DETAIL_MAX_CHARS,

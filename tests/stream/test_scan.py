@@ -15,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.stream.test_decode import BIG, SETTINGS, records
-from worker.olu.index import record_key
+from worker.olu.core.index import record_key
 from worker.stream import insert_kernel
 from worker.stream import scan as scan_mod
 from worker.stream.decode import DeadLetter, Insert, decode_event

@@ -27,8 +27,8 @@ from tests.stream.kafka_harness import (
     stored_objects, verify_against_oracle, wait_for, worker_env,
 )
 from worker import __version__
-from worker.olu.accountant import noise_multiplier
-from worker.olu.base import ALGORITHMS
+from worker.olu.privacy.accountant import noise_multiplier
+from worker.olu import ALGORITHMS
 from worker.state.store import open_store
 
 pytestmark = pytest.mark.kafka

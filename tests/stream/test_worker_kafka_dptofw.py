@@ -17,9 +17,9 @@ from tests.stream.kafka_harness import (
     WorkerProcess, assert_identical_duplicates, assert_same_state, covered, end_offsets, event_stream,
     input_by_partition, produce, releases, settings_of, stored_objects, topics_for, wait_for, worker_env,
 )
-from worker.olu.base import ALGORITHMS, load_model
-from worker.olu.errors import InvalidExample
-from worker.olu.tree import record_levels
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.exceptions import InvalidExample
+from worker.olu.privacy.tree import record_levels
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.decode import DeadLetter, Insert, decode_event
 

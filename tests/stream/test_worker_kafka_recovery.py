@@ -20,7 +20,7 @@ from tests.stream.kafka_harness import (
     newest_full, produce, read_topic, releases, releases_by_partition, settings_of, topics_for,
     verify_against_oracle, wait_for, worker_env,
 )
-from worker.olu.accountant import noise_multiplier
+from worker.olu.privacy.accountant import noise_multiplier
 from worker.state.store import SnapshotStore, open_store
 
 pytestmark = pytest.mark.kafka

@@ -12,18 +12,19 @@ Usable alone, like a River estimator::
     True
 """
 
-from .accountant import BudgetExhausted, PrivacyAccountant
-from .active import ActiveAnchor, ActiveD2D
-from .base import ALGORITHMS, Deletion, OnlineUnlearner, load_model
-from .dptofw import DPTreeOnlineFrankWolfe
-from .baselines import DiscardRestart, PlainOGD
-from .errors import InvalidExample, InvalidState, OLUError
-from .examples import ExampleStore
-from .memorypair import MemoryPair
-from .newton import RidgeNewton
-from .passive import PassiveOLU, PassiveRestartOLU
-from .retrain import Retrain
-from .rewind import RewindToDelete
+from .algorithms.active import ActiveAnchor, ActiveD2D
+from .algorithms.baselines import DiscardRestart, PlainOGD
+from .algorithms.dptofw import DPTreeOnlineFrankWolfe
+from .algorithms.memorypair import MemoryPair
+from .algorithms.newton import RidgeNewton
+from .algorithms.passive import PassiveOLU, PassiveRestartOLU
+from .algorithms.retrain import Retrain
+from .algorithms.rewind import RewindToDelete
+from .core.base import Deletion, OnlineUnlearner
+from .core.examples import ExampleStore
+from .exceptions import BudgetExhausted, InvalidExample, InvalidState, OLUError
+from .privacy.accountant import PrivacyAccountant
+from .registry import ALGORITHMS, load_model
 
 __all__ = [
     "ALGORITHMS", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart", "DPTreeOnlineFrankWolfe",

@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from .. import __version__
 from ..logs import get_logger
-from ..olu.base import ALGORITHMS
+from ..olu import ALGORITHMS
 from ..state.store import SnapshotStore, StorageUnavailable, open_store
 from . import scan
 from .deadletter import carry_headers, dead_letter_headers
@@ -35,10 +35,10 @@ log = get_logger("olu.worker")
 
 def _warm_up_kernels() -> None:
     try:
-        from ..olu import kernels
+        from ..olu.core.kernels import warmup
     except ImportError:
         return  # numba unavailable: the engine uses its numpy reference step
-    seconds = kernels.warm_up()
+    seconds = warmup.warm_up()
     started = time.perf_counter()
     scan.warm_up()
     seconds += time.perf_counter() - started

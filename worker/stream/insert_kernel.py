@@ -40,7 +40,7 @@ from numba.core import types
 from numba.cpython.unsafe.numbers import leading_zeros
 from numba.extending import intrinsic
 
-from ..olu.kernels import _jit
+from ..olu.core.kernels.jit import jit
 from .decode import MAX_ID_CHARS
 
 __all__ = ["POW10_HI", "POW10_LO", "parse_kernel", "read_number"]
@@ -400,7 +400,7 @@ def _data_pointer(typingctx, array):
     return types.CPointer(array.dtype)(array), codegen
 
 
-@_jit
+@jit
 def parse_kernel(vbuf, voff, kbuf, koff, dim, max_bytes, X, y_out, accepted):
     """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X`` and ``y_out[r]``
     (value r is ``vbuf[voff[r]:voff[r + 1]]``, its key ``kbuf[koff[r]:koff[r + 1]]``)."""

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..logs import get_logger
-from ..olu.accountant import BudgetExhausted
-from ..olu.base import load_model
-from ..olu.errors import InvalidExample
+from ..olu.exceptions import BudgetExhausted
+from ..olu import load_model
+from ..olu.exceptions import InvalidExample
 from .decode import DeadLetter, Delete, Insert, InsertRun, decode_event, decode_inserts
 from .outbox import Outbox
 from .releases import budget_header, release_headers, release_key, release_value
@@ -33,9 +33,6 @@ from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
 
-# Algorithms that keep raw retained examples in their state: after a deletion, every stored object
-# that still holds the deleted record must go within the purge bound (invariant 6).
-KEEPS_EXAMPLES = frozenset({"active-d2d", "active-anchor", "active-newton", "retrain", "memory-pair", "rewind"})
 
 
 @dataclass
@@ -251,7 +248,7 @@ class PartitionRunner:
         out.deletions.append(deletion)
         if not deletion.changed_model:
             return True
-        if self.settings.algorithm in KEEPS_EXAMPLES and self.purge_due_at is None:
+        if self.model.keeps_examples and self.purge_due_at is None:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
         release = self._release("deletion", deletion_started=started)

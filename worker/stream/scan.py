@@ -29,7 +29,7 @@ from itertools import chain
 
 import numpy as np
 
-from ..olu import kernels
+from ..olu.core.kernels import hashing, jit
 from .insert_kernel import parse_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "python_decoder", "scan_batch"]
@@ -95,7 +95,7 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int) -> BatchScan:
     keys = np.zeros(n, np.uint64)
     accepted = np.zeros(n, np.bool_)
     parse_kernel(vbuf, voff, kbuf, koff, dim, max_bytes, X, y, accepted)
-    kernels.blake2b64_where(kbuf, koff, accepted, keys)
+    hashing.blake2b64_where(kbuf, koff, accepted, keys)
     stamps = np.fromiter(chain.from_iterable([m.timestamp() for m in messages]), np.int64, 2 * n).reshape(n, 2)
     return BatchScan(accepted, X, y, keys, stamps)
 
@@ -104,9 +104,9 @@ _python_only = False
 
 
 def compiled_decoder() -> bool:
-    """Use this fast path? Not under ``OLU_REFERENCE_KERNEL=1`` / ``kernels.reference()``, nor
+    """Use this fast path? Not under ``OLU_REFERENCE_KERNEL=1`` / ``jit.reference()``, nor
     inside :func:`python_decoder`: then every record goes through decode.py."""
-    return not (_python_only or kernels.FORCE_REFERENCE)
+    return not (_python_only or jit.FORCE_REFERENCE)
 
 
 @contextlib.contextmanager

@@ -121,12 +121,12 @@ import math
 
 import numpy as np
 
-from . import rewind_calibration as r2d
+from ..privacy.analysis import rewind as r2d
 from .active import average_loss_descent
-from .base import Deletion, OnlineUnlearner
-from .errors import ConfigError, InvalidState
-from .examples import ExampleStore
-from .retrain import load_store, replay_rows, store_arrays
+from ..core.base import Deletion, OnlineUnlearner
+from ..exceptions import ConfigError, InvalidState
+from ..core.examples import ExampleStore
+from ..core.replay import load_store, replay_rows, store_arrays
 
 ROUTES = ("rewind", "replay", "refit")  # the "route" of each ledger entry (module docstring)
 
@@ -141,6 +141,8 @@ class RewindToDelete(OnlineUnlearner):
     """R2D over periodic full-batch retrainings; exact replay for records learned online since."""
 
     algorithm = "rewind"
+    keeps_examples = True
+    settings = {"max_deletions": "max_deletions", "retrain_every": "retrain_every", "train_steps": "train_steps", "noise_sigma": "noise_sigma"}
 
     def __init__(self, dim: int, *, retrain_every: int = 1000, train_steps: int = 100,
                  train_step: float | None = None, noise_sigma: float = 0.05, max_deletions: int = 10,

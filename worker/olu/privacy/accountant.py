@@ -50,6 +50,8 @@ from __future__ import annotations
 
 import math
 
+from ..exceptions import BudgetExhausted, InvalidAccountantState
+
 __all__ = [
     "BudgetExhausted", "InvalidAccountantState", "PrivacyAccountant", "METHODS",
     "budget_weight", "noise_multiplier", "rdp_to_dp", "optimal_order", "dp_delta",
@@ -59,14 +61,6 @@ METHODS = ("improved", "classic", "zcdp")
 _STATE_VERSION = 1
 _X_MAX = 700.0  # cap on ln(alpha - 1), keeps e**x finite
 _SLACK = 1e-9  # relative float-rounding slack on the lifetime budget check in charge()
-
-
-class BudgetExhausted(RuntimeError):
-    """The deletion capacity or the Rényi budget ``eps`` of the current epoch is used up."""
-
-
-class InvalidAccountantState(ValueError):
-    """A dict given to :meth:`PrivacyAccountant.from_state` is malformed or inconsistent."""
 
 
 def _real(name: str, x, *, lo: float, lo_open: bool = True, hi: float = math.inf,

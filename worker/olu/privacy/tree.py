@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .errors import ConfigError, InvalidState
+from ..exceptions import ConfigError, InvalidState
 
 __all__ = ["NodeNoise", "TreeAggregator", "level_closed_at", "record_levels", "tree_levels"]
 

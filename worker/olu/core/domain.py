@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .errors import ConfigError, DimensionMismatch, InvalidFeatures, NonFiniteInput, NormExceeded
+from ..exceptions import ConfigError, DimensionMismatch, InvalidFeatures, NonFiniteInput, NormExceeded
 
 FEATURE_POLICIES = ("reject", "clip")
 

@@ -54,7 +54,7 @@ layer (the worker's exact algorithms are ``retrain`` and ``active-newton``).
 What holds a deleted record after its deletion (C4.13): nothing in memory. Its retained row is
 zeroed (:class:`~worker.olu.examples.ExampleStore`) and its curvature pairs are purged and the
 vacated rows zeroed at once; stored snapshots holding either are purged by the worker within the
-purge bound (``KEEPS_EXAMPLES``). The iterate and the *other* pairs were computed at iterates
+purge bound (``keeps_examples``). The iterate and the *other* pairs were computed at iterates
 the record influenced; that influence is what the noise (or a retrain) covers.
 
 Not implemented: the sample-complexity prediction gate and the regret-side capacity of B6 (C5
@@ -67,13 +67,12 @@ import math
 
 import numpy as np
 
-from .accountant import BudgetExhausted
-from .base import Deletion, OnlineUnlearner
-from .errors import ConfigError, InvalidState
-from .examples import ExampleStore
-from .odometer import DeletionOdometer, zcdp_to_dp
-from .retrain import load_store, record_outcome, store_arrays
-from .schedules import Constant, StronglyConvex
+from ..core.base import Deletion, OnlineUnlearner
+from ..exceptions import BudgetExhausted, ConfigError, InvalidState
+from ..core.examples import ExampleStore
+from ..privacy.odometer import DeletionOdometer, zcdp_to_dp
+from ..core.replay import load_store, record_outcome, store_arrays
+from ..core.schedules import Constant, StronglyConvex
 
 ON_BUDGET = ("retrain", "refuse")
 REMOVALS = ("inverse-n", "unit")
@@ -214,6 +213,8 @@ class MemoryPair(OnlineUnlearner):
     """
 
     algorithm = "memory-pair"
+    keeps_examples = True
+    settings = {"max_deletions": "max_deletions", "on_budget": "on_budget", "lbfgs_memory": "lbfgs_memory"}
 
     def __init__(self, dim: int, *, max_deletions: int = 20, on_budget: str = "retrain", lbfgs_memory: int = 10,
                  removal: str = "inverse-n", capacity: int | None = None, **kwargs):

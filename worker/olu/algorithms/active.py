@@ -81,11 +81,11 @@ import math
 
 import numpy as np
 
-from .accountant import PrivacyAccountant
-from .base import Deletion, OnlineUnlearner
-from .errors import ConfigError, InvalidState
-from .examples import ExampleStore
-from .retrain import load_store, record_outcome, replay_ogd, store_arrays
+from ..privacy.accountant import PrivacyAccountant
+from ..core.base import Deletion, OnlineUnlearner
+from ..exceptions import ConfigError, InvalidState
+from ..core.examples import ExampleStore
+from ..core.replay import load_store, record_outcome, replay_ogd, store_arrays
 
 ORDER_FALLBACKS = ("retrain", "restart", "passive")
 
@@ -307,6 +307,8 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
     """
 
     algorithm = "active-d2d"
+    keeps_examples = True
+    settings = {"max_deletions": "max_deletions", "order_fallback": "order_fallback"}
 
     def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain", **kwargs):
         super().__init__(dim, max_deletions=max_deletions, order_fallback=order_fallback, **kwargs)
@@ -413,6 +415,8 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
     """
 
     algorithm = "active-anchor"
+    keeps_examples = True
+    settings = {"max_deletions": "max_deletions", "order_fallback": "order_fallback"}
 
     def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain",
                  spare_anchors: int = 4, **kwargs):

@@ -55,10 +55,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Deletion, OnlineUnlearner
-from .errors import ConfigError, InvalidState
-from .examples import ExampleStore
-from .retrain import load_store, record_outcome, store_arrays
+from ..core.base import Deletion, OnlineUnlearner
+from ..exceptions import ConfigError, InvalidState
+from ..core.examples import ExampleStore
+from ..core.replay import load_store, record_outcome, store_arrays
 
 _BITS = 31
 _LO_MASK = (1 << _BITS) - 1
@@ -182,6 +182,7 @@ class RidgeNewton(OnlineUnlearner):
     """
 
     algorithm = "active-newton"
+    keeps_examples = True
 
     def __init__(self, dim: int, **kwargs):
         super().__init__(dim, **kwargs)

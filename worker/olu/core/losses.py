@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError, InvalidLabel
+from ..exceptions import ConfigError, InvalidLabel
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .accountant import PrivacyAccountant
+from ..privacy.accountant import PrivacyAccountant
 from .domain import Ball, FeatureBound
-from .errors import ConfigError, InvalidState
+from ..exceptions import ConfigError, InvalidState
 from .index import AppliedIndex, KeySet, record_key
-from .ledger import Ledger
+from ..privacy.ledger import Ledger
 from .losses import make_loss
+from .kernels.loader import compiled
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 
 # 3: the ledger in sealed segments (ledger.py), tombstones as base + recent (index.KeySet);
@@ -26,7 +27,6 @@ from .schedules import Constant, Convex, Schedule, StronglyConvex
 # Older formats are still read.
 STATE_FORMAT = 3
 READABLE_FORMATS = (1, 2, 3)
-ALGORITHMS: dict[str, type["OnlineUnlearner"]] = {}
 
 
 @dataclass(frozen=True)
@@ -69,33 +69,17 @@ def _schedule(name, constants, ball, t0, step) -> Schedule:
     raise ConfigError(f"schedule must be auto, strongly-convex, convex or constant, got {name!r}")
 
 
-_KERNELS = None
-
-
-def _kernels():
-    """worker.olu.kernels, imported on first use (numba is slow to import); None if unavailable."""
-    global _KERNELS
-    if _KERNELS is None:
-        try:
-            from . import kernels
-        except ImportError as exc:  # numba missing or broken: stay correct, just slower
-            import logging
-
-            logging.getLogger(__name__).warning("compiled OGD kernel unavailable (%s); using numpy", exc)
-            kernels = False
-        _KERNELS = kernels
-    return _KERNELS or None
-
-
 class OnlineUnlearner:
     """Projected OGD on one stream with an unlearning rule; subclasses choose the rule."""
 
     algorithm = "base"
-    use_kernel = True  # False: always the pure-numpy reference step (see worker.olu.kernels)
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        ALGORITHMS[cls.algorithm] = cls
+    use_kernel = True  # False: always the pure-numpy reference step (see worker.olu.core.kernels)
+    # Facts the stream and config layers read from the class (worker.olu.registry):
+    #: the state holds raw retained examples, so stored objects holding a deleted record must be
+    #: purged within the purge bound (the worker's invariant 6).
+    keeps_examples = False
+    #: worker settings the algorithm takes beyond the base ones, mapped to its constructor keyword.
+    settings: dict[str, str] = {}
 
     def __init__(
         self,
@@ -155,7 +139,7 @@ class OnlineUnlearner:
         """
         key = record_key(record_id)
         xv, yv = self.features.check(x), self.loss.label(y)
-        plan = self._kernel_plan()
+        plan = self.kernel_plan()
         if plan is not None:  # the compiled path of learn_many, so the two agree bit for bit
             return self._learn_kernel(plan, np.array([key], np.uint64), xv[None, :], np.array([yv])) == 1
         return self._learn(key, xv, yv)
@@ -166,7 +150,7 @@ class OnlineUnlearner:
         ``keys``: ``record_key`` of each id when the caller has them already (the stream decoder
         hashes ids straight from the record bytes); ``record_ids`` is then not read.
         """
-        kernels = _kernels()  # if there: vectorised hashing and label checks, same values and errors
+        kernels = compiled()  # if there: vectorised hashing and label checks, same values and errors
         if keys is not None:
             keys = np.asarray(keys, np.uint64)
         elif kernels is not None:
@@ -184,22 +168,22 @@ class OnlineUnlearner:
 
     def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
         """Apply validated rows (keys uint64): the compiled kernel, or ``_learn`` in a loop."""
-        plan = self._kernel_plan()
+        plan = self.kernel_plan()
         if plan is None:
             return sum(self._learn(int(k), X[j], float(y[j])) for j, k in enumerate(keys))
         return self._learn_kernel(plan, keys, X, y)
 
-    def _kernel_plan(self):
+    def kernel_plan(self):
         """Parameters for ``kernels.ogd_steps``, or None to use the reference ``_learn``.
 
         The kernel replaces exactly ``_learn``: a subclass (or instance) that overrides it, sets
         ``use_kernel = False``, or uses a loss/schedule the kernel does not know gets the
-        reference, as does everything under ``OLU_REFERENCE_KERNEL=1`` or ``kernels.reference()``.
+        reference, as does everything under ``OLU_REFERENCE_KERNEL=1`` or ``kernels.jit.reference()``.
         """
         if not self.use_kernel or getattr(self._learn, "__func__", None) is not OnlineUnlearner._learn:
             return None
-        kernels = _kernels()
-        if kernels is None or kernels.FORCE_REFERENCE:
+        kernels = compiled()
+        if kernels is None or kernels.force_reference:
             return None
         return kernels.plan_for(self)
 
@@ -212,7 +196,7 @@ class OnlineUnlearner:
         """
         if len(keys) == 0:
             return 0
-        kernels = _kernels()
+        kernels = compiled()
         z = np.array(self.z, dtype=np.float64)  # a new array per update, like the reference
         t, steps, consumed, reason = kernels.run_batch(plan, z, self.t, self.index, self.tombstones, keys, X, y)
         applied = t - self.t
@@ -379,18 +363,33 @@ class OnlineUnlearner:
 
     @classmethod
     def from_state(cls, state: dict, noise_rng: np.random.Generator | None = None) -> "OnlineUnlearner":
-        return load_model(state, noise_rng, expected=cls)
+        """Rebuild a model from ``export_state()`` (this class or a subclass, as the state names);
+        raises ``InvalidState`` on anything inconsistent. Any algorithm: ``worker.olu.load_model``."""
+        try:
+            name = state["meta"]["algorithm"]
+        except (KeyError, TypeError) as exc:
+            raise InvalidState(f"malformed model state: {exc!r}") from None
+        found = _subclass_named(cls, name)
+        if found is None:
+            raise InvalidState(f"state is for {name!r}, not {cls.algorithm!r}")
+        return _rebuild(found, state, noise_rng)
 
 
-def load_model(state: dict, noise_rng=None, expected: type | None = None) -> OnlineUnlearner:
-    """Rebuild a model from ``export_state()``; raises ``InvalidState`` on anything inconsistent."""
+def _subclass_named(cls: type, name: str) -> type | None:
+    """``cls`` or the subclass of it whose ``algorithm`` is ``name``."""
+    if cls.algorithm == name:
+        return cls
+    for sub in cls.__subclasses__():
+        if (found := _subclass_named(sub, name)) is not None:
+            return found
+    return None
+
+
+def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
     try:
         meta, arrays = state["meta"], state["arrays"]
         if meta["format"] not in READABLE_FORMATS:
             raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
-        cls = ALGORITHMS[meta["algorithm"]]
-        if expected is not None and expected is not OnlineUnlearner and not issubclass(cls, expected):
-            raise InvalidState(f"state is for {meta['algorithm']!r}, not {expected.algorithm!r}")
         model = cls(**meta["config"], noise_rng=noise_rng)
         z = np.asarray(arrays["z"], np.float64)
         if z.shape != (model.dim,) or not np.all(np.isfinite(z)):

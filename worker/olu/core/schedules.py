@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import ConfigError
+from ..exceptions import ConfigError
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:

@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from .base import Deletion, OnlineUnlearner
-from .errors import ConfigError
+from ..core.base import Deletion, OnlineUnlearner
+from ..exceptions import ConfigError
 
 
 class PassiveOLU(OnlineUnlearner):
@@ -34,6 +34,7 @@ class PassiveOLU(OnlineUnlearner):
     """
 
     algorithm = "passive"
+    settings = {"max_deletions": "capacity"}
 
     def shift(self, steps, tau: int) -> float:
         """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice, olu-spec 6.1)."""
@@ -57,6 +58,7 @@ class PassiveRestartOLU(PassiveOLU):
     """
 
     algorithm = "passive-restart"
+    settings = {"restart_c": "restart_c", "max_deletions": "max_deletions"}
 
     def __init__(self, dim: int, *, restart_c: float = 1.0, max_deletions: int = 1000, **kwargs):
         if not (isinstance(restart_c, (int, float)) and math.isfinite(restart_c) and restart_c > 0):

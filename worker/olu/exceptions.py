@@ -47,3 +47,11 @@ class InvalidState(OLUError, ValueError):
 
 class ConfigError(OLUError, ValueError):
     """A bad constructor argument; the message names the parameter."""
+
+
+class BudgetExhausted(OLUError, RuntimeError):
+    """The deletion capacity or the Rényi budget ``eps`` of the current epoch is used up."""
+
+
+class InvalidAccountantState(OLUError, ValueError):
+    """A dict given to :meth:`PrivacyAccountant.from_state` is malformed or inconsistent."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Deletion, OnlineUnlearner
+from ..core.base import Deletion, OnlineUnlearner
 
 
 class DiscardRestart(OnlineUnlearner):

@@ -56,10 +56,10 @@ import math
 
 import numpy as np
 
-from .accountant import rdp_to_dp
-from .base import Deletion, OnlineUnlearner
-from .errors import ConfigError, InvalidState
-from .tree import NodeNoise, TreeAggregator, record_levels, tree_levels
+from ..privacy.accountant import rdp_to_dp
+from ..core.base import Deletion, OnlineUnlearner
+from ..exceptions import ConfigError, InvalidState
+from ..privacy.tree import NodeNoise, TreeAggregator, record_levels, tree_levels
 
 __all__ = [
     "CALIBRATIONS", "DEFAULT_HORIZON", "DPTreeOnlineFrankWolfe", "basic_composition_epsilon", "paper_sigma",
@@ -128,6 +128,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
     """
 
     algorithm = "dp-tofw"
+    settings = {"dp_horizon": "dp_horizon"}
     use_kernel = False  # its own step (two gradients, a tree add, an LMO), not OGD
     #: Privacy spend grows with learning, not only with deletions (read by worker/metrics.py).
     spends_on_learn = True

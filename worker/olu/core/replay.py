@@ -1,27 +1,22 @@
-"""Exact unlearning by retraining from scratch (the "Retraining" baseline of olu-spec section 4).
+"""Replaying projected OGD over retained examples, and the state helpers of the algorithms that
+keep examples (retrain, the active algorithms, memory-pair, rewind).
 
-At each deletion of an applied record, :class:`Retrain` zeroes the record's rows in its
-:class:`~worker.olu.examples.ExampleStore` and re-runs projected OGD from the data-independent
-start z_init = 0 over the retained examples, in their original order and with their **original
-step indices**: a deleted step becomes the skip element ⊥ (identity update), and the step size of
-every later example is not re-indexed (olu-spec 1.4, pitfall 6.6.15). The result is exactly the
-reference process of the OLU definition, so the deletion needs no noise and no budget: outcome
-``exact``. It costs O(t) sequential OGD steps per deletion and O(t d) memory.
-
-:func:`replay_ogd` is that replay, shared with the active algorithms' "retrain" order fallback. It
-follows the model's own learning path operation for operation (the compiled kernel when the model
-uses it, else the numpy reference ``OnlineUnlearner._learn``), so it is bit-for-bit equal to a
-fresh model fed the masked stream.
+:func:`replay_ogd` re-runs OGD from the data-independent start z = 0 over the retained rows at
+their **original step indices** (a deleted step is the skip element, an identity update; later
+steps are not re-indexed). It follows the model's own learning path operation for operation (the
+compiled kernel when the model uses it, else the numpy reference ``OnlineUnlearner._learn``), so
+it is bit-for-bit equal to a fresh model fed the masked stream.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Deletion, OnlineUnlearner, _kernels
-from .errors import InvalidState
+from ..exceptions import InvalidState
+from .base import OnlineUnlearner
 from .examples import ExampleStore
 from .index import KeySet
+from .kernels.loader import compiled
 
 _STORE_PREFIX = "examples_"
 
@@ -38,14 +33,14 @@ def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndar
     n = len(steps)
     if n == 0:
         return z
-    plan = model._kernel_plan()
+    plan = model.kernel_plan()
     if plan is None:  # the numpy reference step of OnlineUnlearner._learn, verbatim
         ball, loss, schedule = model.ball, model.loss, model.schedule
         for j in range(n):
             eta = schedule.eta(int(steps[j]))
             z = ball.project(z - eta * loss.grad(z, X[j], float(y[j])))
         return z
-    kernels = _kernels()
+    kernels = compiled()
     lk, lam, sk, sa, sb, radius = plan
     # One compiled call per run of consecutive steps; t is set to the step before each run.
     starts = np.concatenate(([0], np.flatnonzero(np.diff(steps) != 1) + 1))
@@ -89,42 +84,3 @@ def load_store(model: OnlineUnlearner, arrays: dict, prefix: str = _STORE_PREFIX
     if len(store) and store.last_step > model.t:
         raise InvalidState("a retained example has a step after the step counter")
     return store
-
-
-class Retrain(OnlineUnlearner):
-    """Exact unlearning: on each deletion, re-run OGD from z_init over the retained examples.
-
-    >>> m = Retrain(dim=2, l2=0.1, radius=5.0)
-    >>> _ = m.learn_many(["a", "b", "c"], [[0.6, 0.8], [0.8, -0.6], [1.0, 0.0]], [1, -1, 1])
-    >>> d = m.unlearn_one("b")
-    >>> d.outcome, d.sigma, d.index, len(m.examples), m.t
-    ('exact', 0.0, 0, 2, 3)
-    """
-
-    algorithm = "retrain"
-
-    def __init__(self, dim: int, **kwargs):
-        super().__init__(dim, **kwargs)
-        self.examples = ExampleStore(dim)
-        self.counters["retrains"] = 0
-
-    def _after_learn(self, key: int, step: int, x: np.ndarray, y: float) -> None:
-        self.examples.append(key, step, x, y)
-
-    def _after_learn_batch(self, keys, steps, X, y) -> None:
-        self.examples.extend(keys, steps, X, y)
-
-    def _delete(self, key: int, steps: list[int]) -> Deletion:
-        self.examples.remove_steps(steps)
-        self.z = replay_ogd(self, self.examples)
-        self.counters["retrains"] += 1
-        record_outcome(self, "exact", steps, retained=len(self.examples))
-        return Deletion("exact", self.accountant.deletions, 0.0, 0.0, tuple(steps))
-
-    def _export_arrays(self) -> dict[str, np.ndarray]:
-        return store_arrays(self.examples)
-
-    def _import(self, meta: dict, arrays: dict) -> None:
-        self.examples = load_store(self, arrays)
-        if not np.array_equal(self.index.live_steps(), self.examples.steps):
-            raise InvalidState("retained examples do not match the applied-record index")
