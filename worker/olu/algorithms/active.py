@@ -307,6 +307,7 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
     """
 
     algorithm = "active-d2d"
+    calibration = "gaussian"
     keeps_examples = True
     settings = {"max_deletions": "max_deletions", "order_fallback": "order_fallback"}
 
@@ -415,6 +416,7 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
     """
 
     algorithm = "active-anchor"
+    calibration = "gaussian"
     keeps_examples = True
     settings = {"max_deletions": "max_deletions", "order_fallback": "order_fallback"}
 

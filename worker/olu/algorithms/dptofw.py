@@ -128,6 +128,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
     """
 
     algorithm = "dp-tofw"
+    example_params = {"dp_horizon": 128}
     settings = {"dp_horizon": "dp_horizon"}
     use_kernel = False  # its own step (two gradients, a tree add, an LMO), not OGD
     #: Privacy spend grows with learning, not only with deletions (read by worker/metrics.py).

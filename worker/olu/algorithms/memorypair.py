@@ -213,6 +213,7 @@ class MemoryPair(OnlineUnlearner):
     """
 
     algorithm = "memory-pair"
+    calibration = "gaussian"
     keeps_examples = True
     settings = {"max_deletions": "max_deletions", "on_budget": "on_budget", "lbfgs_memory": "lbfgs_memory"}
 

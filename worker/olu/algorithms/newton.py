@@ -182,6 +182,7 @@ class RidgeNewton(OnlineUnlearner):
     """
 
     algorithm = "active-newton"
+    example_params = {"loss": "ridge"}
     keeps_examples = True
 
     def __init__(self, dim: int, **kwargs):

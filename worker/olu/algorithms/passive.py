@@ -34,6 +34,7 @@ class PassiveOLU(OnlineUnlearner):
     """
 
     algorithm = "passive"
+    calibration = "gaussian"
     settings = {"max_deletions": "capacity"}
 
     def shift(self, steps, tau: int) -> float:

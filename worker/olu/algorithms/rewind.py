@@ -141,6 +141,8 @@ class RewindToDelete(OnlineUnlearner):
     """R2D over periodic full-batch retrainings; exact replay for records learned online since."""
 
     algorithm = "rewind"
+    calibration = "rewind"
+    example_params = {"retrain_every": 20, "train_steps": 10}
     keeps_examples = True
     settings = {"max_deletions": "max_deletions", "retrain_every": "retrain_every", "train_steps": "train_steps", "noise_sigma": "noise_sigma"}
 

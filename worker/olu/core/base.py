@@ -80,6 +80,12 @@ class OnlineUnlearner:
     keeps_examples = False
     #: worker settings the algorithm takes beyond the base ones, mapped to its constructor keyword.
     settings: dict[str, str] = {}
+    #: how a ``noised`` deletion's sigma is calibrated: "gaussian" (sigma = shift / sqrt(2 rho) for
+    #: the rho the deletion is charged, checked by the contract suite), "rewind" (sigma fixed in
+    #: advance, the rewind depth calibrated to it), or None (never adds noise).
+    calibration: str | None = None
+    #: constructor arguments of a small working instance (the contract suite builds one with them).
+    example_params: dict = {}
 
     def __init__(
         self,

@@ -33,53 +33,12 @@ True
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from .analysis.checks import count, positive
+from .analysis.zcdp import dp_to_zcdp, gaussian_rho, gaussian_sigma, zcdp_to_dp
+
 __all__ = ["DeletionOdometer", "dp_to_zcdp", "gaussian_rho", "gaussian_sigma", "zcdp_to_dp"]
-
-
-def _positive(name: str, value, *, upper: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
-            or (upper is not None and value >= upper):
-        bound = f" and < {upper:g}" if upper is not None else ""
-        raise ValueError(f"{name} must be a finite number > 0{bound}, got {value!r}")
-    return float(value)
-
-
-def zcdp_to_dp(rho: float, delta: float) -> float:
-    """(epsilon, delta)-DP of a rho-zCDP mechanism: ``rho + 2 sqrt(rho ln(1/delta))`` (B4).
-
-    >>> zcdp_to_dp(0.0, 1e-5), round(zcdp_to_dp(0.5, 1e-6), 6)
-    (0.0, 5.756522)
-    """
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not rho >= 0 or math.isinf(rho):
-        raise ValueError(f"rho must be a finite number >= 0, got {rho!r}")
-    delta = _positive("delta", delta, upper=1.0)
-    return float(rho) + 2.0 * math.sqrt(float(rho) * math.log(1.0 / delta))
-
-
-def dp_to_zcdp(epsilon: float, delta: float) -> float:
-    """The rho with ``zcdp_to_dp(rho, delta) == epsilon``: ``(sqrt(L + eps) - sqrt(L))^2``, L = ln(1/delta).
-
-    Written as ``eps^2 / (sqrt(L + eps) + sqrt(L))^2`` (the same number without cancellation).
-
-    >>> round(dp_to_zcdp(1.0, 1e-5), 6), round(dp_to_zcdp(10.0, 1e-5), 3)
-    (0.02082, 1.55)
-    """
-    eps = _positive("epsilon", epsilon)
-    L = math.log(1.0 / _positive("delta", delta, upper=1.0))
-    return eps * eps / (math.sqrt(L + eps) + math.sqrt(L)) ** 2
-
-
-def gaussian_sigma(sensitivity: float, rho: float) -> float:
-    """Noise standard deviation that makes a Gaussian mechanism exactly rho-zCDP: ``Delta / sqrt(2 rho)``."""
-    return _positive("sensitivity", sensitivity) / math.sqrt(2.0 * _positive("rho", rho))
-
-
-def gaussian_rho(sensitivity: float, sigma: float) -> float:
-    """zCDP of the Gaussian mechanism: ``Delta^2 / (2 sigma^2)``."""
-    return 0.5 * (_positive("sensitivity", sensitivity) / _positive("sigma", sigma)) ** 2
 
 
 @dataclass(frozen=True)
@@ -95,10 +54,9 @@ class DeletionOdometer:
     delta: float = 1e-5
 
     def __post_init__(self):
-        object.__setattr__(self, "rho_total", _positive("rho_total", self.rho_total))
-        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
-            raise ValueError(f"capacity must be an integer >= 1, got {self.capacity!r}")
-        object.__setattr__(self, "delta", _positive("delta", self.delta, upper=1.0))
+        object.__setattr__(self, "rho_total", positive("rho_total", self.rho_total))
+        count("capacity", self.capacity, minimum=1)
+        object.__setattr__(self, "delta", positive("delta", self.delta, upper=1.0))
 
     @classmethod
     def from_dp(cls, epsilon: float, delta: float, capacity: int) -> "DeletionOdometer":
@@ -115,9 +73,7 @@ class DeletionOdometer:
         return gaussian_sigma(sensitivity, self.rho_step)
 
     def _k(self, k) -> int:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"k (deletions charged) must be an integer >= 0, got {k!r}")
-        return k
+        return count("k (deletions charged)", k, minimum=0)
 
     def allows(self, k: int) -> bool:
         """Whether one more deletion fits: ``rho_spent + rho_step <= rho_total``, i.e. ``k < capacity``."""

@@ -34,12 +34,12 @@ the (trusted) snapshot store, like the other algorithms' internal state.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
+from .analysis.checks import count, real
 
 __all__ = ["NodeNoise", "TreeAggregator", "level_closed_at", "record_levels", "tree_levels"]
 
@@ -52,8 +52,7 @@ def tree_levels(horizon: int) -> int:
     >>> tree_levels(1), tree_levels(2), tree_levels(10_000), tree_levels(2**20)
     (1, 2, 15, 21)
     """
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
+    count("horizon", horizon, minimum=1, error=ConfigError)
     return (horizon - 1).bit_length() + 1  # exact ceil(log2 n) + 1, no float log
 
 
@@ -90,8 +89,7 @@ class NodeNoise:
     def __init__(self, key: int, sigma: float, dim: int, stream: int = 0):
         if not (isinstance(key, int) and 0 <= key < 1 << _KEY_BITS):
             raise ConfigError(f"noise key must be an integer in [0, 2**{_KEY_BITS})")
-        if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma >= 0):
-            raise ConfigError(f"sigma must be a finite number >= 0, got {sigma!r}")
+        real("sigma", sigma, lo=0.0, error=ConfigError)
         self._key, self.sigma, self.dim, self.stream = key, float(sigma), dim, int(stream)
 
     @staticmethod

@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import math
 
+from .checks import count, positive, real
+
 __all__ = [
     "MECHANISMS", "gaussian_factor", "log_h", "log_sensitivity", "sensitivity", "max_ratio",
     "analytic_delta", "epsilon_for_ratio", "noise_sigma", "rewind_depth", "rewind_depth_bound",
@@ -55,25 +57,21 @@ _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 def gaussian_factor(delta: float) -> float:
     """sqrt(2 log(1.25/delta)), the classic Gaussian mechanism's factor (Theorem B.1)."""
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    positive("delta", delta, upper=1.0)
     return math.sqrt(2.0 * math.log(1.25 / delta))
 
 
 def _check(n: int, m: int, T: int, eta: float, smooth: float, grad_bound: float) -> None:
-    if not (isinstance(T, int) and T >= 1):
-        raise ValueError(f"T must be an integer >= 1, got {T!r}")
-    if not (isinstance(n, int) and isinstance(m, int) and 0 <= m < n):
-        raise ValueError(f"need integers 0 <= m < n, got m={m!r}, n={n!r}")
+    count("T", T, minimum=1)
+    count("m", m, minimum=0)
+    count("n", n, minimum=m + 1)
     for name, v in (("eta", eta), ("smooth", smooth), ("grad_bound", grad_bound)):
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        positive(name, v)
 
 
 def log_h(K: int, *, n: int, m: int, T: int, eta: float, smooth: float) -> float:
     """log h(K) = log((1 + a)^(T-K) - 1) + K log(1 + eta L), a = eta L n/(n - m); -inf at K = T."""
-    if not (isinstance(K, int) and 0 <= K <= T):
-        raise ValueError(f"K must be an integer in [0, T={T}], got {K!r}")
+    count("K", K, minimum=0, maximum=T)
     if K == T:
         return -math.inf
     a = eta * smooth * n / (n - m)
@@ -136,8 +134,7 @@ def max_ratio(eps: float, delta: float, mechanism: str = "auto") -> float:
     """
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+    positive("eps", eps)
     gaussian_factor(delta)  # validates delta
     if mechanism == "classic" or (mechanism == "auto" and eps <= 1.0):
         return eps / gaussian_factor(delta)
@@ -190,8 +187,7 @@ def rewind_depth(sigma: float, *, eps: float, delta: float, n: int, m: int, T: i
     K = T always qualifies (h(T) = 0: a noiseless full retrain from the checkpoint at step 0).
     """
     _check(n, m, T, eta, smooth, grad_bound)
-    if not (math.isfinite(sigma) and sigma >= 0):
-        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+    real("sigma", sigma, lo=0.0)
     if m == 0:
         return 0
     if sigma == 0.0:

@@ -1,0 +1,151 @@
+"""The contract every registered algorithm keeps (in the spirit of River's ``check_estimator``).
+
+It runs over ``worker.olu.ALGORITHMS``: registering a new algorithm puts it under every check here.
+Each is built from its declared ``example_params`` and fed the same small stream with deletions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.core.base import OnlineUnlearner
+
+DIM, N = 3, 60
+PRIVACY_KEYS = {"budget_used", "deletions_capacity_left", "delta", "eps_rdp_slope", "epsilon"}
+CALIBRATIONS = {"gaussian", "rewind", None}
+
+
+def stream(cls, n: int = N, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, DIM))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    if cls.example_params.get("loss") == "ridge":
+        y = 0.5 * y
+    return [f"r-{i}" for i in range(n)], X, y
+
+
+def build(cls, seed: int = 1):
+    return cls(dim=DIM, noise_rng=np.random.default_rng(seed), **cls.example_params)
+
+
+def trained(cls, seed: int = 1):
+    model = build(cls, seed)
+    ids, X, y = stream(cls)
+    model.learn_many(ids, X, y)
+    return model
+
+
+def assert_same_state(a, b):
+    sa, sb = a.export_state(), b.export_state()
+    assert sa["meta"] == sb["meta"]
+    assert sa["arrays"].keys() == sb["arrays"].keys()
+    for k in sa["arrays"]:
+        assert np.array_equal(sa["arrays"][k], sb["arrays"][k], equal_nan=True), k
+        assert np.asarray(sa["arrays"][k]).tobytes() == np.asarray(sb["arrays"][k]).tobytes(), k
+    assert sa.get("shared", {}).keys() == sb.get("shared", {}).keys()
+
+
+algorithms = pytest.mark.parametrize("name", sorted(ALGORITHMS))
+
+
+def test_the_registry_is_keyed_by_each_class_name():
+    assert all(cls.algorithm == name and issubclass(cls, OnlineUnlearner) for name, cls in ALGORITHMS.items())
+
+
+@algorithms
+def test_declared_facts_fit_the_class(name):
+    cls = ALGORITHMS[name]
+    accepted = set(inspect.signature(OnlineUnlearner.__init__).parameters)
+    for klass in cls.__mro__:  # the keywords the constructor chain accepts
+        if "__init__" in klass.__dict__:
+            accepted |= set(inspect.signature(klass.__init__).parameters)
+    assert set(cls.settings.values()) <= accepted, f"{name}: settings map to unknown keywords"
+    assert set(cls.example_params) <= accepted
+    assert isinstance(cls.keeps_examples, bool) and cls.calibration in CALIBRATIONS
+
+
+@algorithms
+def test_export_import_round_trip_is_bit_exact(name):
+    cls = ALGORITHMS[name]
+    model = trained(cls)
+    model.unlearn_one("r-5")
+    restored = load_model(model.export_state())
+    assert type(restored) is cls
+    assert_same_state(model, restored)
+    # and both go on identically (no noise: inserts only)
+    ids, X, y = stream(cls, n=10, seed=9)
+    ids = [f"next-{i}" for i in ids]
+    model.learn_many(ids, X, y)
+    restored.learn_many(ids, X, y)
+    assert model.z.tobytes() == restored.z.tobytes() and model.t == restored.t
+
+
+@algorithms
+def test_duplicate_and_never_seen_deletes_change_nothing(name):
+    model = trained(ALGORITHMS[name])
+    first = model.unlearn_one("r-7")
+    before = model.export_state()
+    assert model.unlearn_one("r-7").outcome == "duplicate"
+    assert model.unlearn_one("never-seen").outcome == "not_applied"
+    after = model.export_state()
+    assert before["arrays"]["z"].tobytes() == after["arrays"]["z"].tobytes()
+    assert before["meta"]["accountant"] == after["meta"]["accountant"]
+    assert model.accountant.lifetime_deletions == (1 if first.changed_model else 0)
+
+
+@algorithms
+def test_learn_one_in_a_loop_equals_learn_many(name):
+    cls = ALGORITHMS[name]
+    ids, X, y = stream(cls)
+    one, many = build(cls), build(cls)
+    applied = sum(one.learn_one(r, x, v) for r, x, v in zip(ids, X, y))
+    assert many.learn_many(ids, X, y) == applied == N
+    assert one.z.tobytes() == many.z.tobytes() and one.t == many.t
+
+
+@algorithms
+def test_noise_is_calibrated_as_the_class_declares(name):
+    cls = ALGORITHMS[name]
+    model = trained(cls)
+    outcomes = [model.unlearn_one(f"r-{i}") for i in (3, 11, 29)]
+    noised = [d for d in outcomes if d.outcome == "noised"]
+    if cls.calibration is None:
+        assert not noised, f"{name} adds noise but declares no calibration"
+        return
+    # The ledger's rho is the epoch's running total: a deletion is charged the difference.
+    charged, previous = [], {}
+    for entry in model.ledger:
+        if entry.get("sigma", 0.0) > 0.0:
+            charged.append((entry, entry["rho"] - previous.get(entry["epoch"], 0.0)))
+        previous[entry["epoch"]] = entry["rho"]
+    assert len(charged) == len(noised)
+    for d, (entry, rho) in zip(noised, charged):
+        assert d.sigma == entry["sigma"] and d.shift == entry["shift"]
+        if cls.calibration == "gaussian":
+            # the Gaussian mechanism at Renyi slope rho: sigma = shift / sqrt(2 rho)
+            assert math.isclose(d.sigma, d.shift / math.sqrt(2 * rho), rel_tol=1e-9)
+
+
+@algorithms
+def test_privacy_report_has_the_documented_keys(name):
+    model = trained(ALGORITHMS[name])
+    model.unlearn_one("r-2")
+    report = model.privacy()
+    assert PRIVACY_KEYS <= set(report)  # what releases and metrics read; extras are per algorithm
+    assert 0.0 < report["delta"] < 1.0 and report["epsilon"] >= 0.0 and report["budget_used"] >= 0.0
+
+
+@algorithms
+def test_same_seed_same_operations_same_state(name):
+    cls = ALGORITHMS[name]
+    a, b = trained(cls, seed=5), trained(cls, seed=5)
+    for model in (a, b):
+        for rid in ("r-1", "r-40", "r-1", "ghost"):
+            model.unlearn_one(rid)
+    assert_same_state(a, b)
