@@ -1,22 +1,28 @@
-"""Shared pieces of the broker-backed benches (worker_throughput, delete_latency, restore_time).
+"""Shared pieces of the benches; not a bench itself.
 
-Not a bench itself: machine info, the exact command, a real Kafka broker / S3 server (started here
-unless the environment points at one), topic creation, worker settings, synthetic d-dimensional
-insert/delete records in the wire format of schemas/insert.schema.json, percentiles and JSON output.
+Machine info, the command as typed at the repository root, a real Kafka broker / S3 server
+(started here unless the environment points at one), topic creation, worker settings, synthetic
+d-dimensional insert/delete records in the wire format of schemas/insert.schema.json,
+percentiles, and the options and the ending every bench shares (:func:`arguments`,
+:func:`finish`).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import datetime as _dt
+import importlib.metadata
 import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +32,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results"
+QUICK_RESULTS = RESULTS / "quick"  # git-ignored: a smoke run never overwrites a full run's results
+#: What every report has (written by :func:`finish`); each bench adds its own ``REPORT_KEYS``.
+COMMON_KEYS = ("bench", "command", "date", "commit", "machine", "target_checks")
+#: Set by the bench smoke test: the benches must use the servers it passes, never start their own.
+NO_OWN_SERVERS = "OLU_TEST_NO_OWN_SERVERS"  # OLU_TEST_*: reserved for tests, ignored by the worker
 
 
 # --------------------------------------------------------------------------- facts about the run
@@ -39,8 +50,12 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def loadavg() -> list[float] | None:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
 def machine() -> dict:
-    """Platform, CPU, interpreter and library versions, and the load average when asked."""
+    """Platform, CPU, interpreter and library versions, and the load average at start."""
     import confluent_kafka
     import orjson
 
@@ -51,12 +66,13 @@ def machine() -> dict:
         "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
         "orjson": orjson.__version__,
     }
-    for name in ("numba", "obstore"):
-        try:
-            info[name] = __import__(name).__version__
-        except (ImportError, AttributeError):
+    for name, dist in (("numba", "numba"), ("obstore", "obstore"), ("river", "river"),
+                       ("scikit_learn", "scikit-learn")):
+        try:  # the installed distribution's version: no import (scikit-learn's takes seconds)
+            info[name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
             info[name] = None
-    info["loadavg_at_start"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    info["loadavg_at_start"] = loadavg()
     return info
 
 
@@ -68,15 +84,88 @@ def machine_line(info: dict) -> str:
             + (f", load average {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}" if load else ""))
 
 
-def command() -> str:
-    return " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+def command(argv: list[str] | None = None) -> str:
+    """This run's command as typed at the repository root (``python bench/x.py --quick``): the
+    interpreter is "python", paths under the repository are relative and paths under the home
+    directory start with ``~``, so no report names one machine's directories."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]).resolve() if argv else None
+    if script is not None and script.is_file() and script.is_relative_to(ROOT):
+        argv[0] = str(script.relative_to(ROOT))  # the same whatever directory it was run from
+    return " ".join(shlex.quote(portable_path(a)) for a in ["python", *argv])
+
+
+def portable_path(text: str) -> str:
+    """``text`` with the repository root and the home directory taken out of any path in it."""
+    root, home = str(ROOT), str(Path.home())
+    text = text.replace(root + "/", "").replace("=" + root, "=.")
+    if text == root:
+        return "."
+    return text.replace(home + "/", "~/") if home not in ("/", "") else text
+
+
+def today() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def git_commit() -> str | None:
+    """The checked-out commit (short), ``+dirty`` when tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def write_json(path: Path, report: dict) -> None:
+    """Strict JSON (NaN and infinities refused: a value that is not defined is written as null)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=_jsonable) + "\n")
+    tmp.write_text(json.dumps(report, indent=2, default=_jsonable, allow_nan=False) + "\n")
     tmp.replace(path)
+
+
+def arguments(parser: argparse.ArgumentParser, argv: list[str] | None, quick: str) -> argparse.Namespace:
+    """Add the options every bench has, then parse ``argv``.
+
+    ``--quick`` (``quick`` says what it shrinks): the same code paths on small sizes, done in
+    seconds. ``--out DIR``: where the JSON and the PNG go; by default ``bench/results``, or
+    ``bench/results/quick`` with ``--quick``, so a smoke run never overwrites a full run's results.
+    """
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="directory of the JSON and PNG (default bench/results; bench/results/quick "
+                             "with --quick)")
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = QUICK_RESULTS if args.quick else RESULTS
+    return args
+
+
+def finish(name: str, report: dict, out: Path, *, checks=None, plot: Callable[[Path], None] | None = None) -> int:
+    """The end of every bench: write ``out/<name>.json``, draw ``out/<name>.png`` when the bench
+    has a plot, say where they went; returns the exit status for ``sys.exit(main())``.
+
+    The JSON gets what every report carries (``COMMON_KEYS``): the bench's name, the command as
+    typed at the repository root, the date, the commit, the machine (measured here unless the
+    bench did it at its start, which keeps the load average at start) with the load average at the
+    end, and ``target_checks``: the results of ``checks`` (a ``_targets.Checks``), one per MET /
+    NOT MET line the bench printed.
+    """
+    report = {"bench": name, "command": command(), "date": today(), "commit": git_commit(), **report}
+    report["machine"] = {**(report.get("machine") or machine()), "loadavg_at_end": loadavg()}
+    report["target_checks"] = list(checks.results) if checks is not None else []
+    written = [out / f"{name}.json"]
+    write_json(written[0], report)
+    if plot is not None:
+        written.append(out / f"{name}.png")
+        plot(written[-1])
+    wall = report.get("wall_s")
+    print(f"\nwrote {' and '.join(map(str, written))}" + (f" ({wall:.0f} s total)" if wall else ""))
+    return 0
 
 
 def _jsonable(value):
@@ -87,10 +176,6 @@ def _jsonable(value):
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON-able: {type(value).__name__}")
-
-
-def met(ok: bool) -> str:
-    return "MET" if ok else "NOT MET"
 
 
 def percentiles(values, qs=(50, 90, 99)) -> dict:
@@ -230,12 +315,19 @@ def confine_self(cpus: set[int]) -> None:
 
 
 # --------------------------------------------------------------------------- servers
+def _own_server(what: str, variables: str) -> None:
+    if os.environ.get(NO_OWN_SERVERS):
+        raise RuntimeError(f"this bench needs {what} and {NO_OWN_SERVERS} is set: declare it in the "
+                           f"script's SERVICES so that the smoke test passes {variables}")
+
+
 @contextlib.contextmanager
 def kafka() -> Iterator[tuple[str, str]]:
     """(bootstrap servers, where from): ``KAFKA_BOOTSTRAP_SERVERS`` if set, else our own broker."""
     if bootstrap := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         yield bootstrap, "KAFKA_BOOTSTRAP_SERVERS"
         return
+    _own_server("a Kafka broker", "KAFKA_BOOTSTRAP_SERVERS")
     from worker.devtools.kafka_local import KafkaBroker
 
     t0 = time.perf_counter()
@@ -247,13 +339,21 @@ def kafka() -> Iterator[tuple[str, str]]:
 
 @contextlib.contextmanager
 def s3() -> Iterator[object]:
-    """A SeaweedFS S3 server on loopback; its ``AWS_*`` variables are in ``os.environ`` meanwhile
-    (obstore's S3Store reads them when the worker opens ``s3://``)."""
-    from worker.devtools.s3_local import SeaweedS3
+    """An S3 server: the one ``OLU_TEST_S3_ENDPOINT`` names (with ``OLU_TEST_S3_BUCKET``,
+    ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``: what the tests'
+    ``s3_server`` fixture reads), else SeaweedFS on loopback started here. Its ``AWS_*`` variables
+    are in ``os.environ`` meanwhile (obstore's S3Store reads them when the worker opens ``s3://``)."""
+    from worker.devtools.s3_local import SeaweedS3, external_from_env
 
-    saved = {k: os.environ.get(k) for k in os.environ if k.startswith("AWS_")}
-    with SeaweedS3() as server:
-        print(f"started SeaweedFS S3 at {server.endpoint} in {server.startup_seconds:.1f} s")
+    with contextlib.ExitStack() as stack:
+        server = external_from_env()
+        if server is not None:
+            print(f"using the S3 server at {server.endpoint} (OLU_TEST_S3_ENDPOINT), bucket {server.bucket}")
+        else:
+            _own_server("an S3 server", "OLU_TEST_S3_ENDPOINT and its keys")
+            server = stack.enter_context(SeaweedS3())
+            print(f"started SeaweedFS S3 at {server.endpoint} in {server.startup_seconds:.1f} s")
+        saved = {k: os.environ.get(k) for k in os.environ if k.startswith("AWS_")}
         for k in saved:
             os.environ.pop(k, None)
         os.environ.update(server.env())

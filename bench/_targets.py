@@ -7,6 +7,14 @@ Every bench compares its numbers with these and prints one MET / NOT MET line pe
     checks.check(ENGINE_EVENTS_PER_S, 2.5e6, where="learn_many, d=10")
     report["targets"] = checks.results
 
+Every MET / NOT MET line a bench prints comes from :meth:`Checks.check`, in one format
+(:data:`LINE`)::
+
+    <indent><goal>[ [<where>]]: <value> -> MET|NOT MET[ (<note>)]
+
+and the report's ``target_checks`` has one entry per line, in order (the bench smoke test holds
+every bench to both).
+
 Timings depend on the machine and on what else runs on it: a NOT MET on a shared machine is a
 prompt to re-run on a quiet one, never a build failure (design.md section 8).
 """
@@ -14,7 +22,12 @@ prompt to re-run on a quiet one, never a build failure (design.md section 8).
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import dataclass
+
+#: A target line on a bench's stdout; any line with the word MET must be one.
+LINE = re.compile(r"^\s*(?P<what>\S.*): (?P<value>[^:]+?) -> (?P<verdict>MET|NOT MET)(?: \((?P<note>.*)\))?$")
+MET_WORD = re.compile(r"\bMET\b")
 
 _OPS = {">=": operator.ge, "<=": operator.le}
 

@@ -1,7 +1,7 @@
 """Every algorithm of the project on the same streams: accuracy, cost per deletion, epsilon, memory.
 
-    /work/venv/bin/python bench/algorithms.py            # 4 streams (50k synthetic), 1% deletions, ~1.5 min
-    /work/venv/bin/python bench/algorithms.py --quick    # 2 small streams, ~5 s
+    .venv/bin/python bench/algorithms.py            # 4 streams (50k synthetic), 1% deletions, ~1.5 min
+    .venv/bin/python bench/algorithms.py --quick    # 2 small streams, ~5 s
 
 Each algorithm of ``worker.config.ALGORITHMS`` is built exactly as the worker builds it
 (``_streams.make_model``: the worker's settings, ``max_deletions`` = the planned number of
@@ -20,7 +20,7 @@ the deletion capacity left; state size (``export_state()`` arrays) in bytes per 
 tracemalloc is not used: tracing every allocation slows the compiled learners several times and
 would distort the throughput column. ``active-newton`` is ridge-only: it runs on the ridge twin of
 each synthetic stream, is marked "(MSE)", and is listed as not run on the real datasets (never
-silently skipped). Writes ``results/algorithms.json`` and ``.png`` (``algorithms_quick.*``).
+silently skipped). Writes ``algorithms.json`` and ``.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ from worker.config import ALGORITHMS  # noqa: E402
 RIDGE_ONLY = frozenset({"active-newton"})
 BATCH = 500
 HELDOUT = 0.2
+REPORT_KEYS = ("config", "rows")
+SERVICES = ()
 
 
 def split(data: s.Dataset, seed: int) -> tuple[s.Dataset, s.Dataset]:
@@ -120,15 +122,13 @@ def run(algorithm: str, data: s.Dataset, heldout: s.Dataset, plan: s.DeletionPla
     }
 
 
-def main() -> int:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
     p.add_argument("--rate", type=float, default=0.01, help="share of records deleted")
     p.add_argument("--eps", type=float, default=1.0)
     p.add_argument("--algorithms", default=",".join(ALGORITHMS))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args()
+    args = h.arguments(p, argv, quick="a 5,000-record synthetic d = 10 stream and breast_cancer")
     info = h.machine()
     print(h.machine_line(info))
     from worker.olu.core.kernels import warmup
@@ -150,32 +150,28 @@ def main() -> int:
                   f"p99 {r['delete_ms_p99']:9.3f} ms  learn {r['learn_events_per_s']:12,.0f}/s  "
                   f"eps {r['epsilon'] if r['epsilon'] is not None else float('nan'):8.3f}  "
                   f"state {r['state_bytes_per_record']:8.1f} B/rec", flush=True)
-    print_table(rows)
-    report = {"bench": "algorithms", "command": h.command(), "machine": info,
-              "config": {"rate": args.rate, "eps": args.eps, "schedule": "uniform", "batch": BATCH,
-                         "quick": args.quick, "defaults": s.model_defaults()}, "rows": rows}
-    name = "algorithms_quick" if args.quick else "algorithms"
-    h.write_json(args.out / f"{name}.json", report)
-    plot(rows, args.out / f"{name}.png")
-    print(f"wrote {args.out / (name + '.json')} and {args.out / (name + '.png')}")
-    return 0
+    report = {"machine": info, "config": {"rate": args.rate, "eps": args.eps, "schedule": "uniform", "batch": BATCH,
+                                          "quick": args.quick, "defaults": s.model_defaults()}, "rows": rows}
+    print("\n" + render(report))
+    return h.finish("algorithms", report, args.out, plot=lambda path: plot(rows, path))
 
 
-def print_table(rows: list[dict]) -> None:
+def render(report: dict) -> str:
     """The whole run as one markdown table (the README's)."""
-    print("\n| stream | algorithm | prequential | held-out | dist. to retrained | delete mean / p99 (ms) "
-          "| learn (events/s) | epsilon | capacity left | state (B/record) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
+    lines = ["| stream | algorithm | prequential | held-out | dist. to retrained | delete mean / p99 (ms) "
+             "| learn (events/s) | epsilon | capacity left | state (B/record) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
         if "skipped" in r:
-            print(f"| {r['stream']} | {r['algorithm']} | not run: {r['skipped']} | | | | | | | |")
+            lines.append(f"| {r['stream']} | {r['algorithm']} | not run: {r['skipped']} | | | | | | | |")
             continue
         mse = " (MSE)" if r["metric"] == "mse" else ""
         eps = "" if r["epsilon"] is None else f"{r['epsilon']:.2f}"
         cap = "" if r["capacity_left"] is None else f"{r['capacity_left']:,.0f}"
-        print(f"| {r['stream']} | {r['algorithm']} | {r['prequential']:.3f}{mse} | {r['heldout']:.3f}{mse} "
-              f"| {r['distance_to_retrained']:.3f} | {r['delete_ms_mean']:.3f} / {r['delete_ms_p99']:.2f} "
-              f"| {r['learn_events_per_s']:,.0f} | {eps} | {cap} | {r['state_bytes_per_record']:.1f} |")
+        lines.append(f"| {r['stream']} | {r['algorithm']} | {r['prequential']:.3f}{mse} | {r['heldout']:.3f}{mse} "
+                     f"| {r['distance_to_retrained']:.3f} | {r['delete_ms_mean']:.3f} / {r['delete_ms_p99']:.2f} "
+                     f"| {r['learn_events_per_s']:,.0f} | {eps} | {cap} | {r['state_bytes_per_record']:.1f} |")
+    return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -207,6 +203,7 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Delete-to-release latency under a steady insert load, state on a real S3 server (not a test).
 
-    /work/venv/bin/python bench/delete_latency.py [--rate 50000] [--duration 30] [--delete-every-ms 20] [--quick]
+    .venv/bin/python bench/delete_latency.py [--rate 50000] [--duration 30] [--delete-every-ms 20] [--quick] [--out DIR]
 
 Pieces, all on loopback (a local Kafka broker unless ``KAFKA_BOOTSTRAP_SERVERS`` is set, and a
-SeaweedFS S3 server from worker.devtools.s3_local):
+SeaweedFS S3 server from worker.devtools.s3_local unless ``OLU_TEST_S3_ENDPOINT`` names one):
 
 - the worker, in this process's main thread: ``Worker(settings, metrics).run()``, state on
   ``s3://`` (so each deletion's delta object is PUT to the S3 server before its release is handed
@@ -48,7 +48,7 @@ with the full snapshots shaded.
 
 Target (issue): end-to-end p99 <= 50 ms at 50,000 inserts/s with the deletion durable on S3.
 
-Writes ``bench/results/delete_latency.json`` and ``.png``.
+Writes ``delete_latency.json`` and ``.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -70,13 +70,17 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
-from _targets import DELETE_TO_RELEASE_P99_S  # noqa: E402
+from _targets import DELETE_TO_RELEASE_P99_S, Checks  # noqa: E402
 import numpy as np  # noqa: E402
 
 TARGET_P99_S = DELETE_TO_RELEASE_P99_S.threshold
 SLOW_ROUND_S = 0.025  # loop rounds longer than this are kept with their breakdown
 RELEASE_EVERY = 10_000
 SNAPSHOT_EVERY = 200_000
+REPORT_KEYS = ("broker", "s3", "config", "counts", "end_to_end_s", "worker_histogram_exact_s",
+               "worker_histogram_prometheus", "delta_put_s", "worker_lag_events", "full_snapshots", "over_50ms",
+               "delete_produce_to_ack_s", "loop_stalls", "cpu_cores", "end_to_end_samples_s", "targets", "wall_s")
+SERVICES = ("kafka", "s3")
 
 
 # --------------------------------------------------------------------------- observer process
@@ -355,12 +359,10 @@ def main(argv=None) -> int:
                    help="shared: every process may run on every CPU; split: the broker and the S3 "
                         "server on the last CPU, the worker, producer and observer on the others "
                         "(servers on their own cores, as in a deployment)")
-    p.add_argument("--quick", action="store_true", help="smoke run: 8 s of deletions after 1 s of warm-up")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args(argv)
+    args = h.arguments(p, argv, quick="3 s of deletes after 0.5 s of warm-up, at most 10,000 inserts/s")
     if args.quick:
-        args.duration, args.warmup = min(args.duration, 8.0), min(args.warmup, 1.0)
+        args.duration, args.warmup, args.rate = min(args.duration, 3.0), min(args.warmup, 0.5), min(args.rate, 10_000)
     wall = time.perf_counter()
 
     info = h.machine()
@@ -611,21 +613,18 @@ def main(argv=None) -> int:
     stalls = stall_report(worker, merges, t0, t1)
     cpu_use = cpu_report(cpu, worker, t0, t1)
     ok = pe["p99"] is not None and pe["p99"] <= TARGET_P99_S and not unmatched
-    print(f"\ntarget 2: end-to-end delete-to-release p99 <= 50 ms at {args.rate:,.0f} inserts/s, deletions "
-          f"durable on S3, cores {args.cores} ({1e3 * (pe['p99'] or float('nan')):.1f} ms): {h.met(ok)}")
+    print("\ntarget 2:")
+    checks = Checks()
+    checks.check(DELETE_TO_RELEASE_P99_S, pe["p99"] if not unmatched else None,
+                 where=f"{args.rate:,.0f} inserts/s, cores {args.cores}",
+                 note=f"{unmatched} deletions never released" if unmatched else "")
     if achieved is not None and achieved < 0.95 * args.rate:
         print(f"  caveat: the producer reached only {achieved:,.0f} inserts/s")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    chart(e2e, worker_obs, timeline, lag, spans, t0, args.rate, args.out / "delete_latency.png",
-          f"Delete-to-release latency, {len(e2e):,} deletions at {args.rate:,.0f} inserts/s, state on S3 "
-          f"(p99 e2e {1e3 * (pe['p99'] or 0):.1f} ms)")
     report = {
-        "bench": "delete_latency",
-        "command": h.command(),
         "machine": info,
         "broker": broker_source,
-        "s3": {"server": "SeaweedFS (worker.devtools.s3_local)", "endpoint": server.endpoint},
+        "s3": {"server": type(server).__name__, "endpoint": server.endpoint},
         "config": {"rate": args.rate, "duration_s": args.duration, "delete_every_ms": args.delete_every_ms,
                    "warmup_s": args.warmup, "producer": args.producer, "producer_linger_ms": args.linger_ms,
                    "dim": 10,
@@ -643,7 +642,9 @@ def main(argv=None) -> int:
                    "producer_errors": errors[:5], "worker_run_s": run_s},
         "end_to_end_s": pe,
         "worker_histogram_exact_s": pw,
-        "worker_histogram_prometheus": {"quantile_estimates_s": hist_q, "buckets": buckets, "sum_s": hsum,
+        # the last bound is +Inf, written as Prometheus writes its le label (JSON has no infinity)
+        "worker_histogram_prometheus": {"quantile_estimates_s": hist_q, "sum_s": hsum,
+                                        "buckets": [("+Inf" if b == float("inf") else b, c) for b, c in buckets],
                                         "count": hcount},
         "delta_put_s": delta,
         "worker_lag_events": lag_events,
@@ -663,10 +664,28 @@ def main(argv=None) -> int:
         "targets": {"p99_s": pe["p99"], "<=0.050": ok, "met": ok},
         "wall_s": time.perf_counter() - wall,
     }
-    h.write_json(args.out / "delete_latency.json", report)
-    print(f"\nwrote {args.out / 'delete_latency.json'} and {args.out / 'delete_latency.png'} "
-          f"({report['wall_s']:.0f} s total)")
-    return 0
+    return h.finish("delete_latency", report, args.out, checks=checks, plot=lambda path: chart(
+        e2e, worker_obs, timeline, lag, spans, t0, args.rate, path,
+        f"Delete-to-release latency, {len(e2e):,} deletions at {args.rate:,.0f} inserts/s, state on S3 "
+        f"(p99 e2e {1e3 * (pe['p99'] or 0):.1f} ms)"))
+
+
+def render(report: dict) -> str:
+    """The README table: the run's latencies (ms), as in the session tables above it."""
+    def ms(p: dict, q: str = "p99") -> str:
+        return "-" if p.get(q) is None else f"{1e3 * p[q]:.1f}"
+
+    c, cfg = report["counts"], report["config"]
+    e2e = report["end_to_end_s"]
+    lines = ["| cores | deletions (matched) | inserts/s reached | end to end p50 / p99 | worker p99 | delta PUT p99 "
+             "| delete -> broker ack p99 | deletions over 50 ms | target (p99 <= 50 ms) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    rate = "-" if c["achieved_insert_rate"] is None else f"{c['achieved_insert_rate']:,.0f}"
+    lines.append(f"| {cfg['layout']['cores']} | {c['deletes']:,} ({c['matched']:,}) | {rate} "
+                 f"| {ms(e2e, 'p50')} / {ms(e2e)} ms | {ms(report['worker_histogram_exact_s'])} ms "
+                 f"| {ms(report['delta_put_s'])} ms | {ms(report['delete_produce_to_ack_s'])} ms "
+                 f"| {report['over_50ms']['count']} | {'MET' if report['targets']['met'] else 'NOT MET'} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Cost of one deletion vs exact retraining, as the retained set grows from 1e3 to 1e6 (not a test).
 
-    /work/venv/bin/python bench/deletion_cost.py [--sizes 1000,10000,100000,1000000] [--d 50]
-        [--repeat 5] [--repeat-large 2] [--quick]
+    .venv/bin/python bench/deletion_cost.py [--sizes 1000,10000,100000,1000000] [--d 50]
+        [--repeat 5] [--repeat-large 2] [--quick] [--out DIR]
 
 For each number of retained examples n and each algorithm, a model learns n examples (d = ``--d``,
 ||x|| <= 1, labels from a noisy linear rule: ``active_deletion.stream``), then ``--repeat`` times
@@ -29,7 +29,7 @@ Target (engine issue): one active deletion <= 250 ms with 100,000 retained examp
 (checked for the active algorithms on their slowest repetition when n = 1e5 and d = 50 are
 measured; ``active_deletion.py`` times more variants at that one point).
 
-Writes ``bench/results/deletion_cost.json`` and ``.png``.
+Writes ``deletion_cost.json`` and ``.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ ALGORITHMS = {
     "retrain": (Retrain, {"loss": "logistic"}, False, True, None),
     "retrain-ridge": (Retrain, {"loss": "ridge"}, False, True, None),
 }
+REPORT_KEYS = ("config", "results", "loglog_slopes", "targets", "wall_s")
+SERVICES = ()
 STYLE = {"passive": ("tab:blue", "o"), "active-d2d": ("tab:red", "s"), "active-anchor": ("tab:purple", "^"),
          "active-newton": ("tab:green", "D"), "retrain": ("black", "x"), "retrain-ridge": ("tab:gray", "+")}
 
@@ -135,18 +137,18 @@ def fit_slopes(rows: list[dict], names) -> dict:
     return out
 
 
-def check_targets(rows: list[dict], d: int) -> list[dict]:
+def check_targets(rows: list[dict], d: int) -> T.Checks:
     checks = T.Checks()
     n0 = T.ACTIVE_DELETION_RETAINED
     print(f"\ntarget: {T.ACTIVE_DELETION_MS.text} (slowest of the timed deletions):")
     if d != T.ACTIVE_DELETION_DIM or not any(r["retained"] == n0 for r in rows):
         print(f"  not checked: needs d = {T.ACTIVE_DELETION_DIM} and n = {n0:,} among the sizes")
-        return checks.results
+        return checks
     for r in rows:
         if r["retained"] == n0 and ALGORITHMS[r["algorithm"]][2]:
             checks.check(T.ACTIVE_DELETION_MS, r["max_ms"], where=f"{r['algorithm']}, {r['loss']}",
                          note=f"median {r['median_ms']:.1f} ms")
-    return checks.results
+    return checks
 
 
 def chart(rows: list[dict], names, path: Path, title: str) -> None:
@@ -192,9 +194,7 @@ def main(argv=None) -> int:
                    help="timed deletions for the O(n) ones (active-d2d, retrain) at n >= --large-n")
     p.add_argument("--large-n", type=int, default=1_000_000)
     p.add_argument("--max-deletions", type=int, default=1000, help="k of the active algorithms")
-    p.add_argument("--quick", action="store_true", help="smoke run: n in 1e3, 1e4; 2 deletions each")
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args(argv)
+    args = h.arguments(p, argv, quick="n in 1e3, 1e4; 2 deletions each")
     if args.quick:
         args.sizes, args.repeat, args.repeat_large = "1000,10000", 2, 1
     sizes = sorted(int(float(v)) for v in args.sizes.split(","))
@@ -215,20 +215,14 @@ def main(argv=None) -> int:
     slopes = fit_slopes(rows, names)
     print("\nlog-log slope of the median vs n (1 = linear in n): "
           + ", ".join(f"{k} {v:.2f}" for k, v in slopes.items()))
-    targets = check_targets(rows, args.d)
-    load_end = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    checks = check_targets(rows, args.d)
+    load_end = h.loadavg()
     if info.get("loadavg_at_start"):
         print(f"\nload average {info['loadavg_at_start'][0]:.2f} at start, {load_end[0]:.2f} at the end "
               "(2 shared cores: other work inflates the timings)")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    chart(rows, names, args.out / "deletion_cost.png",
-          f"Cost of one deletion vs exact retraining, d = {args.d}, one core")
     report = {
-        "bench": "deletion_cost",
-        "command": h.command(),
         "machine": info,
-        "loadavg_at_end": load_end,
         "config": {"sizes": sizes, "d": args.d, "algorithms": {n: {"class": ALGORITHMS[n][0].__name__,
                                                                    **kwargs_for(n, args.max_deletions)}
                                                                for n in names},
@@ -236,13 +230,32 @@ def main(argv=None) -> int:
                    "radius": 10.0, "eps": 1.0, "kernel_warm_up_s": compile_s, "quick": args.quick},
         "results": rows,
         "loglog_slopes": slopes,
-        "targets": targets,
+        "targets": checks.results,
         "wall_s": time.perf_counter() - wall,
     }
-    h.write_json(args.out / "deletion_cost.json", report)
-    print(f"\nwrote {args.out / 'deletion_cost.json'} and {args.out / 'deletion_cost.png'} "
-          f"({report['wall_s']:.0f} s total)")
-    return 0
+    return h.finish("deletion_cost", report, args.out, checks=checks, plot=lambda path: chart(
+        rows, names, path, f"Cost of one deletion vs exact retraining, d = {args.d}, one core"))
+
+
+def ms(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}" if v >= 1 else f"{v:.3f}"
+
+
+def render(report: dict) -> str:
+    """The README table: median ms per deletion (speed-up over retraining) by n, and the slope."""
+    rows, sizes = report["results"], report["config"]["sizes"]
+    names = list(dict.fromkeys(r["algorithm"] for r in rows))
+    lines = ["| algorithm | " + " | ".join(f"n = {n:,}" for n in sizes) + " | slope |",
+             "|---|" + "---:|" * (len(sizes) + 1)]
+    for name in names:
+        cells = []
+        for n in sizes:
+            r = next((x for x in rows if x["algorithm"] == name and x["retained"] == n), None)
+            sp = r and r.get("speedup_vs_retrain")
+            cells.append("" if r is None else ms(r["median_ms"]) + (f" ({speedup(sp)})" if sp and r["baseline"] else ""))
+        slope = report["loglog_slopes"].get(name)
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {'' if slope is None else f'{slope:.2f}'} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

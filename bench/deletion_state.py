@@ -1,6 +1,6 @@
 """What a long-lived model's per-deletion state costs: the ledger and the tombstones (not a test).
 
-    /work/venv/bin/python bench/deletion_state.py [--entries 100000,1000000]
+    .venv/bin/python bench/deletion_state.py [--entries 100000,1000000] [--quick] [--out DIR]
 
 Both keep one item per deletion for the model's whole life (design.md invariant 4; a tombstone
 per deleted id so a late insert of it is skipped), so both only grow.
@@ -28,7 +28,7 @@ and the bench reports the mean and the slowest of 20,000 adds from that size on 
 merge of the recent keys into a new base is included) and the bytes a full snapshot then copies
 on the loop thread.
 
-Writes ``bench/results/deletion_state.json``.
+Writes ``deletion_state.json`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ import orjson  # noqa: E402
 
 from worker.olu.core.index import KeySet  # noqa: E402
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+
+REPORT_KEYS = ("ledger", "tombstones")
+SERVICES = ()
 
 
 def entry(i: int) -> dict:
@@ -104,8 +107,9 @@ def measure_tombstones(n: int, split: bool, adds: int = 20_000) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--entries", default="100000,1000000", help="comma-separated ledger sizes")
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args(argv)
+    args = h.arguments(p, argv, quick="2,000 and 20,000 of each (sealed segments and a base merge included)")
+    if args.quick:
+        args.entries = "2000,20000"
     info = h.machine()
     print(h.machine_line(info))
     rows = []
@@ -124,11 +128,22 @@ def main(argv=None) -> int:
             tombstones.append(r)
             print(f"{label:30} {n:>10,} {r['add_s'] * 1e6:>7.1f} us {r['slowest_add_s'] * 1e3:>7.2f} ms "
                   f"{r['snapshot_copy_bytes'] / 2**20:>12.3f} MiB")
-    args.out.mkdir(parents=True, exist_ok=True)
-    h.write_json(args.out / "deletion_state.json", {"bench": "deletion_state", "command": h.command(),
-                                                    "machine": info, "ledger": rows, "tombstones": tombstones})
-    print(f"\nwrote {args.out / 'deletion_state.json'}")
-    return 0
+    return h.finish("deletion_state", {"machine": info, "ledger": rows, "tombstones": tombstones}, args.out)
+
+
+def render(report: dict) -> str:
+    """The README tables: the ledger's cost, then the tombstones'."""
+    lines = ["| ledger | entries | memory | per entry | snapshot header | export on the loop thread |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in report["ledger"]:
+        lines.append(f"| {r['ledger']} | {r['entries']:,} | {r['memory_bytes'] / 2**20:.1f} MiB "
+                     f"| {r['memory_bytes_per_entry']:.0f} B | {r['header_bytes'] / 2**20:.2f} MiB "
+                     f"| {r['export_s'] * 1e3:,.1f} ms |")
+    lines += ["", "| tombstones | keys | mean add | slowest add | a full snapshot copies |", "|---|---:|---:|---:|---:|"]
+    for r in report["tombstones"]:
+        lines.append(f"| {r['tombstones']} | {r['keys']:,} | {r['add_s'] * 1e6:.1f} us "
+                     f"| {r['slowest_add_s'] * 1e3:.2f} ms | {r['snapshot_copy_bytes'] / 2**20:.3f} MiB |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Engine throughput: in-memory passive OLU learning vs River, one core (not a test).
 
-    /work/venv/bin/python bench/engine_throughput.py [--n 2000000] [--batch 4096] [--repeat 3]
+    .venv/bin/python bench/engine_throughput.py [--n 2000000] [--batch 4096] [--repeat 3] [--quick] [--out DIR]
 
 Synthetic logistic stream, d = 10, ||x|| <= 1, labels from a noisy linear rule, ids "r-<n>".
 Every path sees the same events in the same order; each timing is the best of ``--repeat`` runs.
@@ -29,7 +29,7 @@ Targets (issue): >= 1,000,000 events/s and >= 3x River, one core. Also reported:
 record of the applied-record index at 1,000,000 records, and kernel compile time (cold: empty
 numba cache; warm: loaded from the cache), measured in fresh processes.
 
-Writes ``bench/results/engine_throughput.json`` and ``bench/results/engine_throughput.png``.
+Writes ``engine_throughput.json`` and ``engine_throughput.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # one core: no BLAS threads
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import shlex  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -51,10 +48,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import cpu_model  # noqa: E402  (bench/ is on sys.path when run as a script)
+import _harness as h  # noqa: E402
+from _harness import ROOT  # noqa: E402
 from _targets import ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, Checks  # noqa: E402
 from worker.olu.core.kernels import hashing, jit, ogd, warmup  # noqa: E402
 from worker.olu.core.index import record_key  # noqa: E402
@@ -62,6 +59,16 @@ from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 
 TARGET_EVENTS_PER_S = ENGINE_EVENTS_PER_S.threshold
 TARGET_RIVER_RATIO = ENGINE_X_RIVER.threshold
+REPORT_KEYS = ("config", "hashing_ns_per_id", "compile", "results", "kernel_vs_reference_rel_diff", "index",
+               "targets", "wall_s")
+SERVICES = ()
+ROWS = (("ours `learn_many` (hashing + validation)", "learn_many"),
+        ("ours `learn_many` + 1% deletes (learn time / stream ops)", "learn_many+deletes"),
+        ("ours vectorised hashing + validation", "vectorised"),
+        ("ours kernel only (index merges included)", "kernel"),
+        ("ours kernel only + 1% deletes (learn time / stream ops)", "kernel+deletes"),
+        ("numpy reference", "numpy reference"),
+        ("River `learn_one`", "river"))
 
 
 def make_stream(n: int, d: int, seed: int):
@@ -96,17 +103,24 @@ def new_model(d: int, reference: bool = False) -> PassiveOLU:
 
 
 def timed_merges(m: PassiveOLU) -> list[float]:
-    """Accumulate the time spent in the applied index's merges ([seconds, count])."""
+    """Accumulate the time spent in the applied index's merges ([seconds, merges started]): the
+    calls of ``merge`` (however the index calls it: ``paced=True`` when the tail fills while
+    learning) and the slices of paced merges done by ``advance_merge``."""
     acc = [0.0, 0]
-    merge = m.index.merge
+    merge, advance = m.index.merge, m.index.advance_merge
 
-    def wrapped():
+    def timed_merge(*args, **kwargs):
         t0 = time.perf_counter()
-        merge()
+        merge(*args, **kwargs)
         acc[0] += time.perf_counter() - t0
         acc[1] += 1
 
-    m.index.merge = wrapped
+    def timed_advance():
+        t0 = time.perf_counter()
+        advance()
+        acc[0] += time.perf_counter() - t0
+
+    m.index.merge, m.index.advance_merge = timed_merge, timed_advance
     return acc
 
 
@@ -204,29 +218,8 @@ def index_bytes(n: int, d: int, batch: int, seed: int) -> dict:
             "bytes_per_record_after_merge": m.index.nbytes / len(m.index)}
 
 
-def machine() -> dict:
-    import numba
-
-    try:
-        import river
-        river_version = river.__version__
-    except ImportError:
-        river_version = None
-    return {
-        "platform": platform.platform(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": sys.version.split()[0], "numpy": np.__version__, "numba": numba.__version__,
-        "river": river_version,
-        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
-def chart(results: dict, river_eps: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def chart(results: list, river_eps: float, path: Path) -> None:
+    plt = h.plt()
     labels, values, colors = [], [], []
     for label, value, color in results:
         labels.append(label)
@@ -258,14 +251,16 @@ def main(argv=None) -> int:
     p.add_argument("--index-n", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = p.parse_args(argv)
+    args = h.arguments(p, argv, quick="100,000 events (the index tail fills: merges run), 200,000 index records, "
+                                      "one repetition")
+    if args.quick:
+        args.n, args.ref_n, args.river_n = min(args.n, 100_000), min(args.ref_n, 5_000), min(args.river_n, 5_000)
+        args.index_n, args.repeat = min(args.index_n, 200_000), 1
     wall = time.perf_counter()
     n, d, batch = args.n, args.d, args.batch
 
-    info = machine()
-    print(f"machine: {info['cpu']} ({info['cpus_usable']} usable of {info['cpu_count']} cpus), "
-          f"{info['platform']}, python {info['python']}, numpy {info['numpy']}, numba {info['numba']}")
+    info = h.machine()
+    print(h.machine_line(info) + f", numba {info['numba']}")
     comp = compile_times()
     print(f"kernel compile (fresh process, empty numba cache): import {comp['cold']['import_s']:.2f} s + "
           f"warm_up {comp['cold']['warm_up_s']:.2f} s; from the cache: {comp['warm']['warm_up_s']:.3f} s")
@@ -334,7 +329,7 @@ def main(argv=None) -> int:
     print(f"kernel vs numpy reference on the first {ref_n:,} events: relative weight difference {agreement:.2e}")
     print(f"applied index: {idx['bytes_per_record']:.2f} bytes/record at {idx['records']:,} records "
           f"({idx['bytes_per_record_after_merge']:.2f} after merge); "
-          f"{full_idx['bytes_per_record']:.2f} at {full_idx['records']:,} (end of the 2M run with deletes)")
+          f"{full_idx['bytes_per_record']:.2f} at {full_idx['records']:,} (end of the run with deletes)")
     d_out = res["kernel+deletes"]["delete_outcomes"]
     print(f"deletions per run: {res['kernel+deletes']['deletes']:,} ({d_out}); inserts skipped as "
           f"already deleted: {res['kernel+deletes']['skipped_deleted']:,}")
@@ -355,19 +350,16 @@ def main(argv=None) -> int:
     checks.check(INDEX_BYTES_PER_RECORD, max(idx["bytes_per_record"], idx["bytes_per_record_after_merge"]),
                  where=f"{idx['records']:,} records, before and after merge")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    chart([
+    bars = [
         ("ours learn_many", res["learn_many"]["events_per_s"], "tab:blue"),
         ("ours learn_many\n+1% deletes (stream)", res["learn_many+deletes"]["stream_ops_per_s"], "tab:cyan"),
         ("ours vectorised\nhash+validation", res["vectorised"]["events_per_s"], "tab:purple"),
         ("ours kernel only", res["kernel"]["events_per_s"], "tab:green"),
         ("numpy reference", res["numpy reference"]["events_per_s"], "tab:gray"),
         ("River learn_one", river["events_per_s"], "tab:orange"),
-    ], river["events_per_s"], args.out / "engine_throughput.png")
+    ]
     clean = {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in res.items()}
     report = {
-        "bench": "engine_throughput",
-        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
         "machine": info,
         "config": {"n": n, "d": d, "batch": batch, "delete_frac": args.delete_frac, "ref_n": ref_n,
                    "river_n": river_n, "repeat": R, "seed": args.seed, "loss": "logistic", "l2": 0.01,
@@ -378,15 +370,40 @@ def main(argv=None) -> int:
         "kernel_vs_reference_rel_diff": agreement,
         "index": {"at_index_n": idx, "end_of_run": full_idx},
         "targets": targets,
-        "target_checks": checks.results,
         "wall_s": time.perf_counter() - wall,
     }
-    tmp = args.out / "engine_throughput.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(args.out / "engine_throughput.json")
-    print(f"\nwrote {args.out / 'engine_throughput.json'} and {args.out / 'engine_throughput.png'} "
-          f"({report['wall_s']:.0f} s total)")
-    return 0
+    return h.finish("engine_throughput", report, args.out, checks=checks,
+                    plot=lambda path: chart(bars, river["events_per_s"], path))
+
+
+def render(report: dict) -> str:
+    """The README table: events/s of every path, x River, and the targets."""
+    res = report["results"]
+    river = res["river"]["events_per_s"]
+
+    def rate(v):
+        return f"{v / 1e6:.2f} M"
+
+    lines = ["| path | events/s | x River | target |", "|---|---:|---:|---|"]
+    for label, key in ROWS:
+        r = res[key]
+        value = rate(r["events_per_s"])
+        if r.get("stream_ops_per_s"):
+            value += f" / {rate(r['stream_ops_per_s'])}"
+        target = ""
+        if key not in ("numpy reference", "river"):
+            fast = ENGINE_EVENTS_PER_S.met(min(r["events_per_s"], r.get("stream_ops_per_s") or r["events_per_s"]))
+            target = (f">= 1 M {'MET' if fast else 'NOT MET'}, >= 3x River "
+                      f"{'MET' if ENGINE_X_RIVER.met(r['events_per_s'] / river) else 'NOT MET'}")
+        lines.append(f"| {label} | {value} | {r['events_per_s'] / river:.1f} | {target} |")
+    idx = report["index"]["at_index_n"]
+    worst = max(idx["bytes_per_record"], idx["bytes_per_record_after_merge"])
+    lines += ["", f"Applied index: {idx['bytes_per_record']:.1f} bytes per record at {idx['records']:,} records "
+                  f"({idx['bytes_per_record_after_merge']:.1f} right after a merge): <= 16 "
+                  f"{'MET' if INDEX_BYTES_PER_RECORD.met(worst) else 'NOT MET'}. Kernel compile in a fresh "
+                  f"process: {report['compile']['cold']['import_s'] + report['compile']['cold']['warm_up_s']:.1f} s "
+                  f"cold, {report['compile']['warm']['warm_up_s']:.2f} s from the cache."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How long one learning call can stall while the applied index grows (not a test).
 
-    /work/venv/bin/python bench/merge_stall.py [--records 1100000] [--batch 2000]
+    .venv/bin/python bench/merge_stall.py [--records 1100000] [--batch 2000] [--quick] [--out DIR]
 
 A passive d = 10 model learns ``--records`` inserts with random keys in ``learn_many`` batches of
 ``--batch`` (the worker's default), and every call is timed. Calls are cheap except where the
@@ -13,7 +13,7 @@ four at a time, up to a million entries. Two ways, same stream:
   key-range slice at a time over the next tail.
 
 A deletion that arrives during a long call waits for it: the slowest calls are what a merge adds
-to the delete-to-release latency. Writes ``bench/results/merge_stall.json``.
+to the delete-to-release latency. Writes ``merge_stall.json`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ import numpy as np  # noqa: E402
 from worker.olu.core.kernels import warmup  # noqa: E402
 from worker.olu.core.index import AppliedIndex  # noqa: E402
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+
+REPORT_KEYS = ("rows",)
+SERVICES = ()
 
 
 def run(records: int, batch: int, paced: bool) -> dict:
@@ -62,8 +65,9 @@ def main(argv=None) -> int:
     p.add_argument("--records", type=int, default=1_100_000)
     p.add_argument("--batch", type=int, default=2000)
     p.add_argument("--repeat", type=int, default=3, help="runs of each way; the one with the lowest max is kept")
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args(argv)
+    args = h.arguments(p, argv, quick="300,000 records (the first merge of four runs included), one run of each way")
+    if args.quick:
+        args.records, args.repeat = min(args.records, 300_000), 1
     info = h.machine()
     print(h.machine_line(info))
     warmup.warm_up()
@@ -74,11 +78,17 @@ def main(argv=None) -> int:
         rows.append(r)
         print(f"{r['way']:8} {r['records']:>10,} {r['median_ms']:>5.2f} ms {r['p99_ms']:>5.2f} ms "
               f"{r['p999_ms']:>5.2f} ms {r['max_ms']:>5.1f} ms {r['calls_over_5ms']:>13}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    h.write_json(args.out / "merge_stall.json", {"bench": "merge_stall", "command": h.command(), "machine": info,
-                                                 "rows": rows})
-    print(f"\nwrote {args.out / 'merge_stall.json'}")
-    return 0
+    return h.finish("merge_stall", {"machine": info, "rows": rows}, args.out)
+
+
+def render(report: dict) -> str:
+    """The README table: the slowest learning calls, merging at once and paced."""
+    lines = ["| way | records | median call | p99 | p99.9 | slowest call | calls over 5 ms |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['way']} | {r['records']:,} | {r['median_ms']:.2f} ms | {r['p99_ms']:.2f} ms "
+                     f"| {r['p999_ms']:.2f} ms | {r['max_ms']:.1f} ms | {r['calls_over_5ms']} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ close to the worst case eta_u L the noise is calibrated for).
 
 Targets (issue 6): the audit AUC's confidence interval contains 0.5.
 
-    /work/venv/bin/python bench/privacy_audit.py           # ~6 min on 2 busy cores
-    /work/venv/bin/python bench/privacy_audit.py --quick   # ~1 min
+    .venv/bin/python bench/privacy_audit.py           # ~6 min on 2 busy cores
+    .venv/bin/python bench/privacy_audit.py --quick   # 5 seeds, 50 draws: seconds
+
+Writes ``privacy_audit.json`` and ``.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -48,18 +50,24 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-import _streams as S
-from _harness import RESULTS, command, machine, machine_line, plt, write_json
-from _targets import Checks, Target
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h  # noqa: E402
+import _streams as S  # noqa: E402
+from _targets import Checks, Target  # noqa: E402
+
+from worker.olu.core.examples import ExampleStore  # noqa: E402
+from worker.olu.core.replay import replay_ogd  # noqa: E402
 
 AUC_CI_CONTAINS_HALF = Target(
     "audit_auc_ci_gap", "the audit AUC's 95% confidence interval contains 0.5 (gap from 0.5 to the interval)",
     "<=", 0.0, "AUC", "privacy audit (issue 6)")
-from worker.olu.core.replay import replay_ogd
-from worker.olu.core.examples import ExampleStore
+REPORT_KEYS = ("seconds", "worker_defaults", "membership_inference", "divergence", "targets")
+SERVICES = ()
 
 MIA_ALGORITHMS = (("passive", 1.0), ("passive", 0.1), ("passive", 10.0), ("active-d2d", 1.0),
                   ("retrain", 1.0), ("restart", 1.0), ("ogd", 1.0))
@@ -285,12 +293,11 @@ def divergence_audit(draws: int, boot: int, log) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer seeds and draws (~1 minute)")
-    args = ap.parse_args(argv)
-    info = machine()
-    print(machine_line(info))
+    args = h.arguments(ap, argv, quick="5 seeds, 50 engine draws, 20 bootstrap samples")
+    info = h.machine()
+    print(h.machine_line(info))
     started = time.perf_counter()
-    seeds, draws, boot = (15, 300, 100) if args.quick else (400, 4000, 400)
+    seeds, draws, boot = (5, 50, 20) if args.quick else (400, 4000, 400)
     mia = []
     for dataset in MIA_DATASETS:
         print(f"Part A: membership inference, {dataset}, {seeds} seeds")
@@ -335,12 +342,14 @@ def main(argv=None) -> int:
     seconds = time.perf_counter() - started
     print(f"total {seconds:.0f} s")
 
-    name = "privacy_audit_quick" if args.quick else "privacy_audit"
-    write_json(RESULTS / f"{name}.json", dict(
-        bench="privacy_audit", command=command(), machine=info, seconds=seconds,
-        worker_defaults=S.model_defaults(), membership_inference=mia, divergence=div,
-        targets=dict(auc_ci_contains_half=all(verdicts), divergence_within_bound=within, checks=checks.results)))
-    pyplot = plt()
+    report = dict(machine=info, seconds=seconds, worker_defaults=S.model_defaults(), membership_inference=mia,
+                  divergence=div, targets=dict(auc_ci_contains_half=all(verdicts), divergence_within_bound=within,
+                                               checks=checks.results))
+    return h.finish("privacy_audit", report, args.out, checks=checks, plot=lambda path: plot(mia, div, seeds, path))
+
+
+def plot(mia: list[dict], div: list[dict], seeds: int, path: Path) -> None:
+    pyplot = h.plt()
     fig, axes = pyplot.subplots(1, 3, figsize=(17, 4.8))
     for ax, dataset in zip(axes[:2], MIA_DATASETS):
         rs = [r for r in mia if r["dataset"] == dataset]
@@ -372,9 +381,26 @@ def main(argv=None) -> int:
     ax.set_title("passive: unlearned vs retrained-plus-noise", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}.png", dpi=120)
-    print(f"wrote {RESULTS / (name + '.json')} and .png")
-    return 0
+    fig.savefig(path, dpi=120)
+    pyplot.close(fig)
+
+
+def render(report: dict) -> str:
+    """The README tables: membership inference AUCs, then divergence against the certified bound."""
+    lines = ["| stream | algorithm | AUC deleted vs never-seen [95% CI] | control: retained vs never-seen "
+             "| holdout accuracy |", "|---|---|---|---|---:|"]
+    for r in report["membership_inference"]:
+        lines.append(f"| {r['dataset']} | {r['algorithm']} | {r['auc_deleted_vs_unseen']:.3f} "
+                     f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] | {r['auc_retained_vs_unseen']:.3f} "
+                     f"[{r['ci_retained'][0]:.3f}, {r['ci_retained'][1]:.3f}] | {100 * r['holdout_accuracy']:.1f}% |")
+    lines += ["", "| schedule (k) | eps | mean-shift KL [95% CI] | full Gaussian KL (floor) | bound rho "
+                  "| estimate / bound |", "|---|---:|---|---|---:|---:|"]
+    for r in report["divergence"]:
+        ratio = "" if r["ratio_to_bound"] is None else f"{r['ratio_to_bound']:.3f}"
+        lines.append(f"| {r['schedule']} ({r['k']}) | {r['eps']:g} | {r['shift_kl']:.2g} [{r['shift_kl_ci'][0]:.2g}, "
+                     f"{r['shift_kl_ci'][1]:.2g}] | {r['gaussian_kl']:.2g} ({r['floor_gaussian_kl']:.2g}) "
+                     f"| {r['rho']:.2g} | {ratio} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -22,22 +22,28 @@ Targets (issue 6): at eps = 1 with 1% uniform deletions, passive OLU's prequenti
 Phishing is within 2 points of plain OGD; the final model of every unlearning algorithm is closer
 to the retrained model than discard-and-restart is.
 
-    /work/venv/bin/python bench/quality.py            # full grid, 9 to 17 min on 2 busy cores
-    /work/venv/bin/python bench/quality.py --quick    # smoke run, ~1 min
+    .venv/bin/python bench/quality.py            # full grid, 9 to 17 min on 2 busy cores
+    .venv/bin/python bench/quality.py --quick    # smoke run, seconds
+
+Writes ``quality.json`` and ``.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
-import _streams as S
-from _harness import RESULTS, command, machine, machine_line, plt, write_json
-from _targets import Checks, Target
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h  # noqa: E402
+import _streams as S  # noqa: E402
+from _targets import Checks, Target  # noqa: E402
 
 PHISHING_GAP = Target(
     "phishing_passive_gap_points", "eps = 1, 1% uniform deletions: passive OLU's prequential accuracy on Phishing "
@@ -51,15 +57,28 @@ EPSILONS = (0.1, 1.0, 10.0)
 LOGISTIC_ALGOS = ("passive", "passive-restart", "active-d2d", "active-anchor", "retrain", "restart", "ogd")
 UNLEARNERS = ("passive", "passive-restart", "active-d2d", "active-anchor", "active-newton", "retrain")
 ISSUE_SCHEDULES = ("uniform", "bursts", "early-late")
+REPORT_KEYS = ("seconds", "worker_defaults", "cells", "targets", "diagnosis")
+SERVICES = ()
+#: The README's excerpt: uniform schedule, eps = 1, one rate per stream.
+EXCERPT = (("phishing", 0.01), ("breast_cancer", 0.01), ("digits", 0.01), ("synthetic-1M", 0.001),
+           ("synthetic-1M", 0.01), ("synthetic-100k", 0.001), ("ridge-100k", 0.01))
+EXCERPT_ALGOS = ("ogd", "retrain", "restart", "passive", "passive-restart", "active-d2d", "active-anchor",
+                 "active-newton")
 
 
 def blocks(quick: bool) -> list[dict]:
-    """What runs where: (dataset, algorithms, rates, schedules, epsilons, repeats, batch)."""
-    small = dict(algorithms=LOGISTIC_ALGOS, rates=RATES[1:] if quick else RATES, schedules=S.SCHEDULES,
-                 epsilons=EPSILONS, repeats=2 if quick else 10, batch=1)
-    n_big = 50_000 if quick else 1_000_000
-    n_mid = 10_000 if quick else 100_000
-    return [
+    """What runs where: (dataset, algorithms, rates, schedules, epsilons, repeats, batch). ``quick``:
+    the same blocks, each grid cut to its first rate, schedule and eps, the synthetic streams on 5,000
+    events; Phishing keeps the in-order schedule, eps 10 and two repeats as well."""
+    if quick:
+        small = dict(algorithms=LOGISTIC_ALGOS, rates=(0.01,), schedules=("uniform", "in-order"),
+                     epsilons=(1.0, 10.0), repeats=2, batch=1)
+        n_big = n_mid = 5_000
+    else:
+        small = dict(algorithms=LOGISTIC_ALGOS, rates=RATES, schedules=S.SCHEDULES, epsilons=EPSILONS,
+                     repeats=10, batch=1)
+        n_big, n_mid = 1_000_000, 100_000
+    out = [
         dict(data=S.phishing, **small),
         dict(data=S.breast_cancer, **small),
         dict(data=S.digits, **small),
@@ -80,6 +99,10 @@ def blocks(quick: bool) -> list[dict]:
              algorithms=("active-newton", "passive", "active-d2d", "retrain", "restart", "ogd"),
              rates=(0.001, 0.01), schedules=("uniform", "in-order"), epsilons=(1.0,), repeats=1, batch=2000),
     ]
+    if quick:
+        out[1:] = [dict(b, rates=b["rates"][:1], schedules=b["schedules"][:1], epsilons=b["epsilons"][:1],
+                        repeats=1) for b in out[1:]]
+    return out
 
 
 def run_block(block: dict, rows: list[dict], log) -> None:
@@ -116,7 +139,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     out = []
     for (ds, rate, sched, alg, eps), rs in groups.items():
         targets = sorted(eps_by_cell[(ds, rate, sched)]) if rs[0]["eps_free"] else [eps]
-        acc, acc_ci = S.mean_ci([r["accuracy"] for r in rs])
+        acc, acc_ci = (None, None) if rs[0]["loss_name"] == "ridge" else S.mean_ci([r["accuracy"] for r in rs])
         dist, dist_ci = S.mean_ci([r["distance"] for r in rs])
         outcomes = defaultdict(int)
         for r in rs:
@@ -127,7 +150,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                             n=rs[0]["n"], repeats=len(rs), accuracy=acc, accuracy_ci=acc_ci,
                             loss=float(np.mean([r["loss"] for r in rs])), distance=dist, distance_ci=dist_ci,
                             outcomes={k: v / len(rs) for k, v in outcomes.items()},
-                            accuracy_runs=[round(r["accuracy"], 6) for r in rs],
+                            accuracy_runs=[None if acc is None else round(r["accuracy"], 6) for r in rs],
                             distance_runs=[float(f"{r['distance']:.6g}") for r in rs],
                             seconds=float(np.mean([r["seconds"] for r in rs])), eps_free=rs[0]["eps_free"]))
     out.sort(key=lambda c: (c["dataset"], c["rate"], c["schedule"], c["eps"], c["algorithm"]))
@@ -165,11 +188,16 @@ def evaluate_targets(cells: list[dict]) -> dict:
         if not closer:
             failures.append(dict(dataset=c["dataset"], rate=c["rate"], schedule=c["schedule"], eps=c["eps"],
                                  algorithm=c["algorithm"], distance=c["distance"], restart=base["distance"]))
-    t2 = {alg: dict(cells=v["cells"], closer=v["closer"], median_ratio=float(np.median(v["ratios"])),
+    t2 = {alg: dict(cells=v["cells"], closer=v["closer"], median_ratio=finite(float(np.median(v["ratios"]))),
                     met=v["closer"] == v["cells"]) for alg, v in per_alg.items()}
     return dict(phishing_passive_vs_ogd=t1, closer_than_restart=t2,
                 closer_than_restart_met=all(v["met"] for v in t2.values()) if t2 else None,
                 closer_than_restart_failures=failures)
+
+
+def finite(v: float) -> float | None:
+    """``v``, or None where it is not a number (JSON has no infinity)."""
+    return v if math.isfinite(v) else None
 
 
 def diagnose_phishing(repeats: int) -> list[dict]:
@@ -213,13 +241,13 @@ def print_tables(cells: list[dict]) -> None:
                     line.append(f"{'':>17}")
                     continue
                 k = c["k"]
-                acc = "  -  " if np.isnan(c["accuracy"]) else f"{100 * c['accuracy']:5.1f}"
+                acc = "  -  " if c["accuracy"] is None else f"{100 * c['accuracy']:5.1f}"
                 line.append(f"{acc} ({c['distance']:8.3g})")
             print(f"{rate * 100:5.1f}% {sched:>10} {eps:5g} {k:6d} | " + " | ".join(line))
 
 
 def plot(cells, targets, path) -> None:
-    pyplot = plt()
+    pyplot = h.plt()
     fig, axes = pyplot.subplots(1, 2, figsize=(13, 4.8))
     ax = axes[0]
     algs = ("ogd", "retrain", "passive", "passive-restart", "active-d2d", "active-anchor", "restart")
@@ -261,14 +289,14 @@ def plot(cells, targets, path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    pyplot.close(fig)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run (~1 minute): smaller streams, fewer repeats")
-    args = ap.parse_args(argv)
-    info = machine()
-    print(machine_line(info))
+    args = h.arguments(ap, argv, quick="5,000-event synthetic streams, a cut grid, fewer repeats")
+    info = h.machine()
+    print(h.machine_line(info))
     print(f"worker defaults: {S.model_defaults()}")
     started = time.perf_counter()
     rows: list[dict] = []
@@ -279,7 +307,7 @@ def main(argv=None) -> int:
     cells = summarise(rows)
     print_tables(cells)
     targets = evaluate_targets(cells)
-    diagnosis = diagnose_phishing(2 if args.quick else 10)
+    diagnosis = diagnose_phishing(1 if args.quick else 10)
     print("\n== diagnosis: Phishing, 1% uniform deletions, passive vs OGD for other l2 / eps ==")
     print(f"{'l2':>6} {'eps':>5} {'passive %':>10} {'ogd %':>7} {'gap (pts)':>10} {'median max sigma':>17}")
     for d in diagnosis:
@@ -300,13 +328,36 @@ def main(argv=None) -> int:
     seconds = time.perf_counter() - started
     print(f"total {seconds:.0f} s")
 
-    name = "quality_quick" if args.quick else "quality"
-    write_json(RESULTS / f"{name}.json", dict(
-        bench="quality", command=command(), machine=info, seconds=seconds, worker_defaults=S.model_defaults(),
-        cells=cells, targets=targets, diagnosis=diagnosis))  # per-run values are in each cell
-    plot(cells, targets, RESULTS / f"{name}.png")
-    print(f"wrote {RESULTS / (name + '.json')} and .png")
-    return 0
+    report = dict(machine=info, seconds=seconds, worker_defaults=S.model_defaults(), cells=cells, targets=targets,
+                  diagnosis=diagnosis)  # per-run values are in each cell
+    return h.finish("quality", report, args.out, checks=checks, plot=lambda path: plot(cells, targets, path))
+
+
+def render(report: dict) -> str:
+    """The README excerpt: uniform schedule, eps = 1, accuracy % / distance to the retrained model."""
+    cells = [c for c in report["cells"] if c["schedule"] == "uniform" and c["eps"] == 1.0]
+    rows = [(ds, rate) for ds, rate in EXCERPT if cell_of(cells, dataset=ds, rate=rate)]
+    rows = rows or sorted({(c["dataset"], c["rate"]) for c in cells})  # a quick run's streams
+    algos = [a for a in EXCERPT_ALGOS if any(c["algorithm"] == a for c in cells)]
+    lines = ["| stream (rate, k) | " + " | ".join(algos) + " |", "|---|" + "---|" * len(algos)]
+    for ds, rate in rows:
+        found = [cell_of(cells, dataset=ds, rate=rate, algorithm=a) for a in algos]
+        k = next(c["k"] for c in found if c)
+        line = []
+        for c in found:
+            undefined = c is not None and (c["accuracy"] is None or math.isnan(c["accuracy"]))  # ridge
+            acc = "" if c is None else "-" if undefined else f"{100 * c['accuracy']:.1f}"
+            line.append("" if c is None else f"{acc} / {c['distance']:.2g}")
+        lines.append(f"| {ds} ({100 * rate:g}%, {k:,}) | " + " | ".join(line) + " |")
+    t = report["targets"]
+    gap = t.get("phishing_passive_vs_ogd")
+    if gap:
+        lines += ["", f"Phishing, eps = 1, 1% uniform: passive {100 * gap['passive']:.1f} +- "
+                      f"{100 * gap['passive_ci']:.1f} % vs OGD {100 * gap['ogd']:.1f} % ({gap['repeats']} schedule "
+                      f"draws), gap {gap['gap_points']:.1f} points: {'MET' if gap['met'] else 'NOT MET'}. Closer to "
+                      "the retrained model than discard-and-restart, cells: " + ", ".join(
+                          f"{alg} {v['closer']}/{v['cells']}" for alg, v in t["closer_than_restart"].items()) + "."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ where the last term is the shifted schedule's extra O(mu t0 D^2) (olu-spec 6.5; 
 1). Without the noise term this is also the bound for exact retraining. Slopes are least-squares
 fits of log Regret against log T (on T >= 10^4 and on all T).
 
-    /work/venv/bin/python bench/regret.py            # T up to 1e6, ~9 min on 2 busy cores
-    /work/venv/bin/python bench/regret.py --quick    # T up to 3e4, ~1 min
+    .venv/bin/python bench/regret.py            # T up to 1e6, ~9 min on 2 busy cores
+    .venv/bin/python bench/regret.py --quick    # T in 1e3, 3e3: seconds
+
+Writes ``regret.json`` and ``.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -32,16 +34,22 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-import _streams as S
-from _harness import RESULTS, command, machine, machine_line, plt, write_json
-from worker.olu.algorithms.newton import ball_constrained_quadratic_min
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h  # noqa: E402
+import _streams as S  # noqa: E402
+
+from worker.olu.algorithms.newton import ball_constrained_quadratic_min  # noqa: E402
 
 K_DELETIONS = 10
 ALGORITHMS = (("ogd", 1.0), ("retrain", 1.0), ("restart", 1.0), ("passive", 0.1), ("passive", 1.0),
               ("passive", 10.0), ("passive-restart", 1.0), ("active-d2d", 1.0), ("active-anchor", 1.0))
+REPORT_KEYS = ("seconds", "setup", "rows", "slopes", "below_bound")
+SERVICES = ()
 
 
 def label(alg: str, eps: float) -> str:
@@ -141,11 +149,10 @@ def slope(Ts, values, t_min: float = 0) -> float | None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="T up to 3e4 (~1 minute)")
-    args = ap.parse_args(argv)
-    info = machine()
-    print(machine_line(info))
-    horizons = [1_000, 3_000, 10_000, 30_000] + ([] if args.quick else [100_000, 300_000, 1_000_000])
+    args = h.arguments(ap, argv, quick="T in 1e3 and 3e3")
+    info = h.machine()
+    print(h.machine_line(info))
+    horizons = [1_000, 3_000] + ([] if args.quick else [10_000, 30_000, 100_000, 300_000, 1_000_000])
     started = time.perf_counter()
     probe = S.make_model("passive", 10, "logistic", 1.0, K_DELETIONS)
     lam, radius, t0 = probe.loss.lam, probe.ball.radius, probe.schedule.t0
@@ -206,25 +213,33 @@ def main(argv=None) -> int:
     seconds = time.perf_counter() - started
     print(f"total {seconds:.0f} s")
 
-    name = "regret_quick" if args.quick else "regret"
-    write_json(RESULTS / f"{name}.json", dict(
-        bench="regret", command=command(), machine=info, seconds=seconds,
-        setup=dict(dim=10, k=K_DELETIONS, schedule="uniform", l2=lam, radius=radius, t0=t0, L=constants.L,
-                   mu=constants.mu, beta=constants.beta),
-        rows=rows, slopes=slopes, below_bound=within))
-    pyplot = plt()
+    report = dict(machine=info, seconds=seconds,
+                  setup=dict(dim=10, k=K_DELETIONS, schedule="uniform", l2=lam, radius=radius, t0=t0, L=constants.L,
+                             mu=constants.mu, beta=constants.beta),
+                  rows=rows, slopes=slopes, below_bound=within)
+    return h.finish("regret", report, args.out, plot=lambda path: plot(rows, names, slopes, path))
+
+
+def fitted(slope: dict) -> float | None:
+    """The slope on T >= 1e4 when the run reaches it, else on every T."""
+    return slope["from_1e4"] if slope["from_1e4"] is not None else slope["all"]
+
+
+def plot(rows: list[dict], names: list[str], slopes: dict, path: Path) -> None:
+    Ts = [r["T"] for r in rows]
+    pyplot = h.plt()
     fig, ax = pyplot.subplots(figsize=(9, 6))
     for n in names:
         vals = np.array([r["regret"][n] for r in rows])
         ok = vals > 0
-        s = slopes[n]["from_1e4"]
+        s = fitted(slopes[n])
         ax.plot(np.array(Ts)[ok], vals[ok], marker="o", label=f"{n} (slope {s:.2f})" if s is not None else n)
     for e, style in (("0.1", ":"), ("1", "--"), ("10", "-.")):
         vals = [r["bound_passive"][e] for r in rows]
         ax.plot(Ts, vals, color="black", ls=style, lw=1,
-                label=f"Thm 3.3 bound, passive eps={e} (slope {slopes[f'bound passive eps={e}']['from_1e4']:.2f})")
+                label=f"Thm 3.3 bound, passive eps={e} (slope {fitted(slopes[f'bound passive eps={e}']):.2f})")
     ax.plot(Ts, [r["bound_exact"] for r in rows], color="grey", lw=2, alpha=0.6,
-            label=f"Thm 3.3 bound without noise term (slope {slopes['bound exact']['from_1e4']:.2f})")
+            label=f"Thm 3.3 bound without noise term (slope {fitted(slopes['bound exact']):.2f})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("horizon T (events)")
@@ -232,9 +247,23 @@ def main(argv=None) -> int:
     ax.set_title(f"Regret vs T, synthetic logistic d=10, k={K_DELETIONS} uniform deletions, worker defaults")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{name}.png", dpi=120)
-    print(f"wrote {RESULTS / (name + '.json')} and .png")
-    return 0
+    fig.savefig(path, dpi=120)
+    pyplot.close(fig)
+
+
+def render(report: dict) -> str:
+    """The README table: regret of every algorithm per T, the bound at eps = 1, the slopes."""
+    rows = report["rows"]
+    names = list(rows[0]["regret"])
+    lines = ["| T | " + " | ".join(names) + " | bound eps=1 |", "|---:|" + "---:|" * (len(names) + 1)]
+    for r in rows:
+        lines.append(f"| {r['T']:,} | " + " | ".join(f"{r['regret'][n]:,.3g}" if abs(r["regret"][n]) < 1000
+                                                     else f"{r['regret'][n]:,.0f}" for n in names)
+                     + f" | {r['bound_passive']['1']:,.0f} |")
+    fit = "T >= 1e4" if any(s["from_1e4"] is not None for s in report["slopes"].values()) else "every T"
+    lines += ["", f"Fitted log-log slopes ({fit}): " + ", ".join(
+        f"{n} {fitted(s):.2f}" for n, s in report["slopes"].items() if fitted(s) is not None) + "."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

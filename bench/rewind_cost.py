@@ -24,8 +24,11 @@ Targets (this bench's own; the issue states none in numbers):
 BLAS runs single-threaded (OPENBLAS_NUM_THREADS=1 unless set): on this 2-core machine shared with
 other jobs, OpenBLAS's two threads made each gradient pass 10x slower above ~20,000 rows.
 
-    /work/venv/bin/python bench/rewind_cost.py              # ~1 minute on 2 cores
-    /work/venv/bin/python bench/rewind_cost.py --sizes 1000 10000 --repeats 3
+    .venv/bin/python bench/rewind_cost.py              # ~1 minute on 2 cores
+    .venv/bin/python bench/rewind_cost.py --sizes 1000 10000 --repeats 3
+    .venv/bin/python bench/rewind_cost.py --quick --out /tmp/bench   # smoke run, seconds
+
+Writes ``rewind_cost.json`` and ``.png`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -41,22 +44,32 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads OpenBLA
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import RESULTS, command, machine_line, met, plt, write_json  # noqa: E402
+import _harness as h  # noqa: E402
+from _targets import Checks, Target  # noqa: E402
+
 from worker.olu.privacy.analysis import rewind as r2d  # noqa: E402
 from worker.olu.algorithms.active import average_loss_descent  # noqa: E402
 from worker.olu import load_model  # noqa: E402
 from worker.olu.algorithms.rewind import RewindToDelete  # noqa: E402
 
 NAME = "rewind_cost"
+REPORT_KEYS = ("dim", "model", "defaults", "blas_threads", "rows", "sigma_sweep", "targets")
+SERVICES = ()
 DIM = 20
 MODEL = dict(loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0)
 TEST_N = 20_000
 MAX_TIME_RATIO = 0.5
 MAX_ACCURACY_GAP = 0.02
+HALF_A_RETRAIN = Target("rewind_cost_ratio_1e5", "deletion <= 0.5x a full retraining at n = 100,000 (rewind "
+                        "fraction K/T and measured time, the larger)", "<=", MAX_TIME_RATIO, "x", "rewind_cost")
+ACCURACY_GAP = Target("rewind_accuracy_gap_points", "released accuracy within 2 points of the retrain for "
+                      "n >= 10,000", "<=", 100 * MAX_ACCURACY_GAP, "points", "rewind_cost")
+SOME_SIGMA = Target("rewind_sigmas_meeting_both", "n = 100,000: sigmas of the sweep giving deletion <= 0.5x "
+                    "retraining and accuracy within 2 points", ">=", 1, "sigmas", "rewind_cost")
+A3_BOUND = Target("rewind_pre_noise_over_a3_bound", "pre-noise distance <= A3 bound (every n and sigma)",
+                  "<=", 1.0, "x", "rewind_cost")
 
 
 def data(n: int, seed: int):
@@ -130,11 +143,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sigmas", type=float, nargs="+", default=[0.005, 0.01, 0.02, 0.05],
                     help="noise sigmas of the sweep at the largest size")
-    args = ap.parse_args(argv)
-    from _harness import machine
+    args = h.arguments(ap, argv, quick="n in 1,000 and 3,000, 2 deletions each, 2 sigmas")
+    if args.quick:
+        args.sizes, args.repeats, args.sigmas = [1_000, 3_000], min(args.repeats, 2), [0.02, 0.05]
 
-    info = machine()
-    print(machine_line(info))
+    info = h.machine()
+    print(h.machine_line(info))
     rows = [run(n, args.repeats, args.seed) for n in args.sizes]
 
     print(f"\n{'n':>8} {'K/T':>6} {'retrain':>10} {'deletion':>10} {'ratio':>7} {'acc rel':>8} {'acc retr':>8} "
@@ -153,39 +167,32 @@ def main(argv=None) -> int:
         print(f"{r['sigma']:>7g} {r['K']:>4}/{r['T']:<3} {r['time_ratio']:>7.3f} {r['accuracy_released']:>8.4f} "
               f"{r['accuracy_retrain']:>8.4f} {r['epsilon_spent']:>6.3f}")
 
-    targets = []
+    print()
+    checks = Checks()
     big = [r for r in rows if r["n"] == 100_000]
     if big:
         r = big[0]
-        ok = r["rewind_fraction"] <= MAX_TIME_RATIO and r["time_ratio"] <= MAX_TIME_RATIO
-        targets.append({"target": "deletion <= 0.5x a full retraining at n = 100,000", "value": r["time_ratio"],
-                        "rewind_fraction": r["rewind_fraction"], "met": ok})
+        checks.check(HALF_A_RETRAIN, max(r["rewind_fraction"], r["time_ratio"]),
+                     note=f"K/T {r['rewind_fraction']:.2f}, time ratio {r['time_ratio']:.3f}")
     gaps = [r["accuracy_retrain"] - r["accuracy_released"] for r in rows if r["n"] >= 10_000]
     if gaps:
-        targets.append({"target": "released accuracy within 2 points of the retrain for n >= 10,000",
-                        "value": max(gaps), "met": max(gaps) <= MAX_ACCURACY_GAP})
+        checks.check(ACCURACY_GAP, 100 * max(gaps), where="default sigma")
     if n_max == 100_000:
         both = [r for r in sweep if r["rewind_fraction"] <= MAX_TIME_RATIO and r["time_ratio"] <= MAX_TIME_RATIO
                 and r["accuracy_retrain"] - r["accuracy_released"] <= MAX_ACCURACY_GAP]
-        targets.append({"target": "n = 100,000: some sigma gives deletion <= 0.5x retraining and accuracy "
-                                  "within 2 points",
-                        "value": min(both, key=lambda r: r["sigma"])["sigma"] if both else float("nan"),
-                        "met": bool(both)})
-    targets.append({"target": "pre-noise distance <= A3 bound (every n)",
-                    "value": max(r["pre_noise_distance"] / r["a3_bound"] if r["a3_bound"] > 0 else
-                                 (0.0 if r["pre_noise_distance"] < 1e-9 else float("inf")) for r in rows),
-                    "met": all(r["pre_noise_distance"] <= r["a3_bound"] + 1e-9 for r in rows + sweep)})
-    print()
-    for t in targets:
-        print(f"  {t['target']}: {t['value']:.4g} -> {met(t['met'])}")
+        checks.check(SOME_SIGMA, len(both), note=f"smallest {min(r['sigma'] for r in both):g}" if both else "")
+    checks.check(A3_BOUND, max(r["pre_noise_distance"] / (r["a3_bound"] + 1e-9) for r in rows + sweep))
 
-    report = {"name": NAME, "command": command(), "machine": info, "dim": DIM, "model": MODEL,
+    report = {"machine": info, "dim": DIM, "model": MODEL,
               "defaults": {"train_steps": 100, "noise_sigma": 0.05, "max_deletions": 10, "eps": 1.0, "delta": 1e-5},
               "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "rows": rows, "sigma_sweep": sweep,
-              "targets": targets}
-    write_json(RESULTS / f"{NAME}.json", report)
+              "targets": checks.results}
+    return h.finish(NAME, report, args.out, checks=checks, plot=lambda path: plot(rows, sweep, args.repeats, path))
 
-    pyplot = plt()
+
+def plot(rows: list[dict], sweep: list[dict], repeats: int, path: Path) -> None:
+    n_max = max(r["n"] for r in rows)
+    pyplot = h.plt()
     fig, (ax1, ax2, ax3) = pyplot.subplots(1, 3, figsize=(16, 4.4))
     ns = [r["n"] for r in rows]
     ax1.loglog(ns, [r["retrain_s"] for r in rows], "o-", label="full retraining (T steps)")
@@ -198,7 +205,7 @@ def main(argv=None) -> int:
     ax1.set_title("cost of one deletion (sigma = 0.05, eps = 1)")
     ax1.legend(fontsize=8)
     ax2.semilogx(ns, [r["accuracy_retrain"] for r in rows], "o-", label="retrain without the records")
-    ax2.semilogx(ns, [r["accuracy_released"] for r in rows], "s-", label=f"released after {args.repeats} R2D deletions")
+    ax2.semilogx(ns, [r["accuracy_released"] for r in rows], "s-", label=f"released after {repeats} R2D deletions")
     ax2.set_xlabel("retained examples n")
     ax2.set_ylabel("test accuracy")
     ax2.set_title("accuracy of the released model")
@@ -214,9 +221,24 @@ def main(argv=None) -> int:
     ax3.set_title(f"the sigma knob at n = {n_max:,}")
     ax3.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"{NAME}.png", dpi=120)
-    print(f"\nwrote {RESULTS / (NAME + '.json')} and {RESULTS / (NAME + '.png')}")
-    return 0
+    fig.savefig(path, dpi=120)
+    pyplot.close(fig)
+
+
+def render(report: dict) -> str:
+    """The README table: cost and accuracy per n, then the sigma sweep."""
+    lines = ["| n | K/T | retraining | deletion | ratio | accuracy released / retrain | epsilon spent |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['n']:,} | {r['rewind_fraction']:.0%} | {r['retrain_s'] * 1e3:.1f} ms "
+                     f"| {r['delete_median_s'] * 1e3:.1f} ms | {r['time_ratio']:.2f} "
+                     f"| {r['accuracy_released']:.3f} / {r['accuracy_retrain']:.3f} | {r['epsilon_spent']:.2f} |")
+    sweep = report["sigma_sweep"]
+    if sweep:
+        lines += ["", f"sigma sweep at n = {sweep[0]['n']:,}: " + "; ".join(
+            f"sigma {r['sigma']:g} -> K/T {r['rewind_fraction']:.0%}, accuracy {r['accuracy_released']:.3f}"
+            for r in sweep) + f" (retrain {sweep[0]['accuracy_retrain']:.3f})."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

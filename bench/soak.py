@@ -1,6 +1,6 @@
 """Steady-load soak: the worker's memory and consumer lag over a long run (not a test, not in CI).
 
-    /work/venv/bin/python bench/soak.py [--minutes 30] [--rate 20000] [--delete-every-ms 100] [--s3]
+    .venv/bin/python bench/soak.py [--minutes 30] [--rate 20000] [--delete-every-ms 100] [--s3] [--quick] [--out DIR]
 
 Pieces, all on loopback (a local Kafka broker unless ``KAFKA_BOOTSTRAP_SERVERS`` is set):
 
@@ -29,8 +29,8 @@ of the run is below 1 MiB per 10 minutes (the first half is warm-up: allocator a
 queues and the applied-record index grow to their steady size); "lag bounded" = the p99 of
 ``olu_consumer_lag`` over the second half is below 5 seconds of input (rate x 5 events).
 
-Writes ``bench/results/soak.json`` (every sample, machine, command, load average at start and end)
-and ``bench/results/soak.png`` (RSS and lag against time).
+Writes ``soak.json`` (every sample, machine, command, load average at start and end) and ``soak.png``
+(RSS and lag against time) into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -60,11 +60,14 @@ from _targets import Checks, Target  # noqa: E402
 from delete_latency import paced_producer  # noqa: E402
 
 MIB = 1024 * 1024
-INDEX_BYTES_PER_RECORD = 12  # uint64 key + uint32 step (worker/olu/index.py)
+INDEX_BYTES_PER_RECORD = 12  # uint64 key + uint32 step (worker/olu/core/index.py)
 RSS_FLAT = Target("soak_rss_slope_mib_per_10min",
                   "RSS flat: least-squares RSS slope over the second half < 1 MiB per 10 minutes",
                   "<=", 1.0, "MiB/10 min", "soak")
 LAG_SECONDS = 5.0  # "lag bounded": p99 olu_consumer_lag over the second half below this much input
+REPORT_KEYS = ("broker", "worker_command", "state", "config", "producer", "worker", "second_half", "targets",
+               "samples")
+SERVICES = ("kafka",)  # and "s3" with --s3
 
 
 def lag_target(rate: float) -> Target:
@@ -215,8 +218,9 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="extra worker setting as an OLU_* variable (repeatable), e.g. --set batch_size=5000")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args(argv)
+    args = h.arguments(p, argv, quick="15 s at 2,000 inserts/s, a sample every second")
+    if args.quick:
+        args.minutes, args.rate, args.sample_s = min(args.minutes, 0.25), min(args.rate, 2_000), min(args.sample_s, 1.0)
     extra = {f"OLU_{k.upper()}": v for k, v in h.parse_sets(args.set).items()}
     duration = args.minutes * 60.0
 
@@ -318,10 +322,9 @@ def main(argv=None) -> int:
     if args.minutes < 20:
         print("  (a run this short says little about the RSS slope: the warm-up may not be over by half-time)")
 
-    info["loadavg_at_end"] = list(os.getloadavg())
     report = {
-        "bench": "soak", "command": h.command(), "machine": info, "broker": broker_from,
-        "worker_command": " ".join(worker_cmd), "state": "s3" if args.s3 else "file",
+        "machine": info, "broker": broker_from,
+        "worker_command": " ".join(["python", *worker_cmd[1:]]), "state": "s3" if args.s3 else "file",
         "config": {"minutes": args.minutes, "rate": args.rate, "delete_every_ms": args.delete_every_ms,
                    "sample_s": args.sample_s, "snapshot_every_events": args.snapshot_every_events,
                    "set": extra, "seed": args.seed},
@@ -332,11 +335,33 @@ def main(argv=None) -> int:
                         "lag_p99_events": lag99},
         "targets": checks.results, "samples": samples,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    h.write_json(args.out / "soak.json", report)
-    chart(samples, args.rate, second_half_from, slope, args.out / "soak.png")
-    print(f"wrote {args.out / 'soak.json'} and {args.out / 'soak.png'}")
-    return 0
+    return h.finish("soak", report, args.out, checks=checks,
+                    plot=lambda path: chart(samples, args.rate, second_half_from, slope, path))
+
+
+def render(report: dict) -> str:
+    """The README table: the sample nearest to the start, each third of the run and its end."""
+    samples, minutes = report["samples"], report["config"]["minutes"]
+    lines = ["| min | RSS MiB | applied-record index MiB | olu_consumer_lag | events consumed | deletions |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    picked = []
+    for share in (0, 1 / 3, 2 / 3, 1):
+        s = min(samples, key=lambda x: abs(x["t"] - share * minutes * 60))
+        if s not in picked:
+            picked.append(s)
+
+    def num(v, scale=1.0, fmt="{:,.0f}"):
+        return "-" if v is None else fmt.format(v / scale)
+
+    for s in picked:
+        lines.append(f"| {s['t'] / 60:.1f} | {num(s['rss'], MIB, '{:.1f}')} | {num(s['state_bytes'], MIB, '{:.1f}')} "
+                     f"| {num(s['lag'])} | {num(s['events'])} | {num(s['deletions'])} |")
+    half = report["second_half"]
+    lines += ["", f"Second half: RSS {num(half['rss_slope_mib_per_10min'], 1, '{:+.1f}')} MiB / 10 min, of which "
+                  f"the applied-record index {num(half['state_slope_mib_per_10min'], 1, '{:+.1f}')}; p99 "
+                  f"olu_consumer_lag {num(half['lag_p99_events'])} events. " + "; ".join(
+                      f"{t['text'].split(':')[0]}: {'MET' if t['met'] else 'NOT MET'}" for t in report["targets"]) + "."]
+    return "\n".join(lines)
 
 
 def print_row(s: dict) -> None:

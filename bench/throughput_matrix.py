@@ -1,7 +1,7 @@
 """Throughput matrix: ceiling, worker, engine and River on the same events, d x algorithm (not a test).
 
-    /work/venv/bin/python bench/throughput_matrix.py [--events 500000] [--dims 10,100]
-        [--algorithms passive,active-anchor] [--repeat 1] [--quick] [--set NAME=VALUE]
+    .venv/bin/python bench/throughput_matrix.py [--events 500000] [--dims 10,100]
+        [--algorithms passive,active-anchor] [--repeat 1] [--quick] [--set NAME=VALUE] [--out DIR]
 
 One run against a real broker (a local KRaft broker from worker.devtools.kafka_local unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set). For each dimension d, one 1-partition topic is filled with
@@ -36,7 +36,7 @@ they move less than wall-clock rates on a shared machine. Every path is best of 
 Targets (issues; checked on the passive d = 10 cells): engine >= 1,000,000 events/s and >= 3x
 River on one core; worker >= 150,000 events/s and >= 0.5x the ceiling of the same run.
 
-Writes ``bench/results/throughput_matrix.json`` and ``.png`` (grouped bars, log scale).
+Writes ``throughput_matrix.json`` and ``.png`` (grouped bars, log scale) into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ import worker_throughput as wt  # noqa: E402
 from worker.olu import ALGORITHMS, kernels  # noqa: E402
 
 ACTIVE_DEFAULTS = {"order_fallback": "passive"}  # see the module docstring
+REPORT_KEYS = ("broker", "produce", "config", "results", "targets", "wall_s")
+SERVICES = ("kafka",)
 PATHS = ("ceiling", "worker", "engine", "river")
 COLORS = {"ceiling": "tab:blue", "worker": "tab:green", "engine": "tab:purple", "river": "tab:orange"}
 LABELS = {"ceiling": "consume + orjson.loads (ceiling)", "worker": "worker end to end",
@@ -193,7 +195,7 @@ def find(rows, d, path, algorithm="-"):
     return next((r for r in rows if r["d"] == d and r["path"] == path and r["algorithm"] == algorithm), None)
 
 
-def check_targets(rows: list[dict]) -> list[dict]:
+def check_targets(rows: list[dict]) -> T.Checks:
     checks = T.Checks()
     print("\ntargets (passive, d = 10 logistic, one partition / one core):")
     engine, worker = find(rows, 10, "engine", "passive"), find(rows, 10, "worker", "passive")
@@ -207,7 +209,7 @@ def check_targets(rows: list[dict]) -> list[dict]:
                      where=f"ceiling {ceiling['events_per_s']:,.0f} events/s")
     if not checks.results:
         print("  (no passive d = 10 cells measured)")
-    return checks.results
+    return checks
 
 
 def chart(rows: list[dict], dims, algorithms, path: Path, title: str) -> None:
@@ -249,14 +251,12 @@ def main(argv=None) -> int:
     p.add_argument("--delete-frac", type=float, default=0.001, help="share of deletes (of earlier ids)")
     p.add_argument("--river-n", type=int, default=100_000, help="inserts River learns (its dicts are large)")
     p.add_argument("--repeat", type=int, default=1, help="alternate all paths this many times; best of each")
-    p.add_argument("--quick", action="store_true", help="smoke run: 60,000 events, River on 20,000")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a worker setting for every worker and engine run (repeatable)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args(argv)
+    args = h.arguments(p, argv, quick="10,000 events per d, River on 2,000")
     if args.quick:
-        args.events, args.river_n = min(args.events, 60_000), min(args.river_n, 20_000)
+        args.events, args.river_n = min(args.events, 10_000), min(args.river_n, 2_000)
     args.dims = [int(v) for v in args.dims.split(",")]
     args.algorithms = [a.strip() for a in args.algorithms.split(",")]
     args.ceilings = [m.strip() for m in args.ceilings.split(",")]
@@ -292,20 +292,13 @@ def main(argv=None) -> int:
                              args.algorithms.index(r["algorithm"]) if r["algorithm"] in args.algorithms else -1))
     print_table(rows)
     checks = check_targets(rows)
-    load_end = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    load_end = h.loadavg()
     if info.get("loadavg_at_start"):
         print(f"\nload average {info['loadavg_at_start'][0]:.2f} at start, {load_end[0]:.2f} at the end "
               "(2 shared cores: other work inflates wall-clock times)")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    chart(rows, args.dims, args.algorithms, args.out / "throughput_matrix.png",
-          f"Throughput, {args.events:,} events per d, 1 partition, real Kafka broker "
-          f"({args.delete_frac:.1%} deletes; River without deletes)")
     report = {
-        "bench": "throughput_matrix",
-        "command": h.command(),
         "machine": info,
-        "loadavg_at_end": load_end,
         "broker": broker_source,
         "produce": produced,
         "config": {"events": args.events, "dims": args.dims, "algorithms": args.algorithms,
@@ -315,13 +308,31 @@ def main(argv=None) -> int:
                    "snapshot_every_events": wt.SNAPSHOT_EVERY, "state": "file:// (temp dir)",
                    "kernel_warm_up_s": compile_s},
         "results": rows,
-        "targets": checks,
+        "targets": checks.results,
         "wall_s": time.perf_counter() - wall,
     }
-    h.write_json(args.out / "throughput_matrix.json", report)
-    print(f"\nwrote {args.out / 'throughput_matrix.json'} and {args.out / 'throughput_matrix.png'} "
-          f"({report['wall_s']:.0f} s total)")
-    return 0
+    return h.finish("throughput_matrix", report, args.out, checks=checks, plot=lambda path: chart(
+        rows, args.dims, args.algorithms, path, f"Throughput, {args.events:,} events per d, 1 partition, real Kafka "
+                                                f"broker ({args.delete_frac:.1%} deletes; River without deletes)"))
+
+
+def render(report: dict) -> str:
+    """The README table: events/s of every path per (d, algorithm)."""
+    rows, cfg = report["results"], report["config"]
+    lines = ["| d | algorithm | ceiling | worker | engine | River | worker / ceiling |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for d in cfg["dims"]:
+        for i, a in enumerate(cfg["algorithms"]):
+            ceiling, river = find(rows, d, "ceiling orjson"), find(rows, d, "river")
+            worker, engine = find(rows, d, "worker", a), find(rows, d, "engine", a)
+
+            def rate(r):
+                return "" if r is None else f"{r['events_per_s']:,.0f}"
+
+            ratio = "" if worker is None or worker["x_ceiling"] is None else f"{worker['x_ceiling']:.2f}"
+            lines.append(f"| {d} | {a} | {rate(ceiling) if i == 0 else ''} | {rate(worker)} | {rate(engine)} "
+                         f"| {rate(river) if i == 0 else ''} | {ratio} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

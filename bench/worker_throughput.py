@@ -1,6 +1,7 @@
 """Worker throughput: the passive worker end to end on one partition of a real broker (not a test).
 
-    /work/venv/bin/python bench/worker_throughput.py [--events 1000000] [--delete-fracs 0,0.001] [--repeat 1] [--quick] [--no-profile] [--s3]
+    .venv/bin/python bench/worker_throughput.py [--events 1000000] [--delete-fracs 0,0.001] [--repeat 1]
+        [--quick] [--no-profile] [--s3] [--out DIR]
 
 A local Kafka broker is started (worker.devtools.kafka_local) unless ``KAFKA_BOOTSTRAP_SERVERS`` is
 set. For each share in ``--delete-fracs`` (default: 0, the inserts-only stream the target states,
@@ -42,7 +43,8 @@ also prints the loop time each deletion costs in place (the difference of the tw
 ``--s3`` puts the worker's state (deltas and full snapshots) on a local S3 server (SeaweedFS)
 instead of file://: each deletion's delta is then a PUT, which is what bounds deletion-heavy streams.
 
-Writes ``bench/results/worker_throughput.json`` and ``.png`` (``--prof FILE`` also dumps the profile).
+Writes ``worker_throughput.json`` and ``.png`` into ``--out`` (bench/results; ``--prof FILE`` also dumps the
+profile).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
-from _targets import WORKER_EVENTS_PER_S, WORKER_X_CEILING  # noqa: E402
+from _targets import WORKER_EVENTS_PER_S, WORKER_X_CEILING, Checks  # noqa: E402
 import orjson  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
@@ -79,6 +81,8 @@ TARGET_EVENTS_PER_S = int(WORKER_EVENTS_PER_S.threshold)
 TARGET_CEILING_RATIO = WORKER_X_CEILING.threshold
 RELEASE_EVERY = 10_000
 SNAPSHOT_EVERY = 200_000
+REPORT_KEYS = ("broker", "config", "streams", "produce", "results", "profile", "targets", "wall_s")
+SERVICES = ("kafka",)  # and "s3" with --s3
 
 
 class TimedWorker(Worker):
@@ -328,7 +332,6 @@ def main(argv=None) -> int:
     p.add_argument("--delete-fracs", default="0,0.001",
                    help="comma-separated delete shares, one stream each; the target is judged on the "
                         "first (default: inserts only, as the target states it, then 0.1%% deletes)")
-    p.add_argument("--quick", action="store_true", help="smoke run: 100,000 events, profile included")
     p.add_argument("--repeat", type=int, default=1,
                    help="alternate ceiling and worker runs this many times; best of each is reported")
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile run of the worker")
@@ -339,9 +342,8 @@ def main(argv=None) -> int:
     p.add_argument("--prof", type=Path, default=None, help="also dump the cProfile stats to this file")
     p.add_argument("--top", type=int, default=15, help="profile rows to print")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=h.RESULTS)
-    args = p.parse_args(argv)
-    n = 100_000 if args.quick and args.events == 1_000_000 else args.events
+    args = h.arguments(p, argv, quick="30,000 events per stream, profile included")
+    n = 30_000 if args.quick and args.events == 1_000_000 else args.events
     fracs = [float(f) for f in args.delete_fracs.split(",") if f.strip()]
     if not fracs or any(not 0 <= f < 1 for f in fracs):
         p.error(f"--delete-fracs: shares in [0, 1) expected, got {args.delete_fracs!r}")
@@ -366,10 +368,9 @@ def main(argv=None) -> int:
     weps, ceil = target["events_per_s"], target["ceiling_events_per_s"]
     print(f"\ntarget 1 (one partition, d=10 logistic, real broker), on the stream with delete share "
           f"{fracs[0]:g}:")
-    print(f"  worker >= {TARGET_EVENTS_PER_S:,} events/s ({weps:,.0f}): {h.met(target['>=150000'])}")
-    print(f"  worker >= 0.5 x consume+orjson ceiling ({weps / ceil:.2f} x {ceil:,.0f}): "
-          f"{h.met(target['>=0.5x_ceiling'])}")
-    print(f"  target 1 overall: {h.met(target['met'])}")
+    checks = Checks()
+    checks.check(WORKER_EVENTS_PER_S, weps, where=f"delete share {fracs[0]:g}")
+    checks.check(WORKER_X_CEILING, weps / ceil, where=f"ceiling {ceil:,.0f} events/s")
     print(f"  (per CPU-second of this process, less sensitive to other load on the machine: ratio "
           f"{target['cpu_ratio_to_ceiling']:.2f})")
     for stream, other in zip(streams[1:], judged[1:]):
@@ -388,7 +389,6 @@ def main(argv=None) -> int:
         print_profile(prof["by_cumulative"], f"top {args.top} by cumulative time")
         print_profile(prof["by_own_time"], f"top {args.top} by own time")
 
-    args.out.mkdir(parents=True, exist_ok=True)
     res = streams[0]["results"]
     bars = [("consume only", res["ceiling_consume"]["events_per_s"], "tab:gray"),
             ("consume + orjson.loads\n(ceiling)", ceil, "tab:blue"),
@@ -396,11 +396,7 @@ def main(argv=None) -> int:
             ("worker end to end", weps, "tab:green")]
     bars += [(f"worker, {s['delete_frac']:g} deletes", o["events_per_s"], "tab:olive")
              for s, o in zip(streams[1:], judged[1:])]
-    chart(bars, ceil, args.out / "worker_throughput.png",
-          f"Worker throughput, 1 partition, d=10 logistic, {n:,} events, real Kafka broker")
     report = {
-        "bench": "worker_throughput",
-        "command": h.command(),
         "machine": info,
         "broker": broker_source,
         "config": {"events": n, "dim": 10, "delete_fracs": fracs, "seed": args.seed,
@@ -415,10 +411,28 @@ def main(argv=None) -> int:
         "targets": target,
         "wall_s": time.perf_counter() - wall,
     }
-    h.write_json(args.out / "worker_throughput.json", report)
-    print(f"\nwrote {args.out / 'worker_throughput.json'} and {args.out / 'worker_throughput.png'} "
-          f"({report['wall_s']:.0f} s total)")
-    return 0
+    return h.finish("worker_throughput", report, args.out, checks=checks, plot=lambda path: chart(
+        bars, ceil, path, f"Worker throughput, 1 partition, d=10 logistic, {n:,} events, real Kafka broker"))
+
+
+def render(report: dict) -> str:
+    """The README table: every stream's ceilings and the worker, and what a deletion costs."""
+    lines = ["| stream | consume only | ceiling (consume + `orjson.loads`) | worker | worker / ceiling "
+             "| per CPU-second |", "|---|---:|---:|---:|---:|---:|"]
+    for stream in report["streams"]:
+        res, t = stream["results"], stream["targets"]
+        what = (f"{stream['delete_frac']:.1%} deletes ({stream['deletes']:,} of {stream['produce']['events']:,})"
+                if stream["deletes"] else f"inserts only ({stream['produce']['events']:,})")
+        lines.append(f"| {what} | {res['ceiling_consume']['events_per_s']:,.0f} | {t['ceiling_events_per_s']:,.0f} "
+                     f"| {t['events_per_s']:,.0f} | {t['ratio_to_ceiling']:.2f} | {t['cpu_ratio_to_ceiling']:.2f} |")
+    t = report["targets"]
+    lines += ["", f"Target 1, on the first stream: >= 150,000 events/s "
+                  f"{'MET' if t['>=150000'] else 'NOT MET'} ({t['events_per_s']:,.0f}), >= 0.5x the ceiling "
+                  f"{'MET' if t['>=0.5x_ceiling'] else 'NOT MET'} ({t['ratio_to_ceiling']:.2f})."]
+    per_delete = [s["loop_s_per_deletion"] for s in report["streams"] if s.get("loop_s_per_deletion")]
+    if per_delete:
+        lines[-1] += f" Each deletion costs the run {per_delete[0] * 1e3:.2f} ms of loop time in place."
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

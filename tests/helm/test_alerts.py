@@ -2,8 +2,9 @@
 
 ``promtool test rules`` runs tests/helm/alerts_test.yaml against files/alerts.yaml, the same file
 the chart's PrometheusRule embeds: every alert is shown firing on synthetic series and silent on
-healthy ones. promtool comes from Debian's ``prometheus`` package; the promtool tests skip (saying
-so) only when it is not installed. Offline checks keep every PromQL expression, in the alerts and
+healthy ones. promtool comes from PATH (CI installs Debian's ``prometheus`` package) or is fetched
+from Debian into a cache by ``worker.devtools.promtool``; the promtool tests skip, saying what to
+install, only where neither is possible. Offline checks keep every PromQL expression, in the alerts and
 in the dashboard, to metric and label names that worker/metrics.py actually exports.
 """
 
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from worker.devtools.promtool import PromtoolUnavailable, find_promtool
 from worker.metrics import LABEL_NAMES, Metrics
 
 HERE = Path(__file__).resolve().parent
@@ -30,11 +31,14 @@ TARGET_LABELS = frozenset({"namespace", "job", "pod", "instance", "service", "co
 _METRIC = re.compile(r"\bolu_[a-zA-Z0-9_]+")
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
 _SELECTOR_LABELS = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*\"")
-_PROMTOOL = shutil.which("promtool") or next((p for p in ("/usr/bin/promtool",) if Path(p).exists()), None)
-needs_promtool = pytest.mark.skipif(
-    _PROMTOOL is None,
-    reason="promtool not found: install Debian's prometheus package "
-           "(apt-get install -y --no-install-recommends prometheus)")
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    try:
+        return find_promtool()
+    except PromtoolUnavailable as e:
+        pytest.skip(str(e))
 
 
 def exported_series() -> set[str]:
@@ -80,16 +84,14 @@ def check_promql(where: str, expr: str, known: set[str]) -> None:
 
 
 # ----------------------------------------------------------------------------- promtool
-@needs_promtool
-def test_promtool_checks_the_rule_file():
-    result = subprocess.run([_PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
+def test_promtool_checks_the_rule_file(promtool):
+    result = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(alert_rules())} rules found" in result.stdout
 
 
-@needs_promtool
-def test_promtool_unit_tests_of_every_alert():
-    result = subprocess.run([_PROMTOOL, "test", "rules", str(UNIT_TESTS)], capture_output=True, text=True,
+def test_promtool_unit_tests_of_every_alert(promtool):
+    result = subprocess.run([promtool, "test", "rules", str(UNIT_TESTS)], capture_output=True, text=True,
                             timeout=120, cwd=HERE)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout

@@ -7,7 +7,7 @@ predates them), rewinds again in the next generation, and retrains at once when 
 deletion would exceed the generation's capacity (OLU_MAX_DELETIONS=1; release header
 ``olu.budget: retrained``). Every release, snapshot and delta must equal the in-process oracle bit
 for bit: R2D is deterministic between deletions here (noise only at deletions, see
-worker/olu/rewind.py), so a replay reproduces the retrainings exactly.
+worker/olu/algorithms/rewind.py), so a replay reproduces the retrainings exactly.
 """
 
 from __future__ import annotations

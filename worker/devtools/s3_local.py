@@ -8,6 +8,8 @@ binary; ``weed mini`` runs master, volume, filer and the S3 gateway in one proce
   credentials (SigV4 is enforced, so tests exercise real signing) and one bucket.
 * ``python -m worker.devtools.s3_local`` runs one until Ctrl-C / SIGTERM and prints the
   ``AWS_*`` variables to use it.
+* :func:`external_from_env` describes a server someone else runs (``OLU_TEST_S3_ENDPOINT``), so
+  the tests and the benchmarks reuse one server the same way.
 
 Standard library only. Linux/POSIX (signals, prctl).
 """
@@ -32,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -130,6 +134,39 @@ def s3_env(server) -> dict[str, str]:
         "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
         "AWS_BUCKET": server.bucket,
     }
+
+
+@dataclass(frozen=True)
+class ExternalS3:
+    """Same attributes as SeaweedS3, for a server this process does not own."""
+
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    region: str = DEFAULT_REGION
+    pid: int | None = None
+
+    def env(self) -> dict[str, str]:
+        return s3_env(self)
+
+
+def external_from_env(environ: Mapping[str, str] = os.environ) -> ExternalS3 | None:
+    """The server named by ``OLU_TEST_S3_ENDPOINT`` (bucket ``OLU_TEST_S3_BUCKET``, keys
+    ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, region ``AWS_REGION``), or None if unset."""
+    endpoint = environ.get("OLU_TEST_S3_ENDPOINT")
+    if not endpoint:
+        return None
+    return ExternalS3(endpoint=endpoint.rstrip("/"), bucket=environ.get("OLU_TEST_S3_BUCKET", DEFAULT_BUCKET),
+                      access_key=environ["AWS_ACCESS_KEY_ID"], secret_key=environ["AWS_SECRET_ACCESS_KEY"],
+                      region=environ.get("AWS_REGION", DEFAULT_REGION))
+
+
+def external_env(server) -> dict[str, str]:
+    """The variables :func:`external_from_env` reads, for a child process to reuse ``server``."""
+    return {"OLU_TEST_S3_ENDPOINT": server.endpoint, "OLU_TEST_S3_BUCKET": server.bucket,
+            "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key,
+            "AWS_REGION": server.region}
 
 
 class SeaweedS3:

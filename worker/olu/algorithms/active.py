@@ -39,7 +39,7 @@ When the condition fails, ``order_fallback`` decides:
 
 - ``"retrain"`` (exact): zero the record's rows, then replay projected OGD from z_init = 0 over the
   retained examples with their original step indices (⊥ steps keep their eta, pitfall 6.6.15;
-  :func:`~worker.olu.retrain.replay_ogd`). Outcome ``exact``, no noise, no budget. Soundness: the
+  :func:`~worker.olu.core.replay.replay_ogd`). Outcome ``exact``, no noise, no budget. Soundness: the
   fallback decision depends only on the public (u, tau), so the reference process makes the same
   decision at the same time and replays the same retained examples; both states are then equal
   (deterministic), and the divergence of this interval is 0. For a later deletion the PAI
@@ -65,7 +65,7 @@ When the condition fails, ``order_fallback`` decides:
   ``noised``, charged like any other deletion. Note that this is cheap for :class:`ActiveD2D`: its
   own phase contracts any e <= D to gamma*^{I_1 + I_2} D <= gamma*^{I_2} L/(mu tau).
 
-Outcomes are recorded in the returned :class:`~worker.olu.base.Deletion` and in the ledger entry:
+Outcomes are recorded in the returned :class:`~worker.olu.core.base.Deletion` and in the ledger entry:
 ``order`` = ``ordered`` / ``fallback-passive`` / ``fallback-retrain`` / ``fallback-restart``, plus
 the iteration counts; entries of deletions that added no noise also carry ``outcome`` (``exact``
 or ``restarted``, with sigma 0), noised ones have the base format (sigma > 0).

@@ -34,7 +34,7 @@ Implements "Mo Memory, Mo Problems" (r2d-memorypair-spec Part B) with the correc
   applied copy of the record, capped at the diameter D of K because the pre-noise iterate lies in
   K (any two points of K are at most D apart). Never the realised ``||d||`` or ``||g||`` of
   Algorithm 2 / Theorem 5.4, whose size would itself leak the record (B3).
-- **Odometer** (B4 corrected, :mod:`worker.olu.odometer`): ``rho_total`` = ``eps`` (the engine's
+- **Odometer** (B4 corrected, :mod:`worker.olu.privacy.odometer`): ``rho_total`` = ``eps`` (the engine's
   lifetime Rényi slope is exactly a zCDP rho), capacity ``m`` = ``max_deletions``,
   ``rho_step = rho_total/m``, ``sigma = Delta / sqrt(2 rho_step)``. The model's accountant
   records each charge (``Delta^2/(2 sigma^2) = rho_step``), so releases and metrics show the
@@ -44,7 +44,7 @@ Implements "Mo Memory, Mo Problems" (r2d-memorypair-spec Part B) with the correc
   Algorithm 1 over the retained examples (in order, each at its original step, so alpha is
   unchanged) and opens a new odometer epoch (outcome ``retrained``, no noise: the new model
   depends on no deleted record). ``"refuse"`` raises
-  :class:`~worker.olu.accountant.BudgetExhausted` before any state changes.
+  :class:`~worker.olu.exceptions.BudgetExhausted` before any state changes.
 
 Certification caveat (B3, B9.3): the paper never bounds the distance between the unlearned
 model and the ideal replay, so the (epsilon, delta) numbers certify the noise mechanism on a
@@ -52,7 +52,7 @@ worst-case direction, not indistinguishability from a retrain; treat them as a h
 layer (the worker's exact algorithms are ``retrain`` and ``active-newton``).
 
 What holds a deleted record after its deletion (C4.13): nothing in memory. Its retained row is
-zeroed (:class:`~worker.olu.examples.ExampleStore`) and its curvature pairs are purged and the
+zeroed (:class:`~worker.olu.core.examples.ExampleStore`) and its curvature pairs are purged and the
 vacated rows zeroed at once; stored snapshots holding either are purged by the worker within the
 purge bound (``keeps_examples``). The iterate and the *other* pairs were computed at iterates
 the record influenced; that influence is what the noise (or a retrain) covers.

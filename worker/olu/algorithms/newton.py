@@ -22,7 +22,7 @@ there. No noise is added: outcome ``exact``, no budget, no order restriction.
 
 Target: ERM rather than the OGD trajectory
 -----------------------------------------
-Re-creating the OGD iterate of a retrain (what :class:`~worker.olu.retrain.Retrain` does) costs
+Re-creating the OGD iterate of a retrain (what :class:`~worker.olu.algorithms.retrain.Retrain` does) costs
 O(t) sequential steps. The ERM minimiser of the retained losses is the point the OGD iterate
 tracks and the comparator z_i* of the OLU regret (olu-spec 1.5, restricted to the data seen so
 far), and it costs O(d^3) from the statistics. For privacy either target is fine; what matters is

@@ -1,7 +1,7 @@
 """Exact unlearning by retraining from scratch (the "Retraining" baseline of olu-spec section 4).
 
 At each deletion of an applied record, :class:`Retrain` zeroes the record's rows in its
-:class:`~worker.olu.examples.ExampleStore` and re-runs projected OGD from the data-independent
+:class:`~worker.olu.core.examples.ExampleStore` and re-runs projected OGD from the data-independent
 start z_init = 0 over the retained examples, in their original order and with their **original
 step indices**: a deleted step becomes the skip element ⊥ (identity update), and the step size of
 every later example is not re-indexed (olu-spec 1.4, pitfall 6.6.15). The result is exactly the

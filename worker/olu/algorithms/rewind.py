@@ -5,7 +5,7 @@
 gradient-descent steps on the retained examples (R2D Algorithm 1). A deletion of a record that this
 retraining used rewinds to the saved checkpoint theta_{T-K}, runs K steps on the retained data
 without it and adds Gaussian noise calibrated by A3 (Algorithm 2). Notation: see
-:mod:`worker.olu.rewind_calibration` (R2D's L is our ``beta``, its G our ``L``; spec section 0).
+:mod:`worker.olu.privacy.analysis.rewind` (R2D's L is our ``beta``, its G our ``L``; spec section 0).
 
 Generations and segments
 ------------------------
@@ -65,7 +65,7 @@ Calibration (A3, C1, pitfall C4.8)
 ``noise_sigma`` is fixed in advance (C1: sigma is fixed at training time and reused at unlearning).
 At each retraining, with n the retained count and m = min(``max_deletions``, n - 1) the group size
 the noise must cover, the rewind depth is K = the smallest integer with Delta(K, m) <= r*(eps, delta)
-sigma (:func:`~worker.olu.rewind_calibration.rewind_depth`; classic Gaussian mechanism for
+sigma (:func:`~worker.olu.privacy.analysis.rewind.rewind_depth`; classic Gaussian mechanism for
 eps <= 1, Balle-Wang above). ``eps`` and ``delta`` are the (epsilon, delta) of Definition 2.2, not a
 Renyi slope. The generation's deletion capacity is that m (C4.8: the noise covers the maximum
 anticipated group; one more fitted deletion takes the refit route). It is a public constant,

@@ -16,11 +16,11 @@ new epoch at ``k = 0``.
 Conversion (B4): ``eps = rho + 2 sqrt(rho ln(1/delta))`` and back,
 ``rho = (sqrt(ln(1/delta) + eps) - sqrt(ln(1/delta)))^2``. Because a rho-zCDP curve is exactly
 the linear Rényi curve ``alpha * rho``, the engine's tighter conversion
-(:func:`worker.olu.accountant.rdp_to_dp`, the default ``"improved"`` method) is valid too; this
+(:func:`worker.olu.privacy.analysis.rdp.rdp_to_dp`, the default ``"improved"`` method) is valid too; this
 module gives the spec's closed form.
 
 The odometer is stateless: the deletion count ``k`` of the epoch lives in the model's
-:class:`~worker.olu.accountant.PrivacyAccountant`, which every release and snapshot already reads.
+:class:`~worker.olu.privacy.accountant.PrivacyAccountant`, which every release and snapshot already reads.
 
 >>> odo = DeletionOdometer(rho_total=1.0, capacity=20, delta=1e-5)
 >>> odo.rho_step, odo.allows(19), odo.allows(20), odo.capacity_left(7)

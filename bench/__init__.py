@@ -1,0 +1,1 @@
+"""The benchmarks (bench/README.md): ``python -m bench`` runs them; each ``bench/NAME.py`` also runs alone."""
