@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stream.app import _output_position
-from worker.stream.exactly_once import CommittedOutput, decode_metadata, encode_metadata
+from worker.stream.exactly_once import CommittedOutput, decode_metadata, encode_metadata, output_position
 
 
 @given(st.one_of(st.none(), st.integers(min_value=0, max_value=2**63 - 1)))
@@ -44,10 +43,10 @@ def test_no_commit_means_nothing_to_drop():
 def test_a_replay_never_moves_the_committed_position_back():
     committed = CommittedOutput.from_commit(900, encode_metadata(880))
     replaying = SimpleNamespace(committed_output=committed, next_offset=400)
-    assert _output_position(replaying) == 900
+    assert output_position(replaying) == 900
     past_it = SimpleNamespace(committed_output=committed, next_offset=950)
-    assert _output_position(past_it) == 950
+    assert output_position(past_it) == 950
     from_scratch = SimpleNamespace(committed_output=committed, next_offset=None)
-    assert _output_position(from_scratch) == 900
+    assert output_position(from_scratch) == 900
     fresh = SimpleNamespace(committed_output=None, next_offset=None)
-    assert _output_position(fresh) is None
+    assert output_position(fresh) is None

@@ -27,7 +27,7 @@ from ..olu import ALGORITHMS
 from ..state.store import SnapshotStore, StorageUnavailable, open_store
 from . import scan
 from .deadletter import carry_headers, dead_letter_headers
-from .exactly_once import CommittedOutput, encode_metadata
+from .exactly_once import Transactions
 from .partition import PartitionRunner
 
 log = get_logger("olu.worker")
@@ -61,15 +61,6 @@ SYNC_COMMIT_TIMEOUT_S = 5.0
 # Longest wait for the consumer to leave its group at shutdown.
 CLOSE_TIMEOUT_S = 5.0
 
-# Transactional mode: a transaction whose releases wait for a deletion delta stays open across
-# rounds; once it has been open this long the loop waits for the deltas and commits.
-TRANSACTION_MAX_OPEN_S = 0.5
-# Longest wait for the deltas in flight before a transaction must commit (snapshot, revoke, stop).
-TRANSACTION_SETTLE_TIMEOUT_S = 10.0
-# Wait for the group's committed offsets at assignment (transactional mode) beyond the longest a
-# dead member's open transaction can hold them back (transaction.timeout.ms).
-COMMITTED_FETCH_MARGIN_S = 30.0
-
 # A dead letter too large for the producer keeps this much of its key and value.
 DEAD_LETTER_PREFIX_BYTES = 65_536
 
@@ -91,15 +82,6 @@ def _durable_offsets(runners) -> list[TopicPartition]:
     return [TopicPartition(r.topic, r.partition, r.snapshot_offset) for r in runners if r.snapshot_offset is not None]
 
 
-def _output_position(runner) -> int | None:
-    """The input position a transaction commits for ``runner``: how far its output is published. A
-    replay below what earlier transactions committed keeps their position (never moves it back)."""
-    committed = runner.committed_output
-    if committed is None:
-        return runner.next_offset
-    return max(committed.offset, runner.next_offset or 0)
-
-
 class Worker:
     def __init__(self, settings, metrics, health=None, *, store=None):
         self.settings = settings
@@ -114,8 +96,7 @@ class Worker:
         self.producer: Producer | None = None
         self._delivery_error: str | None = None
         self._client_error: str | None = None
-        self._transactions_done = False  # the final transaction is committed: start no other
-        self._transaction_began = 0.0  # monotonic time the open transaction began
+        self.transactions: Transactions | None = None  # transactional mode: the open transaction
         self._retry_at: dict[tuple[str, int], float] = {}
         # Full snapshots are written off the loop thread (one at a time); the loop commits after.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="olu-snapshot")
@@ -152,8 +133,7 @@ class Worker:
         gc.freeze()
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error})
         if s.transactional:
-            self.producer.init_transactions(30)
-            self._begin_transaction()
+            self.transactions = Transactions(self.producer, settle=self._settle_deltas)
         self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
                                   "error_cb": self._on_client_error, "on_commit": self._on_commit})
         self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
@@ -460,58 +440,12 @@ class Worker:
                 "error": str(err) if err is not None else str(failed[0].error),
                 "partitions": [f"{p.topic}/{p.partition}" for p in failed]})
 
-    def _begin_transaction(self) -> None:
-        self.producer.begin_transaction()
-        self._transaction_began = time.monotonic()
-
     def _end_transaction_round(self, dropped=(), *, force: bool = False, last: bool = False) -> bool:
-        """Commit the open transaction with each partition's processed position (exactly_once.py);
-        True if it committed (or there is none). The position may only cover releases already
-        produced: while one waits for its deletion delta the transaction stays open, for at most
-        TRANSACTION_MAX_OPEN_S, then (or when ``force``d) the loop waits for the deltas. ``last``:
-        begin no new transaction."""
-        if not self.settings.transactional or self._transactions_done:
+        """Transactional mode: commit the output so far with each partition's position (exactly_once.py)."""
+        if self.transactions is None:
             return True
-        runners = [*self.runners.values(), *dropped]
-        if any(r.outbox.holding for r in runners):
-            if not force and time.monotonic() - self._transaction_began < TRANSACTION_MAX_OPEN_S:
-                return False
-            deadline = time.monotonic() + TRANSACTION_SETTLE_TIMEOUT_S
-            for runner in runners:
-                self._settle_deltas(runner, max(0.0, deadline - time.monotonic()))
-            if any(r.outbox.holding for r in runners):
-                return False  # a delta is not durable (the partition is paused): stay open
-        offsets = [TopicPartition(r.topic, r.partition, position, metadata=encode_metadata(r.published_version))
-                   for r in runners if (position := _output_position(r)) is not None]
-        if offsets:
-            self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
-        self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
-        if last:
-            self._transactions_done = True
-        else:
-            self._begin_transaction()
-        return True
-
-    def _restore_committed_output(self, runners: list[PartitionRunner]) -> None:
-        """Transactional mode: read how far earlier transactions published each partition's
-        output, so the replay from the snapshot publishes none of it again."""
-        asked = [TopicPartition(r.topic, r.partition) for r in runners]
-        # A dead process's open transaction holds the offsets back until it is aborted (the broker
-        # answers "unstable offset" and the client retries): wait for it.
-        transaction_timeout_s = int(self.settings.producer_config().get("transaction.timeout.ms", 60_000)) / 1000
-        got = self.consumer.committed(asked, timeout=transaction_timeout_s + COMMITTED_FETCH_MARGIN_S)
-        by_key = {(tp.topic, tp.partition): tp for tp in got}
-        for runner in runners:
-            tp = by_key[(runner.topic, runner.partition)]
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-            committed = CommittedOutput.from_commit(tp.offset, tp.metadata)
-            runner.committed_output = committed
-            if committed is not None:
-                runner.published_version = committed.released_version
-                log.info("output committed by earlier transactions", extra={
-                    "topic": runner.topic, "partition": runner.partition, "offset": committed.offset,
-                    "released_version": committed.released_version, "replay_from": runner.next_offset})
+        return self.transactions.end_round([*self.runners.values(), *dropped], self.consumer,
+                                           force=force, last=last)
 
     # ----------------------------------------------------------------- rebalances
     def _on_assign(self, consumer, partitions) -> None:
@@ -542,8 +476,9 @@ class Worker:
                 "deltas": 0 if restored is None else len(restored.deltas),
                 "skipped_snapshots": skipped,
             })
-        if self.settings.transactional and restored_runners:
-            self._restore_committed_output(restored_runners)
+        if self.transactions is not None and restored_runners:
+            self.transactions.restore_committed(self.consumer, restored_runners,
+                                                self.settings.producer_config().get("transaction.timeout.ms"))
         consumer.incremental_assign(assignment)
         self.metrics.set_assigned(len(self.runners))
         if self.health is not None:
@@ -604,11 +539,11 @@ class Worker:
                 deadline = time.monotonic() + self.settings.revoke_budget_seconds
                 parts = [TopicPartition(t, p) for t, p in self.runners]
                 dropped = self._drop(parts, deadline=deadline)
-                if self.settings.transactional and self.producer is not None:
+                if self.transactions is not None:
                     # consumer.close() below revokes the assignment: _on_revoke must not commit
                     # (no transaction is open) nor begin a new one.
                     self._end_transaction_round(dropped, force=True, last=True)
-                    self._transactions_done = True  # committed, or left open to be aborted: replayed
+                    self.transactions.done = True  # committed, or left open to be aborted: replayed
         finally:
             self._writer.shutdown(wait=True)
             self._delta_writer.shutdown(wait=True)

@@ -20,7 +20,24 @@ position never covers a release that was not published.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from ..logs import get_logger
+
+log = get_logger("olu.worker")
+
+# A transaction whose releases wait for a deletion delta stays open across rounds; once it has
+# been open this long the loop waits for the deltas and commits.
+TRANSACTION_MAX_OPEN_S = 0.5
+# Longest wait for the deltas in flight before a transaction must commit (snapshot, revoke, stop).
+TRANSACTION_SETTLE_TIMEOUT_S = 10.0
+# Wait for the group's committed offsets at assignment beyond the longest a dead member's open
+# transaction can hold them back (transaction.timeout.ms, librdkafka's default 60 s).
+COMMITTED_FETCH_MARGIN_S = 30.0
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 #: Offset metadata of a transactional commit: ``olu1:released=<version>`` (or ``=none``).
 METADATA_PREFIX = "olu1:released="
@@ -88,3 +105,79 @@ class CommittedOutput:
 
     def has_dead_letter(self, input_offset: int) -> bool:
         return input_offset < self.offset
+
+
+def output_position(runner) -> int | None:
+    """The input position a transaction commits for ``runner``: how far its output is published. A
+    replay below what earlier transactions committed keeps their position (never moves it back)."""
+    committed = runner.committed_output
+    if committed is None:
+        return runner.next_offset
+    return max(committed.offset, runner.next_offset or 0)
+
+
+class Transactions:
+    """The producer's open transaction: begun at start, committed round by round with each
+    partition's output position, and read back when partitions are assigned.
+
+    ``settle(runner, timeout)``: wait for a runner's deletion deltas in flight and publish the
+    releases they unlock.
+    """
+
+    def __init__(self, producer, *, settle):
+        self.producer, self._settle = producer, settle
+        self.done = False  # the final transaction is committed: start no other
+        producer.init_transactions(30)
+        self._begin()
+
+    def _begin(self) -> None:
+        self.producer.begin_transaction()
+        self.began = time.monotonic()
+
+    def end_round(self, runners, consumer, *, force: bool = False, last: bool = False) -> bool:
+        """Commit the open transaction with each runner's position; True if it committed (or
+        ``done``). A position may only cover releases already produced: while one waits for its
+        deletion delta the transaction stays open, for at most TRANSACTION_MAX_OPEN_S, then (or
+        when ``force``d) the deltas are waited for. ``last``: begin no new transaction."""
+        if self.done:
+            return True
+        if any(r.outbox.holding for r in runners):
+            if not force and time.monotonic() - self.began < TRANSACTION_MAX_OPEN_S:
+                return False
+            deadline = time.monotonic() + TRANSACTION_SETTLE_TIMEOUT_S
+            for runner in runners:
+                self._settle(runner, max(0.0, deadline - time.monotonic()))
+            if any(r.outbox.holding for r in runners):
+                return False  # a delta is not durable (the partition is paused): stay open
+        offsets = [TopicPartition(r.topic, r.partition, position, metadata=encode_metadata(r.published_version))
+                   for r in runners if (position := output_position(r)) is not None]
+        if offsets:
+            self.producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
+        if last:
+            self.done = True
+        else:
+            self._begin()
+        return True
+
+    @staticmethod
+    def restore_committed(consumer, runners, transaction_timeout_ms=None) -> None:
+        """Read how far earlier transactions published each runner's output, so the replay from
+        its snapshot publishes none of it again."""
+        asked = [TopicPartition(r.topic, r.partition) for r in runners]
+        # A dead process's open transaction holds the offsets back until it is aborted (the broker
+        # answers "unstable offset" and the client retries): wait for it.
+        timeout_s = int(transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS) / 1000
+        got = consumer.committed(asked, timeout=timeout_s + COMMITTED_FETCH_MARGIN_S)
+        by_key = {(tp.topic, tp.partition): tp for tp in got}
+        for runner in runners:
+            tp = by_key[(runner.topic, runner.partition)]
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            committed = CommittedOutput.from_commit(tp.offset, tp.metadata)
+            runner.committed_output = committed
+            if committed is not None:
+                runner.published_version = committed.released_version
+                log.info("output committed by earlier transactions", extra={
+                    "topic": runner.topic, "partition": runner.partition, "offset": committed.offset,
+                    "released_version": committed.released_version, "replay_from": runner.next_offset})
