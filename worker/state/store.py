@@ -68,22 +68,22 @@ Decisions:
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timezone
 
 import numpy as np
 import obstore
 import orjson
 from obstore.exceptions import AlreadyExistsError, GenericError, JoinError
-from obstore.store import LocalStore, MemoryStore, S3Store
 
-from .codec import FORMAT_VERSION, MAGIC, CorruptSnapshot, decode, encode
+from .backends import open_store, sync_local  # noqa: F401  (open_store: the state API)
+from .blobs import BLOB_FETCH_THREADS, BLOB_NAME, BLOB_PIECE_BYTES, DELETE_BATCH, Pacer, blob_lists, group_ident, row_pieces
+from .codec import CorruptSnapshot, decode, encode
+from .objects import misplaced, newer_format, same_arrays
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +94,8 @@ GROUP_LAYOUT_VERSION = 2
 FULL, DELTA = "full", "delta"
 GROUP_KIND = "delta-group"  # header kind of a delta object holding several deletions' deltas
 _NAME = re.compile(r"(full|delta)-(\d{20})\.snap")
-_BLOB = re.compile(r"blob-([0-9a-f]{64})\.snap")
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_TRUE = {"1", "true", "yes", "on"}
 _RELIST_ATTEMPTS = 3
 
-# Fail fast: a down server costs ~1 s, a hung one ``timeout``; the worker counts and retries.
-DEFAULT_RETRY = {"max_retries": 3, "retry_timeout": timedelta(seconds=8),
-                 "backoff": {"init_backoff": timedelta(milliseconds=200),
-                             "max_backoff": timedelta(seconds=2), "base": 2}}
-DEFAULT_CLIENT_OPTIONS = {"connect_timeout": "2s", "timeout": "10s"}
 
 
 class SnapshotError(Exception):
@@ -155,54 +147,6 @@ class Restored:
     created_at: str | None = None
 
 
-# --------------------------------------------------------------------------- opening stores
-
-def open_store(url: str, *, retry_config: dict | None = None, client_options: dict | None = None):
-    """An obstore store for ``memory://``, ``file:///abs`` / ``file://./rel`` or ``s3://bucket[/prefix]``.
-
-    S3 takes endpoint, region, credentials and ``allow_http`` from the standard ``AWS_*``
-    variables; path-style requests when an endpoint is given. ``retry_config`` replaces and
-    ``client_options`` extends the fail-fast defaults (S3 only).
-
-    >>> type(open_store("memory://")).__name__
-    'MemoryStore'
-    """
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme == "memory" and rest in ("", "/"):
-        return MemoryStore()
-    if sep and scheme == "file" and rest:
-        return _local_store(rest)
-    if sep and scheme in ("s3", "s3a") and _BUCKET.fullmatch(rest.partition("/")[0]):
-        return _s3_store(rest, retry_config, client_options)
-    raise ValueError(f"unsupported state store URL {url!r}: use memory://, file:///abs/path, "
-                     f"file://./relative/path or s3://bucket[/prefix]")
-
-
-def _local_store(path: str) -> LocalStore:
-    if path.startswith("localhost/"):
-        path = path[len("localhost"):]
-    root = Path(path).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    return LocalStore(root, mkdir=True)
-
-
-def _s3_store(rest: str, retry_config: dict | None, client_options: dict | None) -> S3Store:
-    env = os.environ.get
-    bucket, _, prefix = rest.partition("/")
-    config = {"endpoint": env("AWS_ENDPOINT_URL") or env("AWS_ENDPOINT"),
-              "region": env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
-              "access_key_id": env("AWS_ACCESS_KEY_ID"),
-              "secret_access_key": env("AWS_SECRET_ACCESS_KEY"),
-              "session_token": env("AWS_SESSION_TOKEN")}
-    config = {k: v for k, v in config.items() if v}
-    if "endpoint" in config:
-        config["virtual_hosted_style_request"] = False
-    client = {**DEFAULT_CLIENT_OPTIONS, "allow_http": (env("AWS_ALLOW_HTTP") or "").lower() in _TRUE,
-              **(client_options or {})}
-    return S3Store(bucket, prefix=prefix.strip("/") or None, client_options=client,
-                   retry_config=DEFAULT_RETRY if retry_config is None else retry_config, **config)
-
-
 def _call(op: str, key: str, fn, *args, **kwargs):
     """Run one obstore call; outages become :class:`StorageUnavailable` (the caller retries)."""
     try:
@@ -212,89 +156,12 @@ def _call(op: str, key: str, fn, *args, **kwargs):
         raise StorageUnavailable(key, f"{op} failed: {first}") from exc
 
 
-# --------------------------------------------------------------------------- shared blobs
-
-DELETE_BATCH = 1000  # keys per delete request: S3's DeleteObjects limit
-
-# A shared group is stored as row pieces of at most this size: an upload is never one long burst
-# (on a shared machine a 24 MB PUT held the local S3 server on both cores for ~0.2 s), pacing has
-# something to space out, and restore fetches the pieces in parallel.
-BLOB_PIECE_BYTES = 2 << 20
-BLOB_FETCH_THREADS = 8
-
-
-def _row_pieces(arrays: dict[str, np.ndarray], max_bytes: int) -> list[dict[str, np.ndarray]]:
-    """``arrays`` cut along their first axis into pieces of at most ``max_bytes`` (at least one
-    row each); arrays of different lengths or 0-d stay whole.
-
-    >>> pieces = _row_pieces({"k": np.arange(10, dtype=np.uint64), "s": np.arange(10, dtype=np.uint32)}, 48)
-    >>> [len(p["k"]) for p in pieces]
-    [4, 4, 2]
-    """
-    lengths = {a.shape[0] if a.ndim else None for a in arrays.values()}
-    if len(lengths) != 1 or None in lengths:
-        return [arrays]
-    (rows,) = lengths
-    row_bytes = sum(a.itemsize * int(np.prod(a.shape[1:])) for a in arrays.values())
-    step = max(1, max_bytes // max(1, row_bytes))
-    if rows <= step:
-        return [arrays]
-    return [{k: a[i:i + step] for k, a in arrays.items()} for i in range(0, rows, step)]
-
-
-def _blob_lists(refs) -> dict[str, list[str]] | None:
-    """A full snapshot's "shared" header as {group: [blob name, ...]}; None if malformed. Reads
-    the single-blob form ``{"blob": name}`` of earlier snapshots too."""
-    if not isinstance(refs, dict):
-        return None
-    out = {}
-    for group, ref in refs.items():
-        if not isinstance(ref, dict):
-            return None
-        names = [ref["blob"]] if "blob" in ref else ref.get("blobs")
-        if not isinstance(names, list) or not names or not all(
-                isinstance(n, str) and _BLOB.fullmatch(n) for n in names):
-            return None
-        out[group] = names
-    return out
-
-
-def _group_ident(where: str, arrays: dict) -> tuple:
-    """The identity cache key of a shared group: its directory and the ids of its arrays."""
-    return where, tuple((k, id(v)) for k, v in sorted(arrays.items()))
-
-
-class _Pacer:
-    """Spaces uploads out to an average of ``rate`` bytes per second (0: no limit), like
-    Elasticsearch's ``max_snapshot_bytes_per_sec``: a background snapshot should not take the
-    network, or a co-located object store's CPU, away from the deletions behind it."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate, self.started, self.bytes = rate, time.monotonic(), 0
-
-    def spread(self, total: int, seconds: float) -> None:
-        """Send ``total`` bytes over ``seconds`` if that is slower than the limit: a snapshot's
-        uploads then run at about twice the average rate its new data arrives at (with the
-        default spread of half the interval), not in bursts at the limit."""
-        if total > 0 and seconds > 0:
-            even = total / seconds
-            self.rate = min(self.rate, even) if self.rate > 0 else even
-
-    def sent(self, size: int) -> None:
-        self.bytes += size
-
-    def wait(self) -> None:
-        if self.rate > 0:
-            delay = self.started + self.bytes / self.rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-
-
 # --------------------------------------------------------------------------- snapshots
 
 class SnapshotStore:
     """Full snapshots and deletion deltas of every partition of one consumer group.
 
+    >>> from obstore.store import MemoryStore
     >>> snaps = SnapshotStore(MemoryStore(), "olu", "g")
     >>> snaps.write_full("t", 0, 10, {"n": 1}, {"z": np.zeros(2)}).key
     'olu/g/t/0/full-00000000000000000010.snap'
@@ -356,7 +223,7 @@ class SnapshotStore:
         returned size counts the snapshot object and the blobs written for it, not the blobs reused.
         """
         where = self.directory(topic, partition)
-        pacer = _Pacer(bytes_per_second)
+        pacer = Pacer(bytes_per_second)
         if spread_seconds > 0:
             pacer.spread(sum(sum(a.nbytes for a in g.values()) for g in (shared or {}).values()
                              if not self._stored(where, g)), spread_seconds)
@@ -371,19 +238,19 @@ class SnapshotStore:
 
     def _stored(self, where: str, arrays: dict) -> tuple[str, ...] | None:
         """The blob names of a shared group this store has already written, else None."""
-        ident = _group_ident(where, arrays)
+        ident = group_ident(where, arrays)
         known = self._blobs.get(ident)
         if known and all(r() is arrays[k] for (k, _), r in zip(ident[1], known[0])):
             return known[1]
         return None
 
-    def _put_group(self, where: str, arrays: dict, pacer: "_Pacer") -> tuple[tuple[str, ...], int]:
+    def _put_group(self, where: str, arrays: dict, pacer: "Pacer") -> tuple[tuple[str, ...], int]:
         """Store one shared group (once), in row pieces; returns (blob names, bytes written now)."""
         known = self._stored(where, arrays)
         if known is not None:
             return known, 0
         names, written = [], 0
-        for piece in _row_pieces(arrays, BLOB_PIECE_BYTES):
+        for piece in row_pieces(arrays, BLOB_PIECE_BYTES):
             pacer.wait()
             name, size = self._put_blob(where, piece)
             pacer.sent(size)
@@ -407,13 +274,13 @@ class SnapshotStore:
                     _call("put", key, obstore.put, self.store, key, blob, mode="create")
                 except AlreadyExistsError:
                     pass  # a racing writer stored it again: same name, same content
-        _sync_local(self.store, key)
+        self._sync(key)
         return name, len(blob)
 
     def _remember_blob(self, where: str, arrays: dict, names: tuple[str, ...]) -> None:
         for ident in [i for i, (refs, _) in self._blobs.items() if any(r() is None for r in refs)]:
             del self._blobs[ident]  # groups the model has merged away
-        self._blobs[_group_ident(where, arrays)] = ([weakref.ref(v) for _, v in sorted(arrays.items())], names)
+        self._blobs[group_ident(where, arrays)] = ([weakref.ref(v) for _, v in sorted(arrays.items())], names)
 
     def write_delta(self, topic: str, partition: int, offset: int, header: dict, arrays: dict) -> SnapshotRef:
         """A deletion's post-noise state; ``offset`` is the delete event's offset + 1."""
@@ -446,7 +313,7 @@ class SnapshotStore:
             _call("put", key, obstore.put, self.store, key, blob, mode="create")
         except AlreadyExistsError:
             size = self._same_or_conflict(key, envelope, content, arrays, replacement=blob)
-        _sync_local(self.store, key)
+        self._sync(key)
         self._good[key] = size
         return SnapshotRef(key, kind, offset, size, time.monotonic() - started)
 
@@ -468,18 +335,18 @@ class SnapshotStore:
         try:
             stored, stored_arrays = decode(existing)
         except CorruptSnapshot as exc:
-            if replacement is None or _newer_format(existing):
+            if replacement is None or newer_format(existing):
                 raise SnapshotConflict(key, f"an unreadable object already holds this key ({exc})") from None
             log.warning("replacing damaged snapshot object %s (%s)", key, exc)
             return self._replace(key, envelope, header, arrays, replacement)
         if isinstance(stored.get("snapshot"), dict):
             stored["snapshot"].pop("created_at", None)
-        misplaced = _misplaced(stored.get("snapshot"), envelope)
-        if misplaced and replacement is not None:
-            log.warning("replacing misplaced snapshot object %s (%s)", key, misplaced)
+        foreign = misplaced(stored.get("snapshot"), envelope)
+        if foreign and replacement is not None:
+            log.warning("replacing misplaced snapshot object %s (%s)", key, foreign)
             return self._replace(key, envelope, header, arrays, replacement)
         wanted = orjson.loads(orjson.dumps({"snapshot": envelope, **header}))
-        if stored != wanted or not _same_arrays(arrays, stored_arrays):
+        if stored != wanted or not same_arrays(arrays, stored_arrays):
             raise SnapshotConflict(key, "a different snapshot already exists at this offset: "
                                         "another writer (a zombie?) owns this partition")
         return len(existing)
@@ -548,7 +415,7 @@ class SnapshotStore:
             for offset, entry, entry_arrays in entries:
                 if offset <= after:
                     continue
-                if offset in out and (out[offset][0] != entry or not _same_arrays(entry_arrays, out[offset][1])):
+                if offset in out and (out[offset][0] != entry or not same_arrays(entry_arrays, out[offset][1])):
                     raise SnapshotConflict(ref.key, f"two different post-noise states stored for the deletion "
                                            f"at offset {offset}: another writer owned the partition")
                 out[offset] = (entry, entry_arrays)
@@ -567,7 +434,7 @@ class SnapshotStore:
         problem = self._identity_problem(stored, ref, topic, partition)
         if problem:
             raise _Invalid(problem)
-        blob_refs = _blob_lists(stored.get("shared") or {})
+        blob_refs = blob_lists(stored.get("shared") or {})
         if blob_refs is None:
             raise _Invalid("corrupt: malformed shared blob references")
         self._blob_refs[ref.key] = blob_refs
@@ -628,6 +495,12 @@ class SnapshotStore:
             return f"foreign snapshot: {diff}"
         return None
 
+    def _sync(self, key: str) -> None:
+        try:
+            sync_local(self.store, key)
+        except OSError as exc:
+            raise StorageUnavailable(key, f"fsync failed: {exc}") from exc
+
     def _get(self, key: str) -> bytes:
         return _call("get", key, lambda: obstore.get(self.store, key).bytes())
 
@@ -664,7 +537,7 @@ class SnapshotStore:
         """Delete blobs no kept full snapshot names and older than all of them (module doc)."""
         where = self.directory(topic, partition)
         metas = self._list_objects(where)
-        blobs = {m["path"]: m for m in metas if _BLOB.fullmatch(m["path"][len(where):])}
+        blobs = {m["path"]: m for m in metas if BLOB_NAME.fullmatch(m["path"][len(where):])}
         if not blobs:
             return 0
         modified = {m["path"]: m["last_modified"] for m in metas}
@@ -732,67 +605,3 @@ def _delta_entries(first: int, header: dict, arrays: dict) -> list[tuple[int, di
             raise _Invalid(f"corrupt: array {name!r} belongs to no delta of the group")
         split[int(index[1:])][rest] = array
     return list(zip(offsets, members, split))
-
-
-_SYNCED_DIRS: set[Path] = set()  # ancestors whose entries (our subdirectories) are already durable
-
-
-def _sync_local(store, key: str) -> None:
-    """Make a LocalStore write durable: obstore 0.12's LocalStore never fsyncs (S3 is durable on
-    ack). Sync the file and its directory every time (a new entry); the directories above it
-    only change when a partition directory is first created, so each is synced once per process."""
-    if not isinstance(store, LocalStore):
-        return
-    root = Path(store.prefix or "/")
-    path = root / key
-    try:
-        _fsync(path)
-        _fsync(path.parent)
-        for directory in path.parent.parents:
-            if directory in _SYNCED_DIRS:
-                break
-            _fsync(directory)
-            _SYNCED_DIRS.add(directory)
-            if directory == root:
-                break
-    except OSError as exc:
-        raise StorageUnavailable(key, f"fsync failed: {exc}") from exc
-
-
-def _fsync(target: Path) -> None:
-    fd = os.open(target, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _misplaced(stored_envelope, envelope: dict) -> str | None:
-    """Why a readable object cannot belong at the key ``envelope`` describes, or None.
-
-    None also for an envelope in another layout version (a newer build's object is not ours to
-    judge: a conflict) and for one that matches (then the content decides).
-    """
-    if not isinstance(stored_envelope, dict):
-        return "no snapshot envelope in the header"
-    if stored_envelope.get("layout") != envelope["layout"]:
-        return None
-    wrong = [f"{k}={stored_envelope.get(k)!r} (expected {v!r})" for k, v in envelope.items()
-             if stored_envelope.get(k) != v]
-    return "foreign snapshot: " + ", ".join(wrong) if wrong else None
-
-
-def _newer_format(blob: bytes) -> bool:
-    """A snapshot header this build does not know (e.g. written by a newer build in a rollout)."""
-    return len(blob) > len(MAGIC) and bytes(blob[:len(MAGIC)]) == MAGIC and blob[len(MAGIC)] != FORMAT_VERSION
-
-
-def _same_arrays(ours: dict, stored: dict) -> bool:
-    """Bit-exact equality (NaN payloads and -0.0 included) as the codec would store ``ours``."""
-    if set(ours) != set(stored):
-        return False
-    for name, theirs in stored.items():
-        mine = np.asarray(ours[name])
-        if mine.shape != theirs.shape or mine.dtype != theirs.dtype or mine.tobytes() != theirs.tobytes():
-            return False
-    return True
