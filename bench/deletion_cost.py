@@ -52,7 +52,8 @@ import _targets as T  # noqa: E402
 import numpy as np  # noqa: E402
 from active_deletion import run_case, stream  # noqa: E402
 
-from worker.olu import ActiveAnchor, ActiveD2D, PassiveOLU, Retrain, RidgeNewton, kernels  # noqa: E402
+from worker.olu import ActiveAnchor, ActiveD2D, PassiveOLU, Retrain, RidgeNewton  # noqa: E402
+from worker.olu.core.kernels import warmup  # noqa: E402
 
 # name: (class, keyword arguments without max_deletions, active?, O(n) per deletion?, baseline)
 ALGORITHMS = {

@@ -59,7 +59,8 @@ import _targets as T  # noqa: E402
 import engine_throughput as et  # noqa: E402
 import worker_throughput as wt  # noqa: E402
 
-from worker.olu import ALGORITHMS, kernels  # noqa: E402
+from worker.olu import ALGORITHMS  # noqa: E402
+from worker.olu.core.kernels import warmup  # noqa: E402
 
 ACTIVE_DEFAULTS = {"order_fallback": "passive"}  # see the module docstring
 REPORT_KEYS = ("broker", "produce", "config", "results", "targets", "wall_s")
