@@ -513,7 +513,7 @@ class Worker:
                     keep.append(runner)
             self.final_state[(tp.topic, tp.partition)] = {
                 "offset": runner.next_offset, "t": runner.model.t, "epoch": runner.model.epoch,
-                "deletions": runner.model.accountant.lifetime_deletions, **runner.model.privacy(),
+                "deletions": runner.model.deletions_applied, **runner.model.privacy(),
             }
             self.metrics.remove_partition(tp.topic, tp.partition)
             if deadline is not None:

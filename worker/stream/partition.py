@@ -284,14 +284,18 @@ class PartitionRunner:
 
     def _delta_payload(self, after: int) -> tuple[dict, dict]:
         m = self.model
+        # "deletions" counts charged deletions (the accountant's), "deletions_applied" all of them
+        # (the release's "deletions"); a replay checks both (OnlineUnlearner._adopt).
         header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms,
-                  "t": m.t, "epoch": m.epoch, "deletions": m.accountant.lifetime_deletions}
+                  "t": m.t, "epoch": m.epoch, "deletions": m.accountant.lifetime_deletions,
+                  "deletions_applied": m.deletions_applied}
         return header, {"z": m.z.copy()}
 
     @staticmethod
     def _post_state(stored) -> dict:
         header, arrays = stored
-        return {"z": arrays["z"], "t": header["t"], "epoch": header["epoch"], "deletions": header["deletions"]}
+        return {"z": arrays["z"], "t": header["t"], "epoch": header["epoch"], "deletions": header["deletions"],
+                "deletions_applied": header.get("deletions_applied")}  # absent from older deltas
 
     # ----------------------------------------------------------------- releases
     def _release(self, trigger: str, deletion_started: float | None = None) -> Release:
