@@ -221,12 +221,13 @@ class PartitionRunner:
 
     def _observe_loss(self, X: np.ndarray, y: np.ndarray) -> None:
         """Prequential (test-then-train) loss of the current model on the incoming batch."""
-        margin = X @ self.model.z
-        if self.model.loss.name == "ridge":
-            losses = 0.5 * (margin - y) ** 2
-        else:
-            losses = np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * margin)
-        mean = float(np.mean(losses))
+        with np.errstate(over="ignore", invalid="ignore"):  # raw features may be huge: then skipped below
+            margin = X @ self.model.z
+            if self.model.loss.name == "ridge":
+                losses = 0.5 * (margin - y) ** 2
+            else:
+                losses = np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * margin)
+            mean = float(np.mean(losses))
         if np.isfinite(mean):
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
