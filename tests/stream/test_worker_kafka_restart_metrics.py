@@ -1,7 +1,10 @@
-"""Deletion counts of an exact algorithm, on the real broker.
+"""Deletion counts and metrics of an exact algorithm across a restart, on the real broker.
 
 ``retrain`` honours deletions exactly (no noise, no privacy charge). Its releases used to say
 ``"deletions": 0`` however many it honoured, because the count came from the privacy accountant.
+And a worker restarted with nothing left to consume exported no ``olu_model_version`` nor either
+lag gauge until new input arrived; ``olu_model_deletions`` (the model's lifetime count, from its
+state) must be there at once and equal the release's ``deletions``.
 """
 
 from __future__ import annotations
@@ -91,3 +94,26 @@ def test_retrain_releases_count_the_deletions_they_honoured(first_run):
     assert last["version"] == first_run.end and last["algorithm"] == "retrain"
     assert (last["deletions"], last["t"], last["epoch"]) == (len(DELETED), 120, 0)
     assert first_run.metrics["olu_deletions_total"] == len(DELETED)
+    assert first_run.metrics["olu_model_deletions"] == len(DELETED)
+
+
+def test_a_worker_restarted_with_nothing_to_consume_exports_the_restored_state(first_run):
+    topic = first_run.topics.input
+    last = max(first_run.values, key=lambda v: v["version"])
+    worker = WorkerProcess(first_run.env, first_run.log)
+    try:
+        worker.start()
+        assert worker.wait_assigned({0})[0]["snapshot"] == first_run.end  # restored, nothing to replay
+        wait_for(lambda: worker.get("/readyz")[0] == 200, 30, "the assignment to finish", interval=0.2)
+        restored = _series(worker.metrics(), topic)
+        assert "olu_privacy_epsilon" in restored  # always set at assignment
+        for name in ("olu_model_version", "olu_consumer_lag", "olu_consumer_processing_lag", "olu_model_deletions"):
+            assert name in restored, f"{name} is not exported after the restore"
+        assert restored["olu_model_version"] == first_run.end
+        assert restored["olu_consumer_lag"] == 0 and restored["olu_consumer_processing_lag"] == 0
+        assert restored["olu_model_deletions"] == last["deletions"] == len(DELETED)
+        assert restored["olu_model_steps"] == 120
+        assert "olu_deletions_total" not in restored  # this process honoured none: the counter restarts
+        assert worker.terminate() == 0, worker.log_text()[-3000:]
+    finally:
+        worker.cleanup()

@@ -59,6 +59,9 @@ SYNC_COMMIT_TIMEOUT_S = 5.0
 # Longest wait for the consumer to leave its group at shutdown.
 CLOSE_TIMEOUT_S = 5.0
 
+# Longest wait at assignment for the offsets the lag gauges start from.
+LAG_QUERY_TIMEOUT_S = 5.0
+
 # A dead letter too large for the producer keeps this much of its key and value.
 DEAD_LETTER_PREFIX_BYTES = 65_536
 
@@ -470,9 +473,31 @@ class Worker:
                 "skipped_snapshots": skipped,
             })
         consumer.incremental_assign(assignment)
+        self._export_lag(consumer, [self.runners[(tp.topic, tp.partition)] for tp in partitions])
         self.metrics.set_assigned(len(self.runners))
         if self.health is not None:
             self.health.set_ready(True)
+
+    def _export_lag(self, consumer, runners) -> None:
+        """Both lag gauges from the restored offsets: librdkafka's statistics know neither until
+        this worker has consumed (application offset) and committed (committed offset), so a
+        restarted worker with nothing left to consume would never export them."""
+        deadline = time.monotonic() + LAG_QUERY_TIMEOUT_S
+        try:
+            committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(
+                [TopicPartition(r.topic, r.partition) for r in runners], timeout=LAG_QUERY_TIMEOUT_S)}
+            for r in runners:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # the last stable offset (read_committed): what librdkafka's own lag is measured to
+                _, end = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=remaining,
+                                                        cached=False)
+                done, position = committed.get((r.topic, r.partition), -1), r.next_offset or 0
+                self.metrics.set_lag(r.topic, r.partition, committed=end - done if done >= 0 else None,
+                                     processing=max(0, end - position) if end >= 0 else None)
+        except KafkaException as exc:  # only the gauges wait for the statistics then
+            log.warning("consumer lag unknown at assignment", extra={"error": str(exc)})
 
     def _on_revoke(self, consumer, partitions) -> None:
         self.metrics.rebalance("revoke")
