@@ -20,12 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from .. import __version__
 from ..logs import get_logger
 from ..olu.base import ALGORITHMS
 from ..state.store import SnapshotStore, StorageUnavailable, open_store
 from . import scan
-from .deadletter import carry_headers, dead_letter_headers
+from .dlq import DeadLetters, TopicLimit
 from .partition import PartitionRunner
 
 log = get_logger("olu.worker")
@@ -61,9 +60,6 @@ CLOSE_TIMEOUT_S = 5.0
 
 # Longest wait at assignment for the offsets the lag gauges start from.
 LAG_QUERY_TIMEOUT_S = 5.0
-
-# A dead letter too large for the producer keeps this much of its key and value.
-DEAD_LETTER_PREFIX_BYTES = 65_536
 
 # librdkafka retries these forever without surfacing them from consume(): stop loudly instead.
 _UNRECOVERABLE = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
@@ -109,6 +105,8 @@ class Worker:
         self.summary = defaultdict(int)
         self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
         self.final_state: dict[tuple[str, int], dict] = {}  # each dropped partition's last word
+        self._dead_letters = DeadLetters(settings.dlq_topic, TopicLimit(settings.admin_config(), settings.dlq_topic),
+                                         transactional=settings.transactional)
 
     # ----------------------------------------------------------------- lifecycle
     def _new_model(self):
@@ -298,34 +296,12 @@ class Worker:
     def _dead_letter(self, runner: PartitionRunner, dead) -> None:
         msg = dead.message
 
-        def delivered(err, _msg):
-            if err is not None:
-                self._delivery_error = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
+        def failed(err):
+            self._delivery_error = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
 
-        try:
-            self._produce_dead_letter(msg, msg.key(), msg.value(), dead.reason, dead.detail, msg.headers(), delivered)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                raise
-            # Larger than the producer's message.max.bytes (the input topic accepted it): a poison
-            # pill that would crash every restart. Send a bounded prefix instead and say so; the
-            # whole record stays in the input topic at the offset the headers name.
-            key, value = msg.key(), msg.value()
-            note = (f"[truncated: the record ({len(key or b'') + len(value or b'')} "
-                    f"bytes of key and value) is too large for the dead-letter topic; key and value cut to "
-                    f"their first {DEAD_LETTER_PREFIX_BYTES} bytes, original headers dropped] ")
-            self._produce_dead_letter(msg, key if key is None else key[:DEAD_LETTER_PREFIX_BYTES],
-                                      value if value is None else value[:DEAD_LETTER_PREFIX_BYTES],
-                                      dead.reason, note + dead.detail, None, delivered)
+        self._dead_letters.publish(self.producer, msg, dead.reason, dead.detail, failed)
         self.metrics.record_dead_letter(msg.topic(), dead.reason)
         self.summary["dead_letters"] += 1
-
-    def _produce_dead_letter(self, msg, key, value, reason, detail, original_headers, delivered) -> None:
-        headers = dead_letter_headers(
-            source_topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), reason=reason,
-            detail=detail, worker_version=__version__, failed_at_ms=int(time.time() * 1000),
-        ) + carry_headers(original_headers)
-        self.producer.produce(self.settings.dlq_topic, key=key, value=value, headers=headers, on_delivery=delivered)
 
     # ----------------------------------------------------------------- snapshots and commits
     def _flush(self, timeout: float) -> bool:
