@@ -374,6 +374,21 @@ def test_fetch_queue_backoff_is_short_by_default_and_can_be_overridden():
     assert "fetch.queue.backoff.ms" not in load().producer_config()
 
 
+def test_the_producer_takes_any_record_the_consumer_can_receive():
+    # a dead letter is the original record whole: librdkafka's consumer receives records up to
+    # receive.message.max.bytes (100 MB), or fetch.max.bytes + 512 when that is larger
+    p = load().producer_config()
+    assert p["message.max.bytes"] >= 100_000_000 + 1024 and p["batch.size"] <= 65_536
+    bigger = load(OLU_KAFKA_FETCH_MAX_BYTES="200000000").producer_config()["message.max.bytes"]
+    assert bigger >= 200_000_512 + 1024
+    assert load(OLU_KAFKA_RECEIVE_MESSAGE_MAX_BYTES="999999999").producer_config()["message.max.bytes"] \
+        == 1_000_000_000  # librdkafka's ceiling
+    assert load(OLU_KAFKA_MESSAGE_MAX_BYTES="2000000").producer_config()["message.max.bytes"] == "2000000"
+    admin = load(["--transactional", "--transactional-id", "tx-1"], OLU_KAFKA_SECURITY_PROTOCOL="SASL_SSL").admin_config()
+    assert admin["security.protocol"] == "SASL_SSL" and admin["bootstrap.servers"] == "broker:9092"
+    assert not {"transactional.id", "enable.idempotence", "acks", "batch.size", "message.max.bytes"} & set(admin)
+
+
 def test_flag_wins_over_env_for_the_same_passthrough_key():
     s = load(["--kafka", "client.rack=flag"], OLU_KAFKA_CLIENT_RACK="env")
     assert s.kafka["client.rack"] == "flag"

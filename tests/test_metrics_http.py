@@ -80,6 +80,7 @@ class FakeAccountant:
 
 class FakeModel:
     t = 120
+    deletions_applied = 3  # the model's lifetime count (the release's deletions)
     accountant = FakeAccountant()
     index = range(97)  # the applied-record index: only its length is read
 
@@ -91,9 +92,9 @@ class FakeModel:
                 "deletions_capacity_left": self.capacity_left}
 
 
-def runner(partition=0, capacity_left=None):
+def runner(partition=0, capacity_left=None, released_version=4_000, next_offset=4_000):
     return SimpleNamespace(topic="olu.events", partition=partition, model=FakeModel(capacity_left),
-                           released_version=4_000, prequential_loss=0.42)
+                           released_version=released_version, next_offset=next_offset, prequential_loss=0.42)
 
 
 def deletion(outcome, sigma=0.0):
@@ -172,6 +173,7 @@ def test_loop_facing_updates_and_remove_partition():
     assert value(m, "olu_privacy_budget_used_ratio", **tp) == 0.25
     assert value(m, "olu_privacy_rdp_slope", **tp) == 0.25
     assert value(m, "olu_model_steps", **tp) == 120
+    assert value(m, "olu_model_deletions", **tp) == 3
     assert value(m, "olu_applied_records", **tp) == 97
     assert value(m, "olu_model_version", **tp) == 4_001
     assert value(m, "olu_prequential_loss", **tp) == pytest.approx(0.42)
@@ -192,6 +194,22 @@ def test_loop_facing_updates_and_remove_partition():
     left = [key for key in samples(m) if ("partition", "0") in key[1]]
     assert left == []
     assert value(m, "olu_privacy_epsilon", topic="olu.events", partition=1) == 1.75  # others stay
+
+
+def test_a_restored_partition_exports_its_model_and_lag_before_any_input():
+    m = Metrics()
+    m.record_restore(runner(0, released_version=None, next_offset=5_210), 0.1)  # nothing released yet
+    m.record_restore(runner(1, released_version=None, next_offset=None), 0.1)  # a new partition
+    m.set_lag("olu.events", 0, committed=7, processing=0)
+    m.set_lag("olu.events", 1, committed=None, processing=-1)  # unknown: no series
+    tp = {"topic": "olu.events", "partition": 0}
+    assert value(m, "olu_model_version", **tp) == 5_210
+    assert value(m, "olu_model_deletions", **tp) == 3
+    assert value(m, "olu_consumer_lag", **tp) == 7 and value(m, "olu_consumer_processing_lag", **tp) == 0
+    for name in ("olu_model_version", "olu_consumer_lag", "olu_consumer_processing_lag"):
+        assert value(m, name, topic="olu.events", partition=1) is None, name
+    m.remove_partition("olu.events", 0)  # revoked: these go with the rest
+    assert value(m, "olu_consumer_lag", **tp) is None and value(m, "olu_model_deletions", **tp) is None
 
 
 def test_label_values_are_bounded():

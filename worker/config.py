@@ -104,6 +104,14 @@ DEFAULT_STATISTICS_INTERVAL_MS = 5_000
 # faster than that sits idle (and a delete behind the queue waits up to a second). 10 ms keeps
 # the queue topped up; an OLU_KAFKA_FETCH_QUEUE_BACKOFF_MS pass-through still overrides it.
 DEFAULT_FETCH_QUEUE_BACKOFF_MS = 10
+# librdkafka's defaults: the consumer receives responses (so records) up to receive.message.max.bytes,
+# raised to fetch.max.bytes + 512 if that is larger; the producer's message.max.bytes is at most 1e9.
+LIBRDKAFKA_RECEIVE_MAX_BYTES = 100_000_000
+LIBRDKAFKA_FETCH_MAX_BYTES = 52_428_800
+LIBRDKAFKA_MESSAGE_MAX_BYTES_LIMIT = 1_000_000_000
+# A dead letter's own olu.* headers (the detail is at most 1024 characters): well within this.
+DEAD_LETTER_HEADROOM_BYTES = 65_536
+PRODUCER_BATCH_BYTES = 65_536
 
 
 class ConfigError(ValueError):
@@ -598,10 +606,34 @@ class Settings:
         if self.bootstrap_servers:
             conf["bootstrap.servers"] = self.bootstrap_servers
         # Releases and dead letters are small and rare next to the input: send them at once.
-        conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 1})
+        # A batch of several records stays within batch.size, so with 64 KiB one of several dead
+        # letters never makes a batch the dead-letter topic refuses where each alone would pass (a
+        # record larger than that is sent alone); releases are far smaller.
+        conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 1,
+                     "message.max.bytes": self.dead_letter_max_bytes(), "batch.size": PRODUCER_BATCH_BYTES})
         if self.transactional:
             conf["transactional.id"] = self.transactional_id
         conf.update(self._passthrough(CONSUMER_ONLY_KEYS))
+        return conf
+
+    def dead_letter_max_bytes(self) -> int:
+        """The producer's message.max.bytes: a dead letter is the original record whole, so it must
+        take anything the consumer can receive, plus the dead letter's headers (librdkafka's default,
+        1,000,000, refused a 4.8 MB record the input topic had accepted)."""
+        kafka = dict(self.kafka_overrides)
+        try:
+            receive = max(int(kafka.get("receive.message.max.bytes", LIBRDKAFKA_RECEIVE_MAX_BYTES)),
+                          int(kafka.get("fetch.max.bytes", LIBRDKAFKA_FETCH_MAX_BYTES)) + 512)
+        except ValueError:  # librdkafka itself names the bad value when the consumer starts
+            receive = LIBRDKAFKA_RECEIVE_MAX_BYTES
+        return min(receive + DEAD_LETTER_HEADROOM_BYTES, LIBRDKAFKA_MESSAGE_MAX_BYTES_LIMIT)
+
+    def admin_config(self) -> dict[str, Any]:
+        """Admin client configuration (reads the dead-letter topic's size limit): the connection
+        and security settings of the producer, without what only a producer takes."""
+        conf = {k: v for k, v in self.producer_config().items()
+                if k not in PRODUCER_ONLY_KEYS and k not in ("transactional.id", "message.max.bytes")}
+        conf["client.id"] = f"{self.group_id}-admin"
         return conf
 
     # ------------------------------------------------------------------ model

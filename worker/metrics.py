@@ -118,7 +118,11 @@ class Metrics:
         self.consumer_processing_lag = Gauge("olu_consumer_processing_lag", "Messages not yet handed to the "
                                              "worker: last stable offset minus the application offset",
                                              _TP, registry=r)
-        self.model_version = Gauge("olu_model_version", "Version of the last release", _TP, registry=r)
+        self.model_version = Gauge("olu_model_version", "Version of the last release (after a restore, until "
+                                   "the next one: the restored state's, its next input offset)", _TP, registry=r)
+        self.model_deletions = Gauge("olu_model_deletions", "Deletions applied to the partition's model over its "
+                                     "whole life, from its state (the release's deletions; olu_deletions_total "
+                                     "counts this process's only)", _TP, registry=r)
         self.applied_records = Gauge("olu_applied_records", "Records in the applied-record index: applied and "
                                      "still deletable (about 12 bytes of memory and state each)", _TP, registry=r)
         self.model_steps = Gauge("olu_model_steps", "Steps t applied in the model's current epoch", _TP,
@@ -209,7 +213,10 @@ class Metrics:
             self._child(self.deletions_noop, topic, partition, _code(outcome, NOOP_REASONS)).inc()
 
     def set_model(self, topic: str, partition: int, *, steps: int | None = None, version: int | None = None,
-                  prequential_loss: float | None = None, applied_records: int | None = None) -> None:
+                  prequential_loss: float | None = None, applied_records: int | None = None,
+                  deletions: int | None = None) -> None:
+        if deletions is not None:
+            self._child(self.model_deletions, topic, partition).set(deletions)
         if steps is not None:
             self._child(self.model_steps, topic, partition).set(steps)
         if applied_records is not None:
@@ -236,6 +243,14 @@ class Metrics:
         self._child(self.releases, topic, partition, _code(trigger, TRIGGERS)).inc()
         if version is not None:
             self._child(self.model_version, topic, partition).set(version)
+
+    def set_lag(self, topic: str, partition: int, *, committed: int | None, processing: int | None) -> None:
+        """Both lags, from offsets the worker asked for itself (at assignment: librdkafka's
+        statistics know neither until the worker consumes and commits)."""
+        if committed is not None and committed >= 0:
+            self._child(self.consumer_lag, topic, partition).set(committed)
+        if processing is not None and processing >= 0:
+            self._child(self.consumer_processing_lag, topic, partition).set(processing)
 
     def observe_delete_to_release(self, seconds: float) -> None:
         self.delete_to_release.observe(max(0.0, seconds))
@@ -330,9 +345,12 @@ class Metrics:
         self.record_snapshot_success(runner.topic, runner.partition, kind, seconds, size)
 
     def record_restore(self, runner, seconds: float) -> None:
-        """A partition was assigned and restored: its privacy spend is exported at once."""
+        """A partition was assigned and restored: its privacy spend and model are exported at once,
+        so a worker with nothing left to consume still shows them."""
         self.observe_restore(seconds)
         self._update_model(runner, privacy=True)
+        if getattr(runner, "released_version", None) is None and getattr(runner, "next_offset", None) is not None:
+            self._child(self.model_version, runner.topic, runner.partition).set(runner.next_offset)
 
     def _update_model(self, runner, *, privacy: bool) -> None:
         topic, partition = runner.topic, runner.partition
@@ -345,4 +363,5 @@ class Metrics:
         self.set_model(topic, partition, steps=getattr(model, "t", None),
                        version=getattr(runner, "released_version", None),
                        prequential_loss=getattr(runner, "prequential_loss", None),
-                       applied_records=len(model.index) if hasattr(model, "index") else None)
+                       applied_records=len(model.index) if hasattr(model, "index") else None,
+                       deletions=getattr(model, "deletions_applied", None))

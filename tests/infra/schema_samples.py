@@ -86,12 +86,13 @@ DEAD_LETTER = {
     "olu.failed.at": "1763800000999",
 }
 DEAD_LETTER_WITH_FOREIGN_HEADER = DEAD_LETTER | {"traceparent": "00-0af7651916cd43dd-01"}
+DEAD_LETTER_TRUNCATED = DEAD_LETTER | {"olu.error.reason": "oversized", "olu.truncated": "4800000"}
 
 VALID: dict[str, list[dict[str, Any]]] = {
     "insert": [INSERT, INSERT_RIDGE, INSERT_LOGISTIC_01],
     "delete": [DELETE, DELETE_TS],
     "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY],
-    "dead-letter": [DEAD_LETTER, DEAD_LETTER_WITH_FOREIGN_HEADER],
+    "dead-letter": [DEAD_LETTER, DEAD_LETTER_WITH_FOREIGN_HEADER, DEAD_LETTER_TRUNCATED],
 }
 
 
@@ -161,5 +162,6 @@ INVALID: list[tuple[str, str, Any]] = [
     ("dlq-detail-too-long", "dead-letter", DEAD_LETTER | {"olu.error.detail": "x" * 1025}),
     ("dlq-failed-at-iso", "dead-letter", DEAD_LETTER | {"olu.failed.at": "2026-11-22T00:00:00Z"}),
     ("dlq-unknown-olu-header", "dead-letter", DEAD_LETTER | {"olu.error.code": "E42"}),
+    ("dlq-truncated-not-a-size", "dead-letter", DEAD_LETTER | {"olu.truncated": "yes"}),
     ("dlq-empty-version", "dead-letter", DEAD_LETTER | {"olu.worker.version": ""}),
 ]

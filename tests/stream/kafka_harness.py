@@ -582,7 +582,8 @@ class Replayed:
     from_delta: int = 0
     from_release: int = 0
     pre_noise: dict = field(default_factory=dict)  # delete offset -> pre-noise iterate (if asked)
-    trace: dict = field(default_factory=dict)  # offset + 1 -> (t, epoch, deletions, z bytes) after it
+    # offset + 1 -> (t, epoch, deletions applied, z bytes, deletions charged by the accountant) after it
+    trace: dict = field(default_factory=dict)
 
 
 def post_states_from_releases(values: list[dict]) -> dict[int, dict]:
@@ -590,13 +591,14 @@ def post_states_from_releases(values: list[dict]) -> dict[int, dict]:
     out = {}
     for v in values:
         out[v["version"]] = {"z": np.array(v["weights"], np.float64), "t": v["t"], "epoch": v["epoch"],
-                             "deletions": v["deletions"]}
+                             "deletions_applied": v["deletions"]}
     return out
 
 
 def post_states_from_deltas(objects: list[Stored]) -> dict[int, dict]:
     return {o.offset: {"z": o.arrays["z"], "t": o.header["t"], "epoch": o.header["epoch"],
-                       "deletions": o.header["deletions"]} for o in objects if o.kind == "delta"}
+                       "deletions": o.header["deletions"], "deletions_applied": o.header["deletions_applied"]}
+            for o in objects if o.kind == "delta"}
 
 
 def replay_partition(settings, records, *, deltas: dict[int, dict], released: dict[int, dict],
@@ -614,7 +616,8 @@ def replay_partition(settings, records, *, deltas: dict[int, dict], released: di
     used: set[int] = set()
     for offset, key, value in records:
         _apply(model, settings, out, used, offset, key, value, deltas, released, pre_noise_at)
-        out.trace[offset + 1] = (model.t, model.epoch, model.accountant.lifetime_deletions, model.z.tobytes())
+        out.trace[offset + 1] = (model.t, model.epoch, model.deletions_applied, model.z.tobytes(),
+                                 model.accountant.lifetime_deletions)
     unused = set(deltas) - used
     assert not unused, f"deltas that match no deletion that changed the model: {sorted(unused)}"
     return out
@@ -640,8 +643,8 @@ def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas
     if delta is not None and release is not None:
         assert np.asarray(delta["z"]).tobytes() == np.asarray(release["z"]).tobytes(), \
             f"delta and release at {after} differ"
-        assert (delta["t"], delta["epoch"], delta["deletions"]) == \
-            (release["t"], release["epoch"], release["deletions"])
+        assert (delta["t"], delta["epoch"], delta["deletions_applied"]) == \
+            (release["t"], release["epoch"], release["deletions_applied"])
     if offset in pre_noise_at:  # the iterate the noise is added to, on a throw-away copy
         twin = load_model(model.export_state())
         twin._noise = lambda sigma, d=model.dim: np.zeros(d)
@@ -705,16 +708,17 @@ def verify_against_oracle(bootstrap: str, topics: Topics, snapshots: SnapshotSto
                                     released=post_states_from_releases(by_part.get(p, [])))
         trace = replayed.trace
         for v in by_part.get(p, []):
-            t, epoch, deletions, z = trace[v["version"]]
+            t, epoch, deletions, z, _ = trace[v["version"]]
             assert (v["t"], v["epoch"], v["deletions"]) == (t, epoch, deletions), f"release {p}@{v['version']}"
             assert np.array(v["weights"], np.float64).tobytes() == z, f"release {p}@{v['version']} weights"
         for o in objects:
-            t, epoch, deletions, z = trace[o.offset]
+            t, epoch, deletions, z, charged = trace[o.offset]
             assert o.arrays["z"].tobytes() == z, f"{o.kind} {p}@{o.offset} iterate"
             if o.kind == "full":
                 assert (o.header["model"]["t"], o.header["model"]["epoch"]) == (t, epoch)
             else:
-                assert (o.header["t"], o.header["epoch"], o.header["deletions"]) == (t, epoch, deletions)
+                assert (o.header["t"], o.header["epoch"], o.header["deletions_applied"], o.header["deletions"]) == \
+                    (t, epoch, deletions, charged)
         full = [o for o in objects if o.kind == "full"][-1]
         end = inputs[p][-1][0] + 1 if inputs.get(p) else 0
         assert full.offset == end, f"partition {p}: final snapshot at {full.offset}, input ends at {end}"

@@ -176,8 +176,10 @@ def _engine_reason(x) -> str:
 
 ENGINE_CASES = {
     "norm_exceeded": [3.0, 4.0],  # ||x|| = 5 > R = 1
-    "non_finite": [1e200, 1e200],  # finite features whose norm overflows
 }
+# Finite features whose plain sum of squares overflows: still over the bound, never "non_finite"
+# (NaN and infinity cannot come out of orjson; a lenient parser's are in the test below).
+HUGE_FEATURES = [[1e200, 1e200], [1e308, 0.1, 0.1, 0.1, 0.1], [1.7976931348623157e308] * 3, [1e155, 0.0]]
 
 
 @pytest.mark.parametrize("reason", sorted(ENGINE_CASES))
@@ -185,6 +187,15 @@ def test_reason_from_engine_after_decode(reason):
     x = ENGINE_CASES[reason]
     event = decode_event(b"r-1", dumps(INSERT | {"x": x}), dim=len(x), max_bytes=4096)
     assert _engine_reason(event.x) == reason
+
+
+@pytest.mark.parametrize("x", HUGE_FEATURES, ids=str)
+def test_huge_finite_features_decode_and_are_over_the_bound(x):
+    event = decode_event(b"r-1", dumps(INSERT | {"x": x}), dim=len(x), max_bytes=4096)
+    assert event.x == x  # decoded exactly, nothing overflowed
+    assert _engine_reason(event.x) == "norm_exceeded"
+    clipped = FeatureBound(len(x), 1.0, "clip").check(event.x)
+    assert math.isclose(math.fsum(v * v for v in clipped.tolist()), 1.0, rel_tol=1e-14)
 
 
 def test_non_finite_when_a_lenient_parser_returns_huge_integers(monkeypatch):

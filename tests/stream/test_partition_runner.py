@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import orjson
 from confluent_kafka import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from worker.config import load_settings
 from worker.olu import PassiveOLU
@@ -158,3 +162,52 @@ def test_a_background_snapshot_spreads_its_uploads_over_a_share_of_the_last_inte
     pending.purge_due_at = clock["now"]  # a purge's snapshot: invariant 6's deadline, never spread
     runner.write_snapshot(pending, 1e6, 0.5)
     assert snapshots.spreads == [4.0, 0.0]
+
+
+# ------------------------------------------------------------------ features over the whole double range
+_MAX = float(np.finfo(np.float64).max)
+_coordinate = (st.floats(allow_nan=False, allow_infinity=False)
+               | st.floats(min_value=1e150, max_value=_MAX) | st.floats(min_value=-1e-150, max_value=1e-150)
+               | st.sampled_from([_MAX, -_MAX, 1e308, 1e155, 5e-324, 0.0, 0.1]))
+
+
+def _norm_over(x, bound: float) -> float:
+    """||x|| / bound without overflow (math.hypot of x scaled by its largest |x_i|)."""
+    top = max(abs(v) for v in x)
+    return 0.0 if top == 0 else math.hypot(*(v / top for v in x)) * (top / bound)
+
+
+def _runner(policy: str, dim: int) -> PartitionRunner:
+    settings = load_settings([], env={"OLU_DIM": str(dim), "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1",
+                                      "OLU_FEATURE_POLICY": policy, "OLU_RELEASE_EVERY_EVENTS": "4"})
+    model = PassiveOLU(dim=dim, feature_policy=policy, noise_rng=np.random.default_rng(7))
+    snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
+    return PartitionRunner("t", 0, model, snapshots=snapshots, settings=settings, model_name="m")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.lists(_coordinate, min_size=3, max_size=3), min_size=1, max_size=12),
+       policy=st.sampled_from(["reject", "clip"]))
+def test_features_anywhere_in_the_double_range_get_the_same_outcome_on_both_paths(rows, policy):
+    msgs = [Message(topic="t", partition=0, offset=i, key=f"r-{i}".encode(),
+                    value=orjson.dumps({"op": "insert", "id": f"r-{i}", "x": x, "y": 1}), timestamp=(1, 1000 + i))
+            for i, x in enumerate(rows)]
+    fast = _runner(policy, 3)
+    fast_out = fast.process(msgs)
+    with scan.python_decoder():
+        slow = _runner(policy, 3)
+        slow_out = slow.process(msgs)
+    dead = [(d.message.offset(), d.reason) for d in fast_out.dead_letters]
+    assert dead == [(d.message.offset(), d.reason) for d in slow_out.dead_letters]
+    assert (fast.model.t, fast.model.z.tobytes()) == (slow.model.t, slow.model.z.tobytes())
+    assert [r.value for r in fast_out.releases] == [r.value for r in slow_out.releases]
+    # and the outcome is the one the true norm decides: over the bound (plus the rounding slack)
+    # is norm_exceeded under reject, clipped and learned under clip; never non_finite
+    over = [i for i, x in enumerate(rows) if _norm_over(x, 1.0 + 1e-6) > 1 + 1e-12]
+    unsure = [i for i, x in enumerate(rows) if abs(_norm_over(x, 1.0 + 1e-6) - 1) <= 1e-12]
+    if policy == "clip":
+        assert dead == [] and fast.model.t == len(rows)
+    elif not unsure:
+        assert dead == [(i, "norm_exceeded") for i in over]
+        assert fast.model.t == len(rows) - len(over)
+    assert np.all(np.isfinite(fast.model.z))

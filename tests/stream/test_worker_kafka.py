@@ -57,6 +57,8 @@ POISON = [
     (b"p-label", _j({"op": "insert", "id": "p-label", "x": OK_X, "y": "1"}), "bad_label"),
     (b"p-label3", _j({"op": "insert", "id": "p-label3", "x": OK_X, "y": 3}), "bad_label"),  # engine check
     (b"p-norm", _j({"op": "insert", "id": "p-norm", "x": [1, 1, 1, 1], "y": 1}), "norm_exceeded"),  # engine
+    # finite, but the plain sum of squares overflows: still over the bound, not non_finite
+    (b"p-huge", _j({"op": "insert", "id": "p-huge", "x": [1e308, 0.1, 0.1, 0.1], "y": 1}), "norm_exceeded"),
     (b"p-big", _j({"op": "insert", "id": "p-big", "x": OK_X, "y": 1, "ts": 1}) + b" " * 3000, "oversized"),
     (b"p-extra", _j({"op": "insert", "id": "p-extra", "x": OK_X, "y": 1, "w": 2}), "schema_violation"),
 ]

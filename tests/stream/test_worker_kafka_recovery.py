@@ -175,9 +175,11 @@ def test_deletion_counter_and_ledger_continue_after_restart(kafka_bootstrap, kaf
     live: list[str] = []
     phase1 = event_stream(500, seed=41, delete_rate=0.1, prefix="a", deletable=live)
     big = [insert(f"clip-{j}", [1.5 * (j % 2) - 0.75, 0.9, -1.1, 0.4 * j], 1) for j in range(10)]
+    # and features whose plain sum of squares overflows: clipped and learned like the others
+    big += [insert("clip-1e155", [1e155, 0.0, 0.0, 0.0], 1), insert("clip-max", [-1.7e308, 1.7e308, 0.5, 0.0], 0)]
     phase1[100:100] = big[:5]
     phase1[300:300] = big[5:]
-    live += [f"clip-{j}" for j in range(10)]
+    live += [f"clip-{j}" for j in range(10)] + ["clip-1e155", "clip-max"]
     phase2 = event_stream(500, seed=42, delete_rate=0.1, prefix="b", deletable=live, start=500)
     snapshots = _snapshots(tmp_path, group)
     worker = WorkerProcess(env, tmp_path / "worker.log")

@@ -21,12 +21,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from .. import __version__
 from ..logs import get_logger
 from ..olu import ALGORITHMS
 from ..state.store import SnapshotStore, StorageUnavailable, open_store
 from . import scan
-from .deadletter import carry_headers, dead_letter_headers
+from .dlq import DeadLetters, TopicLimit
 from .exactly_once import Transactions
 from .partition import PartitionRunner
 
@@ -61,8 +60,8 @@ SYNC_COMMIT_TIMEOUT_S = 5.0
 # Longest wait for the consumer to leave its group at shutdown.
 CLOSE_TIMEOUT_S = 5.0
 
-# A dead letter too large for the producer keeps this much of its key and value.
-DEAD_LETTER_PREFIX_BYTES = 65_536
+# Longest wait at assignment for the offsets the lag gauges start from.
+LAG_QUERY_TIMEOUT_S = 5.0
 
 # librdkafka retries these forever without surfacing them from consume(): stop loudly instead.
 _UNRECOVERABLE = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
@@ -108,6 +107,8 @@ class Worker:
         self.summary = defaultdict(int)
         self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
         self.final_state: dict[tuple[str, int], dict] = {}  # each dropped partition's last word
+        self._dead_letters = DeadLetters(settings.dlq_topic, TopicLimit(settings.admin_config(), settings.dlq_topic),
+                                         transactional=settings.transactional)
 
     # ----------------------------------------------------------------- lifecycle
     def _new_model(self):
@@ -305,34 +306,12 @@ class Worker:
             self.summary["dead_letters_already_committed"] += 1  # replay after a crash: sent once
             return
 
-        def delivered(err, _msg):
-            if err is not None:
-                self._delivery_error = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
+        def failed(err):
+            self._delivery_error = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
 
-        try:
-            self._produce_dead_letter(msg, msg.key(), msg.value(), dead.reason, dead.detail, msg.headers(), delivered)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                raise
-            # Larger than the producer's message.max.bytes (the input topic accepted it): a poison
-            # pill that would crash every restart. Send a bounded prefix instead and say so; the
-            # whole record stays in the input topic at the offset the headers name.
-            key, value = msg.key(), msg.value()
-            note = (f"[truncated: the record ({len(key or b'') + len(value or b'')} "
-                    f"bytes of key and value) is too large for the dead-letter topic; key and value cut to "
-                    f"their first {DEAD_LETTER_PREFIX_BYTES} bytes, original headers dropped] ")
-            self._produce_dead_letter(msg, key if key is None else key[:DEAD_LETTER_PREFIX_BYTES],
-                                      value if value is None else value[:DEAD_LETTER_PREFIX_BYTES],
-                                      dead.reason, note + dead.detail, None, delivered)
+        self._dead_letters.publish(self.producer, msg, dead.reason, dead.detail, failed)
         self.metrics.record_dead_letter(msg.topic(), dead.reason)
         self.summary["dead_letters"] += 1
-
-    def _produce_dead_letter(self, msg, key, value, reason, detail, original_headers, delivered) -> None:
-        headers = dead_letter_headers(
-            source_topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), reason=reason,
-            detail=detail, worker_version=__version__, failed_at_ms=int(time.time() * 1000),
-        ) + carry_headers(original_headers)
-        self.producer.produce(self.settings.dlq_topic, key=key, value=value, headers=headers, on_delivery=delivered)
 
     # ----------------------------------------------------------------- snapshots and commits
     def _flush(self, timeout: float, dropped=()) -> bool:
@@ -480,9 +459,31 @@ class Worker:
             self.transactions.restore_committed(self.consumer, restored_runners,
                                                 self.settings.producer_config().get("transaction.timeout.ms"))
         consumer.incremental_assign(assignment)
+        self._export_lag(consumer, [self.runners[(tp.topic, tp.partition)] for tp in partitions])
         self.metrics.set_assigned(len(self.runners))
         if self.health is not None:
             self.health.set_ready(True)
+
+    def _export_lag(self, consumer, runners) -> None:
+        """Both lag gauges from the restored offsets: librdkafka's statistics know neither until
+        this worker has consumed (application offset) and committed (committed offset), so a
+        restarted worker with nothing left to consume would never export them."""
+        deadline = time.monotonic() + LAG_QUERY_TIMEOUT_S
+        try:
+            committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(
+                [TopicPartition(r.topic, r.partition) for r in runners], timeout=LAG_QUERY_TIMEOUT_S)}
+            for r in runners:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # the last stable offset (read_committed): what librdkafka's own lag is measured to
+                _, end = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=remaining,
+                                                        cached=False)
+                done, position = committed.get((r.topic, r.partition), -1), r.next_offset or 0
+                self.metrics.set_lag(r.topic, r.partition, committed=end - done if done >= 0 else None,
+                                     processing=max(0, end - position) if end >= 0 else None)
+        except KafkaException as exc:  # only the gauges wait for the statistics then
+            log.warning("consumer lag unknown at assignment", extra={"error": str(exc)})
 
     def _on_revoke(self, consumer, partitions) -> None:
         self.metrics.rebalance("revoke")
@@ -523,7 +524,7 @@ class Worker:
                     keep.append(runner)
             self.final_state[(tp.topic, tp.partition)] = {
                 "offset": runner.next_offset, "t": runner.model.t, "epoch": runner.model.epoch,
-                "deletions": runner.model.accountant.lifetime_deletions, **runner.model.privacy(),
+                "deletions": runner.model.deletions_applied, **runner.model.privacy(),
             }
             self.metrics.remove_partition(tp.topic, tp.partition)
             if deadline is not None:

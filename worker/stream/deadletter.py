@@ -2,8 +2,9 @@
 
 A record that fails validation is produced to the dead-letter topic with its *original* key and
 value bytes, the ``olu.*`` headers built here, and the original record's other headers
-(:func:`carry_headers`). The ``olu.`` namespace is closed: exactly the seven names in
-:data:`HEADER_NAMES`, each once.
+(:func:`carry_headers`). The ``olu.`` namespace is closed: the seven names in
+:data:`HEADER_NAMES`, each once, and :data:`TRUNCATED_HEADER` on the rare dead letter the topic
+cannot take whole (:func:`truncated`).
 
 The reason codes are a bounded set (they are the ``reason`` label of the dead-letter metric). They
 are defined here, not read from ``schemas/`` at runtime (the package may be installed without the
@@ -47,6 +48,10 @@ HEADER_NAMES: tuple[str, ...] = (
 )
 HEADER_PREFIX = "olu."
 DETAIL_MAX_CHARS = 1024
+#: Only on a dead letter larger than its topic accepts: the original key + value size in bytes.
+TRUNCATED_HEADER = "olu.truncated"
+#: Such a dead letter keeps this much of its key and of its value.
+PREFIX_BYTES = 65_536
 _ELLIPSIS = "…"
 
 
@@ -112,6 +117,32 @@ def dead_letter_headers(
         ("olu.worker.version", str(worker_version).encode("utf-8")),
         ("olu.failed.at", _decimal("failed_at_ms", failed_at_ms)),
     ]
+
+
+def truncated(key: bytes | None, value: bytes | None, detail: str) -> tuple[bytes | None, bytes | None, str,
+                                                                           tuple[str, bytes]]:
+    """(key prefix, value prefix, detail with a note, the :data:`TRUNCATED_HEADER`) of a record too
+    large for the dead-letter topic. The whole record stays in the input topic at the offset the
+    headers name; its own headers are dropped (they may be what makes it too large).
+
+    >>> k, v, note, header = truncated(b"k", b"x" * 70_000, "oversized")
+    >>> len(v), header, note.endswith("] oversized")
+    (65536, ('olu.truncated', b'70001'), True)
+    """
+    size = len(key or b"") + len(value or b"")
+    note = (f"[truncated: the record ({size} bytes of key and value) is too large for the dead-letter "
+            f"topic; key and value cut to their first {PREFIX_BYTES} bytes, original headers dropped] ")
+    return (None if key is None else key[:PREFIX_BYTES], None if value is None else value[:PREFIX_BYTES],
+            note + detail, (TRUNCATED_HEADER, _decimal("size", size)))
+
+
+def record_bytes(key: bytes | None, value: bytes | None, headers) -> int:
+    """An upper bound of the bytes a record takes in a record batch of its own (Kafka's message
+    format v2: the batch header, the record's varints, key, value and headers)."""
+    size = 61 + 32 + len(key or b"") + len(value or b"")  # batch header; attributes, varints
+    for name, header_value in headers or ():
+        size += 10 + len(name.encode() if isinstance(name, str) else name) + len(header_value or b"")
+    return size
 
 
 def carry_headers(original_headers) -> list[tuple[str, bytes | None]]:

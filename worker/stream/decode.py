@@ -31,9 +31,11 @@ Order of checks (the first failing one names the reason):
    as ``1.0`` is an integer for JSON Schema, so it is accepted and converted); any field
    outside the schema -> ``schema_violation``.
 
-Not checked here, but later in batch by the engine (numpy): finiteness of the feature norm
-(``non_finite``), the feature bound (``norm_exceeded``) and which labels the loss allows
-(``bad_label``).
+Not checked here, but later in batch by the engine (numpy, ``worker.olu.domain``): finite features
+(``non_finite``), the feature bound (``norm_exceeded``; the norm is computed without overflow, so
+finite features up to the largest double are over the bound, not non-finite) and which labels the
+loss allows (``bad_label``). The compiled fast path (scan.py) checks no norm either: both paths
+hand the same arrays to the same engine check.
 
 The worker first runs the compiled fast path (scan.py) over each fetched batch; it takes the common
 insert and hands everything else to this module, which stays the reference for every decision.

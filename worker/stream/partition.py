@@ -222,12 +222,13 @@ class PartitionRunner:
 
     def _observe_loss(self, X: np.ndarray, y: np.ndarray) -> None:
         """Prequential (test-then-train) loss of the current model on the incoming batch."""
-        margin = X @ self.model.z
-        if self.model.loss.name == "ridge":
-            losses = 0.5 * (margin - y) ** 2
-        else:
-            losses = np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * margin)
-        mean = float(np.mean(losses))
+        with np.errstate(over="ignore", invalid="ignore"):  # raw features may be huge: then skipped below
+            margin = X @ self.model.z
+            if self.model.loss.name == "ridge":
+                losses = 0.5 * (margin - y) ** 2
+            else:
+                losses = np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * margin)
+            mean = float(np.mean(losses))
         if np.isfinite(mean):
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
@@ -285,14 +286,18 @@ class PartitionRunner:
 
     def _delta_payload(self, after: int) -> tuple[dict, dict]:
         m = self.model
+        # "deletions" counts charged deletions (the accountant's), "deletions_applied" all of them
+        # (the release's "deletions"); a replay checks both (OnlineUnlearner._adopt).
         header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms,
-                  "t": m.t, "epoch": m.epoch, "deletions": m.accountant.lifetime_deletions}
+                  "t": m.t, "epoch": m.epoch, "deletions": m.accountant.lifetime_deletions,
+                  "deletions_applied": m.deletions_applied}
         return header, {"z": m.z.copy()}
 
     @staticmethod
     def _post_state(stored) -> dict:
         header, arrays = stored
-        return {"z": arrays["z"], "t": header["t"], "epoch": header["epoch"], "deletions": header["deletions"]}
+        return {"z": arrays["z"], "t": header["t"], "epoch": header["epoch"], "deletions": header["deletions"],
+                "deletions_applied": header.get("deletions_applied")}  # absent from older deltas
 
     # ----------------------------------------------------------------- releases
     def _release(self, trigger: str, deletion_started: float | None = None) -> Release:

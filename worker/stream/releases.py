@@ -43,7 +43,7 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         "version": offset,  # the next offset: strictly increasing and a function of the input only
         "offset": offset,
         "t": model.t,
-        "deletions": model.accountant.lifetime_deletions,
+        "deletions": model.deletions_applied,  # lifetime, every algorithm (not only charged ones)
         "epoch": model.epoch,
         "algorithm": model.algorithm,
         "loss": model.loss.name,

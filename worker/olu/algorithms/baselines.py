@@ -30,6 +30,9 @@ class DiscardRestart(OnlineUnlearner):
         self.z = np.zeros(self.dim)
         return Deletion("restarted", 0, 0.0, 0.0, tuple(steps))
 
+    def _legacy_deletions_applied(self) -> int:
+        return self.epoch  # every deletion of an applied record started a new epoch
+
 
 class PlainOGD(OnlineUnlearner):
     """Projected OGD that ignores deletions (records the tombstone only)."""

@@ -128,6 +128,10 @@ class OnlineUnlearner:
         self.tombstones = KeySet()
         self.ledger = Ledger()
         self.counters = {"applied": 0, "skipped_deleted": 0}
+        # Deletions that changed the model, over its whole life (every epoch): the release's
+        # ``deletions``. The accountant counts only those it charged, so exact, restarted and
+        # retrained deletions would be missing from it.
+        self.deletions_applied = 0
 
     # ----------------------------------------------------------------- learning
     @property
@@ -261,20 +265,27 @@ class OnlineUnlearner:
         finally:
             self._replaying = False
         self.tombstones.add(key)
-        if post_state is not None and result.changed_model:
-            self._adopt(post_state)
+        if result.changed_model:
+            self.deletions_applied += 1
+            if post_state is not None:
+                self._adopt(post_state)
         return result
 
     def deletion_state(self) -> dict:
-        """What must be durable after a deletion: the post-noise iterate and checkable counters."""
+        """What must be durable after a deletion: the post-noise iterate and checkable counters
+        (``deletions``: the accountant's charged deletions; ``deletions_applied``: all of them)."""
         return {"z": self.z.copy(), "t": self.t, "epoch": self.epoch,
-                "deletions": self.accountant.lifetime_deletions}
+                "deletions": self.accountant.lifetime_deletions, "deletions_applied": self.deletions_applied}
 
     def _adopt(self, post_state: dict) -> None:
-        mine = (self.t, self.epoch, self.accountant.lifetime_deletions)
-        stored = (int(post_state["t"]), int(post_state["epoch"]), int(post_state["deletions"]))
-        if mine != stored:
-            raise InvalidState(f"replay diverged from the stored deletion: (t, epoch, deletions) {mine} != {stored}")
+        # Either counter may be missing: deltas stored before deletions_applied existed have only
+        # ``deletions``; a state read back from a release has only the applied count.
+        counters = {"t": self.t, "epoch": self.epoch, "deletions": self.accountant.lifetime_deletions,
+                    "deletions_applied": self.deletions_applied}
+        mine = {k: v for k, v in counters.items() if post_state.get(k) is not None}
+        stored = {k: int(post_state[k]) for k in mine}
+        if not {"t", "epoch"} <= set(mine) or mine != stored:
+            raise InvalidState(f"replay diverged from the stored deletion: {mine} != {stored}")
         z = np.asarray(post_state["z"], np.float64)
         if z.shape != (self.dim,) or not np.all(np.isfinite(z)):
             raise InvalidState(f"stored post-noise iterate has shape {z.shape} or is not finite")
@@ -345,6 +356,7 @@ class OnlineUnlearner:
         meta = {
             "format": STATE_FORMAT, "algorithm": self.algorithm, "config": dict(self.config),
             "t": self.t, "epoch": self.epoch, "counters": dict(self.counters),
+            "deletions_applied": self.deletions_applied,
             "accountant": self.accountant.to_state(), "extra": self._export_extra(),
         }
         meta["ledger"], sealed, ledger_shared = self.ledger.export()
@@ -366,6 +378,12 @@ class OnlineUnlearner:
 
     def _import(self, meta: dict, arrays: dict) -> None:
         """Subclass hook, called after the common state is loaded."""
+
+    def _legacy_deletions_applied(self) -> int:
+        """``deletions_applied`` of a state saved before it was stored: every deletion that changed
+        the model left a ledger entry, except the few noted by subclasses (and an exact passive
+        deletion whose shift had contracted to exactly 0, which nothing records)."""
+        return len(self.ledger)
 
     @classmethod
     def from_state(cls, state: dict, noise_rng: np.random.Generator | None = None) -> "OnlineUnlearner":
@@ -391,6 +409,16 @@ def _subclass_named(cls: type, name: str) -> type | None:
     return None
 
 
+def _deletions_applied(model: OnlineUnlearner, stored) -> int:
+    """The stored count, checked against what the ledger and accountant prove happened."""
+    floor = max(len(model.ledger), model.accountant.lifetime_deletions)
+    if stored is None:  # written before the count was stored (it is optional in the state)
+        return max(floor, model._legacy_deletions_applied())
+    if isinstance(stored, bool) or not isinstance(stored, int) or stored < floor:
+        raise InvalidState(f"deletions_applied {stored!r} is not an integer >= {floor} (ledger and accountant)")
+    return stored
+
+
 def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
     try:
         meta, arrays = state["meta"], state["arrays"]
@@ -414,6 +442,7 @@ def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
         if model.index.max_step > model.t:
             raise InvalidState("applied index holds a step after the step counter")
         model._import(meta, arrays)
+        model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))
         return model
     except InvalidState:
         raise

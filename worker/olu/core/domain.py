@@ -14,6 +14,37 @@ import numpy as np
 from ..exceptions import ConfigError, DimensionMismatch, InvalidFeatures, NonFiniteInput, NormExceeded
 
 FEATURE_POLICIES = ("reject", "clip")
+_TINY = np.finfo(np.float64).tiny  # a sum of squares below it has lost precision to underflow
+_MAX = np.finfo(np.float64).max
+
+
+def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Euclidean norm, all entries finite) of each row of a float64 matrix, without overflow.
+
+    The plain sqrt(sum x_i^2) overflows once a coordinate passes ~1.3e154 and loses precision
+    below ~1e-154; only such rows are recomputed, scaled by a power of two (exact), so every other
+    row gets the plain value bit for bit. A finite row whose norm exceeds the largest double gets
+    inf, which is still a norm over any bound; a row holding NaN or inf is marked not finite.
+
+    >>> norms, finite = row_norms(np.array([[3.0, 4.0], [1e200, 1e200], [1.5e308, 1.5e308], [np.nan, 0.0]]))
+    >>> norms[:3].tolist(), finite.tolist()
+    ([5.0, 1.414213562373095e+200, inf], [True, True, True, False])
+    """
+    sq = np.einsum("ij,ij->i", X, X)
+    norms = np.sqrt(sq)
+    finite = np.ones(len(X), np.bool_)
+    odd = np.flatnonzero(~((sq >= _TINY) & (sq <= _MAX)))  # NaN, inf, underflow or all zero
+    if len(odd):
+        rows = X[odd]
+        ok = np.isfinite(rows).all(axis=1)
+        finite[odd] = ok
+        rows, odd = rows[ok], odd[ok]
+        top = np.abs(rows).max(axis=1, initial=0.0)
+        _, exp = np.frexp(top)  # top = m 2^exp with 0.5 <= m < 1 (exp 0 for an all-zero row)
+        scaled = np.ldexp(rows, -exp[:, None])  # entries within [-1, 1]: the squares cannot overflow
+        with np.errstate(over="ignore"):  # a norm beyond the largest double is inf, as it should be
+            norms[odd] = np.ldexp(np.sqrt(np.einsum("ij,ij->i", scaled, scaled)), exp)
+    return norms, finite
 
 
 class Ball:
@@ -78,18 +109,38 @@ class FeatureBound:
             raise InvalidFeatures(f"features are not a numeric matrix ({type(exc).__name__})") from None
         if arr.ndim != 2 or arr.shape[1] != self.dim:
             raise DimensionMismatch(f"expected shape (n, {self.dim}), got {arr.shape}")
-        norms = np.sqrt(np.einsum("ij,ij->i", arr, arr))
-        bad = ~np.isfinite(norms)
-        if bad.any():
-            raise NonFiniteInput(f"row {int(np.argmax(bad))} contains NaN or infinity")
+        norms, finite = row_norms(arr)
+        if not finite.all():
+            raise NonFiniteInput(f"row {int(np.argmin(finite))} contains NaN or infinity")
         over = norms > self.bound
         if over.any():
             # A vector normalised to R and written with ~6 significant digits lands slightly
             # above R; such rounding is clipped to R (still ||x|| <= R), not rejected.
-            far = norms > self.bound * (1 + 1e-6)
+            far = norms > min(self.bound * (1 + 1e-6), _MAX)
             if self.policy == "reject" and far.any():
                 row = int(np.argmax(far))
                 raise NormExceeded(f"row {row}: feature norm exceeds the bound {self.bound:.6g}")
             arr = arr.copy()
-            arr[over] *= (self.bound / norms[over])[:, None]
+            arr[over] = self._clip(arr[over], norms[over])
         return arr
+
+    def _clip(self, rows: np.ndarray, norms: np.ndarray) -> np.ndarray:
+        """``rows`` (norms over the bound) rescaled to norm <= R, direction kept, always finite."""
+        with np.errstate(under="ignore"):
+            factor = self.bound / norms
+            out = rows * factor[:, None]
+            # A factor that underflowed (R / ||x|| subnormal or 0) has lost its precision: take
+            # x / ||x|| first, scaled by a power of two where ||x|| is beyond the largest double.
+            lossy = np.flatnonzero(~(factor >= _TINY))
+            if len(lossy):
+                _, exp = np.frexp(np.abs(rows[lossy]).max(axis=1))
+                scaled = np.ldexp(rows[lossy], -exp[:, None])
+                unit = scaled / np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]
+                out[lossy] = unit * self.bound
+            # rounding may leave the result an ulp or two over R: step it down until it is not
+            for _ in range(64):
+                still = np.flatnonzero(row_norms(out)[0] > self.bound)
+                if not len(still):
+                    break
+                out[still] = np.nextafter(out[still], 0.0)  # one ulp towards zero, subnormals too
+        return out
