@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import worker.olu  # noqa: F401  (registers every algorithm)
-from worker.olu.base import ALGORITHMS, load_model
-from worker.olu.errors import InvalidState
+from worker.olu import ALGORITHMS, load_model
+from worker.olu.exceptions import InvalidState
 
 from .helpers import synthetic_stream
 

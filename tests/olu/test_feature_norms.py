@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from worker.olu import PassiveOLU
-from worker.olu.domain import FeatureBound, row_norms
-from worker.olu.errors import NonFiniteInput, NormExceeded
+from worker.olu.core.domain import FeatureBound, row_norms
+from worker.olu.exceptions import NonFiniteInput, NormExceeded
 
 MAX = float(np.finfo(np.float64).max)
 TINY = float(np.finfo(np.float64).tiny)

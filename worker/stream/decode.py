@@ -31,7 +31,7 @@ Order of checks (the first failing one names the reason):
    as ``1.0`` is an integer for JSON Schema, so it is accepted and converted); any field
    outside the schema -> ``schema_violation``.
 
-Not checked here, but later in batch by the engine (numpy, ``worker.olu.domain``): finite features
+Not checked here, but later in batch by the engine (numpy, ``worker.olu.core.domain``): finite features
 (``non_finite``), the feature bound (``norm_exceeded``; the norm is computed without overflow, so
 finite features up to the largest double are over the bound, not non-finite) and which labels the
 loss allows (``bad_label``). The compiled fast path (scan.py) checks no norm either: both paths
