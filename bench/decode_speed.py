@@ -20,7 +20,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from worker.stream.decode import DeadLetter, decode_event  # noqa: E402
+from worker.stream.decode import decode_event  # noqa: E402
+from worker.stream.exceptions import DeadLetter  # noqa: E402
 
 
 def records(kind: str, n: int, dim: int, seed: int = 0) -> list[tuple[bytes | None, bytes | None]]:

@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from .exceptions import InvalidRelease
+
 __all__ = ["InvalidRelease", "ModelRelease", "ParamsSubscriber", "parse_release", "sigmoid"]
 
 DEFAULT_TOPIC = "olu.params"
@@ -58,14 +60,6 @@ _PRIVACY_NUMBERS = ("eps_rdp_slope", "budget_used", "epsilon", "delta")
 _MAX_DIM = 65536
 #: Consumer settings the subscriber relies on; extra_config cannot change them.
 _FIXED = {"enable.auto.commit": False, "enable.partition.eof": True}
-
-
-class InvalidRelease(ValueError):
-    """A parameter record that cannot be used; ``reason`` is a short code, the message says why."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, eq=False)

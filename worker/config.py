@@ -69,6 +69,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
+from .exceptions import ConfigError, OluWorkerError
+
 __all__ = [
     "ALGORITHMS", "ConfigError", "Settings", "add_arguments", "load_settings", "settings_table",
 ]
@@ -106,12 +108,8 @@ DEFAULT_STATISTICS_INTERVAL_MS = 5_000
 DEFAULT_FETCH_QUEUE_BACKOFF_MS = 10
 
 
-class ConfigError(ValueError):
-    """A bad setting; the message names it by environment variable and flag."""
-
-
 # --------------------------------------------------------------------------- value parsers
-class _Bad(ValueError):
+class _Bad(OluWorkerError, ValueError):
     """Raised by a parser with what the value must be ("a number > 0")."""
 
 

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, TextIO
 import orjson
 
 if TYPE_CHECKING:  # the client (numpy, confluent-kafka) is imported when the command runs
-    from .client import InvalidRelease, ModelRelease
+    from .client import ModelRelease
+    from .exceptions import InvalidRelease
 
 __all__ = ["add_parser", "follow", "main"]
 

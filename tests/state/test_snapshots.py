@@ -16,14 +16,12 @@ from obstore.store import LocalStore, MemoryStore, S3Store
 import worker.state.store as store_module
 from worker.devtools.s3_local import SeaweedS3
 from worker.state.codec import decode, encode
+from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt, StorageUnavailable
 from worker.state.store import (
     DEFAULT_RETRY,
     GROUP_LAYOUT_VERSION,
     LAYOUT_VERSION,
-    SnapshotConflict,
-    SnapshotCorrupt,
     SnapshotStore,
-    StorageUnavailable,
     open_store,
 )
 

@@ -31,7 +31,8 @@ from worker.stream.deadletter import (
     dead_letter_headers,
     reason_of,
 )
-from worker.stream.decode import MAX_ID_CHARS, DeadLetter, Delete, Insert, decode_event
+from worker.stream.decode import MAX_ID_CHARS, Delete, Insert, decode_event
+from worker.stream.exceptions import DeadLetter
 
 BIG = 1 << 20  # max_bytes that never triggers in the agreement tests
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

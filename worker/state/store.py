@@ -83,7 +83,8 @@ import orjson
 from obstore.exceptions import AlreadyExistsError, GenericError, JoinError
 from obstore.store import LocalStore, MemoryStore, S3Store
 
-from .codec import FORMAT_VERSION, MAGIC, CorruptSnapshot, decode, encode
+from .codec import FORMAT_VERSION, MAGIC, decode, encode
+from .exceptions import CorruptSnapshot, SnapshotConflict, SnapshotCorrupt, StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -104,26 +105,6 @@ DEFAULT_RETRY = {"max_retries": 3, "retry_timeout": timedelta(seconds=8),
                  "backoff": {"init_backoff": timedelta(milliseconds=200),
                              "max_backoff": timedelta(seconds=2), "base": 2}}
 DEFAULT_CLIENT_OPTIONS = {"connect_timeout": "2s", "timeout": "10s"}
-
-
-class SnapshotError(Exception):
-    """Base class; ``key`` names the object, ``reason`` says what is wrong with it."""
-
-    def __init__(self, key: str | None, reason: str) -> None:
-        super().__init__(f"{key}: {reason}" if key else reason)
-        self.key, self.reason = key, reason
-
-
-class SnapshotConflict(SnapshotError):
-    """A different object already holds this key: another writer owns the partition."""
-
-
-class SnapshotCorrupt(SnapshotError):
-    """A snapshot or delta cannot be used (corrupt, foreign) and nothing safe is left."""
-
-
-class StorageUnavailable(SnapshotError):
-    """The object store did not answer (network, timeout, 5xx after retries); try again later."""
 
 
 class _Invalid(Exception):

@@ -26,7 +26,8 @@ from ..logs import get_logger
 from ..olu.accountant import BudgetExhausted
 from ..olu.base import load_model
 from ..olu.errors import InvalidExample
-from .decode import DeadLetter, Delete, Insert, InsertRun, decode_event, decode_inserts
+from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts
+from .exceptions import DeadLetter
 from .outbox import Outbox
 from .releases import budget_header, release_headers, release_key, release_value
 from .scan import compiled_decoder, scan_batch

@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 
 from .. import __version__
+from .exceptions import UnreleasableState
 
 SCHEMA_VERSION = 1
 TRIGGERS = ("deletion", "events", "interval", "final")
@@ -20,10 +21,6 @@ TRIGGERS = ("deletion", "events", "interval", "final")
 #: the retained data (memory-pair, on_budget=retrain) instead of noised.
 BUDGET_HEADER = "olu.budget"
 BUDGET_OUTCOMES = ("retrained",)
-
-
-class UnreleasableState(RuntimeError):
-    """The iterate is not finite; publishing it would put nulls on the wire (orjson maps NaN to null)."""
 
 
 def release_key(topic: str, partition: int) -> bytes:
