@@ -70,6 +70,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .exceptions import ConfigError, OluWorkerError
+from .wire import PARAMS_TOPIC
 
 __all__ = [
     "ALGORITHMS", "ConfigError", "Settings", "add_arguments", "load_settings", "settings_table",
@@ -269,7 +270,7 @@ OPTIONS: tuple[Option, ...] = (
            f"(required for run; {BOOTSTRAP_FALLBACK_ENV} is read as a fallback)", "kafka", env=BOOTSTRAP_ENV),
     Option("group_id", _text, "olu-worker", "consumer group id (also the snapshot namespace)", "kafka"),
     Option("input_topics", _topics, ("olu.events",), "input topics, comma-separated", "kafka"),
-    Option("params_topic", _topic, "olu.params", "topic of released parameters", "kafka"),
+    Option("params_topic", _topic, PARAMS_TOPIC, "topic of released parameters", "kafka"),
     Option("dlq_topic", _topic, "olu.events.dlq", "dead-letter topic", "kafka"),
     Option("transactional", _bool, False, "publish releases and commit offsets in Kafka transactions", "kafka"),
     Option("transactional_id", _text, None, "transactional.id (default {group_id}-{hostname}; "
@@ -478,7 +479,7 @@ class Settings:
     bootstrap_servers: str | None = None
     group_id: str = "olu-worker"
     input_topics: tuple[str, ...] = ("olu.events",)
-    params_topic: str = "olu.params"
+    params_topic: str = PARAMS_TOPIC
     dlq_topic: str = "olu.events.dlq"
     transactional: bool = False
     transactional_id: str | None = None  # None: f"{group_id}-{hostname}"
