@@ -87,5 +87,6 @@ def test_standard_bases_are_kept(path, name, bases):
 
 def test_one_config_error_for_every_public_path():
     from worker import config
+    from worker.config import exceptions as config_exceptions
 
-    assert config.ConfigError is ConfigError
+    assert config.ConfigError is config_exceptions.ConfigError is ConfigError
