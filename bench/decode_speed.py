@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
 
-from worker.stream.decode import DeadLetter, decode_event  # noqa: E402
+from worker.stream.decode import decode_event  # noqa: E402
+from worker.stream.exceptions import DeadLetter  # noqa: E402
 
 REPORT_KEYS = ("config", "rows")
 SERVICES = ()

@@ -75,7 +75,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: 
 from worker.metrics import Metrics  # noqa: E402
 from worker.olu.core.kernels import warmup  # noqa: E402
 from worker.stream.app import Worker  # noqa: E402
-from worker.stream.decode import DeadLetter, decode_event  # noqa: E402
+from worker.stream.decode import decode_event  # noqa: E402
+from worker.stream.exceptions import DeadLetter  # noqa: E402
 
 TARGET_EVENTS_PER_S = int(WORKER_EVENTS_PER_S.threshold)
 TARGET_CEILING_RATIO = WORKER_X_CEILING.threshold

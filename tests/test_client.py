@@ -20,7 +20,8 @@ from confluent_kafka import Producer
 from tests.infra.schema_samples import validate
 from worker.client import InvalidRelease, ModelRelease, ParamsSubscriber, parse_release, sigmoid
 from worker.olu import PassiveOLU
-from worker.stream.releases import release_headers, release_key, release_value
+from worker.stream.releases import release_headers, release_value
+from worker.wire import release_key
 
 INPUT = "clicks"
 X = [0.3, -0.2, 0.4]
@@ -141,10 +142,10 @@ def test_predictions_are_sigmoid_for_logistic_and_linear_for_ridge():
 
 
 def test_default_topic_is_the_workers_params_topic():
-    from worker import client, follow
+    from worker import client, wire
     from worker.config import OPTION_BY_NAME
 
-    assert client.DEFAULT_TOPIC == follow.DEFAULT_TOPIC == OPTION_BY_NAME["params_topic"].default
+    assert client.DEFAULT_TOPIC == wire.PARAMS_TOPIC == OPTION_BY_NAME["params_topic"].default
 
 
 # ----------------------------------------------------------------------------- against the broker

@@ -1,14 +1,20 @@
-"""Settings: precedence, validation messages that name the setting, librdkafka pass-through, redaction."""
+"""Settings: precedence, validation messages that name the setting, librdkafka pass-through, redaction,
+one default per setting (and the README table that shows it)."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
+from pathlib import Path
 
 import orjson
 import pytest
 
 from worker import config
 from worker.config import ConfigError, Settings, add_arguments, load_settings
+from worker.config.settings import NOT_OPTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {"OLU_KAFKA_BOOTSTRAP_SERVERS": "broker:9092", "OLU_DIM": "4"}
 
@@ -219,17 +225,15 @@ def test_constant_schedule_with_step_is_fine():
     assert s.model_kwargs()["step"] == 0.05
 
 
-def test_algorithm_not_in_this_build_fails_fast():
+def test_every_registered_algorithm_is_a_choice_and_loads():
     from worker.olu import ALGORITHMS
 
-    config._engine_class("passive")  # load the registry
-    for algorithm in config.ALGORITHMS:
-        if algorithm in ALGORITHMS:
-            loss = "ridge" if algorithm == "active-newton" else "logistic"
-            assert load(OLU_ALGORITHM=algorithm, OLU_LOSS=loss).algorithm == algorithm
-        else:
-            with pytest.raises(ConfigError, match=r"OLU_ALGORITHM \(--algorithm\).*not available"):
-                load(OLU_ALGORITHM=algorithm)
+    assert config.ALGORITHMS == tuple(ALGORITHMS)
+    for algorithm in ALGORITHMS:
+        loss = "ridge" if algorithm == "active-newton" else "logistic"
+        assert load(OLU_ALGORITHM=algorithm, OLU_LOSS=loss).algorithm == algorithm
+    with pytest.raises(ConfigError, match=r"OLU_ALGORITHM \(--algorithm\)"):
+        load(OLU_ALGORITHM="no-such-algorithm")
 
 
 # --------------------------------------------------------------------------- typo protection
@@ -464,3 +468,36 @@ def test_model_combinations_the_engine_refuses_fail_at_start_naming_the_setting(
         load_settings([], {**env, "OLU_ALGORITHM": "active-newton"})
     with pytest.raises(ConfigError, match="OLU_L2"):
         load_settings([], {**env, "OLU_ALGORITHM": "active-anchor", "OLU_L2": "0"})
+
+
+# --------------------------------------------------------------------------- one default per setting
+def test_options_and_settings_fields_agree():
+    """Every option is a Settings field and every field but the non-options is an option, in the
+    same order (the README table follows OPTIONS, the start-up log line follows the fields)."""
+    settings_fields = [f for f in fields(Settings) if f.name not in NOT_OPTIONS]
+    assert [o.name for o in config.OPTIONS] == [f.name for f in settings_fields]
+    for opt, f in zip(config.OPTIONS, settings_fields):
+        assert opt.default == f.default and type(opt.default) is type(f.default), opt.name
+
+
+def test_every_default_survives_its_own_parser():
+    """The default as the table shows it parses back to the default (so the table can be copied)."""
+    shown = {row["name"]: row["default"] for row in config.settings_table()}
+    for opt in config.OPTIONS:
+        if opt.default is not None:
+            assert opt.parse(shown[opt.name]) == opt.default, opt.name
+
+
+def test_readme_configuration_table_is_the_settings_table():
+    lines = (ROOT / "README.md").read_text().split("### Configuration\n", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    assert table[0] == "| env | flag | default | meaning |"
+    rows = [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in table[2:]]
+    expected = [[f"`{r['env']}`", f"`{r['flag']}`", f"`{r['default'] or '—'}`", r["meaning"]]
+                for r in config.settings_table()]
+    assert rows == expected, "README.md's configuration table differs from worker.config.settings_table()"

@@ -18,7 +18,8 @@ import time  # noqa: E402
 import orjson  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .config import ConfigError, add_arguments, load_settings  # noqa: E402
+from .config import add_arguments, load_settings  # noqa: E402
+from .exceptions import ConfigError  # noqa: E402
 from .follow import add_parser as add_follow_parser  # noqa: E402
 from .logs import configure_logging, get_logger  # noqa: E402
 

@@ -44,10 +44,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from .exceptions import InvalidRelease
+from .wire import PARAMS_TOPIC as DEFAULT_TOPIC
+from .wire import RELEASE_SCHEMA_VERSION as SCHEMA_VERSION
+from .wire import TRIGGER_HEADER, decode_key, release_key_text
+
 __all__ = ["InvalidRelease", "ModelRelease", "ParamsSubscriber", "parse_release", "sigmoid"]
 
-DEFAULT_TOPIC = "olu.params"
-SCHEMA_VERSION = 1
 LOGISTIC_LOSSES = frozenset({"logistic", "logistic-unregularised"})
 LINEAR_LOSSES = frozenset({"ridge"})
 LOSSES = LOGISTIC_LOSSES | LINEAR_LOSSES
@@ -58,14 +61,6 @@ _PRIVACY_NUMBERS = ("eps_rdp_slope", "budget_used", "epsilon", "delta")
 _MAX_DIM = 65536
 #: Consumer settings the subscriber relies on; extra_config cannot change them.
 _FIXED = {"enable.auto.commit": False, "enable.partition.eof": True}
-
-
-class InvalidRelease(ValueError):
-    """A parameter record that cannot be used; ``reason`` is a short code, the message says why."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,8 +196,8 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None, tri
     if not _is_number(record["released_at"]):
         raise InvalidRelease("bad_field", "released_at must be a finite number")
     if key is not None:
-        text = key.decode("utf-8", "replace") if isinstance(key, (bytes, bytearray)) else str(key)
-        expected = f"{record['topic']}/{record['partition']}"
+        text = decode_key(key)
+        expected = release_key_text(record["topic"], record["partition"])
         if text != expected:
             raise InvalidRelease("key_mismatch", f"key {text!r} differs from {expected!r}")
     return ModelRelease(
@@ -311,7 +306,7 @@ class ParamsSubscriber:
     def _handle(self, msg) -> ModelRelease | None:
         self.stats["received"] += 1
         try:
-            release = parse_release(msg.value(), msg.key(), _header(msg.headers(), "olu.trigger"))
+            release = parse_release(msg.value(), msg.key(), _header(msg.headers(), TRIGGER_HEADER))
         except InvalidRelease as exc:
             self.stats["invalid"] += 1
             if self.on_invalid is not None:

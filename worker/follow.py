@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, TextIO
 
 import orjson
 
+from .wire import PARAMS_TOPIC
+
 if TYPE_CHECKING:  # the client (numpy, confluent-kafka) is imported when the command runs
-    from .client import InvalidRelease, ModelRelease
+    from .client import ModelRelease
+    from .exceptions import InvalidRelease
 
 __all__ = ["add_parser", "follow", "main"]
 
-DEFAULT_TOPIC = "olu.params"
 BOOTSTRAP_ENV = ("OLU_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS")
 
 
@@ -49,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT",
                    help="Kafka bootstrap servers (default: $OLU_KAFKA_BOOTSTRAP_SERVERS or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic", default=None,
-                   help=f"parameter topic (default: $OLU_PARAMS_TOPIC or {DEFAULT_TOPIC})")
+                   help=f"parameter topic (default: $OLU_PARAMS_TOPIC or {PARAMS_TOPIC})")
     p.add_argument("--group-id", default=None,
                    help="consumer group (default: a new one, so every partition is read; subscribers sharing "
                         "a group split the partitions)")
@@ -138,7 +140,7 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     if not bootstrap:
         print("olu-worker follow: --bootstrap-servers (or OLU_KAFKA_BOOTSTRAP_SERVERS) is required", file=err)
         return 2
-    topic = option("topic") or os.environ.get("OLU_PARAMS_TOPIC") or DEFAULT_TOPIC
+    topic = option("topic") or os.environ.get("OLU_PARAMS_TOPIC") or PARAMS_TOPIC
     try:
         features = _features(option("predict")) if option("predict") else None
         extra_config = _kafka_config(option("kafka"))

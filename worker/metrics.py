@@ -23,13 +23,14 @@ from collections.abc import Iterable
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from .wire import TRIGGERS
+
 __all__ = ["CONTENT_TYPE", "LABEL_NAMES", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 LABEL_NAMES = frozenset({"topic", "partition", "op", "reason", "type", "kind", "trigger"})
 
 OPS = ("insert", "delete", "tombstone")
-TRIGGERS = ("deletion", "events", "interval", "final")
 KINDS = ("full", "delta")
 REBALANCE_TYPES = ("assign", "revoke", "lost")
 #: Deletion outcomes of the engine (worker.olu.core.base.Deletion) that did not change the model.

@@ -214,7 +214,7 @@ NOT_SETTABLE = {"transactional_id"}
 
 def test_config_keys_are_exactly_the_worker_settings(chart):
     settings = {o.name for o in OPTIONS}
-    assert set(chart.values["config"]) == settings, "values.yaml config: must list every setting of worker/config.py"
+    assert set(chart.values["config"]) == settings, "values.yaml config: must list every setting of worker/config"
     schema = chart.schema["properties"]["config"]
     assert set(schema["properties"]) == settings, "values.schema.json config: must list every setting"
     assert schema["additionalProperties"] is False  # a typo fails at install

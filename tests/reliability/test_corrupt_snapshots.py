@@ -39,9 +39,8 @@ from tests.stream.kafka_harness import (
 from worker.config import load_settings
 from worker.olu import ALGORITHMS
 from worker.state.codec import FORMAT_VERSION, MAGIC, encode
-from worker.state.store import (
-    GROUP_LAYOUT_VERSION, LAYOUT_VERSION, SnapshotConflict, SnapshotCorrupt, SnapshotStore, open_store,
-)
+from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt
+from worker.state.store import GROUP_LAYOUT_VERSION, LAYOUT_VERSION, SnapshotStore, open_store
 from worker.stream.partition import PartitionRunner
 
 T = "events"

@@ -39,7 +39,8 @@ from tests.stream.kafka_harness import (
 )
 from worker.config import load_settings
 from worker.stream.deadletter import DETAIL_MAX_CHARS, REASONS, dead_letter_headers
-from worker.stream.decode import MAX_ID_CHARS, DeadLetter, Delete, Insert, decode_event
+from worker.stream.decode import MAX_ID_CHARS, Delete, Insert, decode_event
+from worker.stream.exceptions import DeadLetter
 from worker.stream.partition import PartitionRunner
 from worker.state.store import SnapshotStore, open_store
 

@@ -20,7 +20,8 @@ from worker.olu.privacy import ledger as ledger_module
 from worker.olu import load_model
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.state import store as store_module
-from worker.state.store import SnapshotCorrupt, SnapshotStore
+from worker.state.exceptions import SnapshotCorrupt
+from worker.state.store import SnapshotStore
 
 T = "events"
 KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)

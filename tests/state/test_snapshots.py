@@ -17,13 +17,11 @@ import worker.state.store as store_module
 from worker.devtools.s3_local import SeaweedS3
 from worker.state.codec import decode, encode
 from worker.state.backends import DEFAULT_RETRY
+from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt, StorageUnavailable
 from worker.state.store import (
     GROUP_LAYOUT_VERSION,
     LAYOUT_VERSION,
-    SnapshotConflict,
-    SnapshotCorrupt,
     SnapshotStore,
-    StorageUnavailable,
     open_store,
 )
 

@@ -47,7 +47,8 @@ from worker.olu import ALGORITHMS, load_model
 from worker.olu.exceptions import InvalidExample
 from worker.state.codec import decode
 from worker.state.store import SnapshotStore
-from worker.stream.decode import DeadLetter, Insert, decode_event
+from worker.stream.decode import Insert, decode_event
+from worker.stream.exceptions import DeadLetter
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 4

@@ -25,13 +25,14 @@ from worker.stream import decode as decode_mod
 from worker.stream.deadletter import (
     DETAIL_MAX_CHARS,
     FALLBACK_REASON,
-    HEADER_NAMES,
     REASONS,
     carry_headers,
     dead_letter_headers,
     reason_of,
 )
-from worker.stream.decode import MAX_ID_CHARS, DeadLetter, Delete, Insert, decode_event
+from worker.stream.decode import MAX_ID_CHARS, Delete, Insert, decode_event
+from worker.stream.exceptions import DeadLetter
+from worker.wire import DEAD_LETTER_HEADERS
 
 BIG = 1 << 20  # max_bytes that never triggers in the agreement tests
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -505,7 +506,7 @@ def test_mutated_records_only_raise_dead_letter_and_agree(data, base):
 def test_reasons_equal_the_schema_enum():
     schema_enum = load_schema("dead-letter")["properties"]["olu.error.reason"]["enum"]
     assert REASONS == tuple(schema_enum)
-    assert set(HEADER_NAMES) == set(load_schema("dead-letter")["required"])
+    assert set(DEAD_LETTER_HEADERS) == set(load_schema("dead-letter")["required"])
 
 
 def _headers(**changes):
@@ -518,7 +519,7 @@ def _headers(**changes):
 @pytest.mark.parametrize("reason", REASONS)
 def test_dead_letter_headers_validate(reason):
     headers = _headers(reason=reason)
-    assert [name for name, _ in headers] == list(HEADER_NAMES)
+    assert [name for name, _ in headers] == list(DEAD_LETTER_HEADERS)
     assert all(isinstance(v, bytes) for _, v in headers)
     decoded = decode_headers(headers)
     validate("dead-letter", decoded)

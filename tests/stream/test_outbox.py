@@ -16,9 +16,11 @@ from confluent_kafka import Message
 
 from worker.config import load_settings
 from worker.olu import PassiveOLU
-from worker.state.store import SnapshotConflict, SnapshotStore, StorageUnavailable, open_store
+from worker.state.exceptions import SnapshotConflict, StorageUnavailable
+from worker.state.store import SnapshotStore, open_store
 import worker.stream.outbox as outbox_module
-from worker.stream.outbox import NotAttempted, Outbox
+from worker.stream.exceptions import NotAttempted
+from worker.stream.outbox import Outbox
 from worker.stream.partition import PartitionRunner
 
 

@@ -18,7 +18,8 @@ from tests.stream.test_decode import BIG, SETTINGS, records
 from worker.olu.core.index import record_key
 from worker.stream import insert_kernel
 from worker.stream import scan as scan_mod
-from worker.stream.decode import DeadLetter, Insert, decode_event
+from worker.stream.decode import Insert, decode_event
+from worker.stream.exceptions import DeadLetter
 from worker.stream.scan import scan_batch
 
 

@@ -19,14 +19,12 @@ import struct
 import numpy as np
 import orjson
 
+from .exceptions import CorruptSnapshot
+
 MAGIC = b"OLUSNAP"
 FORMAT_VERSION = 1
 _DTYPES = {"f8": np.float64, "u8": np.uint64, "u4": np.uint32, "i8": np.int64, "u1": np.uint8}
 _HEAD = struct.Struct("<7sBI")
-
-
-class CorruptSnapshot(ValueError):
-    """The bytes are not a valid snapshot (truncated, checksum mismatch, unknown format...)."""
 
 
 def encode(header: dict, arrays: dict[str, np.ndarray]) -> bytes:

@@ -82,7 +82,8 @@ from obstore.exceptions import AlreadyExistsError, GenericError, JoinError
 
 from .backends import open_store, sync_local  # noqa: F401  (open_store: the state API)
 from .blobs import BLOB_FETCH_THREADS, BLOB_NAME, BLOB_PIECE_BYTES, DELETE_BATCH, Pacer, blob_lists, group_ident, row_pieces
-from .codec import CorruptSnapshot, decode, encode
+from .codec import decode, encode
+from .exceptions import CorruptSnapshot, SnapshotConflict, SnapshotCorrupt, StorageUnavailable
 from .objects import misplaced, newer_format, same_arrays
 
 log = logging.getLogger(__name__)
@@ -96,26 +97,6 @@ GROUP_KIND = "delta-group"  # header kind of a delta object holding several dele
 _NAME = re.compile(r"(full|delta)-(\d{20})\.snap")
 _RELIST_ATTEMPTS = 3
 
-
-
-class SnapshotError(Exception):
-    """Base class; ``key`` names the object, ``reason`` says what is wrong with it."""
-
-    def __init__(self, key: str | None, reason: str) -> None:
-        super().__init__(f"{key}: {reason}" if key else reason)
-        self.key, self.reason = key, reason
-
-
-class SnapshotConflict(SnapshotError):
-    """A different object already holds this key: another writer owns the partition."""
-
-
-class SnapshotCorrupt(SnapshotError):
-    """A snapshot or delta cannot be used (corrupt, foreign) and nothing safe is left."""
-
-
-class StorageUnavailable(SnapshotError):
-    """The object store did not answer (network, timeout, 5xx after retries); try again later."""
 
 
 class _Invalid(Exception):

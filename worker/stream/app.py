@@ -23,10 +23,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from ..logs import get_logger
 from ..olu import ALGORITHMS
-from ..state.store import SnapshotStore, StorageUnavailable, open_store
+from ..state.exceptions import StorageUnavailable
+from ..state.store import SnapshotStore, open_store
 from . import scan
 from .dlq import DeadLetters, TopicLimit
 from .exactly_once import Transactions
+from .exceptions import ClientFailed, DeliveryFailed
 from .partition import PartitionRunner
 
 log = get_logger("olu.worker")
@@ -45,15 +47,6 @@ def _warm_up_kernels() -> None:
 
 
 GIL_SWITCH_INTERVAL_S = 0.0005
-
-
-class DeliveryFailed(RuntimeError):
-    """A release or dead letter could not be delivered; restart and replay from the snapshot."""
-
-
-class ClientFailed(RuntimeError):
-    """The Kafka clients hit an error that retrying never heals (wrong credentials, fatal error)."""
-
 
 # Longest wait for a synchronous offset commit (revoke, shutdown) before going on without it.
 SYNC_COMMIT_TIMEOUT_S = 5.0

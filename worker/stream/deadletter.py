@@ -1,10 +1,10 @@
-"""Dead-letter headers (design.md section 3, schemas/dead-letter.schema.json).
+"""Dead-letter headers (schemas/dead-letter.schema.json).
 
 A record that fails validation is produced to the dead-letter topic with its *original* key and
 value bytes, the ``olu.*`` headers built here, and the original record's other headers
 (:func:`carry_headers`). The ``olu.`` namespace is closed: the seven names in
-:data:`HEADER_NAMES`, each once, and :data:`TRUNCATED_HEADER` on the rare dead letter the topic
-cannot take whole (:func:`truncated`).
+:data:`worker.wire.DEAD_LETTER_HEADERS`, each once, and :data:`~worker.wire.TRUNCATED_HEADER` on the
+rare dead letter the topic cannot take whole (:func:`truncated`).
 
 The reason codes are a bounded set (they are the ``reason`` label of the dead-letter metric). They
 are defined here, not read from ``schemas/`` at runtime (the package may be installed without the
@@ -12,6 +12,18 @@ repository); ``tests/stream/test_decode.py`` checks :data:`REASONS` equals the s
 """
 
 from __future__ import annotations
+
+from ..wire import (
+    ERROR_DETAIL_HEADER,
+    ERROR_REASON_HEADER,
+    FAILED_AT_HEADER,
+    HEADER_PREFIX,
+    SOURCE_OFFSET_HEADER,
+    SOURCE_PARTITION_HEADER,
+    SOURCE_TOPIC_HEADER,
+    TRUNCATED_HEADER,
+    WORKER_VERSION_HEADER,
+)
 
 REASONS: tuple[str, ...] = (
     "not_utf8",
@@ -37,19 +49,7 @@ _REASON_SET = frozenset(REASONS)
 #: (never stall the partition), the metric label stays bounded, and the detail names the code.
 FALLBACK_REASON = "schema_violation"
 
-HEADER_NAMES: tuple[str, ...] = (
-    "olu.source.topic",
-    "olu.source.partition",
-    "olu.source.offset",
-    "olu.error.reason",
-    "olu.error.detail",
-    "olu.worker.version",
-    "olu.failed.at",
-)
-HEADER_PREFIX = "olu."
 DETAIL_MAX_CHARS = 1024
-#: Only on a dead letter larger than its topic accepts: the original key + value size in bytes.
-TRUNCATED_HEADER = "olu.truncated"
 #: Such a dead letter keeps this much of its key and of its value.
 PREFIX_BYTES = 65_536
 _ELLIPSIS = "…"
@@ -108,14 +108,14 @@ def dead_letter_headers(
         detail = f"[{str(reason)[:64]}] {detail}"
         reason = FALLBACK_REASON
     return [
-        ("olu.source.topic", source_topic.encode("utf-8")),
-        ("olu.source.partition", _decimal("partition", partition)),
-        ("olu.source.offset", _decimal("offset", offset)),
-        ("olu.error.reason", reason.encode("ascii")),
+        (SOURCE_TOPIC_HEADER, source_topic.encode("utf-8")),
+        (SOURCE_PARTITION_HEADER, _decimal("partition", partition)),
+        (SOURCE_OFFSET_HEADER, _decimal("offset", offset)),
+        (ERROR_REASON_HEADER, reason.encode("ascii")),
         # "replace": a lone surrogate (from some exception text) must not make the header unencodable.
-        ("olu.error.detail", truncate_detail(detail).encode("utf-8", "replace")),
-        ("olu.worker.version", str(worker_version).encode("utf-8")),
-        ("olu.failed.at", _decimal("failed_at_ms", failed_at_ms)),
+        (ERROR_DETAIL_HEADER, truncate_detail(detail).encode("utf-8", "replace")),
+        (WORKER_VERSION_HEADER, str(worker_version).encode("utf-8")),
+        (FAILED_AT_HEADER, _decimal("failed_at_ms", failed_at_ms)),
     ]
 
 

@@ -1,7 +1,7 @@
 """Decode one input record (key, value) into an :class:`Insert` or :class:`Delete`.
 
-The wire contract is schemas/insert.schema.json and schemas/delete.schema.json (design.md
-section 3). Anything else raises :class:`DeadLetter` with a reason code from the dead-letter
+The wire contract is schemas/insert.schema.json and schemas/delete.schema.json. Anything else
+raises :class:`~worker.stream.exceptions.DeadLetter` with a reason code from the dead-letter
 schema; the loop then copies the record's original bytes to the dead-letter topic and moves on.
 
 Order of checks (the first failing one names the reason):
@@ -53,12 +53,11 @@ from itertools import chain
 import numpy as np
 import orjson
 
-from .deadletter import REASONS, truncate_detail
+from .exceptions import DeadLetter
 
-__all__ = ["DeadLetter", "Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "decode_event", "decode_inserts"]
+__all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "decode_event", "decode_inserts"]
 
 MAX_ID_CHARS = 256
-_REASON_SET = frozenset(REASONS)
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
@@ -81,22 +80,6 @@ class Insert:
 class Delete:
     id: str
     tombstone: bool = False
-
-
-class DeadLetter(Exception):
-    """A record to route to the dead-letter topic: ``reason`` is a code from the dead-letter
-    schema's enum, ``detail`` a short message (<= 1024 characters) without record values."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        if reason not in _REASON_SET:
-            raise ValueError(f"unknown dead-letter reason {reason!r}")
-        detail = truncate_detail(detail)
-        super().__init__(reason, detail)
-        self.reason = reason
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.detail}" if self.detail else self.reason
 
 
 def _type_name(value: object) -> str:

@@ -26,17 +26,14 @@ import threading
 from collections import deque
 from concurrent.futures import Future, wait
 
-from ..state.store import StorageUnavailable
+from ..state.exceptions import StorageUnavailable
+from .exceptions import NotAttempted
 
 #: Deltas a partition may have in flight before a new deletion waits for the oldest (backpressure:
 #: the delta writer is one thread, so a burst of deletions cannot queue without bound).
 MAX_DELTAS_IN_FLIGHT = 64
 MAX_GROUP = 256  # deltas per stored object at most
 MAX_GROUP_BYTES = 8 << 20  # and the bytes of their arrays (a group of one may exceed it)
-
-
-class NotAttempted(StorageUnavailable):
-    """Not written because an earlier delta of the partition is not durable (order of durability)."""
 
 
 class DeltaWrite:

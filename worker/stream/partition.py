@@ -23,12 +23,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..logs import get_logger
-from ..olu.exceptions import BudgetExhausted
 from ..olu import load_model
-from ..olu.exceptions import InvalidExample
-from .decode import DeadLetter, Delete, Insert, InsertRun, decode_event, decode_inserts
+from ..olu.exceptions import BudgetExhausted, InvalidExample
+from ..wire import (
+    BUDGET_RETRAINED,
+    TRIGGER_DELETION,
+    TRIGGER_EVENTS,
+    TRIGGER_FINAL,
+    TRIGGER_INTERVAL,
+    release_key,
+)
+from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts
+from .exceptions import DeadLetter
 from .outbox import Outbox
-from .releases import budget_header, release_headers, release_key, release_value
+from .releases import budget_header, release_headers, release_value
 from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
@@ -252,9 +260,9 @@ class PartitionRunner:
         if self.model.keeps_examples and self.purge_due_at is None:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
-        release = self._release("deletion", deletion_started=started)
+        release = self._release(TRIGGER_DELETION, deletion_started=started)
         if deletion.outcome == "retrained":  # the budget ran out: said in a header, the value stays pure
-            release.headers.append(budget_header("retrained"))
+            release.headers.append(budget_header(BUDGET_RETRAINED))
             log.warning("deletion budget exhausted; model retrained on the retained data", extra={
                 "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
                 "algorithm": self.settings.algorithm, "epoch": self.model.epoch})
@@ -312,7 +320,7 @@ class PartitionRunner:
     def _release_if_due(self) -> None:
         every = self.settings.release_every_events
         if every and self.events_since_release >= every and self._unreleased():
-            self.outbox.release(self._release("events"))
+            self.outbox.release(self._release(TRIGGER_EVENTS))
 
     def _unreleased(self) -> bool:
         return self.next_offset is not None and self.next_offset != self.released_version
@@ -321,11 +329,11 @@ class PartitionRunner:
         """Timer releases: every T seconds when something changed since the last one."""
         every = self.settings.release_every_seconds
         if every and not self.blocked and self._unreleased() and now - self.last_release_at >= every:
-            self.outbox.release(self._release("interval"))
+            self.outbox.release(self._release(TRIGGER_INTERVAL))
 
     def final_release(self) -> None:
         if not self.blocked and self._unreleased():
-            self.outbox.release(self._release("final"))
+            self.outbox.release(self._release(TRIGGER_FINAL))
 
     # ----------------------------------------------------------------- snapshots
     def snapshot_due(self, now: float) -> bool:

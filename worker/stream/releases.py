@@ -1,8 +1,9 @@
-"""Release records on the parameter topic (design.md section 3, schemas/release.schema.json).
+"""Release records on the parameter topic (schemas/release.schema.json).
 
 The value is a pure function of the model state and the input position, so a replay after a
 crash republishes byte-identical values: ``released_at`` is the Kafka timestamp of the last
-applied event, not the wall clock, and why a release was published travels in a header.
+applied event, not the wall clock, and why a release was published travels in a header. The key,
+the header names and their values are defined in :mod:`worker.wire`.
 """
 
 from __future__ import annotations
@@ -13,21 +14,8 @@ import numpy as np
 import orjson
 
 from .. import __version__
-
-SCHEMA_VERSION = 1
-TRIGGERS = ("deletion", "events", "interval", "final")
-#: Header on a deletion's release when the privacy budget ran out and the model was rebuilt from
-#: the retained data (memory-pair, on_budget=retrain) instead of noised.
-BUDGET_HEADER = "olu.budget"
-BUDGET_OUTCOMES = ("retrained",)
-
-
-class UnreleasableState(RuntimeError):
-    """The iterate is not finite; publishing it would put nulls on the wire (orjson maps NaN to null)."""
-
-
-def release_key(topic: str, partition: int) -> bytes:
-    return f"{topic}/{partition}".encode()
+from ..wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGGER_HEADER, WORKER_VERSION_HEADER
+from .exceptions import UnreleasableState
 
 
 def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model) -> bytes:
@@ -36,7 +24,7 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
     privacy = model.privacy()
     record = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": RELEASE_SCHEMA_VERSION,
         "model": model_name,
         "topic": topic,
         "partition": partition,
@@ -62,11 +50,11 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
 
 
 def release_headers(trigger: str) -> list[tuple[str, bytes]]:
-    return [("olu.trigger", trigger.encode()), ("olu.worker.version", __version__.encode())]
+    return [(TRIGGER_HEADER, trigger.encode()), (WORKER_VERSION_HEADER, __version__.encode())]
 
 
 def budget_header(outcome: str) -> tuple[str, bytes]:
-    """``olu.budget`` = what the exhausted budget led to (``retrained``)."""
+    """The budget header: what the exhausted budget led to (``retrained``)."""
     if outcome not in BUDGET_OUTCOMES:
         raise ValueError(f"budget outcome must be one of {BUDGET_OUTCOMES}, got {outcome!r}")
     return (BUDGET_HEADER, outcome.encode())

@@ -86,7 +86,7 @@ topics) are joined with commas; booleans print as true/false.
 {{- end }}
 
 {{/*
-Environment variable of a worker setting (worker/config.py OPTIONS): OLU_<NAME>, except the
+Environment variable of a worker setting (worker/config/options.py OPTIONS): OLU_<NAME>, except the
 bootstrap servers, which are OLU_KAFKA_BOOTSTRAP_SERVERS.
 */}}
 {{- define "olu-worker.settingEnv" -}}
@@ -113,7 +113,7 @@ Whether a value is set (not null, not an empty string).
 
 {{/*
 The worker's revoke budget in seconds: revoke_budget_fraction x max.poll.interval.ms
-(worker/config.py Settings.revoke_budget_seconds; defaults 0.5 x 300000 ms = 150 s).
+(worker/config/settings.py Settings.revoke_budget_seconds; defaults 0.5 x 300000 ms = 150 s).
 */}}
 {{- define "olu-worker.revokeBudgetSeconds" -}}
 {{- $fraction := .Values.config.revoke_budget_fraction | default 0.5 -}}

@@ -1,0 +1,236 @@
+"""Reading the settings: flags, then ``OLU_*`` environment variables, then defaults; checked once.
+
+:func:`load_settings` parses every value, refuses unknown ``OLU_*`` variables and flags (naming
+the closest known one), checks the combinations and builds the engine's model once, so a bad
+setting fails at start with a :class:`ConfigError` that names it by both its names.
+:func:`add_arguments` gives an ``argparse`` parser every setting's flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .exceptions import BadValue, ConfigError
+from .kafka import KAFKA_ENV_PREFIX, check_key, env_to_kafka_key
+from .model import engine_class
+from .options import (
+    BOOTSTRAP_ENV,
+    BOOTSTRAP_FALLBACK_ENV,
+    ENV_PREFIX,
+    GROUP_TITLES,
+    OPTION_BY_ENV,
+    OPTION_BY_NAME,
+    OPTIONS,
+)
+from .parsers import boolean
+from .settings import Settings, hostname
+
+#: ``OLU_*`` variables that are not settings but are read elsewhere (tests, the numba kernel); the
+#: unknown-variable check leaves them alone. ``OLU_TEST_*`` is reserved for test fixtures.
+OTHER_ENV = frozenset({"OLU_REFERENCE_KERNEL", "OLU_KAFKA_LOCAL"})
+OTHER_ENV_PREFIXES = ("OLU_TEST_",)
+#: Environment variables that carry object-store credentials (read by obstore, never copied).
+AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                      "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
+COMMANDS = ("run", "demo")
+DEMO_DIM = 10
+KAFKA_FLAG = "--kafka"
+
+
+# --------------------------------------------------------------------------- argparse
+def add_arguments(parser: argparse.ArgumentParser, *, exclude: Iterable[str] = ()) -> None:
+    """Add every setting's flag to ``parser`` (defaults None, so environment and defaults apply).
+
+    ``exclude`` names settings whose flag the caller defines itself.
+    """
+    skip = set(exclude)
+    groups: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if opt.name in skip:
+            continue
+        group = groups.get(opt.group)
+        if group is None:
+            group = groups[opt.group] = parser.add_argument_group(f"{GROUP_TITLES[opt.group]} settings")
+        shown = ",".join(opt.default) if isinstance(opt.default, tuple) else opt.default
+        help_text = f"{opt.help} (env {opt.env}" + ("" if shown is None else f"; default {shown}") + ")"
+        help_text = help_text.replace("%", "%%")
+        if opt.parse is boolean:
+            group.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction, default=None,
+                               help=help_text)
+            continue
+        choices = getattr(opt.parse, "choices", None)
+        metavar = "{" + ",".join(choices) + "}" if choices else opt.name.upper()
+        group.add_argument(opt.flag, dest=opt.name, default=None, metavar=metavar, help=help_text)
+    if "kafka" not in skip:
+        groups["kafka"].add_argument(
+            KAFKA_FLAG, dest="kafka", action="append", default=None, metavar="KEY=VALUE",
+            help="librdkafka setting, repeatable (env OLU_KAFKA_<KEY>, '.' as '_' and '_' as '__')",
+        )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # raise instead of printing usage and exiting
+        raise ConfigError(message)
+
+
+def _parse_argv(argv: list[str]) -> dict[str, Any]:
+    parser = _Parser(prog="olu-worker", add_help=False, allow_abbrev=False)
+    add_arguments(parser)
+    namespace, rest = parser.parse_known_args(argv)
+    if rest:
+        flags = [o.flag for o in OPTIONS] + [KAFKA_FLAG]
+        unknown = rest[0].split("=", 1)[0]
+        hint = difflib.get_close_matches(unknown, flags, n=1)
+        raise ConfigError(f"unknown flag {unknown!r}" + (f"; did you mean {hint[0]}?" if hint else ""))
+    return vars(namespace)
+
+
+# --------------------------------------------------------------------------- environment
+def _suggest_env(name: str) -> str:
+    candidates = sorted(OPTION_BY_ENV) + sorted(OTHER_ENV)
+    match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    if not match:
+        return ""
+    opt = OPTION_BY_ENV.get(match[0])
+    return f"; did you mean {match[0]}" + (f" ({opt.flag})" if opt else "") + "?"
+
+
+def _label(name: str) -> str:
+    return OPTION_BY_NAME[name].label
+
+
+def _kafka_overrides(env: Mapping[str, str], flags: list[str] | None, group_protocol: str) -> dict[str, str]:
+    found: dict[str, tuple[str, str]] = {}  # key -> (value, source)
+    for name in sorted(env):
+        if not name.startswith(KAFKA_ENV_PREFIX) or name == BOOTSTRAP_ENV or name in OTHER_ENV:
+            continue
+        key = env_to_kafka_key(name)
+        if not key or key.startswith(".") or key.endswith("."):
+            raise ConfigError(f"{name}: cannot map to a librdkafka key (got {key!r})")
+        if env[name] == "":
+            continue
+        if key in found:
+            raise ConfigError(f"{name} and {found[key][1]} both set librdkafka '{key}'")
+        found[key] = (env[name], name)
+    for item in [flags] if isinstance(flags, str) else flags or ():
+        key, sep, value = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{KAFKA_FLAG} takes KEY=VALUE, got {item!r}")
+        found[key] = (value, f"{KAFKA_FLAG} {key}")  # a flag wins over the environment
+    for key, (value, source) in found.items():
+        check_key(key, value, source, group_protocol, _label)
+    return {key: value for key, (value, _) in found.items()}
+
+
+# --------------------------------------------------------------------------- loading
+def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: str = "run") -> Settings:
+    """Settings from flags (``argv``: a list of strings or an ``argparse.Namespace`` produced by a
+    parser given :func:`add_arguments`), the environment (default ``os.environ``) and defaults.
+
+    ``command="run"`` requires the bootstrap servers and ``dim``; ``command="demo"`` requires
+    neither (``dim`` defaults to 10 and the demo brings its own cluster).
+
+    >>> s = load_settings(["--dim", "3", "--eps", "2"], {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
+    >>> s.dim, s.eps, s.origin("eps"), s.origin("l2")
+    (3, 2.0, 'flag', 'default')
+    >>> try:
+    ...     load_settings([], {"OLU_EPS": "abc"}, command="demo")
+    ... except ConfigError as exc:
+    ...     print(exc)
+    OLU_EPS (--eps) must be a number > 0, got 'abc'
+    """
+    if command not in COMMANDS:
+        raise ValueError(f"command must be one of {', '.join(COMMANDS)}, got {command!r}")
+    env = os.environ if env is None else env
+    if argv is None:
+        flag_values: dict[str, Any] = {}
+    elif isinstance(argv, argparse.Namespace):
+        flag_values = vars(argv)
+    else:
+        flag_values = _parse_argv(list(argv))
+
+    # Typo protection: every OLU_* variable must be a setting, a pass-through key or a known extra.
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or name in OPTION_BY_ENV or name in OTHER_ENV:
+            continue
+        if name.startswith(KAFKA_ENV_PREFIX) or name.startswith(OTHER_ENV_PREFIXES):
+            continue
+        raise ConfigError(f"unknown environment variable {name}{_suggest_env(name)}")
+
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for opt in OPTIONS:
+        raw, origin, source = flag_values.get(opt.name), "flag", opt.flag
+        if raw is None:
+            raw, origin, source = env.get(opt.env) or None, "env", opt.env
+        if raw is None and opt.name == "bootstrap_servers":
+            raw, source = env.get(BOOTSTRAP_FALLBACK_ENV) or None, BOOTSTRAP_FALLBACK_ENV
+        if raw is None:
+            values[opt.name], origins[opt.name] = opt.default, "default"
+            continue
+        if isinstance(raw, bool):
+            raw = "true" if raw else "false"
+        elif isinstance(raw, (list, tuple)):
+            raw = ",".join(map(str, raw))
+        raw = str(raw)
+        try:
+            values[opt.name] = opt.parse(raw)
+        except BadValue as bad:
+            raise ConfigError(f"{opt.label} must be {bad}, got {raw!r}" +
+                              (f" (from {source})" if source == BOOTSTRAP_FALLBACK_ENV else "")) from None
+        origins[opt.name] = origin
+
+    if command == "run":
+        for name in ("bootstrap_servers", "dim"):
+            if values[name] is None:
+                extra = f" (or {BOOTSTRAP_FALLBACK_ENV})" if name == "bootstrap_servers" else ""
+                raise ConfigError(f"{_label(name)}{extra} is required")
+    elif values["dim"] is None:
+        values["dim"] = DEMO_DIM
+
+    # Cross-checks (the engine would reject these later with less context).
+    topics = values["input_topics"]
+    for name in ("params_topic", "dlq_topic"):
+        if values[name] in topics:
+            raise ConfigError(f"{_label(name)} must not be one of the input topics "
+                              f"({_label('input_topics')}), got {values[name]!r}")
+    if values["params_topic"] == values["dlq_topic"]:
+        raise ConfigError(f"{_label('params_topic')} and {_label('dlq_topic')} must differ, "
+                          f"both are {values['params_topic']!r}")
+    if values["schedule"] == "constant" and values["step"] is None:
+        raise ConfigError(f"{_label('step')} is required with {_label('schedule')} = constant")
+    if values["schedule"] == "strongly-convex" and values["l2"] == 0:
+        raise ConfigError(f"{_label('l2')} must be > 0 with {_label('schedule')} = strongly-convex, got 0")
+    if not values["snapshot_every_events"] and not values["snapshot_every_seconds"]:
+        raise ConfigError(f"{_label('snapshot_every_events')} and {_label('snapshot_every_seconds')} cannot "
+                          "both be 0: offsets are committed only with snapshots")
+
+    values["kafka_overrides"] = tuple(sorted(
+        _kafka_overrides(env, flag_values.get("kafka"), values["group_protocol"]).items()))
+    if values["transactional_id"] is None:
+        values["transactional_id"] = f"{values['group_id']}-{hostname(env)}"
+    values["storage_credentials_present"] = any(env.get(name) for name in AWS_CREDENTIAL_ENV)
+    values["origins"] = tuple(sorted(origins.items()))
+    if values["algorithm"] == "active-newton" and values["loss"] != "ridge":
+        raise ConfigError(f"{_label('loss')} must be ridge with {_label('algorithm')} = active-newton, "
+                          f"got {values['loss']!r}")
+    settings = Settings(**values)
+    _check_model(settings)
+    return settings
+
+
+def _check_model(settings: Settings) -> None:
+    """Build the model once, so a combination the engine refuses fails now, naming the settings."""
+    cls = engine_class(settings.algorithm)
+    try:
+        cls(**settings.model_kwargs())
+    except ValueError as exc:
+        message = str(exc)
+        named = [_label(n) for n in OPTION_BY_NAME if re.search(rf"\b{re.escape(n)}\b", message)]
+        raise ConfigError(f"{', '.join(named) or _label('algorithm')}: {message}") from None

@@ -1,0 +1,151 @@
+"""Value parsers of the settings: a raw string in, a typed value out.
+
+A value that does not fit raises :class:`~worker.config.exceptions.BadValue` with what the value
+must be; the loader prefixes the setting's names, so the message reads
+``OLU_EPS (--eps) must be a number > 0, got 'abc'``. Every parser carries that text as
+``requirement``; a choice also carries its ``choices`` (the flag's metavar).
+
+>>> number(0, lo_open=True)(" 2.5 "), number(1, integer=True).requirement
+(2.5, 'an integer >= 1')
+>>> choice(("json", "text"))("JSON"), boolean("off"), topics("a, b")
+('json', False, ('a', 'b'))
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from .exceptions import BadValue
+
+STATE_SCHEMES = ("file", "memory", "s3")
+
+
+def _bound_text(lo, hi, lo_open, hi_open) -> str:
+    if lo is not None and hi is not None:
+        return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {lo:g}"
+    if hi is not None:
+        return f"{'<' if hi_open else '<='} {hi:g}"
+    return ""
+
+
+def number(lo=None, hi=None, *, lo_open=False, hi_open=False, integer=False) -> Callable[[str], Any]:
+    """A finite float (or an int) within the bounds; ``lo_open``/``hi_open`` exclude a bound."""
+    what = ("an integer" if integer else "a number") + (" " + _bound_text(lo, hi, lo_open, hi_open)
+                                                        if lo is not None or hi is not None else "")
+
+    def parse(raw: str):
+        text = raw.strip()
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise BadValue(what) from None
+        if not integer and not math.isfinite(value):
+            raise BadValue(what)
+        if lo is not None and (value < lo or (lo_open and value == lo)):
+            raise BadValue(what)
+        if hi is not None and (value > hi or (hi_open and value == hi)):
+            raise BadValue(what)
+        return value
+
+    parse.requirement = what
+    return parse
+
+
+def choice(choices: tuple[str, ...], *, upper: bool = False) -> Callable[[str], str]:
+    """One of ``choices``, compared in lower case (upper case with ``upper``)."""
+    what = "one of " + ", ".join(choices)
+
+    def parse(raw: str) -> str:
+        value = raw.strip().upper() if upper else raw.strip().lower()
+        if value not in choices:
+            raise BadValue(what)
+        return value
+
+    parse.requirement = what
+    parse.choices = choices
+    return parse
+
+
+_TRUE = {"1", "true", "yes", "on", "t", "y"}
+_FALSE = {"0", "false", "no", "off", "f", "n"}
+
+
+def boolean(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise BadValue(boolean.requirement)
+
+
+boolean.requirement = "a boolean (true/false, 1/0, yes/no, on/off)"
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def topic(raw: str) -> str:
+    value = raw.strip()
+    if not _TOPIC.fullmatch(value) or value in (".", ".."):
+        raise BadValue(topic.requirement)
+    return value
+
+
+topic.requirement = "a Kafka topic name (1-249 characters of A-Z a-z 0-9 . _ -)"
+
+
+def topics(raw: str) -> tuple[str, ...]:
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not items:
+        raise BadValue(topics.requirement)
+    for item in items:
+        if not item.startswith("^"):  # "^..." is a librdkafka regex subscription
+            topic(item)
+    if len(set(items)) != len(items):
+        raise BadValue(topics.requirement + " without duplicates")
+    return tuple(items)
+
+
+topics.requirement = "a comma-separated list of Kafka topic names (or ^regex patterns)"
+
+
+def text(raw: str) -> str:
+    value = raw.strip()
+    if not value or len(value) > 256 or any(ord(c) < 32 for c in value):
+        raise BadValue(text.requirement)
+    return value
+
+
+text.requirement = "a non-empty string of at most 256 printable characters"
+
+
+def state_url(raw: str) -> str:
+    value = raw.strip()
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        raise BadValue(state_url.requirement) from None
+    if parts.scheme.lower() not in STATE_SCHEMES or "://" not in value:
+        raise BadValue(state_url.requirement)
+    if parts.scheme.lower() == "s3" and not parts.hostname:
+        raise BadValue("an s3:// URL with a bucket (s3://bucket[/path])")
+    return value
+
+
+state_url.requirement = "a URL with scheme " + ", ".join(f"{s}://" for s in STATE_SCHEMES)
+
+
+def state_prefix(raw: str) -> str:
+    value = raw.strip().strip("/")
+    if not value or ".." in value.split("/") or not re.fullmatch(r"[A-Za-z0-9._/=-]{1,256}", value):
+        raise BadValue(state_prefix.requirement)
+    return value
+
+
+state_prefix.requirement = "a non-empty object-key prefix of A-Z a-z 0-9 . _ - = / (no '..')"

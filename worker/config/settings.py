@@ -1,0 +1,231 @@
+"""The effective configuration: one typed, frozen field per setting, and what derives from it.
+
+The field defaults below are the settings' defaults, written nowhere else: the option table
+(:mod:`worker.config.options`) reads them from here for ``--help`` and the README table.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..wire import PARAMS_TOPIC
+from . import model
+from .kafka import (
+    CONSUMER_ONLY_KEYS,
+    DEAD_LETTER_HEADROOM_BYTES,
+    DEFAULT_FETCH_QUEUE_BACKOFF_MS,
+    LIBRDKAFKA_FETCH_MAX_BYTES,
+    LIBRDKAFKA_MESSAGE_MAX_BYTES_LIMIT,
+    LIBRDKAFKA_RECEIVE_MAX_BYTES,
+    PRODUCER_BATCH_BYTES,
+    DEFAULT_MAX_POLL_INTERVAL_MS,
+    DEFAULT_STATISTICS_INTERVAL_MS,
+    PRODUCER_ONLY_KEYS,
+    REDACTED,
+    is_secret_key,
+)
+
+#: Fields that are not options: the pass-through (``--kafka``, ``OLU_KAFKA_<KEY>``) and facts
+#: recorded for the start-up log line.
+NOT_OPTIONS = ("kafka_overrides", "storage_credentials_present", "origins")
+
+
+@dataclass(frozen=True, repr=False)
+class Settings:
+    """The effective configuration. Build it with :func:`~worker.config.load_settings` (which validates)."""
+
+    # Kafka
+    bootstrap_servers: str | None = None
+    group_id: str = "olu-worker"
+    input_topics: tuple[str, ...] = ("olu.events",)
+    params_topic: str = PARAMS_TOPIC
+    dlq_topic: str = "olu.events.dlq"
+    transactional: bool = False
+    transactional_id: str | None = None  # None: f"{group_id}-{hostname}"
+    group_protocol: str = "classic"
+    kafka_overrides: tuple[tuple[str, str], ...] = ()  # librdkafka pass-through, sorted by key
+    # Model
+    algorithm: str = "passive"
+    dim: int | None = None
+    loss: str = "logistic"
+    l2: float = 0.01
+    label_bound: float = 1.0
+    radius: float = 10.0
+    feature_bound: float = 1.0
+    feature_policy: str = "reject"
+    schedule: str = "auto"
+    t0: float | None = None
+    step: float | None = None
+    eps: float = 1.0
+    omega: float = 1.2
+    delta: float = 1e-5
+    max_deletions: int | None = None
+    restart_c: float = 1.0
+    order_fallback: str = "retrain"
+    on_budget: str = "retrain"
+    lbfgs_memory: int = 10
+    dp_horizon: int = 1_000_000
+    retrain_every: int = 1000
+    train_steps: int = 100
+    noise_sigma: float = 0.05
+    model_name: str | None = None  # None: group_id
+    # Releases and state
+    release_every_events: int = 10_000
+    release_every_seconds: float = 5.0
+    snapshot_every_events: int = 100_000
+    snapshot_every_seconds: float = 30.0
+    snapshot_keep: int = 2
+    snapshot_max_bytes_per_second: int = 32 << 20
+    snapshot_upload_spread: float = 0.5
+    state_url: str = "file://./olu-state"
+    state_prefix: str = "olu"
+    on_corrupt_snapshot: str = "fallback"
+    purge_bound_seconds: float = 60.0
+    max_record_bytes: int = 1_048_576
+    revoke_budget_fraction: float = 0.5
+    batch_size: int = 2000
+    poll_timeout: float = 0.1
+    # HTTP and logging
+    http_host: str = "0.0.0.0"
+    http_port: int = 9464
+    liveness_seconds: float = 60.0
+    log_level: str = "INFO"
+    log_format: str = "json"
+    # Not settings: facts recorded for the start-up log line
+    storage_credentials_present: bool = False
+    origins: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # name -> flag|env|default
+
+    def __post_init__(self):
+        if isinstance(self.input_topics, str):
+            object.__setattr__(self, "input_topics", (self.input_topics,))
+        if isinstance(self.kafka_overrides, Mapping):
+            object.__setattr__(self, "kafka_overrides", tuple(sorted(self.kafka_overrides.items())))
+        if self.model_name is None:
+            object.__setattr__(self, "model_name", self.group_id)
+        if self.transactional_id is None:
+            object.__setattr__(self, "transactional_id", f"{self.group_id}-{hostname(os.environ)}")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def kafka(self) -> dict[str, str]:
+        """The librdkafka pass-through settings."""
+        return dict(self.kafka_overrides)
+
+    @property
+    def max_poll_interval_ms(self) -> int:
+        raw = self.kafka.get("max.poll.interval.ms")
+        return DEFAULT_MAX_POLL_INTERVAL_MS if raw is None else int(raw)
+
+    @property
+    def revoke_budget_seconds(self) -> float:
+        """Time for final snapshots and commits on revoke or shutdown, inside max.poll.interval.ms."""
+        return self.revoke_budget_fraction * self.max_poll_interval_ms / 1000.0
+
+    def origin(self, name: str) -> str:
+        """Where a setting came from: ``flag``, ``env`` or ``default``."""
+        return dict(self.origins).get(name, "default")
+
+    # ------------------------------------------------------------------ Kafka clients
+    def _passthrough(self, exclude: frozenset[str]) -> dict[str, str]:
+        return {k: v for k, v in self.kafka_overrides if k not in exclude}
+
+    def consumer_config(self) -> dict[str, Any]:
+        """Consumer configuration: the worker's fixed contract merged with the pass-through."""
+        conf: dict[str, Any] = {"client.id": f"{self.group_id}-consumer"}
+        if self.bootstrap_servers:
+            conf["bootstrap.servers"] = self.bootstrap_servers
+        conf.update({
+            "group.id": self.group_id,
+            "group.protocol": self.group_protocol,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": False,
+            "statistics.interval.ms": DEFAULT_STATISTICS_INTERVAL_MS,  # consumer lag for the metrics
+            "fetch.queue.backoff.ms": DEFAULT_FETCH_QUEUE_BACKOFF_MS,
+        })
+        if self.group_protocol == "classic":
+            conf["partition.assignment.strategy"] = "cooperative-sticky"
+        conf.update(self._passthrough(PRODUCER_ONLY_KEYS))
+        return conf
+
+    def producer_config(self) -> dict[str, Any]:
+        """Producer configuration: idempotent, acks=all, transactional when configured."""
+        conf: dict[str, Any] = {"client.id": f"{self.group_id}-producer"}
+        if self.bootstrap_servers:
+            conf["bootstrap.servers"] = self.bootstrap_servers
+        # Releases and dead letters are small and rare next to the input: send them at once.
+        # A batch of several records stays within batch.size, so with 64 KiB one of several dead
+        # letters never makes a batch the dead-letter topic refuses where each alone would pass (a
+        # record larger than that is sent alone); releases are far smaller.
+        conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 1,
+                     "message.max.bytes": self.dead_letter_max_bytes(), "batch.size": PRODUCER_BATCH_BYTES})
+        if self.transactional:
+            conf["transactional.id"] = self.transactional_id
+        conf.update(self._passthrough(CONSUMER_ONLY_KEYS))
+        return conf
+
+    def dead_letter_max_bytes(self) -> int:
+        """The producer's message.max.bytes: a dead letter is the original record whole, so it must
+        take anything the consumer can receive, plus the dead letter's headers (librdkafka's default,
+        1,000,000, refused a 4.8 MB record the input topic had accepted)."""
+        kafka = dict(self.kafka_overrides)
+        try:
+            receive = max(int(kafka.get("receive.message.max.bytes", LIBRDKAFKA_RECEIVE_MAX_BYTES)),
+                          int(kafka.get("fetch.max.bytes", LIBRDKAFKA_FETCH_MAX_BYTES)) + 512)
+        except ValueError:  # librdkafka itself names the bad value when the consumer starts
+            receive = LIBRDKAFKA_RECEIVE_MAX_BYTES
+        return min(receive + DEAD_LETTER_HEADROOM_BYTES, LIBRDKAFKA_MESSAGE_MAX_BYTES_LIMIT)
+
+    def admin_config(self) -> dict[str, Any]:
+        """Admin client configuration (reads the dead-letter topic's size limit): the connection
+        and security settings of the producer, without what only a producer takes."""
+        conf = {k: v for k, v in self.producer_config().items()
+                if k not in PRODUCER_ONLY_KEYS and k not in ("transactional.id", "message.max.bytes")}
+        conf["client.id"] = f"{self.group_id}-admin"
+        return conf
+
+    # ------------------------------------------------------------------ model
+    def model_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``ALGORITHMS[self.algorithm]``: only those it accepts, no Nones."""
+        return model.model_kwargs(self)
+
+    # ------------------------------------------------------------------ logging
+    def redacted(self) -> dict[str, Any]:
+        """Every setting as JSON-able values, secrets replaced by ``***`` (for the start log line)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in ("kafka_overrides", "origins"):
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        out["state_url"] = _redact_url(self.state_url)
+        out["kafka"] = {k: (REDACTED if is_secret_key(k) else v) for k, v in self.kafka_overrides}
+        out["origins"] = {name: origin for name, origin in self.origins if origin != "default"}
+        return out
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.redacted().items() if k != "origins")
+        return f"Settings({shown})"
+
+
+#: Every field's default, by name: the one place the options' defaults come from.
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings)}
+
+
+def hostname(env: Mapping[str, str]) -> str:
+    return env.get("HOSTNAME") or socket.gethostname() or "localhost"
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
