@@ -21,10 +21,6 @@ PRIVATE = {
     "worker.state.store._Invalid": "a badly decoded object; store.py turns it into a fallback or SnapshotCorrupt",
     "worker.state.store._Vanished": "an object another replica's gc removed mid-read; store.py relists",
 }
-#: The engine's exception hierarchies (worker/olu), by class name: they join the root when the
-#: engine's ConfigError becomes worker.exceptions.ConfigError. A class under one of them passes
-#: until then; test_pending_engine_exceptions_are_still_pending says when to drop an entry.
-ENGINE_PENDING = {"OLUError", "BudgetExhausted", "InvalidAccountantState"}
 
 
 def _modules():
@@ -45,10 +41,6 @@ def _exception_classes():
     return found
 
 
-def _engine_pending(cls) -> bool:
-    return any(base.__module__.startswith("worker.olu") and base.__name__ in ENGINE_PENDING for base in cls.__mro__)
-
-
 def test_the_walk_finds_the_layers_exceptions():
     names = set(_exception_classes())
     assert {"worker.exceptions.ConfigError", "worker.stream.exceptions.DeadLetter",
@@ -57,14 +49,14 @@ def test_the_walk_finds_the_layers_exceptions():
 
 def test_every_exception_derives_from_the_root():
     stray = [name for name, cls in _exception_classes().items()
-             if not issubclass(cls, OluWorkerError) and name not in PRIVATE and not _engine_pending(cls)]
+             if not issubclass(cls, OluWorkerError) and name not in PRIVATE]
     assert not stray, f"derive these from worker.exceptions.OluWorkerError: {stray}"
 
 
-def test_pending_engine_exceptions_are_still_pending():
-    done = sorted(name for name, cls in _exception_classes().items()
-                  if cls.__name__ in ENGINE_PENDING and issubclass(cls, OluWorkerError))
-    assert not done, f"these derive from the root now: drop them from ENGINE_PENDING: {done}"
+def test_the_engine_and_the_settings_share_one_config_error():
+    from worker.olu import exceptions as engine
+
+    assert engine.ConfigError is ConfigError and issubclass(engine.OLUError, OluWorkerError)
 
 
 def test_private_allow_list_names_existing_classes():

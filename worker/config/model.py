@@ -23,8 +23,8 @@ def model_kwargs(settings: Any) -> dict[str, Any]:
     ones the class declares, under its keywords; unset (None) ones left to the class's defaults.
 
     >>> from types import SimpleNamespace
-    >>> base = {name: None for name in BASE_MODEL_SETTINGS}
-    >>> model_kwargs(SimpleNamespace(**base, algorithm="passive", dim=3, max_deletions=7))
+    >>> unset = {name: None for name in BASE_MODEL_SETTINGS}
+    >>> model_kwargs(SimpleNamespace(**{**unset, "dim": 3}, algorithm="passive", max_deletions=7))
     {'dim': 3, 'capacity': 7}
     """
     cls = engine_class(settings.algorithm)

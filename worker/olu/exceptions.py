@@ -7,8 +7,16 @@ label or id value: they end up in dead-letter headers and logs.
 """
 
 
-class OLUError(Exception):
-    """Base class of every error the engine raises on purpose."""
+from ..exceptions import ConfigError, OluWorkerError
+
+__all__ = ["BudgetExhausted", "ConfigError", "DimensionMismatch", "InvalidAccountantState", "InvalidExample",
+           "InvalidFeatures", "InvalidLabel", "InvalidRecordId", "InvalidState", "NonFiniteInput", "NormExceeded",
+           "OLUError"]
+
+
+class OLUError(OluWorkerError):
+    """Base class of every error the engine raises on purpose (bad settings raise the package's one
+    :class:`~worker.exceptions.ConfigError`, which names the parameter)."""
 
 
 class InvalidExample(OLUError, ValueError):
@@ -43,10 +51,6 @@ class InvalidRecordId(InvalidExample):
 
 class InvalidState(OLUError, ValueError):
     """A state dict that cannot be imported (wrong version, shape, or inconsistent counters)."""
-
-
-class ConfigError(OLUError, ValueError):
-    """A bad constructor argument; the message names the parameter."""
 
 
 class BudgetExhausted(OLUError, RuntimeError):
