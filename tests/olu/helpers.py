@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from worker.olu.privacy.accountant import PrivacyAccountant
+
 
 def synthetic_stream(n: int, d: int, seed: int = 0, loss: str = "logistic"):
     """n examples with ||x|| <= 1 and labels from a noisy linear rule; ids 'r-0' .. 'r-{n-1}'."""
@@ -27,3 +29,16 @@ def masked_run(model_cls, kwargs, X, y, skip: set[int]):
         eta = m.schedule.eta(t)
         z = m.ball.project(z - eta * m.loss.grad(z, X[t - 1], float(y[t - 1])))
     return z
+
+
+class PlannedCalibration(PrivacyAccountant):
+    """The engine's accountant with another sigma rule ``rule(j, shift)`` for the j-th deletion
+    (per-request, or even over a capacity): units the worker does not wire yet. The engine's OGD,
+    noise draw and projection stay real; the budget is not what is under test (eps is huge)."""
+
+    def __init__(self, rule):
+        super().__init__(eps=1e300)
+        self.rule = rule
+
+    def sigma_for_next(self, shift: float) -> float:
+        return self.rule(self.deletions + 1, shift)

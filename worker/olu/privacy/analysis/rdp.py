@@ -30,15 +30,35 @@ increasing derivative ``(1+2h) rho - eps + ln(h/(1+h))``, solved the same way. E
 gives a valid bound, so numerical error can only cost tightness, never soundness; the
 ``h``-form stays accurate as ``alpha -> 1`` (no 1.01 cut-off is needed). Results are monotone in
 ``rho`` and ``delta`` up to a few ulps of rounding (the optimal order moves with them).
+
+Inverting the conversion: the slope for a target (epsilon, delta)
+-------------------------------------------------------------------
+:func:`rho_for_epsilon` gives the largest ``rho`` whose reported epsilon, ``rdp_to_dp(rho, delta,
+method)`` itself, does not exceed the target. For ``"zcdp"`` and ``"classic"`` (one number for a
+linear curve) ``eps = rho + 2 sqrt(rho L)`` is a quadratic in ``sqrt(rho)``, so
+``rho = (sqrt(L + eps) - sqrt(L))**2 = eps**2 / (sqrt(L + eps) + sqrt(L))**2`` (the second form has
+no cancellation). ``"improved"`` has no closed form. As a function of ``rho`` it is the minimum over
+``alpha`` of the affine maps ``alpha rho + c(alpha)``: concave and increasing, with slope the
+optimal order alpha* (envelope theorem). Newton's method ``rho += (eps - f(rho)) / alpha*`` from
+the zCDP value (a lower point: improved <= zcdp at every order) therefore climbs monotonically,
+never past the root (the tangent of a concave function lies above it), and converges
+quadratically. Then the answer is made exact on the float grid: bracket the root between a float
+that passes ``rdp_to_dp(rho) <= eps`` and one that fails, and bisect on the integer
+representation of positive floats (ordered like the floats) until the two are neighbours. The
+returned ``rho`` passed the forward test itself, so the reported epsilon never exceeds the target,
+whatever the rounding; and the next float up fails it, so no larger slope is reported within the
+target (up to the few-ulp non-monotonicity of the forward conversion noted above).
 """
 
 from __future__ import annotations
 
 import math
+import struct
 
-from .checks import count, real
+from .checks import count, positive, real
 
-__all__ = ["METHODS", "budget_weight", "dp_delta", "noise_multiplier", "optimal_order", "rdp_to_dp"]
+__all__ = ["METHODS", "budget_weight", "dp_delta", "noise_multiplier", "optimal_order", "rdp_to_dp",
+           "rho_for_epsilon"]
 
 METHODS = ("improved", "classic", "zcdp")
 _X_MAX = 700.0  # cap on ln(alpha - 1), keeps e**x finite
@@ -163,3 +183,63 @@ def dp_delta(rho: float, epsilon: float) -> float:
     h, sp = math.exp(x), _softplus(x)
     log_rdp = h * ((1 + h) * rho - eps - _softplus(-x)) - sp
     return min(1.0, math.exp(min(log_kl, log_rdp)))
+
+
+def _float_bits(x: float) -> int:  # for x >= 0 the bit patterns are ordered like the floats
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
+def _bits_float(b: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", b))[0]
+
+
+def rho_for_epsilon(epsilon: float, delta: float, method: str = "improved") -> float:
+    """The largest Rényi slope ``rho`` with ``rdp_to_dp(rho, delta, method) <= epsilon``.
+
+    Exact inversion of :func:`rdp_to_dp` on the float grid (see the module doc): the forward
+    conversion of the result never exceeds ``epsilon``, and the next float up does.
+
+    >>> rho = rho_for_epsilon(1.0, 1e-5); round(rho, 6)
+    0.030557
+    >>> rdp_to_dp(rho, 1e-5) <= 1.0 < rdp_to_dp(math.nextafter(rho, 1.0), 1e-5)
+    True
+    >>> round(rho_for_epsilon(1.0, 1e-5, "zcdp"), 6), round(rho_for_epsilon(7.0772, 1e-5), 4)
+    (0.02082, 1.0)
+    >>> rho_for_epsilon(0.0, 1e-5)
+    Traceback (most recent call last):
+    ...
+    ValueError: epsilon must be in (0.0, inf), got 0.0
+    """
+    eps = positive("epsilon", epsilon)
+    _, delta = _check(0.0, delta, method)
+    L = -math.log(delta)
+
+    def fits(rho: float) -> bool:
+        return rdp_to_dp(rho, delta, method) <= eps
+
+    rho = (eps / (math.sqrt(L + eps) + math.sqrt(L))) ** 2  # exact for zcdp and classic
+    if method == "improved":
+        for _ in range(100):  # Newton from below on a concave increasing function
+            value, alpha = _improved(rho, delta)
+            if not (value < eps and alpha > 1.0):  # reached, or the KL region (slope 0 there)
+                break
+            nxt = rho + (eps - value) / alpha
+            if not nxt > rho:
+                break
+            rho = nxt
+    # Bracket [lo, hi] with fits(lo) and not fits(hi), by steps doubling away from rho (rounding
+    # leaves rho a few ulps from the edge; fits(0.0) always holds since epsilon > 0).
+    step = max(rho * 1e-15, 5e-324)
+    if fits(rho):
+        lo, hi = rho, rho + step
+        while fits(hi):
+            lo, hi, step = hi, hi + step, step * 2.0
+    else:
+        lo, hi = max(0.0, rho - step), rho
+        while not fits(lo):
+            lo, hi, step = max(0.0, lo - step), lo, step * 2.0
+    a, b = _float_bits(lo), _float_bits(hi)
+    while b - a > 1:  # bisect on the float grid: fits(a) holds, fits(b) fails
+        mid = (a + b) // 2
+        a, b = (mid, b) if fits(_bits_float(mid)) else (a, mid)
+    return _bits_float(a)
