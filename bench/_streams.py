@@ -3,7 +3,7 @@
 Not a bench itself: the datasets, scaled to the engine's feature bound ||x|| <= 1; deletion
 schedules; models built exactly as the worker builds them; a prequential (test-then-train) runner
 that interleaves inserts and deletes through the public API; and the "retrained" reference model
-of olu-spec 1.4 (OGD from z = 0 over the retained records in arrival order, each at its original
+of docs/guarantee.md 2.2 (OGD from z = 0 over the retained records in arrival order, each at its original
 step index, deleted steps being the skip element ⊥).
 
 Feature scaling (the engine rejects ||x|| > feature_bound = 1, the worker default):
@@ -170,9 +170,9 @@ def plan_deletions(n: int, rate: float, schedule: str, rng: np.random.Generator,
     - ``bursts``: the same records rule, but all deletions come in 5 bursts (or k if fewer) at
       uniformly random times;
     - ``early-late``: the earliest k records, deleted in arrival order during the last 10% of the
-      stream (the schedule that makes passive noise largest for the convex analysis, olu-spec 2.6);
+      stream (the schedule that makes passive noise largest for the convex analysis, docs/algorithms.md 3.2);
     - ``in-order`` (extra, not in the issue): each deletion hits a record inserted after the
-      previous deletion, the arrival-order condition of the active algorithms (olu-spec 0.6).
+      previous deletion, the arrival-order condition of the active algorithms (docs/algorithms.md 4.2).
     """
     k = max(1, round(rate * n)) if k is None else k
     if k > n // 2:
@@ -222,7 +222,7 @@ def make_model(algorithm: str, dim: int, loss: str, eps: float, k: int) -> Onlin
     """``ALGORITHMS[name](**settings.model_kwargs())`` as the worker does.
 
     ``max_deletions`` is set to the planned number of deletions k for the algorithms whose theory
-    needs k in advance (olu-spec 6.6.14: the active algorithms' capacity and I_2, passive-restart's
+    needs k in advance (docs/algorithms.md 4.4: the active algorithms' capacity and I_2, passive-restart's
     k~); plain passive keeps the worker default (no capacity: the omega split supports any k).
     """
     needs_k = algorithm in ("passive-restart", "active-d2d", "active-anchor")
@@ -299,7 +299,7 @@ def _score(margin: float, y: float, ridge: bool) -> tuple[int, float]:
 
 
 def retrained_weights(data: Dataset, plan: DeletionPlan, eps: float = 1.0) -> np.ndarray:
-    """The "retrained" model of olu-spec 1.4 at the end of the stream: OGD from z = 0 over the
+    """The "retrained" model of docs/guarantee.md 2.2 at the end of the stream: OGD from z = 0 over the
     retained records in arrival order at their original steps 1..n (deleted steps are ⊥), with
     the worker's default constants, through the engine's own replay (``worker.olu.algorithms.retrain``)."""
     ref = make_model("ogd", data.dim, data.loss, eps, plan.k)

@@ -16,7 +16,7 @@ and the report's ``target_checks`` has one entry per line, in order (the bench s
 every bench to both).
 
 Timings depend on the machine and on what else runs on it: a NOT MET on a shared machine is a
-prompt to re-run on a quiet one, never a build failure (design.md section 8).
+prompt to re-run on a quiet one, never a build failure (docs/worker.md 8).
 """
 
 from __future__ import annotations

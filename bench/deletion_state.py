@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/deletion_state.py [--entries 100000,1000000] [--quick] [--out DIR]
 
-Both keep one item per deletion for the model's whole life (design.md invariant 4; a tombstone
+Both keep one item per deletion for the model's whole life (docs/worker.md 4.4; a tombstone
 per deleted id so a late insert of it is skipped), so both only grow.
 
 **Ledger.** For each size, passive-style entries (i, epoch, tau, u, shift,

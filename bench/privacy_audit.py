@@ -17,7 +17,7 @@ the same deleted records. Other algorithms and eps are shown for comparison.
 
 Part B, divergence. A fixed stream (the first 1,000 Phishing records) and deletion schedule; the
 passive model is run N times (independent noise). The reference process of the OLU definition
-(olu-spec 1.4) is sampled 10 N times: OGD on the masked stream (each deleted record is the skip
+(docs/guarantee.md 2.2) is sampled 10 N times: OGD on the masked stream (each deleted record is the skip
 element ⊥ at its own step, later steps keep their step sizes) with noise of the same law
 (N(0, sigma_i^2 I) from the real run's public ledger) at the same deletion times, projected after
 noise. It reuses the engine's loss, schedule and ball objects, vectorised over the draws, and is
@@ -27,7 +27,7 @@ KL <= rho):
 
 - mean-shift KL: (1/2)||mean_real - mean_ref||^2 in the reference covariance's metric, minus its
   sampling bias d/(2N) + d/(20N); the KL (and D_alpha/alpha) of two Gaussians with one covariance,
-  the Gaussian-mechanism form the certificate is written for (olu-spec 1.7, Lemma A). 95% CI by
+  the Gaussian-mechanism form the certificate is written for (docs/accounting.md 1.1). 95% CI by
   bootstrap over the real draws;
 - full Gaussian KL of the fitted Gaussians (covariances too), with its estimator floor: the same
   estimate for a fresh reference sample of N draws (true divergence 0).
@@ -169,7 +169,7 @@ def membership_inference(dataset: str, seeds: int, boot: int, log) -> list[dict]
 # --------------------------------------------------------------------------- part B
 def reference_outputs(template, data: S.Dataset, plan: S.DeletionPlan, sigmas: np.ndarray, draws: int,
                       rng) -> np.ndarray:
-    """``draws`` outputs of the OLU reference process (olu-spec 1.4), vectorised over draws.
+    """``draws`` outputs of the OLU reference process (docs/guarantee.md 2.2), vectorised over draws.
 
     OGD over the masked stream (deleted records are ⊥ at their own steps), N(0, sigma_i^2 I) added
     and projected at each deletion time, with the template model's own loss, schedule and ball.
@@ -215,7 +215,7 @@ def gaussian_kl(A: np.ndarray, m_b: np.ndarray, S_b: np.ndarray) -> float:
 def mean_shift_kl(A: np.ndarray, m_b: np.ndarray, S_b: np.ndarray, n_b: int) -> float:
     """(1/2)||mean A - m_b||^2 in the S_b metric, minus its sampling bias (d/N_A + d/N_B)/2: the
     KL (and D_alpha / alpha) of two Gaussians with the same covariance, i.e. of the Gaussian
-    mechanism the certificate is written for (olu-spec 1.7, Lemma A)."""
+    mechanism the certificate is written for (docs/accounting.md 1.1)."""
     dm = A.mean(axis=0) - m_b
     d = len(dm)
     return float(0.5 * (dm @ np.linalg.solve(S_b, dm) - d / len(A) - d / n_b))

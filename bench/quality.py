@@ -15,7 +15,7 @@ are repeated over several schedule draws (noise always from OS entropy, as in pr
 
 For each run: prequential accuracy (exact test-then-train on the small datasets, worker-style
 micro-batches of 2,000 on the synthetic streams) and ||z_final - z_retrained||, where z_retrained
-is OGD from z = 0 over the retained records in arrival order at their original steps (olu-spec 1.4;
+is OGD from z = 0 over the retained records in arrival order at their original steps (docs/guarantee.md 2.2;
 computed once per stream at the end with ``worker.olu.algorithms.retrain.replay_ogd``).
 
 Targets (issue 6): at eps = 1 with 1% uniform deletions, passive OLU's prequential accuracy on

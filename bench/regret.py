@@ -1,4 +1,4 @@
-"""OLU regret against the horizon T, next to the bound of olu-spec 2.5 ([P1] Thm 3.3) on one log-log plot.
+"""OLU regret against the horizon T, next to the bound of docs/guarantee.md 2.6 ([P1] Thm 3.3) on one log-log plot.
 
 Issue 6 item 3 (regret part). For each horizon T, a synthetic logistic stream of T events (d = 10,
 ||x|| <= 1, bench/_streams.py) with k = 10 deletions on the uniform schedule is fed event by event
@@ -6,7 +6,7 @@ Issue 6 item 3 (regret part). For each horizon T, a synthetic logistic stream of
 loss the algorithm pays) to every algorithm, built as the worker builds it (worker defaults:
 l2 = 0.01, radius 10, schedule strongly convex with t0 = (beta/mu - 1)/2 = 12.5).
 
-Regret is olu-spec 1.5 (eq. (5)-(6)): with intervals I_i between deletion times and the
+Regret is docs/guarantee.md 2.5 (eq. (5)-(6)): with intervals I_i between deletion times and the
 whole-horizon comparators z_i* = argmin_{z in K} sum_{t<=T} f_t(z) - sum_{j<=i} f_{u[j]}(z),
 
     Regret_T = sum_i sum_{t in I_i} [ f_t(z_t) - f_t(z_i*) ],   f_t(z) = log(1 + e^{-y x.z}) + (l2/2)||z||^2.
@@ -14,11 +14,11 @@ whole-horizon comparators z_i* = argmin_{z in K} sum_{t<=T} f_t(z) - sum_{j<=i} 
 The comparators are solved to machine precision by projected Newton (each step minimises the
 quadratic model over the ball exactly, ``worker.olu.algorithms.newton.ball_constrained_quadratic_min``).
 
-Bound drawn (olu-spec 2.5, [P1] Thm 3.3 with general L, expectation over the noise):
+Bound drawn (docs/guarantee.md 2.6, [P1] Thm 3.3 with general L, expectation over the noise):
 
     B_T = (L^2/mu)(1 + log T + 2(k - 1)) + (3 d L^2 / (2 mu eps)) sum_i i^1.2 / tau[i]  + mu t0 D^2
 
-where the last term is the shifted schedule's extra O(mu t0 D^2) (olu-spec 6.5; constant taken as
+where the last term is the shifted schedule's extra O(mu t0 D^2) (docs/calibration.md 2.3; constant taken as
 1). Without the noise term this is also the bound for exact retraining. Slopes are least-squares
 fits of log Regret against log T (on T >= 10^4 and on all T).
 
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
 
     within = {n: all(r["regret"][n] <= own_bound(r, n) for r in rows)
               for n in names if n in ("ogd", "retrain") or n.startswith("passive eps")}
-    print("\nregret below its olu-spec 2.5 bound at every T: "
+    print("\nregret below its docs/guarantee.md 2.6 bound at every T: "
           + ", ".join(f"{n}: {'yes' if v else 'NO'}" for n, v in within.items()))
     seconds = time.perf_counter() - started
     print(f"total {seconds:.0f} s")
@@ -243,7 +243,7 @@ def plot(rows: list[dict], names: list[str], slopes: dict, path: Path) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("horizon T (events)")
-    ax.set_ylabel("OLU regret (olu-spec 1.5)")
+    ax.set_ylabel("OLU regret (docs/guarantee.md 2.5)")
     ax.set_title(f"Regret vs T, synthetic logistic d=10, k={K_DELETIONS} uniform deletions, worker defaults")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()

@@ -3,12 +3,12 @@
 For each n in 1e3 .. 1e5 (d = 20, logistic, l2 = 0.01, radius 10, the engine defaults T = 100,
 noise sigma = 0.05, max_deletions = 10, (epsilon, delta) = (1, 1e-5)): a ``RewindToDelete`` model
 learns n examples with ``retrain_every = n``, so it retrains once on all of them (R2D Algorithm 1,
-the *full retraining*, timed). The rewind depth K is what the A3 search gives for that n (it falls
+the *full retraining*, timed). The rewind depth K is what the docs/calibration.md 6.2 search gives for that n (it falls
 as n grows: sigma is fixed and the sensitivity shrinks like 1/n). Then R records of the retrained
-set are deleted one after another (R2D Algorithm 2, A5: each from the same checkpoint, timed), and
+set are deleted one after another ([R2D] Algorithm 2, docs/algorithms.md 10.2: each from the same checkpoint, timed), and
 after the last one the released model is compared with the retrain without those R records
 (T GD steps from theta_0 on the retained set): test accuracy on 20,000 held-out examples, and the
-distance ||theta''_K - theta'_T|| of the pre-noise iterate next to its A3 bound Delta(K, R).
+distance ||theta''_K - theta'_T|| of the pre-noise iterate next to its docs/calibration.md 6.2 bound Delta(K, R).
 
 A second sweep at the largest n varies sigma (the operator's knob, OLU_NOISE_SIGMA): a smaller
 sigma costs a deeper rewind (K grows) and buys accuracy.
@@ -19,7 +19,7 @@ Targets (this bench's own; the issue states none in numbers):
 - for n >= 10,000 the released model's test accuracy is within 2 points of the retrain's, at the
   default sigma;
 - at n = 100,000 some sigma of the sweep meets both at once (R2D is worth it at that scale);
-- the pre-noise distance never exceeds the A3 bound (a correctness check, not a timing).
+- the pre-noise distance never exceeds the docs/calibration.md 6.2 bound (a correctness check, not a timing).
 
 BLAS runs single-threaded (OPENBLAS_NUM_THREADS=1 unless set): on this 2-core machine shared with
 other jobs, OpenBLAS's two threads made each gradient pass 10x slower above ~20,000 rows.
@@ -68,7 +68,7 @@ ACCURACY_GAP = Target("rewind_accuracy_gap_points", "released accuracy within 2 
                       "n >= 10,000", "<=", 100 * MAX_ACCURACY_GAP, "points", "rewind_cost")
 SOME_SIGMA = Target("rewind_sigmas_meeting_both", "n = 100,000: sigmas of the sweep giving deletion <= 0.5x "
                     "retraining and accuracy within 2 points", ">=", 1, "sigmas", "rewind_cost")
-A3_BOUND = Target("rewind_pre_noise_over_a3_bound", "pre-noise distance <= A3 bound (every n and sigma)",
+A3_BOUND = Target("rewind_pre_noise_over_a3_bound", "pre-noise distance <= docs/calibration.md 6.2 bound (every n and sigma)",
                   "<=", 1.0, "x", "rewind_cost")
 
 
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     rows = [run(n, args.repeats, args.seed) for n in args.sizes]
 
     print(f"\n{'n':>8} {'K/T':>6} {'retrain':>10} {'deletion':>10} {'ratio':>7} {'acc rel':>8} {'acc retr':>8} "
-          f"{'|pre-retr|':>10} {'A3 bound':>9} {'eps':>6}")
+          f"{'|pre-retr|':>10} {'docs/calibration.md 6.2 bound':>9} {'eps':>6}")
     for r in rows:
         print(f"{r['n']:>8,} {r['K']:>3}/{r['T']:<3}{r['retrain_s'] * 1e3:>9.1f}ms "
               f"{r['delete_median_s'] * 1e3:>8.2f}ms "

@@ -7,7 +7,7 @@ passed with ``extra={...}``, and ``exc`` with the traceback when there is one::
     {"ts":"2025-01-01T12:00:00.000Z","level":"INFO","logger":"olu.worker","msg":"partition assigned",...}
 
 PRIVACY: never log a record's features, labels or ids, nor any noise vector, noise seed or
-pre-noise state (design.md invariant 1). Log topics, partitions, offsets, counts, reason codes and
+pre-noise state (docs/worker.md 4.1). Log topics, partitions, offsets, counts, reason codes and
 durations only. Nothing here can tell the difference, so this is the caller's duty.
 """
 

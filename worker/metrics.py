@@ -1,4 +1,4 @@
-"""Prometheus metrics of one worker (design.md section 6), privacy spend first.
+"""Prometheus metrics of one worker (docs/worker.md 6), privacy spend first.
 
 Every metric lives in the worker's own :class:`prometheus_client.CollectorRegistry` (never the
 global default one), so tests and two workers in one process do not clash. Names start with
@@ -91,7 +91,7 @@ class Metrics:
                                           "noised deletion", _TP, registry=r)
         self.deletion_capacity_left = Gauge("olu_deletion_capacity_left", "Deletions left before the model's "
                                             "capacity (only where the algorithm has one)", _TP, registry=r)
-        # The DP tree mechanism (dp-tofw, private-oco-spec 5.4): public schedule figures, not data.
+        # The DP tree mechanism (dp-tofw, docs/accounting.md 7): public schedule figures, not data.
         self.dp_noise_sigma = Gauge("olu_dp_noise_sigma", "dp-tofw: Gaussian noise standard deviation per "
                                     "tree node", _TP, registry=r)
         self.dp_sensitivity = Gauge("olu_dp_sensitivity", "dp-tofw: l2 sensitivity 2(beta D + L) of one "

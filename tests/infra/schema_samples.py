@@ -1,4 +1,4 @@
-"""Sample wire records (design.md section 3) and a validator for the schemas in ``schemas/``.
+"""Sample wire records (docs/worker.md 3) and a validator for the schemas in ``schemas/``.
 
 Reusable by integration tests: ``validate("release", record)`` checks a real record against
 its JSON Schema plus the rules a schema cannot state (len(weights) == dim).

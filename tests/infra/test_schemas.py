@@ -1,4 +1,4 @@
-"""The JSON Schemas in schemas/ are valid draft 2020-12 and mean what design.md section 3 says."""
+"""The JSON Schemas in schemas/ are valid draft 2020-12 and mean what docs/worker.md 3 says."""
 
 from __future__ import annotations
 

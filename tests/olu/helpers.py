@@ -20,7 +20,7 @@ def synthetic_stream(n: int, d: int, seed: int = 0, loss: str = "logistic"):
 
 def masked_run(model_cls, kwargs, X, y, skip: set[int]):
     """The reference process: OGD over the stream with the examples at 1-based steps in ``skip``
-    replaced by the skip element (identity step, time index kept; olu-spec 1.4, pitfall 6.6.15)."""
+    replaced by the skip element (identity step, time index kept; docs/guarantee.md 2.2)."""
     m = model_cls(**kwargs)
     z = np.zeros(m.dim)
     for t in range(1, len(X) + 1):

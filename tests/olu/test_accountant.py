@@ -50,7 +50,7 @@ def test_cumulative_weight_at_one_million():
     i = np.arange(1, 10**6 + 1, dtype=np.float64)
     w = (0.2 / 1.2) * i**-1.2
     total = math.fsum(w[::-1])
-    # Spec §2.4 says "about 0.879"; the exact sum is 0.8793506..., well below the limit
+    # docs/accounting.md 1.2 says "about 0.879"; the exact sum is 0.8793506..., well below the limit
     # zeta(1.2)/6 = 0.93193 and below 1.
     assert total < 1
     assert abs(total - 0.879) < 5e-4

@@ -1,6 +1,6 @@
 """Active OLU (ActiveD2D, ActiveAnchor), the Newton ridge variant and the example store.
 
-Formulas are checked against values computed here by hand from olu-spec 3.1 / 3.2; the
+Formulas are checked against values computed here by hand from docs/calibration.md 4.2, docs/calibration.md 4.3; the
 deterministic part of a deletion is checked exactly by re-drawing the seeded test noise.
 """
 
@@ -176,7 +176,7 @@ def test_anchor_output_is_I_steps_on_the_anchor_plus_the_drawn_noise():
 
 def test_d2d_is_much_closer_to_the_retrained_erm_than_passive_before_noise():
     """Descent-to-delete targets the retrained solution, argmin of the retained average loss
-    (olu-spec 3.1); sigma is made negligible (eps huge) so the outputs are the pre-noise maps."""
+    (docs/algorithms.md 5); sigma is made negligible (eps huge) so the outputs are the pre-noise maps."""
     kw = dict(KW, eps=1e12)
     ids, X, y = synthetic_stream(2000, 5, seed=4)
     active, passive = ActiveD2D(**kw, max_deletions=10, noise_rng=np.random.default_rng(0)), \

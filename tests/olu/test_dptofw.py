@@ -1,6 +1,6 @@
-"""DP-TOFW, the online-DP baseline (seed 004; private-oco-spec 2.1-2.3, 3.2-3.3, 3.6, 5.5).
+"""DP-TOFW, the online-DP baseline ([DP-FW]; docs/algorithms.md 11, docs/calibration.md 6.3, docs/accounting.md 5).
 
-The tree aggregator, the calibration against the spec's hand-computed numbers, the accounting
+The tree aggregator, the calibration against the hand-computed numbers of docs/calibration.md 6.3, the accounting
 against dp-accounting (a test-only oracle), the estimator identities, the sensitivity bound on
 coupled runs, learning, deletions as covered no-ops, and the bit-exact state round trip.
 """
@@ -40,7 +40,7 @@ def fed(n=300, seed=0, **overrides):
     return m, ids, X, y
 
 
-# ------------------------------------------------------------------ the tree aggregator (spec 2.2)
+# ------------------------------------------------------------------ the tree aggregator (docs/algorithms.md 11.3)
 def test_tree_prefix_sums_are_exact_without_noise_for_every_t():
     n, d = 77, 3
     rng = np.random.default_rng(1)
@@ -70,8 +70,8 @@ def test_each_record_is_in_at_most_m_nodes_and_record_one_in_k_t():
 
 
 def test_tree_levels_and_record_levels_match_the_spec_tables():
-    assert [tree_levels(n) for n in (10**3, 10**4, 10**5, 10**6)] == [11, 15, 18, 21]  # spec 3.3
-    assert [record_levels(t) for t in (1, 10, 100, 1000, 10_000)] == [1, 4, 7, 10, 14]  # spec 3.2
+    assert [tree_levels(n) for n in (10**3, 10**4, 10**5, 10**6)] == [11, 15, 18, 21]  # docs/calibration.md 6.3
+    assert [record_levels(t) for t in (1, 10, 100, 1000, 10_000)] == [1, 4, 7, 10, 14]  # docs/accounting.md 5.2
     for n in range(1, 300):
         assert tree_levels(n) == math.ceil(math.log2(n)) + 1
         assert record_levels(n) <= tree_levels(n)
@@ -148,9 +148,9 @@ def test_sum_differs_only_in_the_nodes_on_the_changed_records_path():
         np.testing.assert_allclose(diff, 5.0 if on_path else 0.0, atol=1e-12)
 
 
-# ------------------------------------------------------------------ calibration (spec 2.3, 3.2, 3.3)
+# ------------------------------------------------------------------ calibration (docs/calibration.md 6.3, docs/accounting.md 5.2)
 def test_worked_value_of_the_paper_calibration():
-    # spec 2.3: p = 2, n = 10^4, delta = 10^-4, eps = 1: m = 15, sigma = 146.5 (beta D + L)
+    # docs/calibration.md 6.3: p = 2, n = 10^4, delta = 10^-4, eps = 1: m = 15, sigma = 146.5 (beta D + L)
     assert paper_sigma(1.0, 15, 1.0, 1e-4) == pytest.approx(math.sqrt(8 * 225 * math.log(15 / 1e-4)), rel=1e-15)
     assert round(paper_sigma(1.0, 15, 1.0, 1e-4), 1) == 146.5
     assert round(paper_sigma(4.0, 15, 1.0, 1e-4)) == 586  # squared loss, beta D + L = 4
@@ -196,7 +196,7 @@ def test_model_sigma_from_public_constants_by_hand():
     eps_t = 0.5 + 2 * math.sqrt(0.5 * math.log(1e5))  # the (eps_t, delta) the zCDP budget promises
     assert paper.sigma == pytest.approx(math.sqrt(8 * 15**2 * math.log(15 / 1e-5)) * 2.0 / eps_t, rel=1e-12)
     scaled = model(eps=0.5, dp_horizon=10_000, lr_scale=3.0)
-    assert scaled.bound == 3.0 * 0.25 * 4.0 + 1.0  # eta = c/(t+1) scales beta D (spec 2.1)
+    assert scaled.bound == 3.0 * 0.25 * 4.0 + 1.0  # eta = c/(t+1) scales beta D (docs/algorithms.md 11.2)
     ridge = model(loss="ridge", l2=0.5, label_bound=1.0, radius=1.0)  # L = 1 (1 + 1) + 0.5, beta = 1.5, D = 2
     assert ridge.bound == 1.5 * 2.0 + 2.5
 
@@ -212,7 +212,7 @@ def test_constructor_refuses_bad_dp_settings():
         model(capacity=3)
 
 
-# ------------------------------------------------------------------ accounting (spec 3.3, 5.4)
+# ------------------------------------------------------------------ accounting (docs/accounting.md 5.3, docs/accounting.md 7)
 def test_accounting_matches_the_dp_accounting_oracles():
     m = model(eps=0.3, dp_horizon=4096)
     ids, X, y = synthetic_stream(4096, m.dim, seed=4)
@@ -259,7 +259,7 @@ def test_privacy_reports_the_spec_5_4_figures():
     assert (p["horizon"], p["horizon_remaining"], p["record_levels"], p["calibration"]) == (1000, 963, 6, "zcdp")
 
 
-# ------------------------------------------------------------------ estimator and learner (spec 2.1, 2.3)
+# ------------------------------------------------------------------ estimator and learner (docs/algorithms.md 11.2, docs/algorithms.md 11.4)
 def test_without_noise_it_is_the_recursive_form_and_theta_is_the_mean_of_the_lmo_outputs():
     m = model(dim=3, radius=1.5)
     m.tree._noise = None  # noise off: the tree's sums are exact
@@ -268,7 +268,7 @@ def test_without_noise_it_is_the_recursive_form_and_theta_is_the_mean_of_the_lmo
     d_prev, vs = np.zeros(3), []
     for t in range(1, 201):
         x, label = X[t - 1], float(y[t - 1])
-        rho = 1.0 / (t + 1)  # STORM recursion (spec 2.1), d_0 = 0
+        rho = 1.0 / (t + 1)  # STORM recursion (docs/algorithms.md 11.2), d_0 = 0
         d = m.loss.grad(theta, x, label) + (1 - rho) * (d_prev - m.loss.grad(theta_prev, x, label))
         v = -1.5 * d / np.linalg.norm(d)
         vs.append(v)
@@ -323,7 +323,7 @@ def test_learning_reduces_the_loss_on_a_separable_stream_at_large_epsilon():
 
 @pytest.mark.slow
 def test_utility_smoke_of_spec_5_5_on_the_section_4_1_regression_stream():
-    # p = 2, d = 10, ||x|| = 1, r = 1, squared loss (beta D + L = 4 as in spec 2.3), (1, 1/T)-DP target.
+    # p = 2, d = 10, ||x|| = 1, r = 1, squared loss (beta D + L = 4 as in docs/calibration.md 6.3), (1, 1/T)-DP target.
     d, T = 10, 100_000
     rng = np.random.default_rng(0)
     theta = rng.normal(0, 0.05, d)
@@ -356,7 +356,7 @@ def test_models_with_fresh_keys_draw_different_noise():
     assert a.weights.tobytes() != b.weights.tobytes()
 
 
-# ------------------------------------------------------------------ deletions (spec 3.6)
+# ------------------------------------------------------------------ deletions (docs/algorithms.md 11.5)
 def test_a_deletion_is_a_covered_no_op_that_changes_nothing_and_spends_nothing():
     m, ids, X, y = fed(n=100)
     before = m.export_state()

@@ -1,4 +1,4 @@
-"""Engine-level checks of the privacy invariants of design.md section 4 (the worker-level ones
+"""Engine-level checks of the privacy invariants of docs/worker.md 4 (the worker-level ones
 run against the real broker in tests/stream)."""
 
 from __future__ import annotations

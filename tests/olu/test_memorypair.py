@@ -1,4 +1,4 @@
-"""Memory-Pair online L-BFGS learner-unlearner (r2d-memorypair-spec B2-B4, C3-C5)."""
+"""Memory-Pair online L-BFGS learner-unlearner (docs/algorithms.md 9)."""
 
 from __future__ import annotations
 

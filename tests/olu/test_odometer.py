@@ -1,4 +1,4 @@
-"""The zCDP deletion odometer (r2d-memorypair-spec B4 corrected) against closed forms and dp-accounting."""
+"""The zCDP deletion odometer (docs/accounting.md 3) against closed forms and dp-accounting."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ def test_conversion_is_bun_steinke_and_matches_the_engine(rho, delta):
     eps = zcdp_to_dp(rho, delta)
     assert eps == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1 / delta)), rel=1e-15)
     assert eps == pytest.approx(rdp_to_dp(rho, delta, "zcdp"), rel=1e-14)
-    assert dp_to_zcdp(eps, delta) == pytest.approx(rho, rel=1e-12)  # B4: the two forms are inverse
+    assert dp_to_zcdp(eps, delta) == pytest.approx(rho, rel=1e-12)  # docs/accounting.md 3.3: the two forms are inverse
 
 
 def test_the_spec_noise_table_is_reproduced():
-    # B4 "noise comparison" (zCDP column): sigma / Delta = sqrt(m / (2 rho_tot)).
+    # docs/accounting.md 3.2 "noise comparison" (zCDP column): sigma / Delta = sqrt(m / (2 rho_tot)).
     for eps, m, rho_tot, ratio in [(1.0, 20, 0.0208, 21.9), (1.0, 100, 0.0208, 49.0), (10.0, 100, 1.550, 5.7)]:
         odo = DeletionOdometer.from_dp(eps, 1e-5, m)
         assert odo.rho_total == pytest.approx(rho_tot, abs=5e-4)

@@ -26,7 +26,7 @@ def fed(n=300, seed=0, **overrides):
     return m, ids, X, y
 
 
-# ------------------------------------------------------------------ formula tests (olu-spec 6.8)
+# ------------------------------------------------------------------ formula tests (docs/calibration.md 8)
 @pytest.mark.parametrize("eps", [0.1, 1.0, 10.0])
 def test_sigma_over_shift_is_sqrt_3_i_pow_1_2_over_eps(eps):
     m, ids, _, _ = fed(eps=eps)
@@ -70,7 +70,7 @@ def test_cumulative_budget_stays_below_one():
     assert m.accountant.budget_used == pytest.approx(w, rel=1e-9)
 
 
-# ------------------------------------------------------------------ contraction (C2, C3)
+# ------------------------------------------------------------------ contraction (docs/guarantee.md 3.2)
 @pytest.mark.parametrize("loss,l2", [("logistic", 0.01), ("ridge", 0.05), ("logistic", 0.0)])
 @pytest.mark.parametrize("seed", range(5))
 def test_runs_with_and_without_a_record_stay_within_gamma_delta(loss, l2, seed):
@@ -135,7 +135,7 @@ def test_output_after_deletion_matches_retraining_plus_matched_noise(halve, monk
     assert private is (halve is None), (ratio, bound, spread / sigma)
 
 
-# ------------------------------------------------------------------ stream cases (olu-spec 6.1)
+# ------------------------------------------------------------------ stream cases (docs/guarantee.md 1.3)
 def test_delete_of_a_record_never_applied_costs_nothing():
     m, *_ = fed()
     z, rho = m.weights, m.accountant.rho
@@ -293,7 +293,7 @@ def test_clip_policy_rescales_instead_of_rejecting():
     np.testing.assert_allclose(m.z, ref.z, rtol=1e-12)
 
 
-# ------------------------------------------------------------------ restart variant (olu-spec 2.6)
+# ------------------------------------------------------------------ restart variant (docs/algorithms.md 3.2)
 def test_restart_variant_restarts_on_expensive_deletions_and_resets_the_epoch():
     ids, X, y = synthetic_stream(500, 5, seed=2)
     m = PassiveRestartOLU(**BASE, restart_c=1.0, max_deletions=10, noise_rng=np.random.default_rng(0))

@@ -1,4 +1,4 @@
-"""Rewind-to-Delete (r2d-memorypair-spec A3, A5, A6, C1, C2): calibration, routes, state, replay."""
+"""Rewind-to-Delete (docs/calibration.md 6.2, docs/algorithms.md 10.2, docs/algorithms.md 10.4, docs/accounting.md 4): calibration, routes, state, replay."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ DIM = 3
 RADIUS = 10.0  # the iterates stay far inside: the projection is inactive, released = pre-noise + noise
 
 
-# --------------------------------------------------------------------------- A3 by hand
+# --------------------------------------------------------------------------- docs/calibration.md 6.2 by hand
 def direct_sigma(K, *, n, m, T, eta, L, G, eps, delta):
     """Theorem 3.1's boxed sigma with plain floats (no log space), for small T."""
     a = eta * L * n / (n - m)
@@ -77,7 +77,7 @@ def test_edge_cases_of_the_search():
     assert r2d.rewind_depth(0.0, eps=1.0, delta=1e-5, **kw) == 50  # no noise: full retrain
     assert r2d.rewind_depth(1e9, eps=1.0, delta=1e-5, **kw) == 0  # output perturbation suffices
     assert r2d.rewind_depth(0.1, eps=1.0, delta=1e-5, **(kw | {"m": 0})) == 0
-    # (1 + a)^T overflows a float here; the log-space search still answers (pitfall C4.10)
+    # (1 + a)^T overflows a float here; the log-space search still answers (docs/calibration.md 6.2)
     big = dict(n=10_000, m=5, T=100_000, eta=0.5, smooth=1.0, grad_bound=1.0)
     assert r2d.rewind_depth(0.1, eps=1.0, delta=1e-5, **big) > 99_900
     assert math.isinf(r2d.sensitivity(0, **big))
@@ -164,7 +164,7 @@ def test_retrains_every_retrain_every_steps_with_the_A3_depth():
     K = r2d.rewind_depth(1.0, eps=1.0, delta=1e-5, n=400, m=3, T=30, eta=eta, smooth=beta, grad_bound=L)
     assert m.fit["K"] == K and 0 < K < 30
     theta_cp = gd(np.zeros(DIM), X[:400], y[:400], lam, eta, 30 - K, RADIUS)
-    np.testing.assert_allclose(m.checkpoint, theta_cp, rtol=0, atol=1e-12)  # theta_{T-K} (A6)
+    np.testing.assert_allclose(m.checkpoint, theta_cp, rtol=0, atol=1e-12)  # theta_{T-K} (docs/algorithms.md 10.4)
     # the model is theta_T, then OGD over the 50 online rows
     expected = masked_run(RewindToDelete, dict(dim=DIM, l2=lam, radius=RADIUS), X, y, skip=set())
     assert not np.allclose(m.z, expected)  # the retraining really replaced the OGD iterate
@@ -222,7 +222,7 @@ def test_deleted_record_leaves_the_retained_set_and_the_next_checkpoint():
     assert all(row not in np.asarray(v).tobytes() for v in arrays.values())
     assert not any(row in np.asarray(b).tobytes() for b in m.examples.raw_buffers())  # zeroed at once
     assert len(m.examples) == 199 and m.m_cum == 1
-    # the checkpoint of the generation still descends from D (A5, C4.13) until the next retraining...
+    # the checkpoint of the generation still descends from D (docs/algorithms.md 10.2, docs/algorithms.md 10.4) until the next retraining...
     ids2, X2, y2 = synthetic_stream(200, DIM, seed=9)
     m.learn_many([f"n-{i}" for i in range(200)], X2, y2)
     assert m.counters["fits"] == 2 and m.m_cum == 0
@@ -234,7 +234,7 @@ def test_deleted_record_leaves_the_retained_set_and_the_next_checkpoint():
 
 
 def test_online_record_is_replayed_away_exactly():
-    # before any retraining: the replay from base = 0 is the masked OGD run (olu-spec 1.4)
+    # before any retraining: the replay from base = 0 is the masked OGD run (docs/guarantee.md 2.2)
     ids, X, y = synthetic_stream(150, DIM, seed=2)
     m = make()
     m.learn_many(ids, X, y)
@@ -294,7 +294,7 @@ def test_capacity_exhaustion_retrains_and_privacy_tracks_m_cum():
         assert p["eps_rdp_slope"] == pytest.approx(0.5 * d.shift ** 2)
         assert p["budget_used"] == pytest.approx(p["epsilon"] / 1.0)
     assert all(b > a for a, b in zip(eps_seen, eps_seen[1:])) and eps_seen[-1] <= 1.0
-    d = m.unlearn_one(ids[cap])  # one more than the noise covers: C4.8, retrain at once
+    d = m.unlearn_one(ids[cap])  # one more than the noise covers: docs/calibration.md 6.2, retrain at once
     assert d.outcome == "retrained" and d.changed_model and m.epoch == 1
     assert m.ledger[-1]["route"] == "refit" and m.ledger[-1]["reason"] == "capacity"
     assert m.privacy()["epsilon"] == 0.0 and m.fit["n"] == 200 - cap - 1

@@ -1,7 +1,7 @@
 """Corrupted snapshots and deltas are detected and never loaded silently: per
 ``OLU_ON_CORRUPT_SNAPSHOT`` an older valid snapshot is used (``fallback``) or the restore fails
 loudly, naming the object (``fail``). A corrupt *delta* is fatal under either policy: it holds a
-deletion's post-noise state, which must never be redrawn (design.md section 4, invariant 2).
+deletion's post-noise state, which must never be redrawn (docs/worker.md 4.2).
 
 ``tests/state/test_snapshots.py`` already covers, on memory://, file:// and S3: a newest full
 snapshot that is truncated to half, a 20-byte stub, has a flipped byte in the middle, a future

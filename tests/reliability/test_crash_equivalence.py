@@ -2,7 +2,7 @@
 
 The worker consumes a live stream of inserts and deletes (JSON deletes, tombstones, duplicate
 deletes, deletes of ids never seen, deletes before their insert) and is SIGKILLed at seeded points
-(Kafka's ``transactions_test`` shape, anchors-streaming.md section 2), each time restarted at once
+(Kafka's ``transactions_test`` shape, docs/streaming.md 2), each time restarted at once
 (static membership, so the new process takes its predecessor's partitions without a session
 timeout). Two kinds of kill point alternate, chosen by the seed: mid-stream (once the producer has
 reached a seeded position, after a seeded delay) and during recovery (a seeded moment right after

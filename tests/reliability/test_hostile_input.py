@@ -3,7 +3,7 @@ empty ids, duplicate ids and fields, deletes before inserts, oversized payloads.
 
 Every record must end in the model (applied), be skipped because its id was deleted first, be a
 delete, or be dead-lettered with a reason from the dead-letter schema; nothing crashes and the
-partition never stalls (design.md section 3). Tested through public behaviour only --
+partition never stalls (docs/worker.md 3). Tested through public behaviour only --
 ``decode_event``, ``PartitionRunner.process`` and the running worker -- so a faster decoder
 behind them must pass unchanged.
 

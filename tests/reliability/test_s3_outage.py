@@ -8,8 +8,7 @@ delete with nothing else moving; here the stream keeps flowing, several deletes 
 partition arrive during the outage, and the full snapshot path fails too.
 
 While storage is down, per partition: no release past the first deletion that changed the model
-and could not be stored (its release is version ``offset + 1``, design.md section 4, invariant
-2), no committed group offset past the last snapshot stored before the outage (so none past that
+and could not be stored (its release is version ``offset + 1``, docs/worker.md 4.2), no committed group offset past the last snapshot stored before the outage (so none past that
 deletion either), and ``olu_snapshot_failures_total{kind="delta"}`` keeps rising (the paused
 partition retries every second). Once the server is back the same process (no restart) stores
 the deltas in order, resumes the partitions and releases every deletion, each release produced

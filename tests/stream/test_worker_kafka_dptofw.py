@@ -3,7 +3,7 @@
 Every release carries the tree mechanism's own epsilon; deletions are DP-covered no-ops (no
 delta, no deletion release); and a SIGKILL followed by a replay from the last snapshot re-forms
 the same noisy tree nodes, so every re-published version is byte-identical: no second noisy view
-of a node that a release already used (private-oco-spec 5.1, design.md invariants 2 and 3).
+of a node that a release already used (docs/algorithms.md 11.6, docs/worker.md 4.2, docs/worker.md 4.3).
 """
 
 from __future__ import annotations

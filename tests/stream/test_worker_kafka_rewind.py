@@ -1,4 +1,4 @@
-"""``rewind`` (R2D, seed 002) against the real broker.
+"""``rewind`` (R2D, [R2D]) against the real broker.
 
 The worker retrains every 100 steps, honours a deletion of a record learned online since the last
 retraining by an exact replay and one of a retrained record by a noised rewind, publishes a release
@@ -48,7 +48,7 @@ def test_rewind_worker_unlearns_releases_and_restores(kafka_bootstrap, kafka_top
         released = [r for r in releases(kafka_bootstrap, topics.params) if r.headers.get("olu.trigger") == b"deletion"]
         last = max((r.json() for r in released), key=lambda v: v["version"])
         assert last["algorithm"] == "rewind" and last["deletions"] == 2 and last["version"] == end2
-        assert 0.0 < last["privacy"]["epsilon"] <= 1.0  # the rewind spent epsilon(1) of the A3 target
+        assert 0.0 < last["privacy"]["epsilon"] <= 1.0  # the rewind spent epsilon(1) of the docs/calibration.md 6.2 target
         assert last["privacy"]["deletions_capacity_left"] == 0
 
         worker.kill()  # no final snapshot: the restart restores the newest one and replays the rest

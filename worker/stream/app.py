@@ -1,6 +1,6 @@
 """The consume-process-publish loop: one consumer, one producer, one runner per partition.
 
-Call sequence (anchors-streaming.md section 3): cooperative-sticky subscription; on assign, restore
+Call sequence (docs/streaming.md 3): cooperative-sticky subscription; on assign, restore
 each partition from its newest valid snapshot and seek to the snapshot's offset; process fetched
 messages per partition; publish releases and dead letters; at snapshot time flush the producer,
 write the full snapshot, then commit the group offset up to it (never further). On revoke: a

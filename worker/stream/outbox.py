@@ -1,6 +1,6 @@
 """A partition's releases, in input order, each held until every deletion delta before it is durable.
 
-Invariant 2 (design.md section 4): a deletion's post-noise state is durable before its release is
+Invariant 2 (docs/worker.md 4): a deletion's post-noise state is durable before its release is
 published, and so is every later release of the partition, since each one is a function of that
 state. The delta object is written in the background so the loop goes on learning while the store
 call (a PUT, or a write + fsync) runs; the release waits here instead of the whole partition.

@@ -1,21 +1,21 @@
 """Active OLU: descent-to-delete steps on retained data at each deletion, then calibrated noise.
 
-Two algorithms (olu-spec section 3), both for mu-strongly convex, beta-smooth, L-Lipschitz losses
+Two algorithms (docs/algorithms.md 4), both for mu-strongly convex, beta-smooth, L-Lipschitz losses
 (``l2 > 0``), with gradient steps of size eta_gd = 2/(beta + mu) and contraction
-gamma* = (beta - mu)/(beta + mu) (olu-spec 0.7, Lemma E; [P0]'s printed 1/(beta + mu) is not used):
+gamma* = (beta - mu)/(beta + mu) (docs/algorithms.md 4.1, docs/guarantee.md 1.2; [P0]'s printed 1/(beta + mu) is not used):
 
 - :class:`ActiveD2D` (``"active-d2d"``): [P0] Algorithm 2, two-phase descent-to-delete on the
-  average loss of the retained examples (olu-spec 3.1).
+  average loss of the retained examples (docs/algorithms.md 5).
 - :class:`ActiveAnchor` (``"active-anchor"``): [P1] Algorithm 2, I_i single-example steps on one
-  retained "anchor" example (olu-spec 3.2).
+  retained "anchor" example (docs/algorithms.md 6).
 
 OGD itself runs as in every model (``base.py``); Gamma^OGD_{u,tau} always comes from the public
-schedule, ``schedule.log_contraction(u, tau)`` (olu-spec 0.2, pitfall 6.6.1), never from [P0]'s
+schedule, ``schedule.log_contraction(u, tau)`` (docs/calibration.md 3.2), never from [P0]'s
 gamma^(tau - u).
 
-Privacy argument (olu-spec 2.4, the PAI lemma with block maps)
+Privacy argument (docs/guarantee.md 3.4)
 --------------------------------------------------------------
-Compare the real run with the reference process (olu-spec 1.4: the same algorithm on the masked
+Compare the real run with the reference process (docs/guarantee.md 2.2: the same algorithm on the masked
 stream, where every deleted example is the identity step ⊥, with noise of the same law at the same
 deletion times). Each block map is a contraction of the real run; its discrepancy s from the
 reference's block adds to the shift e, which contracts through later blocks: e <- gamma e + s.
@@ -24,7 +24,7 @@ A deletion's noise pays its shift a_i with sigma_i = a_i sqrt(omega i^omega / (2
 may be over-estimated (more noise), never under-estimated (invariant 7). Since every state lies in
 K, any shift can also be capped at the diameter D (the Wasserstein distance of two laws on K).
 
-Arrival-order condition (olu-spec 0.6, pitfall 6.6.11)
+Arrival-order condition (docs/algorithms.md 4.2, docs/algorithms.md 4.3)
 ------------------------------------------------------
 Both theorems need the deleted example to have arrived after the previous deletion. In our
 indexing (a deletion at tau is processed after the step that applied example tau), the example
@@ -38,7 +38,7 @@ tau[i-1] <= u would be unsound for them here.)
 When the condition fails, ``order_fallback`` decides:
 
 - ``"retrain"`` (exact): zero the record's rows, then replay projected OGD from z_init = 0 over the
-  retained examples with their original step indices (⊥ steps keep their eta, pitfall 6.6.15;
+  retained examples with their original step indices (⊥ steps keep their eta, docs/guarantee.md 2.2;
   :func:`~worker.olu.core.replay.replay_ogd`). Outcome ``exact``, no noise, no budget. Soundness: the
   fallback decision depends only on the public (u, tau), so the reference process makes the same
   decision at the same time and replays the same retained examples; both states are then equal
@@ -48,9 +48,9 @@ When the condition fails, ``order_fallback`` decides:
   less). Cost: O(t) sequential OGD steps; it needs every retained example, so
   :class:`ActiveAnchor` keeps a full store when this fallback is chosen.
 - ``"restart"``: new epoch from the data-independent z_init = 0 (like ``DiscardRestart``): step
-  counter, applied index, retained examples and the accountant's epoch are reset (olu-spec 2.6;
+  counter, applied index, retained examples and the accountant's epoch are reset (docs/algorithms.md 3.2;
   sound because the new run depends on no earlier data). Outcome ``restarted``.
-- ``"passive"`` (derived, olu-spec 6.6.11): keep the algorithm but calibrate the shift by tracking
+- ``"passive"`` (derived, docs/calibration.md 4.4): keep the algorithm but calibrate the shift by tracking
   the record through every block since it was applied: OGD stretches contract by Gamma^OGD;
   each descent phase j (tau_j >= u) of I_j steps contracts by gamma*^{I_j} and, because the real
   run's phase may have used the record while the reference's did not, adds the discrepancy
@@ -146,7 +146,7 @@ class _ActiveBase:
             raise ConfigError(f"max_deletions (k) must be an integer >= 1, got {max_deletions!r}")
         if order_fallback not in ORDER_FALLBACKS:
             raise ConfigError(f"order_fallback must be one of {ORDER_FALLBACKS}, got {order_fallback!r}")
-        # k is the known upper bound of [P0] Thm 6 (olu-spec 6.6.14): it is also the capacity.
+        # k is the known upper bound of [P0] Thm 6 (docs/algorithms.md 4.4): it is also the capacity.
         super().__init__(dim, capacity=max_deletions if capacity is None else capacity, **kwargs)
         self.config.update(max_deletions=max_deletions, order_fallback=order_fallback)
         c = self.constants
@@ -266,12 +266,11 @@ class _ActiveBase:
 
 
 class ActiveD2D(_ActiveBase, OnlineUnlearner):
-    """[P0] Algorithm 2 (two-phase descent-to-delete) as corrected in olu-spec 3.1.
+    """[P0] Algorithm 2 (two-phase descent-to-delete) as corrected in docs/algorithms.md 5.
 
     On deletion i at tau = t (arrival order holding): from the current OGD iterate, run
     I_{1,i} + I_2 projected GD steps of size 2/(beta + mu) on the **average** regularised loss of the
-    retained examples, then ``_release_with_noise`` with the shift a_i of olu-spec 3.1 "(derived)
-    Compute a_i directly":
+    retained examples, then ``_release_with_noise`` with the shift a_i of docs/calibration.md 4.2:
 
         a_i = gamma*^{I_2} 2 (m_i + 1) L / (mu tau)
               + gamma*^{I_{1,i} + I_2} sum_u Gamma^OGD_{u,tau} Delta_u
@@ -281,9 +280,9 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
     included (m_i = i when each record was applied once; a record applied twice counts twice, a
     conservative reading of the ERM-stability Lemma 5).
 
-    **Phase-1 data (decision, olu-spec 3.1 derived note, pitfall 6.6.12).** The literal algorithm
+    **Phase-1 data (decision, docs/algorithms.md 5.3).** The literal algorithm
     runs phase 1 on *all* data seen, deleted records included, which would keep deleted raw
-    features in memory (design.md invariant 6). We run **both phases on the retained examples
+    features in memory (docs/worker.md 4.6). We run **both phases on the retained examples
     only**; the record's rows are zeroed before the descent. The two runs' phase-1 maps are then
     identical, so the first term of s_i (the ERM gap 2(i+1)L/(mu tau) contracted by gamma*^{I_2})
     is in fact 0; we nevertheless keep the **full** a_i above (more noise, never less: invariant 7),
@@ -371,7 +370,7 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
 
 
 class ActiveAnchor(_ActiveBase, OnlineUnlearner):
-    """[P1] Algorithm 2 (single-function descent-to-delete) of olu-spec 3.2.
+    """[P1] Algorithm 2 (single-function descent-to-delete) of docs/algorithms.md 6.
 
     On deletion i at tau = t (arrival order holding): from the current OGD iterate, run I_i
     projected steps of size 2/(beta + mu) on one retained anchor example f_l, then add noise with
@@ -391,7 +390,7 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
 
     **Anchor rule.** Candidates are the examples applied at the public steps
     P = {1..spare_anchors} ∪ {powers of two}: O(spare_anchors + log2 t) rows are kept (the "few
-    spares" of pitfall 6.6.13, with a reserve that never runs out while anything is retained).
+    spares" of docs/algorithms.md 6.2, with a reserve that never runs out while anything is retained).
     The anchor is the retained candidate with the smallest step. It therefore arrived before the
     previous deletion whenever any candidate did ([P1]: l <= tau[i-1]); at the first deletion
     (tau[0] = 0) it is the first retained example, as in the algorithm box. Because P is a

@@ -1,4 +1,4 @@
-"""Baselines the papers compare against (olu-spec section 4), with the same API.
+"""Baselines the papers compare against (docs/algorithms.md 8), with the same API.
 
 - :class:`DiscardRestart`: forget everything after each deletion; trivially (alpha, 0)-OLU.
 - :class:`PlainOGD`: never unlearns; the accuracy ceiling, not a certified unlearner.

@@ -1,43 +1,43 @@
-"""DP-TOFW, the online-DP baseline: private tree-based online Frank-Wolfe (seed 004, Algorithm 1).
+"""DP-TOFW, the online-DP baseline: private tree-based online Frank-Wolfe ([DP-FW], Algorithm 1).
 
-Implemented for p = 2 only (private-oco-spec 0: the l2 ball K of radius r, Gaussian noise, the
+Implemented for p = 2 only (docs/algorithms.md 11.1: the l2 ball K of radius r, Gaussian noise, the
 geometry of every other algorithm here), which is all the worker needs: losses, features and K
 are Euclidean. p != 2 would need other LMOs and, for 1 < p < 2, the generalised Gaussian sampler
-of spec 2.4; neither is built.
+of docs/algorithms.md 11.1; neither is built.
 
-Per record, with rho_t = 1/(t+1) (spec 2.1, 2.3):
+Per record, with rho_t = 1/(t+1) (docs/algorithms.md 11.2, docs/algorithms.md 11.4):
 
     g_t   = (t+1) grad f(theta_t; x_t) - t grad f(theta_{t-1}; x_t)     recursive gradient, sum form
-    G_t   = tree.add(g_t)                                                noisy prefix sum (spec 2.2)
+    G_t   = tree.add(g_t)                                                noisy prefix sum (docs/algorithms.md 11.3)
     d_t   = G_t / (t+1)
     v_t   = -r d_t / ||d_t||                                             LMO of the l2 ball (0 if d_t = 0)
     theta_{t+1} = theta_t + eta_t (v_t - theta_t),   eta_t = min(1, c/(t+1))
 
-``||g_t|| <= S = max(1, c) beta D + L`` (spec 2.1; D = 2r; beta, L the loss's public constants),
+``||g_t|| <= S = max(1, c) beta D + L`` (docs/algorithms.md 11.2; D = 2r; beta, L the loss's public constants),
 so one record moves one tree term by at most Delta = 2S (replacement neighbours). Every released
-theta is post-processing of the tree's noisy nodes (spec 3.1).
+theta is post-processing of the tree's noisy nodes (docs/accounting.md 5.1).
 
-Calibration and accounting (spec 3.3, zCDP; the errata of spec 3.7 applied)
+Calibration and accounting (docs/calibration.md 6.3, zCDP; the errata of docs/algorithms.md 11.7 applied)
 ---------------------------------------------------------------------------
 ``eps`` keeps the worker's meaning: the lifetime Renyi slope budget of the model (D_alpha <=
 alpha * eps for all alpha > 1, i.e. eps-zCDP). A node with per-coordinate std sigma is
 Delta^2/(2 sigma^2)-zCDP; a record is in at most k(t) = floor(log2 t) + 1 nodes by time t and m =
 ceil(log2 n) + 1 over the horizon, so
 
-    calibration "zcdp" (default):  sigma = Delta sqrt(m / (2 eps))     (spec 3.3 with rho* = eps)
+    calibration "zcdp" (default):  sigma = Delta sqrt(m / (2 eps))     (docs/calibration.md 6.3 with rho* = eps)
     calibration "paper":           sigma = sqrt(8 m^2 log(m/delta)) S / eps_t   (eq. 3.2, kappa = 1),
                                    eps_t = eps + 2 sqrt(eps ln(1/delta))  (the same (eps_t, delta) promise)
     spent by time t:               rho(t) = k(t) Delta^2 / (2 sigma^2)   (<= eps at t = n)
 
 and ``epsilon`` is the project's improved RDP conversion of rho(t) at ``delta`` (worker/olu/
 accountant.py), the same conversion as every other algorithm. To configure a target (epsilon,
-delta) instead, pass ``eps = rho_for_epsilon(epsilon, delta)`` (spec 3.3's Bun-Steinke inversion).
-Errata followed: the sum form of d_t (d_1 = grad/2, spec 3.7.4: the sensitivity proof is for it);
+delta) instead, pass ``eps = rho_for_epsilon(epsilon, delta)`` (docs/calibration.md 6.3's Bun-Steinke inversion).
+Errata followed: the sum form of d_t (d_1 = grad/2, docs/algorithms.md 11.7: the sensitivity proof is for it);
 Lemma 2.1's constant 2 log(1/delta) in the paper calibration, not the classical 2 ln(1.25/delta)
-(3.7.5); kappa = 1 and the identity norm for p = 2, so neither the Gamma-scale typo (3.7.1) nor
-the q+ index (3.7.2) can arise; the paper's experimental noise levels are not used (3.7, 4.5).
+(docs/algorithms.md 11.7); kappa = 1 and the identity norm for p = 2, so neither the Gamma-scale typo (docs/algorithms.md 11.7) nor
+the q+ index (docs/algorithms.md 11.7) can arise; the paper's experimental noise levels are not used (docs/algorithms.md 11.7).
 
-Horizon and deletions (spec 3.6)
+Horizon and deletions (docs/algorithms.md 11.5)
 --------------------------------
 The horizon n (``dp_horizon``) is fixed up front. When a record would be number n+1 of the tree,
 a new epoch starts: a fresh tree and recursive-gradient sum over new records only, warm-started
@@ -70,9 +70,9 @@ CALIBRATIONS = ("zcdp", "paper")
 DEFAULT_HORIZON = 1_000_000
 
 
-# ----------------------------------------------------------------------- calibration (spec 2.3, 3.2, 3.3)
+# ----------------------------------------------------------------------- calibration (docs/calibration.md 6.3, docs/accounting.md 5.2)
 def rho_for_epsilon(epsilon: float, delta: float) -> float:
-    """rho* with rho + 2 sqrt(rho ln(1/delta)) = epsilon (Bun-Steinke; spec 3.3 and 5.2).
+    """rho* with rho + 2 sqrt(rho ln(1/delta)) = epsilon (Bun-Steinke; docs/calibration.md 6.3).
 
     >>> round(rho_for_epsilon(1.0, 1e-4), 6)
     0.025763
@@ -83,9 +83,9 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
 
 
 def zcdp_sigma(sensitivity: float, levels: int, rho: float) -> float:
-    """Per-node std so that ``levels`` nodes of l2 sensitivity ``sensitivity`` spend ``rho`` (spec 3.3).
+    """Per-node std so that ``levels`` nodes of l2 sensitivity ``sensitivity`` spend ``rho`` (docs/calibration.md 6.3).
 
-    >>> round(zcdp_sigma(2.0, 15, rho_for_epsilon(1.0, 1e-4)), 1)  # spec 3.3 table, n = 10^4: 34.1 (beta D + L)
+    >>> round(zcdp_sigma(2.0, 15, rho_for_epsilon(1.0, 1e-4)), 1)  # docs/calibration.md 6.3, n = 10^4: 34.1 (beta D + L)
     34.1
     """
     return sensitivity * math.sqrt(levels / (2.0 * rho))
@@ -94,14 +94,14 @@ def zcdp_sigma(sensitivity: float, levels: int, rho: float) -> float:
 def paper_sigma(bound: float, levels: int, epsilon: float, delta: float) -> float:
     """Theorem 3.1, eq. 3.2 for p = 2 (kappa = 1): sqrt(8 m^2 log(m/delta)) (beta D + L) / epsilon.
 
-    >>> round(paper_sigma(1.0, 15, 1.0, 1e-4), 1)  # spec 2.3 worked value: 146.5 (beta D + L)
+    >>> round(paper_sigma(1.0, 15, 1.0, 1e-4), 1)  # docs/calibration.md 6.3 worked value: 146.5 (beta D + L)
     146.5
     """
     return math.sqrt(8.0 * levels * levels * math.log(levels / delta)) * bound / epsilon
 
 
 def basic_composition_epsilon(t: int, levels: int, epsilon: float) -> float:
-    """The paper's path-wise accounting (spec 3.2): k(t) epsilon / m, at delta k(t) delta / m."""
+    """The paper's path-wise accounting (docs/accounting.md 5.2): k(t) epsilon / m, at delta k(t) delta / m."""
     return record_levels(t) * epsilon / levels
 
 
@@ -148,7 +148,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         self.config.update(dp_horizon=dp_horizon, calibration=calibration, lr_scale=float(lr_scale))
         self.horizon, self.levels = dp_horizon, tree_levels(dp_horizon)
         c, beta, L = float(lr_scale), self.constants.beta, self.constants.L
-        self.bound = max(1.0, c) * beta * self.ball.diameter + L  # S >= ||g_t|| (spec 2.1)
+        self.bound = max(1.0, c) * beta * self.ball.diameter + L  # S >= ||g_t|| (docs/algorithms.md 11.2)
         self.node_sensitivity = 2.0 * self.bound  # Delta: replacement neighbours
         eps, delta = self.accountant.eps, self.accountant.delta
         if calibration == "zcdp":
@@ -162,7 +162,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         self.z_prev = np.zeros(dim)  # theta_{t-1}; theta_0 = theta_1 = 0
         self.closed_rho = 0.0  # largest spend of a closed epoch (parallel composition)
         self.tree = self._new_tree()
-        self.counters["g_clipped"] = 0  # internal only: an assumption was violated (spec 5.4)
+        self.counters["g_clipped"] = 0  # internal only: an assumption was violated (docs/accounting.md 7)
         self._epsilon_cache: tuple[float, float] | None = None
 
     def _new_tree(self, t: int = 0, exact: np.ndarray | None = None) -> TreeAggregator:
@@ -217,7 +217,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         return self._epsilon_cache[1]
 
     def privacy(self) -> dict:
-        """The usual keys, from the tree accounting, plus the DP-TOFW figures of spec 5.4."""
+        """The usual keys, from the tree accounting, plus the DP-TOFW figures of docs/accounting.md 7."""
         rho = max(self.closed_rho, self._tree_rho())
         delta = self.accountant.delta
         return {

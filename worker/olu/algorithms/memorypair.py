@@ -1,64 +1,62 @@
-"""Memory-Pair: online L-BFGS learner-unlearner with a zCDP deletion odometer (seed 003).
+"""Memory-Pair: online L-BFGS learner-unlearner with a zCDP deletion odometer ([MemoryPair]).
 
-Implements "Mo Memory, Mo Problems" (r2d-memorypair-spec Part B) with the corrections of C3-C5:
+Implements "Mo Memory, Mo Problems" (docs/algorithms.md 9) with the corrections of docs/algorithms.md 9:
 
-- **Loss** (B1, C4.4): the model's loss *with* its ridge term (l2 = lambda > 0 is required), so
+- **Loss** (docs/algorithms.md 9.1): the model's loss *with* its ridge term (l2 = lambda > 0 is required), so
   every per-sample loss is lambda-strongly convex and every curvature pair has
   ``y.s >= lambda ||s||^2`` (the positive-curvature lemma holds; the unregularised squared
   loss violates it).
-- **Insert** (B2 Algorithm 1, C3): ``g_old = grad(theta; x, y)``, ``d = direction(g_old)``,
-  ``theta <- Proj_K(theta + alpha_t d)`` (the projection the analysis assumes and the pseudocode
-  omits, B2), ``g_new = grad(theta_new; x, y)`` on the same sample, and the pair
-  ``(s, g_new - g_old)`` joins the memory tagged with the record that made it (``pair_src``, C1).
+- **Insert** ([MemoryPair] Algorithm 1, docs/algorithms.md 9.1): ``g_old = grad(theta; x, y)``, ``d = direction(g_old)``,
+  ``theta <- Proj_K(theta + alpha_t d)`` (the projection the analysis assumes and the pseudocode omits, docs/algorithms.md 9.1), ``g_new = grad(theta_new; x, y)`` on the same sample, and the pair
+  ``(s, g_new - g_old)`` joins the memory tagged with the record that made it (``pair_src``, docs/algorithms.md 9.1).
   Step size (derived): ``alpha_t = min(1, d/(t + t0))`` with the strongly convex schedule's t0,
   or the constant ``alpha`` of Algorithm 1 with ``schedule="constant"``. An online Newton step
   tracking the running ERM is ``(1/t) Hbar^{-1} g`` with Hbar the *average* Hessian, but the
-  memory holds *per-sample* curvature (B9.4): along a sample x it is ~||x||^2, about d times the
+  memory holds *per-sample* curvature (docs/algorithms.md 9.1): along a sample x it is ~||x||^2, about d times the
   average curvature ||x||^2/d of features spread over d directions, so ``1/t`` alone under-steps
   by ~d (measured: 0.63 vs OGD's 0.90 accuracy at d = 50). The factor d restores OGD-level
   accuracy on the test streams; the cap 1 is Algorithm 1's full quasi-Newton step.
-- **Direction** (B2 two-loop recursion): initial scaling ``gamma_0 = s.y / y.y`` of the newest pair
+- **Direction** (two-loop recursion, docs/algorithms.md 9.2): initial scaling ``gamma_0 = s.y / y.y`` of the newest pair
   (``1/lambda`` with no pair), capped at ``1/lambda``, and the result clipped to
   ``||d|| <= ||g|| / lambda``, which enforces ``||B^{-1}|| <= 1/lambda`` on every direction used
-  (C4.3; Lemma 5.3 then gives ``||d|| <= L/lambda``).
-- **Delete** (B2 Algorithm 2, C3): check the odometer; fetch the record's ``(x, y)`` from the
+  (docs/algorithms.md 9.2; [MemoryPair] Lemma 5.3 then gives ``||d|| <= L/lambda``).
+- **Delete** ([MemoryPair] Algorithm 2, docs/algorithms.md 9.3): check the odometer; fetch the record's ``(x, y)`` from the
   retained examples; **purge every curvature pair the record made, before computing the
-  direction** (B9.5, C4.5: a pair of the squared loss holds a scaled copy of ``x``); ``g`` at
+  direction** (docs/algorithms.md 9.3: a pair of the squared loss holds a scaled copy of ``x``); ``g`` at
   the current theta, ``d = direction(g)``, ``theta <- Proj_K(theta - c d)`` with ``c = 1`` (the
   paper's full step, ``removal="unit"``) or ``c = 1/n_live`` (Newton removal for the retained
-  average, B9.4, ``removal="inverse-n"``, the default); then Gaussian noise with a
-  **fixed, data-independent** sensitivity (B3, C4.2) and project again (post-processing).
+  average, docs/algorithms.md 9.3, ``removal="inverse-n"``, the default); then Gaussian noise with a
+  **fixed, data-independent** sensitivity (docs/calibration.md 6.1) and project again (post-processing).
   Algorithm 2 refuses a deletion when the memory is empty; we do not: with no pair the direction
   is ``g/lambda``, which the sensitivity below already covers.
 - **Sensitivity**: ``Delta = min(copies L/lambda, D)``: Lemma 5.3's worst-case direction bound per
   applied copy of the record, capped at the diameter D of K because the pre-noise iterate lies in
   K (any two points of K are at most D apart). Never the realised ``||d||`` or ``||g||`` of
-  Algorithm 2 / Theorem 5.4, whose size would itself leak the record (B3).
-- **Odometer** (B4 corrected, :mod:`worker.olu.privacy.odometer`): ``rho_total`` = ``eps`` (the engine's
+  Algorithm 2 / Theorem 5.4, whose size would itself leak the record (docs/calibration.md 6.1).
+- **Odometer** (docs/accounting.md 3, :mod:`worker.olu.privacy.odometer`): ``rho_total`` = ``eps`` (the engine's
   lifetime Rényi slope is exactly a zCDP rho), capacity ``m`` = ``max_deletions``,
   ``rho_step = rho_total/m``, ``sigma = Delta / sqrt(2 rho_step)``. The model's accountant
   records each charge (``Delta^2/(2 sigma^2) = rho_step``), so releases and metrics show the
   spend and ``deletions_capacity_left = m - k``.
-- **Budget exhausted** (``on_budget``, C3 "retrain", B7 "live odometer"): ``"retrain"`` forgets the
+- **Budget exhausted** (``on_budget``, docs/algorithms.md 9.4): ``"retrain"`` forgets the
   record, then rebuilds the model from theta = 0 with an empty curvature memory by replaying
   Algorithm 1 over the retained examples (in order, each at its original step, so alpha is
   unchanged) and opens a new odometer epoch (outcome ``retrained``, no noise: the new model
   depends on no deleted record). ``"refuse"`` raises
   :class:`~worker.olu.exceptions.BudgetExhausted` before any state changes.
 
-Certification caveat (B3, B9.3): the paper never bounds the distance between the unlearned
+Certification caveat (docs/algorithms.md 9.5): the paper never bounds the distance between the unlearned
 model and the ideal replay, so the (epsilon, delta) numbers certify the noise mechanism on a
 worst-case direction, not indistinguishability from a retrain; treat them as a heuristic privacy
 layer (the worker's exact algorithms are ``retrain`` and ``active-newton``).
 
-What holds a deleted record after its deletion (C4.13): nothing in memory. Its retained row is
+What holds a deleted record after its deletion (docs/algorithms.md 9.5): nothing in memory. Its retained row is
 zeroed (:class:`~worker.olu.core.examples.ExampleStore`) and its curvature pairs are purged and the
 vacated rows zeroed at once; stored snapshots holding either are purged by the worker within the
 purge bound (``keeps_examples``). The iterate and the *other* pairs were computed at iterates
 the record influenced; that influence is what the noise (or a retrain) covers.
 
-Not implemented: the sample-complexity prediction gate and the regret-side capacity of B6 (C5
-item 3); capacity here is the privacy side ``m - k`` only.
+Not implemented: the sample-complexity prediction gate and the regret-side capacity of docs/algorithms.md 9.5; capacity here is the privacy side ``m - k`` only.
 """
 
 from __future__ import annotations
@@ -82,7 +80,7 @@ _CURVATURE_MARGIN = 0.5  # accept a pair when y.s >= 0.5 lambda ||s||^2 (exact a
 class CurvaturePairs:
     """The newest ``memory`` L-BFGS pairs (s_i, y_i), oldest first, each tagged with its record.
 
-    ``keys``/``steps`` are the ``pair_src`` of C1: the record key and the step at which the
+    ``keys``/``steps`` are the ``pair_src`` of docs/algorithms.md 9.1: the record key and the step at which the
     record was applied. Rows that leave the memory (aged out, purged, cleared) are zeroed, so no
     copy of a deleted record's pair lingers in the buffers.
 
@@ -144,7 +142,7 @@ class CurvaturePairs:
         self.n = 0
 
     def direction(self, g: np.ndarray) -> np.ndarray:
-        """``d = -H g`` by the two-loop recursion, with ``||d|| <= ||g|| / lambda`` enforced (C4.3)."""
+        """``d = -H g`` by the two-loop recursion, with ``||d|| <= ||g|| / lambda`` enforced (docs/algorithms.md 9.2)."""
         n, S, Y = self.n, self.S, self.Y
         inv_lam = 1.0 / self.lam
         q = np.array(g, np.float64)
@@ -192,7 +190,7 @@ class CurvaturePairs:
 class MemoryPair(OnlineUnlearner):
     """Online L-BFGS with symmetric quasi-Newton unlearning and a zCDP odometer (module docstring).
 
-    ``max_deletions`` is the capacity m of one odometer epoch (B4; default 20, the author's),
+    ``max_deletions`` is the capacity m of one odometer epoch (docs/accounting.md 3.2; default 20, the author's),
     ``eps`` its zCDP budget rho_total, ``lbfgs_memory`` the number tau of curvature pairs kept
     (default 10), ``on_budget`` what a deletion past the capacity does (``retrain``/``refuse``),
     ``removal`` the deletion step scale (``inverse-n``/``unit``).
@@ -234,14 +232,14 @@ class MemoryPair(OnlineUnlearner):
                            removal=removal)
         lam = self.loss.lam
         if not lam > 0:
-            raise ConfigError("memory-pair needs a ridge term: l2 (lambda) must be > 0 (spec C4.4)")
+            raise ConfigError("memory-pair needs a ridge term: l2 (lambda) must be > 0 (docs/algorithms.md 9.1)")
         if not isinstance(self.schedule, (StronglyConvex, Constant)):
             raise ConfigError(f"memory-pair supports schedule auto, strongly-convex or constant, "
                               f"not {self.schedule.name!r}")
         self.odometer = DeletionOdometer(self.accountant.eps, max_deletions, self.accountant.delta)
         self.pairs = CurvaturePairs(dim, lbfgs_memory, lam)
         self.examples = ExampleStore(dim)
-        self.grad_sq_sum = 0.0  # S_N = sum ||g_t||^2 of the epoch (C1)
+        self.grad_sq_sum = 0.0  # S_N = sum ||g_t||^2 of the epoch (docs/algorithms.md 9.1)
         self.counters.update(retrains=0, pairs_skipped=0)
 
     # ------------------------------------------------------------- constants
@@ -256,12 +254,12 @@ class MemoryPair(OnlineUnlearner):
         return min(1.0, self.dim / (t + self.schedule.t0))
 
     def sensitivity_bound(self, copies: int = 1) -> float:
-        """Fixed sensitivity of one deletion: ``min(copies L / lambda, D)`` (B3, C4.2, Lemma 5.3)."""
+        """Fixed sensitivity of one deletion: ``min(copies L / lambda, D)`` (docs/calibration.md 6.1, [MemoryPair] Lemma 5.3)."""
         return min(copies * self.constants.L / self.loss.lam, self.ball.diameter)
 
     # ------------------------------------------------------------- learning
     def _insert_step(self, key: int, step: int, x: np.ndarray, y: float) -> None:
-        """B2 Algorithm 1 with projection (C3 insert, steps 1-6)."""
+        """[MemoryPair] Algorithm 1 with projection (docs/algorithms.md 9.1)."""
         loss, z = self.loss, self.z
         g_old = loss.grad(z, x, y)
         z_new = self.ball.project(z + self.step_size(step) * self.pairs.direction(g_old))
@@ -272,7 +270,7 @@ class MemoryPair(OnlineUnlearner):
 
     def _learn(self, key: int, x: np.ndarray, y: float) -> bool:
         if key in self.tombstones:
-            self.counters["skipped_deleted"] += 1  # an insert after its delete (olu-spec 6.1)
+            self.counters["skipped_deleted"] += 1  # an insert after its delete (docs/guarantee.md 1.3)
             return False
         self.t += 1
         self._insert_step(key, self.t, x, y)
@@ -283,7 +281,7 @@ class MemoryPair(OnlineUnlearner):
 
     # ------------------------------------------------------------- unlearning
     def _delete(self, key: int, steps: list[int]) -> Deletion:
-        if not self.odometer.allows(self.accountant.deletions):  # C3 delete, step 1
+        if not self.odometer.allows(self.accountant.deletions):  # docs/algorithms.md 9.3, step 1
             if self.on_budget == "refuse":
                 raise BudgetExhausted(
                     f"memory-pair: the deletion capacity {self.odometer.capacity} of epoch {self.epoch} is used up "
@@ -295,10 +293,10 @@ class MemoryPair(OnlineUnlearner):
         shift = self.sensitivity_bound(len(steps))
         sigma = self.odometer.sigma_step(shift)
         self.accountant.charge(shift, sigma)  # rho_step; cannot fail after the odometer check
-        purged = self.pairs.purge(key)  # step 3: before the direction is computed
+        purged = self.pairs.purge(key)  # docs/algorithms.md 9.3 step 2: before the direction is computed
         g = sum(self.loss.grad(self.z, x, y) for x, y in rows)
         d = self.pairs.direction(g)
-        self.examples.remove_steps(steps)  # step 8, invariant 6: the raw rows are zeroed now
+        self.examples.remove_steps(steps)  # docs/worker.md 4.6: the raw rows are zeroed now
         live = len(self.examples)
         scale = 1.0 / max(1, live) if self.config["removal"] == "inverse-n" else 1.0
         z_hat = self.ball.project(self.z - scale * d)
@@ -338,7 +336,7 @@ class MemoryPair(OnlineUnlearner):
             rho_total=odo.rho_total,
             rho_step=odo.rho_step,
             sigma_step=odo.sigma_step(self.sensitivity_bound()),
-            epsilon_zcdp=zcdp_to_dp(self.accountant.rho, self.accountant.delta),  # C2's eps_spent
+            epsilon_zcdp=zcdp_to_dp(self.accountant.rho, self.accountant.delta),  # docs/accounting.md 3.4
             epsilon_remaining=odo.epsilon_remaining(k),
             retrains=self.counters["retrains"],
         )

@@ -1,9 +1,9 @@
-"""Second-order active OLU for ridge: exact ERM re-solve at each deletion ([P0] Alg. 3, olu-spec 3.3).
+"""Second-order active OLU for ridge: exact ERM re-solve at each deletion ([P0] Alg. 3, docs/algorithms.md 7).
 
-[P0] Algorithm 3 is only a sketch (no theorem, a sign error, an undefined constant M; olu-spec 3.3).
+[P0] Algorithm 3 is only a sketch (no theorem, a sign error, an undefined constant M; docs/algorithms.md 7).
 For the squared loss the Hessian does not depend on the iterate, so one Newton step on the
 retained objective lands exactly on its minimiser, and the retained Hessian can be kept as a
-running d x d sum (olu-spec 3.3, derived). :class:`RidgeNewton` (``"active-newton"``) does that.
+running d x d sum (docs/algorithms.md 7.2). :class:`RidgeNewton` (``"active-newton"``) does that.
 
 What happens
 ------------
@@ -24,13 +24,13 @@ Target: ERM rather than the OGD trajectory
 -----------------------------------------
 Re-creating the OGD iterate of a retrain (what :class:`~worker.olu.algorithms.retrain.Retrain` does) costs
 O(t) sequential steps. The ERM minimiser of the retained losses is the point the OGD iterate
-tracks and the comparator z_i* of the OLU regret (olu-spec 1.5, restricted to the data seen so
+tracks and the comparator z_i* of the OLU regret (docs/guarantee.md 2.5, restricted to the data seen so
 far), and it costs O(d^3) from the statistics. For privacy either target is fine; what matters is
 the property below.
 
 Why no noise is needed (soundness)
 ----------------------------------
-The OLU reference process (olu-spec 1.4) runs *the same algorithm* on the masked stream, with the
+The OLU reference process (docs/guarantee.md 2.2) runs *the same algorithm* on the masked stream, with the
 same public deletion times. Right after deletion i the real state is E(R_i), where R_i is the
 retained multiset (every applied example not among u[1..i]) and E is a deterministic map; the
 reference, which never saw u[1..i], holds the same multiset at tau[i] and applies the same E, so

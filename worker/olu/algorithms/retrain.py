@@ -1,10 +1,10 @@
-"""Exact unlearning by retraining from scratch (the "Retraining" baseline of olu-spec section 4).
+"""Exact unlearning by retraining from scratch (the "Retraining" baseline of docs/algorithms.md 8).
 
 At each deletion of an applied record, :class:`Retrain` zeroes the record's rows in its
 :class:`~worker.olu.core.examples.ExampleStore` and re-runs projected OGD from the data-independent
 start z_init = 0 over the retained examples, in their original order and with their **original
 step indices**: a deleted step becomes the skip element ⊥ (identity update), and the step size of
-every later example is not re-indexed (olu-spec 1.4, pitfall 6.6.15). The result is exactly the
+every later example is not re-indexed (docs/guarantee.md 2.2). The result is exactly the
 reference process of the OLU definition, so the deletion needs no noise and no budget: outcome
 ``exact``. It costs O(t) sequential OGD steps per deletion and O(t d) memory.
 

@@ -1,11 +1,11 @@
-"""Rewind-to-Delete (R2D, seed 002) on a periodically retrained OGD model (r2d-memorypair-spec A, C).
+"""Rewind-to-Delete (R2D, [R2D]) on a periodically retrained OGD model (docs/algorithms.md 10).
 
 :class:`RewindToDelete` (``"rewind"``) serves the OGD iterate of the stream, and every
 ``retrain_every`` steps it retrains the partition model from scratch with T full-batch projected
 gradient-descent steps on the retained examples (R2D Algorithm 1). A deletion of a record that this
 retraining used rewinds to the saved checkpoint theta_{T-K}, runs K steps on the retained data
-without it and adds Gaussian noise calibrated by A3 (Algorithm 2). Notation: see
-:mod:`worker.olu.privacy.analysis.rewind` (R2D's L is our ``beta``, its G our ``L``; spec section 0).
+without it and adds Gaussian noise calibrated by docs/calibration.md 6.2 (Algorithm 2). Notation: see
+:mod:`worker.olu.privacy.analysis.rewind` (R2D's L is our ``beta``, its G our ``L``; docs/calibration.md 6.2).
 
 Generations and segments
 ------------------------
@@ -13,37 +13,36 @@ The retained examples (``self.examples``, with their public OGD steps u) are spl
 steps, ``t_fit <= t_base <= t``:
 
 - **fitted rows**, u <= t_fit: the training set D (n rows) of the last retraining ("generation");
-  their influence on the model is the GD trajectory, whose checkpoint theta_{T-K} is kept (A6);
+  their influence on the model is the GD trajectory, whose checkpoint theta_{T-K} is kept (docs/algorithms.md 10.4);
 - **baked rows**, t_fit < u <= t_base: online rows folded into ``base`` by an earlier rewind;
 - **segment rows**, u > t_base: online rows applied by OGD from ``base``, the post-noise model at
   the start of the current online segment (theta_T after a retraining).
 
 A deletion takes exactly one of three routes, chosen from public quantities only (the record's
 steps u, the deletion step tau, the counts m_cum and capacity), so the reference process of
-olu-spec 1.4 (the same algorithm on the masked stream, deleted examples as identity steps at the
+docs/guarantee.md 2.2 (the same algorithm on the masked stream, deleted examples as identity steps at the
 same indices, same deletion times) takes the same route at the same time:
 
 1. ``rewind`` (the record is fitted, m_cum + its copies <= capacity): R2D Algorithm 2. Rewind to
-   theta_{T-K} of the *original* trajectory on D (A5: every deletion of the generation restarts from
-   that same checkpoint and runs K fresh steps on the cumulative retained set D \\ Z_cum, pitfall
-   C4.9), add N(0, sigma^2 I), project onto K (post-processing), then replay OGD over the retained
+   theta_{T-K} of the *original* trajectory on D (docs/algorithms.md 10.2: every deletion of the generation restarts from
+   that same checkpoint and runs K fresh steps on the cumulative retained set D \\ Z_cum, docs/algorithms.md 10.2), add N(0, sigma^2 I), project onto K (post-processing), then replay OGD over the retained
    online rows (u > t_fit) at their own steps. The replay is one deterministic map applied to both the
-   real and the reference output, so it keeps A3's guarantee; ``base`` becomes the result and
-   ``t_base = tau``. Outcome ``noised``, with shift Delta(K, m_cum) (A3).
+   real and the reference output, so it keeps docs/calibration.md 6.2's guarantee; ``base`` becomes the result and
+   ``t_base = tau``. Outcome ``noised``, with shift Delta(K, m_cum) (docs/calibration.md 6.2).
 2. ``replay`` (every copy is a segment row, u > t_base): exact unlearning by rewinding to ``base``
-   and replaying OGD over the retained segment rows (spec C6, last bullets: a checkpoint taken
+   and replaying OGD over the retained segment rows (docs/algorithms.md 10.2: a checkpoint taken
    before t_u plus a replay of the retained stream is exact). ``base`` does not depend on the
    record, so the result equals the reference's bit for bit given the same ``base``. Outcome
    ``exact``, no noise, no budget. This is the guarantee of every record learned online since the
    last retraining or rewind: it is never noised, it is replayed away.
 3. ``refit`` (a baked row, or the generation's capacity would be exceeded): an immediate
-   retraining on the retained examples without the record (C2 "retrain_required", done at once).
+   retraining on the retained examples without the record (docs/algorithms.md 10.2, done at once).
    The new generation depends on no deleted record; m_cum restarts at 0. Outcome ``exact`` for a
    baked row; ``retrained`` when the capacity ran out (as memory-pair's exhausted budget: the
    worker adds the release header ``olu.budget: retrained`` and logs it), which also advances
    ``epoch``.
 
-Noise placement (decision; spec A1 and C4.8 versus design.md invariants 2 and 3)
+Noise placement (decision; docs/algorithms.md 10.3, docs/worker.md 4.2, docs/worker.md 4.3)
 --------------------------------------------------------------------------------
 R2D's Definition 2.2 compares the unlearned output with a fresh *noisy* run A(D \\ Z), so the paper
 also noises the model published before any deletion. Drawing that noise at a retraining (an
@@ -51,39 +50,38 @@ insert) would break invariant 3 (replaying the same events gives bit-identical s
 releases) and is not covered by invariant 2's durable deltas: a crash between a retraining and the
 next snapshot would redraw it. By default (``noise_at_fit=False``) we therefore publish theta_T
 noiselessly and draw the noise at the deletion, the only event whose post-noise state the worker
-makes durable. The certificate is the olu-spec 1.4 one used by every algorithm of this engine:
+makes durable. The certificate is the docs/guarantee.md 2.2 one used by every algorithm of this engine:
 the reference process deletes at the same public times with the same algorithm, so at a rewind
 it outputs its own theta'_T + xi (K steps from its own checkpoint on D \\ Z reproduce its
 trajectory exactly), and Lemmas B.2 + B.3 give ||theta'_T - theta''_K|| <= Delta(K, m_cum), the same
-bound with the same sigma as Theorem 3.1 (A3). ``noise_at_fit=True`` gives the paper's literal
+bound with the same sigma as Theorem 3.1 (docs/calibration.md 6.2). ``noise_at_fit=True`` gives the paper's literal
 Algorithm 1 (theta_T + xi published at every retraining, including the refit route) for library
 use; it is not deterministic across a crash-replay at retraining points, so the worker keeps the
 default.
 
-Calibration (A3, C1, pitfall C4.8)
+Calibration (docs/calibration.md 6.2)
 ----------------------------------
-``noise_sigma`` is fixed in advance (C1: sigma is fixed at training time and reused at unlearning).
+``noise_sigma`` is fixed in advance (docs/calibration.md 6.2: sigma is fixed at training time and reused at unlearning).
 At each retraining, with n the retained count and m = min(``max_deletions``, n - 1) the group size
 the noise must cover, the rewind depth is K = the smallest integer with Delta(K, m) <= r*(eps, delta)
 sigma (:func:`~worker.olu.privacy.analysis.rewind.rewind_depth`; classic Gaussian mechanism for
 eps <= 1, Balle-Wang above). ``eps`` and ``delta`` are the (epsilon, delta) of Definition 2.2, not a
-Renyi slope. The generation's deletion capacity is that m (C4.8: the noise covers the maximum
+Renyi slope. The generation's deletion capacity is that m (docs/calibration.md 6.2: the noise covers the maximum
 anticipated group; one more fitted deletion takes the refit route). It is a public constant,
-not A3's "largest m with epsilon(m) <= eps" (``fit["a3_capacity"]``, never smaller): that one
+not docs/calibration.md 6.2's "largest m with epsilon(m) <= eps" (``fit["a3_capacity"]``, never smaller): that one
 depends on n, which differs in the reference process, and routing on it would let the two
-processes take different routes. The reported epsilon is epsilon(m_cum) recomputed from A3 (C2:
-**not** additive over deletions, and each released output is certified on its own, A5); it never
+processes take different routes. The reported epsilon is epsilon(m_cum) recomputed from docs/calibration.md 6.2 (docs/accounting.md 4: not additive over deletions, and each released output is certified on its own, docs/accounting.md 4); it never
 exceeds ``eps`` since m_cum <= m. sigma = 0 gives K = T: every rewind is a noiseless retraining
 from theta_0.
 
-Step size: full-batch projected GD with constant eta <= 1/(2 beta), which satisfies A1's
+Step size: full-batch projected GD with constant eta <= 1/(2 beta), which satisfies [R2D]'s (docs/algorithms.md 10.4)
 eta <= min{1/L, n/(2(n-m)L)} for every m < n [derived]. Projection onto the ball is
 non-expansive, so Lemmas B.2 and B.3 hold for projected GD unchanged [derived]. The default
 eta = min(1/(2 beta), 2/(beta T)) keeps (1 + eta beta)^T <= e^2: h(K) grows like (1 + eta beta)^T, and a
-larger eta T makes every useful K close to T (A3). For our convex losses the nonconvex bound is
-conservative (C6: GD is non-expansive there), but it is the certified one the spec prescribes.
+larger eta T makes every useful K close to T (docs/calibration.md 6.2). For our convex losses the nonconvex bound is
+conservative (docs/algorithms.md 10.4: GD is non-expansive there), but it is the certified one (docs/calibration.md 6.2).
 
-What is kept, and what a deletion purges (A6, pitfall C4.13)
+What is kept, and what a deletion purges (docs/algorithms.md 10.4)
 ------------------------------------------------------------
 Kept until the next retraining: the checkpoint theta_{T-K} (one d-vector, trained on D including
 records deleted since: it is never released), ``base`` (post-noise), the generation's n, K, T, eta,
@@ -93,11 +91,11 @@ theta_T and the full D *including* deleted records, i.e. keeping deleted raw fea
 No artifact holds a rewind's pre-noise iterate (it lives only in the deletion's frame, invariant 1),
 but until the next retraining (at most ``retrain_every`` steps later) a reader of a snapshot could
 recompute it from the checkpoint and the retained rows: the certificate covers the released models,
-and the state store stays as sensitive as the retained data it holds (C4.13).
+and the state store stays as sensitive as the retained data it holds (docs/algorithms.md 9.5).
 
 Cost: a retraining is T passes over the n retained rows; a rewind K passes over the fitted rows
 plus a replay of the online rows; a replay only the segment rows. ``rewind_fraction`` (K/T) in
-:meth:`privacy` is the compute share of a rewind (C2).
+:meth:`privacy` is the compute share of a rewind (docs/accounting.md 4).
 
 >>> rng = np.random.default_rng(0)
 >>> X = rng.normal(size=(201, 2)); X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -169,7 +167,7 @@ class RewindToDelete(OnlineUnlearner):
         elif isinstance(train_step, bool) or not (isinstance(train_step, (int, float)) and math.isfinite(train_step)
                                                   and 0 < train_step <= limit * (1 + 1e-12)):
             raise ConfigError(f"train_step must be a number in (0, 1/(2 beta)] = (0, {limit:.6g}] "
-                              f"(A1: eta <= min(1/L, n/(2(n-m)L)) for every m), got {train_step!r}")
+                              f"(docs/algorithms.md 10.4: eta <= min(1/L, n/(2(n-m)L)) for every m), got {train_step!r}")
         else:
             self.eta_gd = float(train_step)
         self.examples = ExampleStore(dim)
@@ -197,7 +195,7 @@ class RewindToDelete(OnlineUnlearner):
         return float(self.config["noise_sigma"])
 
     def _constants(self, n: int) -> dict:
-        """The public inputs of A3 for a generation of n rows (R2D's L = beta, G = L; section 0)."""
+        """The public inputs of docs/calibration.md 6.2 for a generation of n rows (R2D's L = beta, G = L; docs/calibration.md 6.2)."""
         return dict(n=n, T=self.train_steps, eta=self.eta_gd, smooth=self.constants.beta,
                     grad_bound=self.constants.L)
 
@@ -205,7 +203,7 @@ class RewindToDelete(OnlineUnlearner):
         return {"eps": self.config["eps"], "delta": self.config["delta"]}
 
     def rewind_depth(self, n: int) -> int:
-        """K for a generation trained on n rows (A3 search with m = min(max_deletions, n - 1))."""
+        """K for a generation trained on n rows (docs/calibration.md 6.2 search with m = min(max_deletions, n - 1))."""
         m = min(self.config["max_deletions"], n - 1)
         if m < 1:
             return 0
@@ -245,7 +243,7 @@ class RewindToDelete(OnlineUnlearner):
     def retrain(self) -> None:
         """R2D Algorithm 1 on every retained example: T projected GD steps from theta_0 = 0.
 
-        Saves theta_{T-K} (A6) and starts a new generation; the model becomes theta_T (plus noise
+        Saves theta_{T-K} (docs/algorithms.md 10.4) and starts a new generation; the model becomes theta_T (plus noise
         with ``noise_at_fit``). Public so a reference process can retrain at the same times.
         """
         X, y, _ = self.examples.live_rows()
@@ -341,7 +339,7 @@ class RewindToDelete(OnlineUnlearner):
 
     # ------------------------------------------------------------------ privacy
     def privacy(self) -> dict:
-        """A3 / C2: epsilon(m_cum) of the current generation (not additive), its capacity and K/T."""
+        """docs/accounting.md 4: epsilon(m_cum) of the current generation (not additive), its capacity and K/T."""
         fit, delta = self.fit, self.accountant.delta
         ratio = 0.0
         if fit is not None and self.m_cum:

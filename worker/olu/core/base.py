@@ -3,8 +3,8 @@
 Subclasses define how a deletion is honoured (``_delete``); everything else (the OGD step, the
 applied-record index, tombstones, the accountant, state export) lives here once.
 
-Paper time ``t`` is the number of examples applied in the current epoch (olu-spec 6.1): example t
-is applied with step eta_t, z_{t+1} = Proj_K(z_t - eta_t grad f_t(z_t)) (olu-spec 1.1).
+Paper time ``t`` is the number of examples applied in the current epoch (docs/guarantee.md 1.3): example t
+is applied with step eta_t, z_{t+1} = Proj_K(z_t - eta_t grad f_t(z_t)) (docs/guarantee.md 1.1).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ class OnlineUnlearner:
 
     def _learn(self, key: int, x: np.ndarray, y: float) -> bool:
         if key in self.tombstones:
-            self.counters["skipped_deleted"] += 1  # an insert after its delete (olu-spec 6.1)
+            self.counters["skipped_deleted"] += 1  # an insert after its delete (docs/guarantee.md 1.3)
             return False
         self.t += 1
         eta = self.schedule.eta(self.t)
@@ -249,7 +249,7 @@ class OnlineUnlearner:
         ``post_state`` replays a deletion whose result is already durable (restore after a
         crash): the deterministic bookkeeping runs as usual, but the stored post-noise iterate
         is adopted instead of drawing fresh noise, so one deletion never yields two independent
-        noisy views (design.md invariant 2). It must come from :meth:`deletion_state`.
+        noisy views (docs/worker.md 4.2). It must come from :meth:`deletion_state`.
         """
         key = record_key(record_id)
         if key in self.tombstones:
@@ -322,7 +322,7 @@ class OnlineUnlearner:
         return Deletion("noised", i, sigma, shift, tuple(steps))
 
     def sensitivity(self, u: int) -> float:
-        """Delta_u = min(eta_u L, D): the most one example can move the iterate (olu-spec 2.2, C3)."""
+        """Delta_u = min(eta_u L, D): the most one example can move the iterate (docs/calibration.md 3.1)."""
         return min(self.schedule.eta(u) * self.constants.L, self.ball.diameter)
 
     # --------------------------------------------------------------- prediction

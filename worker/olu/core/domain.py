@@ -1,8 +1,8 @@
 """The feasible set K (an L2 ball) and the public feature-norm bound enforced at ingest.
 
-Calibration needs public constants (design.md section 4, invariant 5): the radius r of K and a
+Calibration needs public constants (docs/worker.md 4.5): the radius r of K and a
 bound R on feature norms. Features are bounded *at ingest* (clip or reject), never by clipping
-gradients, which would change the update map and break the contraction argument (olu-spec 6.6.4).
+gradients, which would change the update map and break the contraction argument (docs/calibration.md 2.1).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Retained raw examples for the algorithms that revisit data (active OLU, exact retraining).
 
 An :class:`ExampleStore` keeps, in step order, one row per applied example: the features x
-(float64, length d), the label y, the step u at which the example was applied (olu-spec 6.1) and
+(float64, length d), the label y, the step u at which the example was applied (docs/guarantee.md 1.3) and
 the 64-bit record key. Rows are appended into buffers that grow geometrically (amortised O(d) per
 append).
 
-Deletion (design.md invariant 6: after a delete is acknowledged, the record's raw features are
+Deletion (docs/worker.md 4.6: after a delete is acknowledged, the record's raw features are
 gone from worker memory): :meth:`ExampleStore.remove_steps` / :meth:`ExampleStore.remove_key`
 **overwrite the row with zeros in the buffer immediately** (features, label and key; only the
 public step index u is kept so the step column stays sorted) and mark it dead. Dead rows are
@@ -15,7 +15,7 @@ retained rows. Buffers that are replaced when the store grows are zeroed before 
 
 There is deliberately no "all examples seen" view: the store never keeps deleted rows, so the
 literal [P0] Algorithm 2 phase 1 (GD on all points, deleted ones included) cannot be run from it
-(olu-spec 3.1, pitfall 6.6.12; see ``active.py``).
+(docs/algorithms.md 5.3; see ``active.py``).
 
 A zeroed row contributes exactly zero to the data gradient of the logistic and squared losses
 (x = 0 and y = 0), so full-batch kernels may work on :meth:`padded` (all rows up to the last

@@ -1,7 +1,7 @@
 """Compact indexes of which records the model applied (and when) and which ids were deleted.
 
 The applied-record index maps a record to the step(s) u at which it was applied; passive OLU needs
-nothing else per record (olu-spec 6.2). To stay within 16 bytes per applied record we keep
+nothing else per record (docs/guarantee.md 1.4). To stay within 16 bytes per applied record we keep
 
 - a 64-bit BLAKE2b key of the record id instead of the id (8 bytes; raw ids never reach snapshots),
 - the step as uint32 (4 bytes).

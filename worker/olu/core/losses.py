@@ -1,4 +1,4 @@
-"""Losses with their public constants (olu-spec 6.5), computed from configuration only.
+"""Losses with their public constants (docs/calibration.md 2.2), computed from configuration only.
 
 Each loss knows, for the ball K of radius r and features with ||x|| <= R:
 
@@ -6,7 +6,7 @@ Each loss knows, for the ball K of radius r and features with ||x|| <= R:
 - ``mu``: strong convexity (0 for the plain logistic loss);
 - ``beta``: smoothness.
 
-These constants are public and data-independent (design.md section 4, invariant 5).
+These constants are public and data-independent (docs/worker.md 4.5).
 """
 
 from __future__ import annotations

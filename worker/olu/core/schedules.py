@@ -1,9 +1,9 @@
 """Public step-size schedules and the contraction of each projected gradient step.
 
 A projected gradient step with step eta on a mu-strongly convex, beta-smooth loss is Lipschitz with
-constant gamma(eta) = max(|1 - eta mu|, |1 - eta beta|) (olu-spec 6.5, Lemma D). Passive OLU needs
+constant gamma(eta) = max(|1 - eta mu|, |1 - eta beta|) (docs/guarantee.md 1.2). Passive OLU needs
 Gamma_{u,tau} = prod_{r=u+1}^{tau} gamma_r, the contraction of every step applied after example u
-up to the deletion (olu-spec 2.4, pitfall 6.6.6). We keep it in log space: products of ~1e6 factors
+up to the deletion (docs/calibration.md 3.2). We keep it in log space: products of ~1e6 factors
 underflow. A factor above 1 (an early step with eta > 2/beta) is kept as it is: it makes Gamma
 larger, so the noise larger, never smaller (invariant 7).
 
@@ -49,7 +49,7 @@ class Schedule:
 
 
 class StronglyConvex(Schedule):
-    """eta_t = 1 / (mu (t + t0)): [P1] Thm 3.3 with the shift of olu-spec 6.5.
+    """eta_t = 1 / (mu (t + t0)): [P1] Thm 3.3 with the shift of docs/calibration.md 2.3.
 
     With t0 >= (beta/mu - 1)/2 every step is exactly (1 - 1/(t + t0))-contractive, so
     Gamma_{u,tau} = (u + t0)/(tau + t0) in closed form and no early-point condition is needed.

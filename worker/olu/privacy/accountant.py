@@ -1,4 +1,4 @@
-"""Privacy accountant for certified online learning-unlearning (olu-spec §1.6, §1.7, §2.4, §6.4).
+"""Privacy accountant for certified online learning-unlearning (docs/accounting.md 2.4, docs/accounting.md 1.1, docs/accounting.md 1.2, docs/accounting.md 6).
 
 What is being counted
 ---------------------
@@ -39,7 +39,7 @@ class PrivacyAccountant:
     """Per-model Rényi ledger: lifetime slope budget ``eps``, one charge per deletion.
 
     ``capacity`` (optional) bounds the deletions of one epoch (active OLU's known ``k``).
-    :meth:`restart_epoch` starts a fresh epoch (§2.6): the restarted model is re-initialised
+    :meth:`restart_epoch` starts a fresh epoch (docs/algorithms.md 3.2): the restarted model is re-initialised
     data-independently and depends on no earlier data, so the PAI sum starts again at zero and
     the deletion counter ``i`` restarts at 1. Closed epochs stay in :attr:`history`.
 

@@ -1,6 +1,6 @@
 """The deletion ledger: one accounting entry per deletion, kept for the model's whole life.
 
-Invariant 4 (design.md) makes the ledger outlive restarts, so it grows with every deletion, in
+Invariant 4 (docs/worker.md 4.4) makes the ledger outlive restarts, so it grows with every deletion, in
 every epoch. Kept as a list of dicts inside each snapshot's JSON header, a worker that has honoured
 a million deletions would rewrite ~110 MB of JSON in every full snapshot (every 30 s by default)
 and hold ~0.7 KB of Python objects per entry.

@@ -1,23 +1,23 @@
-"""The zCDP deletion odometer of the Memory-Pair unlearner (r2d-memorypair-spec B4 corrected, C2).
+"""The zCDP deletion odometer of the Memory-Pair unlearner (docs/accounting.md 3).
 
-zCDP (Bun & Steinke 2016; spec B1 correction): a mechanism is rho-zCDP when the Rényi divergence
+zCDP (Bun & Steinke 2016; docs/accounting.md 3.1): a mechanism is rho-zCDP when the Rényi divergence
 of every order alpha > 1 is at most ``rho * alpha`` (the paper's ``D_alpha <= rho`` drops the
 alpha). The Gaussian mechanism with l2-sensitivity ``Delta`` and noise ``N(0, sigma^2 I)`` is
 ``Delta^2 / (2 sigma^2)``-zCDP, and rho adds up under composition.
 
-Uniform allocation (B4): a budget ``rho_total`` and a deletion capacity ``m`` give every deletion
+Uniform allocation (docs/accounting.md 3.2): a budget ``rho_total`` and a deletion capacity ``m`` give every deletion
 ``rho_step = rho_total / m`` and noise ``sigma_step = Delta / sqrt(2 rho_step)``; after ``k``
 deletions ``rho_spent = k rho_step``. A deletion is allowed while ``rho_spent + rho_step <=
 rho_total``, which under uniform allocation is the integer test ``k < m`` (no float rounding can
 let an (m+1)-th deletion through or refuse the m-th). The budget never refills with inserts
-(C4.6); only a retrain on the retained data (a model that depends on no deleted record) starts a
+(docs/accounting.md 3.2); only a retrain on the retained data (a model that depends on no deleted record) starts a
 new epoch at ``k = 0``.
 
-Conversion (B4): ``eps = rho + 2 sqrt(rho ln(1/delta))`` and back,
+Conversion (docs/accounting.md 3.3): ``eps = rho + 2 sqrt(rho ln(1/delta))`` and back,
 ``rho = (sqrt(ln(1/delta) + eps) - sqrt(ln(1/delta)))^2``. Because a rho-zCDP curve is exactly
 the linear Rényi curve ``alpha * rho``, the engine's tighter conversion
 (:func:`worker.olu.privacy.analysis.rdp.rdp_to_dp`, the default ``"improved"`` method) is valid too; this
-module gives the spec's closed form.
+module gives the closed form of docs/accounting.md 3.3.
 
 The odometer is stateless: the deletion count ``k`` of the epoch lives in the model's
 :class:`~worker.olu.privacy.accountant.PrivacyAccountant`, which every release and snapshot already reads.
@@ -43,7 +43,7 @@ __all__ = ["DeletionOdometer", "dp_to_zcdp", "gaussian_rho", "gaussian_sigma", "
 
 @dataclass(frozen=True)
 class DeletionOdometer:
-    """Uniform zCDP allocation of ``rho_total`` over ``capacity`` deletions (B4, C2).
+    """Uniform zCDP allocation of ``rho_total`` over ``capacity`` deletions (docs/accounting.md 3).
 
     ``delta`` is the delta at which epsilons are reported. Every method takes ``k``, the number
     of deletions already charged in the current epoch.
@@ -69,7 +69,7 @@ class DeletionOdometer:
         return self.rho_total / self.capacity
 
     def sigma_step(self, sensitivity: float) -> float:
-        """Per-deletion noise for a fixed, data-independent sensitivity (C4.2): ``Delta / sqrt(2 rho_step)``."""
+        """Per-deletion noise for a fixed, data-independent sensitivity (docs/calibration.md 6.1): ``Delta / sqrt(2 rho_step)``."""
         return gaussian_sigma(sensitivity, self.rho_step)
 
     def _k(self, k) -> int:
@@ -87,7 +87,7 @@ class DeletionOdometer:
         return self._k(k) * self.rho_step
 
     def epsilon_spent(self, k: int) -> float:
-        """``eps_spent`` of C2: the spent rho converted at ``delta``."""
+        """``eps_spent`` of docs/accounting.md 3.4: the spent rho converted at ``delta``."""
         return zcdp_to_dp(min(self.rho_spent(k), self.rho_total), self.delta)
 
     @property
@@ -95,5 +95,5 @@ class DeletionOdometer:
         return zcdp_to_dp(self.rho_total, self.delta)
 
     def epsilon_remaining(self, k: int) -> float:
-        """``eps_remaining = eps_total - eps_spent`` (C2)."""
+        """``eps_remaining = eps_total - eps_spent`` (docs/accounting.md 3.4)."""
         return max(0.0, self.epsilon_total - self.epsilon_spent(k))

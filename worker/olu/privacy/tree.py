@@ -1,13 +1,12 @@
 """Tree-based aggregation (the binary mechanism): continual release of noisy prefix sums.
 
-private-oco-spec 2.2 (paper Algorithm 5, in the O(m d) streaming form of Chan-Shi-Song that the
-spec gives). Record t closes exactly one dyadic block, the node at level ``level_closed_at(t)``;
+docs/algorithms.md 11.3 (paper Algorithm 5, in the O(m d) streaming form of Chan-Shi-Song described in docs/algorithms.md 11.3). Record t closes exactly one dyadic block, the node at level ``level_closed_at(t)``;
 that node gets fresh Gaussian noise once, and the prefix sum at t adds the ``popcount(t)`` live
 nodes picked by the bits of t. So each record enters at most ``m = ceil(log2 n) + 1`` noisy nodes
 over the horizon n, and at most ``record_levels(t) = floor(log2 t) + 1`` of them by time t
-(record 1 attains it; private-oco-spec 3.2).
+(record 1 attains it; docs/accounting.md 5.2).
 
-What the tree keeps, and the privacy invariants (design.md section 4)
+What the tree keeps, and the privacy invariants (docs/worker.md 4)
 ---------------------------------------------------------------------
 The mechanism needs two things across events: the exact sums of the open blocks (a new node is
 the exact sum of the blocks it merges plus fresh noise, never a sum of noisy nodes), and the noisy
@@ -15,7 +14,7 @@ values of the live nodes (already-released prefix sums are made of them). Their 
 noise of at most m nodes, so the binary mechanism's continuation state always determines the
 noise of its live nodes. A restart must also reproduce every node that a published release used:
 re-drawing one would hand out a second, independent noisy view of the same block sum, which is
-what invariant 2 forbids for deletions and what private-oco-spec 5.1 forbids here ("replaying a
+what invariant 2 forbids for deletions and what docs/algorithms.md 11.6 forbids here ("replaying a
 record with fresh noise would spend budget twice").
 
 So the noise of node ``c`` (the node closed by record c) is a pure function of a secret 128-bit
@@ -47,7 +46,7 @@ _KEY_BITS = 128
 
 
 def tree_levels(horizon: int) -> int:
-    """m = ceil(log2 n) + 1, the number of tree levels for horizon n (private-oco-spec 2).
+    """m = ceil(log2 n) + 1, the number of tree levels for horizon n (docs/algorithms.md 11.3).
 
     >>> tree_levels(1), tree_levels(2), tree_levels(10_000), tree_levels(2**20)
     (1, 2, 15, 21)

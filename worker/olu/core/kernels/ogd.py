@@ -71,7 +71,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     while j < n:
         key = keys[j]
         if (n_tomb > 0 and _contains(tombstones, key)) or (n_recent > 0 and _contains(recent_tombstones, key)):
-            steps_out[j] = 0  # an insert after its delete (olu-spec 6.1)
+            steps_out[j] = 0  # an insert after its delete (docs/guarantee.md 1.3)
             j += 1
             continue
         if tail_len == cap:

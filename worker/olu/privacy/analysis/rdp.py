@@ -16,7 +16,7 @@ is therefore not justified here. We use conversions valid for ANY mechanism with
   >= 1.1 (and uses ``r(1.1) = 1.1 rho`` in the KL test), while we optimise ``alpha`` exactly.
 * ``"classic"``: Mironov 2017 Prop. 3, ``eps = eps(alpha) + ln(1/delta)/(alpha-1)``, at its
   closed-form optimum ``alpha = 1 + sqrt(ln(1/delta)/rho)``.
-* ``"zcdp"``: Bun-Steinke ``rho + 2 sqrt(rho ln(1/delta))`` (olu-spec §1.6 with ``rho = eps W``).
+* ``"zcdp"``: Bun-Steinke ``rho + 2 sqrt(rho ln(1/delta))`` (docs/accounting.md 2.4 with ``rho = eps W``).
   For a linear Rényi curve this is algebraically the same number as ``"classic"``.
 
 How alpha is optimised (continuously, exactly)
@@ -75,7 +75,7 @@ def budget_weight(i: int, omega: float = 1.2) -> float:
 
 
 def noise_multiplier(i: int, eps: float, omega: float = 1.2) -> float:
-    """``sigma_i / a_i = sqrt(omega i**omega / (2 (omega-1) eps))`` for deletion ``i`` (§2.4).
+    """``sigma_i / a_i = sqrt(omega i**omega / (2 (omega-1) eps))`` for deletion ``i`` (docs/calibration.md 3.4).
 
     >>> math.isclose(noise_multiplier(1, 1.0, 1.2), math.sqrt(3), rel_tol=1e-12)
     True

@@ -1,19 +1,19 @@
-"""Noise calibration and rewind-depth search of Rewind-to-Delete (R2D, seed 002; r2d-memorypair-spec A3).
+"""Noise calibration and rewind-depth search of Rewind-to-Delete (R2D, [R2D]; docs/calibration.md 6.2).
 
-Notation is R2D's own (spec section 0): ``smooth`` is the smoothness constant L (gradients
+Notation is R2D's own (docs/calibration.md 6.2): ``smooth`` is the smoothness constant L (gradients
 L-Lipschitz; our losses' ``beta``), ``grad_bound`` is G (``||grad f_z|| <= G`` over the domain; our
 losses' Lipschitz constant ``L``), n the training-set size, m the number of points unlearned, T the
 number of full-batch gradient-descent steps, eta the constant step size and K the rewind depth.
 
-Sensitivity (A3, Lemmas B.2 + B.3 [paper])::
+Sensitivity (docs/calibration.md 6.2, [R2D] Lemmas B.2 + B.3)::
 
     Delta(K, m) = 2 m G h(K) / (L n),   h(K) = ((1 + a)^(T-K) - 1) (1 + eta L)^K,   a = eta L n / (n - m)
 
 h decreases from h(0) = (1 + a)^T - 1 to h(T) = 0. Everything is evaluated in log space
-(pitfall C4.10: (1 + a)^T overflows): log h = log(expm1((T - K) log1p(a))) + K log1p(eta L).
+(docs/calibration.md 6.2: (1 + a)^T overflows): log h = log(expm1((T - K) log1p(a))) + K log1p(eta L).
 
 Gaussian mechanism: noise N(0, sigma^2 I) hides a shift Delta at (epsilon, delta) iff
-Delta / sigma <= r*(epsilon, delta). Two forms (A3):
+Delta / sigma <= r*(epsilon, delta). Two forms (docs/calibration.md 6.2):
 
 - ``"classic"`` (Theorem 3.1 / B.1 [paper], valid for epsilon <= 1): r* = epsilon / sqrt(2 log(1.25/delta)),
   i.e. the boxed sigma = 2 m G h(K) sqrt(2 log(1.25/delta)) / (L n epsilon);
@@ -21,11 +21,11 @@ Delta / sigma <= r*(epsilon, delta). Two forms (A3):
   Phi(r/2 - epsilon/r) - e^epsilon Phi(-r/2 - epsilon/r) <= delta, found by bisection in log space.
 
 ``"auto"`` (what the model uses for calibration) is the paper's choice: classic for epsilon <= 1,
-analytic above (A3 "When epsilon > 1"). The epsilon *reported* for a given ratio Delta/sigma is the
+analytic above (docs/calibration.md 6.2). The epsilon *reported* for a given ratio Delta/sigma is the
 analytic one (:func:`epsilon_for_ratio`): exact, monotone in the ratio and never above the classic
 value, so every reported number is a valid bound.
 
-Rewind depth (A3 "Robust way to choose K" [derived]): for a fixed sigma, the smallest integer K in
+Rewind depth (docs/calibration.md 6.2): for a fixed sigma, the smallest integer K in
 [0, T] with Delta(K, m) <= r* sigma, by binary search on the monotone h. Corollary 3.2's closed form
 (:func:`rewind_depth_bound`) is an upper bound of that K (the paper's sufficient choice); tests check
 both against hand-computed cases.
@@ -182,7 +182,7 @@ def noise_sigma(K: int, *, eps: float, delta: float, n: int, m: int, T: int, eta
 
 def rewind_depth(sigma: float, *, eps: float, delta: float, n: int, m: int, T: int, eta: float, smooth: float,
                  grad_bound: float, mechanism: str = "auto") -> int:
-    """Smallest K in [0, T] with Delta(K, m) <= r*(eps, delta) sigma (A3, binary search on monotone h).
+    """Smallest K in [0, T] with Delta(K, m) <= r*(eps, delta) sigma (docs/calibration.md 6.2, binary search on monotone h).
 
     K = T always qualifies (h(T) = 0: a noiseless full retrain from the checkpoint at step 0).
     """
@@ -212,7 +212,7 @@ def rewind_depth_bound(sigma: float, *, eps: float, delta: float, n: int, m: int
 
     eps' = eps / sqrt(2 log(1.25/delta)) for the classic mechanism (r* in general). Sufficient
     (it upper-bounds :func:`rewind_depth`, since h(K) <= (1+a)^T - (1+a)^K); 0 when the argument of
-    the outer log is <= 1 (A3).
+    the outer log is <= 1 (docs/calibration.md 6.2).
     """
     _check(n, m, T, eta, smooth, grad_bound)
     if m == 0:
@@ -232,7 +232,7 @@ def rewind_depth_bound(sigma: float, *, eps: float, delta: float, n: int, m: int
 
 def epsilon_spent(sigma: float, K: int, *, delta: float, n: int, m: int, T: int, eta: float, smooth: float,
                   grad_bound: float) -> float:
-    """epsilon(m) of A3 "Privacy spent for a given deletion count": Balle-Wang epsilon of Delta(K, m)/sigma."""
+    """epsilon(m) of docs/accounting.md 4: Balle-Wang epsilon of Delta(K, m)/sigma."""
     ls = log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth, grad_bound=grad_bound)
     if ls == -math.inf:
         return 0.0
@@ -244,7 +244,7 @@ def epsilon_spent(sigma: float, K: int, *, delta: float, n: int, m: int, T: int,
 
 def deletion_capacity(sigma: float, K: int, *, eps: float, delta: float, n: int, T: int, eta: float,
                       smooth: float, grad_bound: float) -> int:
-    """Largest m in [0, n - 1] with epsilon(m) <= eps (A3 "R2D deletion capacity"; epsilon(m) increases in m).
+    """Largest m in [0, n - 1] with epsilon(m) <= eps (docs/calibration.md 6.2; epsilon(m) increases in m).
 
     Uses the exact (analytic) mechanism, consistent with :func:`epsilon_spent`.
     """

@@ -14,7 +14,7 @@ __all__ = ["dp_to_zcdp", "gaussian_rho", "gaussian_sigma", "zcdp_to_dp"]
 
 
 def zcdp_to_dp(rho: float, delta: float) -> float:
-    """(epsilon, delta)-DP of a rho-zCDP mechanism: ``rho + 2 sqrt(rho ln(1/delta))`` (B4).
+    """(epsilon, delta)-DP of a rho-zCDP mechanism: ``rho + 2 sqrt(rho ln(1/delta))`` (docs/accounting.md 3.3).
 
     >>> zcdp_to_dp(0.0, 1e-5), round(zcdp_to_dp(0.5, 1e-6), 6)
     (0.0, 5.756522)
