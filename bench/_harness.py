@@ -105,7 +105,7 @@ def portable_path(text: str) -> str:
 
 
 def today() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def git_commit() -> str | None:

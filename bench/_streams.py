@@ -68,7 +68,7 @@ class Dataset:
     def dim(self) -> int:
         return self.X.shape[1]
 
-    def subset(self, rows: np.ndarray, name: str | None = None) -> "Dataset":
+    def subset(self, rows: np.ndarray, name: str | None = None) -> Dataset:
         rows = np.asarray(rows)
         return Dataset(name or self.name, self.X[rows], self.y[rows], self.loss, self.note,
                        [self.ids[j] for j in rows])

@@ -20,7 +20,6 @@ Writes ``active_deletion.json`` into ``--out`` (bench/results).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
 from _targets import ACTIVE_DELETION_DIM, ACTIVE_DELETION_MS, ACTIVE_DELETION_RETAINED, Checks  # noqa: E402
+
 from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, average_loss_descent  # noqa: E402
 from worker.olu.algorithms.newton import RidgeNewton  # noqa: E402
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402

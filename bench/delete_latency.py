@@ -70,8 +70,8 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
-from _targets import DELETE_TO_RELEASE_P99_S, Checks  # noqa: E402
 import numpy as np  # noqa: E402
+from _targets import DELETE_TO_RELEASE_P99_S, Checks  # noqa: E402
 
 TARGET_P99_S = DELETE_TO_RELEASE_P99_S.threshold
 SLOW_ROUND_S = 0.025  # loop rounds longer than this are kept with their breakdown

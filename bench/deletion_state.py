@@ -45,8 +45,8 @@ import _harness as h  # noqa: E402
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
-from worker.olu.core.index import KeySet  # noqa: E402
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+from worker.olu.core.index import KeySet  # noqa: E402
 
 REPORT_KEYS = ("ledger", "tombstones")
 SERVICES = ()

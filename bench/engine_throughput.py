@@ -53,9 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 from _harness import ROOT  # noqa: E402
 from _targets import ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, Checks  # noqa: E402
-from worker.olu.core.kernels import hashing, jit, ogd, warmup  # noqa: E402
-from worker.olu.core.index import record_key  # noqa: E402
+
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+from worker.olu.core.index import record_key  # noqa: E402
+from worker.olu.core.kernels import hashing, ogd, warmup  # noqa: E402
 
 TARGET_EVENTS_PER_S = ENGINE_EVENTS_PER_S.threshold
 TARGET_RIVER_RATIO = ENGINE_X_RIVER.threshold

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 import numpy as np  # noqa: E402
 
-from worker.olu.core.kernels import warmup  # noqa: E402
-from worker.olu.core.index import AppliedIndex  # noqa: E402
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+from worker.olu.core.index import AppliedIndex  # noqa: E402
+from worker.olu.core.kernels import warmup  # noqa: E402
 
 REPORT_KEYS = ("rows",)
 SERVICES = ()

@@ -134,7 +134,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     for r in rows:
         groups[(r["dataset"], r["rate"], r["schedule"], r["algorithm"], r["eps"])].append(r)
     eps_by_cell = defaultdict(set)
-    for (ds, rate, sched, alg, eps) in groups:
+    for (ds, rate, sched, _alg, eps) in groups:
         eps_by_cell[(ds, rate, sched)].add(eps)
     out = []
     for (ds, rate, sched, alg, eps), rs in groups.items():

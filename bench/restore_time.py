@@ -46,8 +46,8 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
-from _targets import RESTORE_1M_S, Checks  # noqa: E402
 import numpy as np  # noqa: E402
+from _targets import RESTORE_1M_S, Checks  # noqa: E402
 
 from worker.olu import ALGORITHMS, load_model  # noqa: E402
 from worker.state.store import SnapshotStore, open_store  # noqa: E402

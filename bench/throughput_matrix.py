@@ -152,7 +152,7 @@ def measure_dim(bootstrap: str, d: int, args, sets: dict) -> tuple[list[dict], d
         if key not in best or r["events_per_s"] > best[key]["events_per_s"]:
             best[key] = {k: v for k, v in r.items() if not k.startswith("_")}
 
-    for rep in range(args.repeat):
+    for _rep in range(args.repeat):
         for mode in args.ceilings:
             keep(("ceiling", mode), r := wt.ceiling(first, topic, n, mode))
             print(f"d={d:<3} ceiling {mode:12}: {r['events_per_s']:>11,.0f} events/s "

@@ -68,8 +68,8 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
-from _targets import WORKER_EVENTS_PER_S, WORKER_X_CEILING, Checks  # noqa: E402
 import orjson  # noqa: E402
+from _targets import WORKER_EVENTS_PER_S, WORKER_X_CEILING, Checks  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
 from worker.metrics import Metrics  # noqa: E402

@@ -4,6 +4,7 @@ one default per setting (and the README table that shows it)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import fields
 from pathlib import Path
 
@@ -458,7 +459,7 @@ def test_model_kwargs_per_algorithm():
 
 def test_settings_are_frozen():
     s = load()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         s.eps = 5.0  # type: ignore[misc]
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
@@ -94,7 +94,7 @@ def _line(text: str, pos: int) -> int:
 
 
 # --------------------------------------------------------------------------- docs
-@lru_cache(maxsize=None)
+@cache
 def _headings(name: str) -> frozenset[str] | None:
     """Section numbers of the headings of docs/<name>.md (None if the file does not exist)."""
     path = DOCS / f"{name}.md"

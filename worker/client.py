@@ -132,7 +132,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def parse_release(value: bytes | str | None, key: bytes | str | None = None, trigger: str | None = None) -> ModelRelease:
+def parse_release(value: bytes | str | None, key: bytes | str | None = None,
+                  trigger: str | None = None) -> ModelRelease:
     """Validate one record of the parameter topic; raise :class:`InvalidRelease` if it is unusable.
 
     Checks what a consumer needs (schemas/release.schema.json): a JSON object with every required

@@ -33,7 +33,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server_version = "olu-worker"
     sys_version = ""
-    health: "HealthServer"  # set on the per-server subclass
+    health: HealthServer  # set on the per-server subclass
 
     def log_message(self, format, *args):  # no request logging to stderr
         pass
@@ -140,7 +140,7 @@ class HealthServer:
         if thread is not None:
             thread.join(timeout)
 
-    def __enter__(self) -> "HealthServer":
+    def __enter__(self) -> HealthServer:
         self.start()
         return self
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 
@@ -32,7 +32,7 @@ def _rfc3339(created: float) -> str:
     >>> _rfc3339(0.0)
     '1970-01-01T00:00:00.000Z'
     """
-    return datetime.fromtimestamp(created, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(created, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _extras(record: logging.LogRecord) -> dict:

@@ -237,7 +237,7 @@ def test_every_setting_is_wired_to_its_env_var(chart):
 
     # the worker accepts the chart's environment as it is, and every setting comes from it
     settings = load_settings([], env)
-    for name, value in ALL_SETTINGS.items():
+    for name in ALL_SETTINGS:
         assert settings.origin(name) == "env", name
     assert settings.input_topics == ("clicks", "views") and settings.delta == 1e-6 and settings.step == 0.125
     assert settings.transactional_id.startswith("olu-prod-")  # derived per pod (HOSTNAME)

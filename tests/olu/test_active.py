@@ -12,15 +12,14 @@ import numpy as np
 import orjson
 import pytest
 
-from worker.olu.core.kernels import jit
-from worker.olu.exceptions import BudgetExhausted
-from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, iterations_for
 from worker.olu import ALGORITHMS, load_model
+from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, iterations_for
 from worker.olu.algorithms.baselines import PlainOGD
-from worker.olu.exceptions import ConfigError, InvalidState
-from worker.olu.core.examples import ExampleStore
 from worker.olu.algorithms.newton import ExactSums, RidgeNewton, ball_constrained_quadratic_min, quantise
 from worker.olu.algorithms.passive import PassiveOLU
+from worker.olu.core.examples import ExampleStore
+from worker.olu.core.kernels import jit
+from worker.olu.exceptions import BudgetExhausted, ConfigError, InvalidState
 
 from .helpers import synthetic_stream
 

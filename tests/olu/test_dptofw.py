@@ -15,12 +15,16 @@ import pytest
 
 from worker import config
 from worker.metrics import Metrics
-from worker.olu.privacy.accountant import rdp_to_dp
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.algorithms.dptofw import (
-    DPTreeOnlineFrankWolfe, basic_composition_epsilon, paper_sigma, rho_for_epsilon, zcdp_sigma,
+    DPTreeOnlineFrankWolfe,
+    basic_composition_epsilon,
+    paper_sigma,
+    rho_for_epsilon,
+    zcdp_sigma,
 )
 from worker.olu.exceptions import ConfigError, InvalidState
+from worker.olu.privacy.accountant import rdp_to_dp
 from worker.olu.privacy.tree import NodeNoise, TreeAggregator, level_closed_at, record_levels, tree_levels
 from worker.state.codec import decode, encode
 
@@ -148,7 +152,8 @@ def test_sum_differs_only_in_the_nodes_on_the_changed_records_path():
         np.testing.assert_allclose(diff, 5.0 if on_path else 0.0, atol=1e-12)
 
 
-# ------------------------------------------------------------------ calibration (docs/calibration.md 6.3, docs/accounting.md 5.2)
+# ------------------------------------------------------------------ calibration (docs/calibration.md 6.3,
+# docs/accounting.md 5.2)
 def test_worked_value_of_the_paper_calibration():
     # docs/calibration.md 6.3: p = 2, n = 10^4, delta = 10^-4, eps = 1: m = 15, sigma = 146.5 (beta D + L)
     assert paper_sigma(1.0, 15, 1.0, 1e-4) == pytest.approx(math.sqrt(8 * 225 * math.log(15 / 1e-4)), rel=1e-15)
@@ -212,7 +217,8 @@ def test_constructor_refuses_bad_dp_settings():
         model(capacity=3)
 
 
-# ------------------------------------------------------------------ accounting (docs/accounting.md 5.3, docs/accounting.md 7)
+# ------------------------------------------------------------------ accounting (docs/accounting.md 5.3,
+# docs/accounting.md 7)
 def test_accounting_matches_the_dp_accounting_oracles():
     m = model(eps=0.3, dp_horizon=4096)
     ids, X, y = synthetic_stream(4096, m.dim, seed=4)
@@ -259,7 +265,8 @@ def test_privacy_reports_the_spec_5_4_figures():
     assert (p["horizon"], p["horizon_remaining"], p["record_levels"], p["calibration"]) == (1000, 963, 6, "zcdp")
 
 
-# ------------------------------------------------------------------ estimator and learner (docs/algorithms.md 11.2, docs/algorithms.md 11.4)
+# ------------------------------------------------------------------ estimator and learner (docs/algorithms.md 11.2,
+# docs/algorithms.md 11.4)
 def test_without_noise_it_is_the_recursive_form_and_theta_is_the_mean_of_the_lmo_outputs():
     m = model(dim=3, radius=1.5)
     m.tree._noise = None  # noise off: the tree's sums are exact

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core import base
 from worker.olu.core.losses import Logistic, Ridge
-from worker.olu.algorithms.passive import PassiveOLU
 
 from .helpers import synthetic_stream
 

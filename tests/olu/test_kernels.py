@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import worker.olu.core.index as index_module
-from worker.olu.core.kernels import hashing, jit, ogd
-from worker.olu.exceptions import InvalidLabel, InvalidRecordId
-from worker.olu.core.index import MAX_ID_BYTES, record_key
-from worker.olu.core.losses import Logistic, Ridge
 from worker.olu.algorithms.passive import PassiveOLU
+from worker.olu.core.index import MAX_ID_BYTES, record_key
+from worker.olu.core.kernels import hashing, jit, ogd
+from worker.olu.core.losses import Logistic, Ridge
+from worker.olu.exceptions import InvalidLabel, InvalidRecordId
 
 D = 6
 

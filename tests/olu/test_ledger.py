@@ -7,12 +7,12 @@ import orjson
 import pytest
 
 from tests.olu.helpers import synthetic_stream
-from worker.olu.privacy import ledger as ledger_module
 from worker.olu import load_model
+from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.base import STATE_FORMAT
 from worker.olu.exceptions import InvalidState
+from worker.olu.privacy import ledger as ledger_module
 from worker.olu.privacy.ledger import Ledger
-from worker.olu.algorithms.passive import PassiveOLU
 
 KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from worker.olu import ALGORITHMS, BudgetExhausted, MemoryPair, PassiveOLU, load_model
-from worker.olu.exceptions import ConfigError, InvalidState
 from worker.olu.algorithms.memorypair import CurvaturePairs
+from worker.olu.exceptions import ConfigError, InvalidState
 
 from .helpers import synthetic_stream
 

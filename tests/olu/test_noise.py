@@ -9,13 +9,17 @@ import math
 import numpy as np
 import pytest
 
+from tests.olu.helpers import synthetic_stream
 from worker.olu import PassiveOLU
 from worker.olu.core.schedules import Constant, Convex, StronglyConvex
 from worker.olu.privacy.analysis.noise import (
-    noise_to_signal, plan_deletions, predicted_noise_growth, predicted_noise_std, release_noise_std,
+    noise_to_signal,
+    plan_deletions,
+    predicted_noise_growth,
+    predicted_noise_std,
+    release_noise_std,
 )
 from worker.olu.privacy.ledger import Ledger
-from tests.olu.helpers import synthetic_stream
 
 SCHEDULES = {
     "strongly-convex": StronglyConvex(mu=0.1, beta=1.1),

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from worker.olu import load_model
-from worker.olu.exceptions import DimensionMismatch, InvalidLabel, InvalidRecordId, NonFiniteInput, NormExceeded
 from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
 from worker.olu.core.schedules import StronglyConvex
+from worker.olu.exceptions import DimensionMismatch, InvalidLabel, InvalidRecordId, NonFiniteInput, NormExceeded
 
 from .helpers import masked_run, synthetic_stream
 

@@ -8,13 +8,13 @@ import numpy as np
 import orjson
 import pytest
 
-from worker.olu.core.kernels import jit
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.algorithms.baselines import PlainOGD
-from worker.olu.exceptions import InvalidState
-from worker.olu.core.examples import ExampleStore
 from worker.olu.algorithms.retrain import Retrain
+from worker.olu.core.examples import ExampleStore
+from worker.olu.core.kernels import jit
 from worker.olu.core.replay import replay_ogd
+from worker.olu.exceptions import InvalidState
 
 from .helpers import masked_run, synthetic_stream
 

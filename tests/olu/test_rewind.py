@@ -10,11 +10,11 @@ import pytest
 from scipy.stats import norm
 
 from tests.olu.helpers import masked_run, synthetic_stream
-from worker.olu.privacy.analysis import rewind as r2d
 from worker.olu import ALGORITHMS, load_model
-from worker.olu.exceptions import ConfigError, InvalidState
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.algorithms.rewind import RewindToDelete
+from worker.olu.exceptions import ConfigError, InvalidState
+from worker.olu.privacy.analysis import rewind as r2d
 
 DIM = 3
 RADIUS = 10.0  # the iterates stay far inside: the projection is inactive, released = pre-noise + noise
@@ -222,7 +222,8 @@ def test_deleted_record_leaves_the_retained_set_and_the_next_checkpoint():
     assert all(row not in np.asarray(v).tobytes() for v in arrays.values())
     assert not any(row in np.asarray(b).tobytes() for b in m.examples.raw_buffers())  # zeroed at once
     assert len(m.examples) == 199 and m.m_cum == 1
-    # the checkpoint of the generation still descends from D (docs/algorithms.md 10.2, docs/algorithms.md 10.4) until the next retraining...
+    # the checkpoint of the generation still descends from D (docs/algorithms.md 10.2, docs/algorithms.md 10.4) until
+    # the next retraining...
     ids2, X2, y2 = synthetic_stream(200, DIM, seed=9)
     m.learn_many([f"n-{i}" for i in range(200)], X2, y2)
     assert m.counters["fits"] == 2 and m.m_cum == 0

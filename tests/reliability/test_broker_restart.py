@@ -21,8 +21,19 @@ import uuid
 import pytest
 
 from tests.stream.kafka_harness import (
-    HANG_GUARD_S, BackgroundProducer, Topics, WorkerProcess, covered, create_topics, end_offsets, event_stream,
-    latest_versions, produce, verify_end_state, wait_for, worker_env,
+    HANG_GUARD_S,
+    BackgroundProducer,
+    Topics,
+    WorkerProcess,
+    covered,
+    create_topics,
+    end_offsets,
+    event_stream,
+    latest_versions,
+    produce,
+    verify_end_state,
+    wait_for,
+    worker_env,
 )
 from worker.devtools.kafka_local import KafkaBroker
 from worker.state.store import SnapshotStore, open_store

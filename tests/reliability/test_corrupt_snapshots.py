@@ -33,8 +33,20 @@ import pytest
 
 from tests.reliability.fake_messages import messages
 from tests.stream.kafka_harness import (
-    Topics, WorkerProcess, assert_identical_duplicates, covered, create_topics, delete_topics, end_offsets,
-    event_stream, produce, releases, stored_objects, verify_against_oracle, wait_for, worker_env,
+    Topics,
+    WorkerProcess,
+    assert_identical_duplicates,
+    covered,
+    create_topics,
+    delete_topics,
+    end_offsets,
+    event_stream,
+    produce,
+    releases,
+    stored_objects,
+    verify_against_oracle,
+    wait_for,
+    worker_env,
 )
 from worker.config import load_settings
 from worker.olu import ALGORITHMS

@@ -28,8 +28,19 @@ from dataclasses import dataclass
 import pytest
 
 from tests.stream.kafka_harness import (
-    HANG_GUARD_S, BackgroundProducer, WorkerProcess, covered, end_offsets, event_stream, read_topic,
-    releases_by_partition, topics_for, verify_end_state, wait_for, worker_env, worker_on_s3,
+    HANG_GUARD_S,
+    BackgroundProducer,
+    WorkerProcess,
+    covered,
+    end_offsets,
+    event_stream,
+    read_topic,
+    releases_by_partition,
+    topics_for,
+    verify_end_state,
+    wait_for,
+    worker_env,
+    worker_on_s3,
 )
 from worker.state.store import SnapshotStore, open_store
 
@@ -181,7 +192,7 @@ def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstra
     assert sum(r.inserts_applied + r.inserts_skipped for r in results.values()) == inserts
     poison = sum(1 for _, _, kind in stream if kind == "poison")
     assert sum(r.dead for r in results.values()) == poison
-    for p, replayed in results.items():
+    for replayed in results.values():
         assert replayed.noised_deletes and replayed.noop_deletes and replayed.inserts_skipped
     replayed_deltas = sum(line["deltas"] for assigned in restarts for line in assigned.values())
     if v.transactional:

@@ -34,15 +34,24 @@ from tests.infra.schema_samples import decode_headers, validate
 from tests.reliability.fake_messages import messages
 from tests.reliability.hostile import BUILDERS, DIM, expected_outcomes, hostile_batch, new_engine
 from tests.stream.kafka_harness import (
-    WorkerProcess, covered, end_offsets, input_by_partition, newest_full, produce, read_topic, settings_of,
-    topics_for, wait_for, worker_env,
+    WorkerProcess,
+    covered,
+    end_offsets,
+    input_by_partition,
+    newest_full,
+    produce,
+    read_topic,
+    settings_of,
+    topics_for,
+    wait_for,
+    worker_env,
 )
 from worker.config import load_settings
+from worker.state.store import SnapshotStore, open_store
 from worker.stream.deadletter import DETAIL_MAX_CHARS, REASONS, dead_letter_headers
 from worker.stream.decode import MAX_ID_CHARS, Delete, Insert, decode_event
 from worker.stream.exceptions import DeadLetter
 from worker.stream.partition import PartitionRunner
-from worker.state.store import SnapshotStore, open_store
 
 T = "hostile"
 GIANT = (b"giant", b"\x00not json" * 115_000, "giant")  # 1 035 000 bytes

@@ -23,8 +23,16 @@ from collections import Counter
 import pytest
 
 from tests.stream.kafka_harness import (
-    HANG_GUARD_S, BackgroundProducer, WorkerProcess, covered, end_offsets, event_stream, topics_for,
-    verify_end_state, wait_for, worker_env,
+    HANG_GUARD_S,
+    BackgroundProducer,
+    WorkerProcess,
+    covered,
+    end_offsets,
+    event_stream,
+    topics_for,
+    verify_end_state,
+    wait_for,
+    worker_env,
 )
 from worker.state.store import SnapshotStore, open_store
 

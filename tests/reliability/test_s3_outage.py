@@ -23,8 +23,19 @@ import time
 import pytest
 
 from tests.stream.kafka_harness import (
-    HANG_GUARD_S, BackgroundProducer, WorkerProcess, committed_offsets, covered, end_offsets, event_stream,
-    latest_versions, model_changing_deletes, settings_of, verify_end_state, wait_for, worker_on_s3,
+    HANG_GUARD_S,
+    BackgroundProducer,
+    WorkerProcess,
+    committed_offsets,
+    covered,
+    end_offsets,
+    event_stream,
+    latest_versions,
+    model_changing_deletes,
+    settings_of,
+    verify_end_state,
+    wait_for,
+    worker_on_s3,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]

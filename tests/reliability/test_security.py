@@ -31,8 +31,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helm.test_chart import REQUIRED, VALUE_SETS, merge, render
 from tests.reliability import noise_tap
 from tests.stream.kafka_harness import (
-    REPO, Topics, WorkerProcess, covered, create_topics, delete_topics, end_offsets, event_stream, insert,
-    produce, read_topic, releases, stored_objects, wait_for, worker_env,
+    REPO,
+    Topics,
+    WorkerProcess,
+    covered,
+    create_topics,
+    delete_topics,
+    end_offsets,
+    event_stream,
+    insert,
+    produce,
+    read_topic,
+    releases,
+    stored_objects,
+    wait_for,
+    worker_env,
 )
 from worker.metrics import LABEL_NAMES
 from worker.state.store import SnapshotStore, open_store
@@ -44,7 +57,7 @@ NORM_FEATURE = 3.0123456789  # a feature over the bound: dead-lettered, must nev
 class TappedWorker(WorkerProcess):
     """``olu-worker run`` under :mod:`tests.reliability.noise_tap`."""
 
-    def start(self) -> "TappedWorker":
+    def start(self) -> TappedWorker:
         full = {k: v for k, v in os.environ.items()
                 if not k.startswith(("OLU_", "AWS_")) and k != "KAFKA_BOOTSTRAP_SERVERS"}
         full.update(self.env)
@@ -299,7 +312,7 @@ def test_local_broker_sasl_listener_configuration():
     plain = KafkaBroker()
     assert plain.sasl_port is None and "SASL" not in plain.server_properties()["listeners"]
     with pytest.raises(RuntimeError):
-        plain.sasl_bootstrap_servers
+        _ = plain.sasl_bootstrap_servers
     for user, password in [("alice", 'a"b'), ("alice", "a;b"), ("al ice", "x"), ("alice", ""), ("", "x")]:
         with pytest.raises(ValueError):
             KafkaBroker(sasl_users={user: password})

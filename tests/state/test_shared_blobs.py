@@ -15,10 +15,10 @@ from obstore.store import MemoryStore
 
 from tests.olu.helpers import synthetic_stream
 from tests.state.test_snapshots import raw, snaps  # noqa: F401  (fixtures)
-from worker.olu.core import index as index_module
-from worker.olu.privacy import ledger as ledger_module
 from worker.olu import load_model
 from worker.olu.algorithms.passive import PassiveOLU
+from worker.olu.core import index as index_module
+from worker.olu.privacy import ledger as ledger_module
 from worker.state import store as store_module
 from worker.state.exceptions import SnapshotCorrupt
 from worker.state.store import SnapshotStore

@@ -15,8 +15,8 @@ from obstore.store import LocalStore, MemoryStore, S3Store
 
 import worker.state.store as store_module
 from worker.devtools.s3_local import SeaweedS3
-from worker.state.codec import decode, encode
 from worker.state.backends import DEFAULT_RETRY
+from worker.state.codec import decode, encode
 from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt, StorageUnavailable
 from worker.state.store import (
     GROUP_LAYOUT_VERSION,
@@ -138,10 +138,9 @@ def test_unrelated_and_nested_objects_are_ignored(snaps, raw):
 
 
 def test_real_model_state_survives(snaps):
+    from tests.olu.helpers import synthetic_stream
     from worker.olu import load_model
     from worker.olu.algorithms.passive import PassiveOLU
-
-    from tests.olu.helpers import synthetic_stream
 
     kw = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
     ids, X, y = synthetic_stream(200, 4, seed=3)

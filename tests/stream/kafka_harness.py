@@ -42,9 +42,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from worker.config import load_settings
-from worker.olu.exceptions import BudgetExhausted
 from worker.olu import ALGORITHMS, load_model
-from worker.olu.exceptions import InvalidExample
+from worker.olu.exceptions import BudgetExhausted, InvalidExample
 from worker.state.codec import decode
 from worker.state.store import SnapshotStore
 from worker.stream.decode import Insert, decode_event
@@ -384,7 +383,7 @@ class WorkerProcess:
         self._log = None
         self._http_port: int | None = None
 
-    def start(self) -> "WorkerProcess":
+    def start(self) -> WorkerProcess:
         full = {k: v for k, v in os.environ.items()
                 if not k.startswith(("OLU_", "AWS_")) and k != "KAFKA_BOOTSTRAP_SERVERS"}
         full.update(self.env)

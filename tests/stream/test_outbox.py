@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from confluent_kafka import Message
 
+import worker.stream.outbox as outbox_module
 from worker.config import load_settings
 from worker.olu import PassiveOLU
 from worker.state.exceptions import SnapshotConflict, StorageUnavailable
 from worker.state.store import SnapshotStore, open_store
-import worker.stream.outbox as outbox_module
 from worker.stream.exceptions import NotAttempted
 from worker.stream.outbox import Outbox
 from worker.stream.partition import PartitionRunner

@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 
 from tests.stream.kafka_harness import (
-    WorkerProcess, covered, end_offsets, event_stream, produce, releases, releases_by_partition, topics_for,
-    wait_for, worker_env,
+    WorkerProcess,
+    covered,
+    end_offsets,
+    event_stream,
+    produce,
+    releases,
+    releases_by_partition,
+    topics_for,
+    wait_for,
+    worker_env,
 )
 from worker.client import ParamsSubscriber
 

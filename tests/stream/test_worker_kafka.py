@@ -21,14 +21,34 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.infra.schema_samples import decode_headers, validate
 from tests.stream.kafka_harness import (
-    DIM, SnapshotStore, Topics, WorkerProcess, assert_identical_duplicates, covered, create_topics,
-    delete_topics, end_offsets, event_stream, input_by_partition, newest_full, post_states_from_deltas, produce,
-    post_states_from_releases, read_topic, releases, releases_by_partition, replay_partition, settings_of,
-    stored_objects, verify_against_oracle, wait_for, worker_env,
+    DIM,
+    SnapshotStore,
+    Topics,
+    WorkerProcess,
+    assert_identical_duplicates,
+    covered,
+    create_topics,
+    delete_topics,
+    end_offsets,
+    event_stream,
+    input_by_partition,
+    newest_full,
+    post_states_from_deltas,
+    post_states_from_releases,
+    produce,
+    read_topic,
+    releases,
+    releases_by_partition,
+    replay_partition,
+    settings_of,
+    stored_objects,
+    verify_against_oracle,
+    wait_for,
+    worker_env,
 )
 from worker import __version__
-from worker.olu.privacy.accountant import noise_multiplier
 from worker.olu import ALGORITHMS
+from worker.olu.privacy.accountant import noise_multiplier
 from worker.state.store import open_store
 
 pytestmark = pytest.mark.kafka

@@ -20,7 +20,14 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from tests.infra.schema_samples import decode_headers, validate
 from tests.stream.kafka_harness import (
-    Topics, WorkerProcess, covered, end_offsets, event_stream, read_topic, wait_for, worker_env,
+    Topics,
+    WorkerProcess,
+    covered,
+    end_offsets,
+    event_stream,
+    read_topic,
+    wait_for,
+    worker_env,
 )
 
 pytestmark = pytest.mark.kafka

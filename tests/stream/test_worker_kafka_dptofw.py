@@ -14,8 +14,20 @@ import numpy as np
 import pytest
 
 from tests.stream.kafka_harness import (
-    WorkerProcess, assert_identical_duplicates, assert_same_state, covered, end_offsets, event_stream,
-    input_by_partition, produce, releases, settings_of, stored_objects, topics_for, wait_for, worker_env,
+    WorkerProcess,
+    assert_identical_duplicates,
+    assert_same_state,
+    covered,
+    end_offsets,
+    event_stream,
+    input_by_partition,
+    produce,
+    releases,
+    settings_of,
+    stored_objects,
+    topics_for,
+    wait_for,
+    worker_env,
 )
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.exceptions import InvalidExample

@@ -20,8 +20,19 @@ import pytest
 
 from tests.infra.schema_samples import decode_headers, validate
 from tests.stream.kafka_harness import (
-    WorkerProcess, covered, delete, end_offsets, event_stream, produce, read_topic, releases, stored_objects,
-    topics_for, verify_against_oracle, wait_for, worker_env,
+    WorkerProcess,
+    covered,
+    delete,
+    end_offsets,
+    event_stream,
+    produce,
+    read_topic,
+    releases,
+    stored_objects,
+    topics_for,
+    verify_against_oracle,
+    wait_for,
+    worker_env,
 )
 from worker.state.store import SnapshotStore, open_store
 

@@ -16,9 +16,23 @@ import pytest
 
 from tests.infra.schema_samples import validate
 from tests.stream.kafka_harness import (
-    BackgroundProducer, WorkerProcess, assert_identical_duplicates, covered, end_offsets, event_stream, insert,
-    newest_full, produce, read_topic, releases, releases_by_partition, settings_of, topics_for,
-    verify_against_oracle, wait_for, worker_env,
+    BackgroundProducer,
+    WorkerProcess,
+    assert_identical_duplicates,
+    covered,
+    end_offsets,
+    event_stream,
+    insert,
+    newest_full,
+    produce,
+    read_topic,
+    releases,
+    releases_by_partition,
+    settings_of,
+    topics_for,
+    verify_against_oracle,
+    wait_for,
+    worker_env,
 )
 from worker.olu.privacy.accountant import noise_multiplier
 from worker.state.store import SnapshotStore, open_store
@@ -159,7 +173,7 @@ def test_sigkill_mid_stream_restarts_to_bit_identical_state(kafka_bootstrap, kaf
         assert len(versions) > len(set(versions)), "no deletion release was republished after a restart"
     snapshots = _snapshots(tmp_path, group)
     results = verify_against_oracle(kafka_bootstrap, topics, snapshots, env, committed)
-    for p, replayed in results.items():
+    for replayed in results.values():
         assert replayed.noised_deletes and replayed.from_delta
         assert [e["i"] for e in replayed.model.ledger] == list(range(1, len(replayed.noised_deletes) + 1))
 

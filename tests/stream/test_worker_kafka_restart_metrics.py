@@ -19,8 +19,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.infra.schema_samples import validate
 from tests.stream.kafka_harness import (
-    DIM, Topics, WorkerProcess, covered, create_topics, delete, delete_topics, end_offsets, insert, produce,
-    releases, wait_for, worker_env,
+    DIM,
+    Topics,
+    WorkerProcess,
+    covered,
+    create_topics,
+    delete,
+    delete_topics,
+    end_offsets,
+    insert,
+    produce,
+    releases,
+    wait_for,
+    worker_env,
 )
 
 pytestmark = pytest.mark.kafka

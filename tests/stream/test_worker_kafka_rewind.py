@@ -17,8 +17,18 @@ import uuid
 import pytest
 
 from tests.stream.kafka_harness import (
-    WorkerProcess, covered, delete, end_offsets, event_stream, produce, releases, stored_objects, topics_for,
-    verify_against_oracle, wait_for, worker_env,
+    WorkerProcess,
+    covered,
+    delete,
+    end_offsets,
+    event_stream,
+    produce,
+    releases,
+    stored_objects,
+    topics_for,
+    verify_against_oracle,
+    wait_for,
+    worker_env,
 )
 from worker.state.store import SnapshotStore, open_store
 

@@ -16,11 +16,22 @@ import pytest
 
 from tests.infra.schema_samples import validate
 from tests.stream.kafka_harness import (
-    WorkerProcess, committed_offsets, covered, delete, end_offsets, event_stream, insert, produce, releases,
-    releases_by_partition, stored_objects, verify_against_oracle, wait_for,
+    WorkerProcess,
+    committed_offsets,
+    covered,
+    delete,
+    end_offsets,
+    event_stream,
+    insert,
+    produce,
+    releases,
+    releases_by_partition,
+    stored_objects,
+    verify_against_oracle,
+    wait_for,
+    worker_on_s3,
 )
 from tests.stream.kafka_harness import latest_version as _latest_version
-from tests.stream.kafka_harness import worker_on_s3
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 

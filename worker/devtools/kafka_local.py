@@ -132,7 +132,8 @@ def _run_maven(pom: Path, libs: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False)
     if proc.returncode != 0:
         output = (proc.stdout + proc.stderr).strip().splitlines()
-        raise RuntimeError(f"Maven failed ({proc.returncode}): {' '.join(cmd)}\n" + "\n".join(output[-_LOG_TAIL_LINES:]))
+        tail = "\n".join(output[-_LOG_TAIL_LINES:])
+        raise RuntimeError(f"Maven failed ({proc.returncode}): {' '.join(cmd)}\n{tail}")
 
 
 # ------------------------------------------------------------------------- broker

@@ -99,7 +99,7 @@ def _set_pdeathsig() -> None:
 def _sigv4_headers(method: str, host: str, path: str, access_key: str, secret_key: str,
                    region: str, body: bytes = b"") -> dict[str, str]:
     """AWS Signature V4 headers for a path-style request with no query string."""
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     payload_hash = hashlib.sha256(body).hexdigest()
     signed = "host;x-amz-content-sha256;x-amz-date"

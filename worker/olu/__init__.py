@@ -27,7 +27,8 @@ from .privacy.accountant import PrivacyAccountant
 from .registry import ALGORITHMS, load_model
 
 __all__ = [
-    "ALGORITHMS", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart", "DPTreeOnlineFrankWolfe",
+    "ALGORITHMS", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart",
+    "DPTreeOnlineFrankWolfe",
     "ExampleStore", "InvalidExample", "InvalidState", "MemoryPair", "OLUError", "OnlineUnlearner", "PassiveOLU",
     "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant", "Retrain", "RewindToDelete", "RidgeNewton", "load_model",
 ]

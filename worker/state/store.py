@@ -73,7 +73,7 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import obstore
@@ -81,7 +81,16 @@ import orjson
 from obstore.exceptions import AlreadyExistsError, GenericError, JoinError
 
 from .backends import open_store, sync_local  # noqa: F401  (open_store: the state API)
-from .blobs import BLOB_FETCH_THREADS, BLOB_NAME, BLOB_PIECE_BYTES, DELETE_BATCH, Pacer, blob_lists, group_ident, row_pieces
+from .blobs import (
+    BLOB_FETCH_THREADS,
+    BLOB_NAME,
+    BLOB_PIECE_BYTES,
+    DELETE_BATCH,
+    Pacer,
+    blob_lists,
+    group_ident,
+    row_pieces,
+)
 from .codec import decode, encode
 from .exceptions import CorruptSnapshot, SnapshotConflict, SnapshotCorrupt, StorageUnavailable
 from .objects import misplaced, newer_format, same_arrays
@@ -225,7 +234,7 @@ class SnapshotStore:
             return known[1]
         return None
 
-    def _put_group(self, where: str, arrays: dict, pacer: "Pacer") -> tuple[tuple[str, ...], int]:
+    def _put_group(self, where: str, arrays: dict, pacer: Pacer) -> tuple[tuple[str, ...], int]:
         """Store one shared group (once), in row pieces; returns (blob names, bytes written now)."""
         known = self._stored(where, arrays)
         if known is not None:
@@ -286,7 +295,7 @@ class SnapshotStore:
         key = self.key(topic, partition, kind, offset)
         started = time.monotonic()
         envelope = self._envelope(kind, topic, partition, offset, layout)
-        created_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+        created_at = datetime.now(UTC).isoformat(timespec="microseconds")
         content = {"meta": header, **({"shared": shared_refs} if shared_refs else {})}
         blob = encode({"snapshot": {**envelope, "created_at": created_at}, **content}, arrays)
         size = len(blob)

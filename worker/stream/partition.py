@@ -171,7 +171,8 @@ class PartitionRunner:
                 continue
             if isinstance(event, Insert):  # not expected (the fast path mirrors decode_event), never lost
                 kind, ts = msg.timestamp()
-                single = InsertRun(i, [event.id], np.array([event.x], np.float64), np.array([event.y]), ts if kind else 0)
+                single = InsertRun(i, [event.id], np.array([event.x], np.float64), np.array([event.y]),
+                                   ts if kind else 0)
                 self._apply_inserts(single, messages, i - 1, out)
                 continue
             if not self._delete(msg, event, out):

@@ -2,7 +2,8 @@
 
 Two algorithms (docs/algorithms.md 4), both for mu-strongly convex, beta-smooth, L-Lipschitz losses
 (``l2 > 0``), with gradient steps of size eta_gd = 2/(beta + mu) and contraction
-gamma* = (beta - mu)/(beta + mu) (docs/algorithms.md 4.1, docs/guarantee.md 1.2; [P0]'s printed 1/(beta + mu) is not used):
+gamma* = (beta - mu)/(beta + mu) (docs/algorithms.md 4.1, docs/guarantee.md 1.2; [P0]'s printed
+1/(beta + mu) is not used):
 
 - :class:`ActiveD2D` (``"active-d2d"``): [P0] Algorithm 2, two-phase descent-to-delete on the
   average loss of the retained examples (docs/algorithms.md 5).
@@ -81,11 +82,11 @@ import math
 
 import numpy as np
 
-from ..privacy.accountant import PrivacyAccountant
 from ..core.base import Deletion, OnlineUnlearner
-from ..exceptions import ConfigError, InvalidState
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, record_outcome, replay_ogd, store_arrays
+from ..exceptions import ConfigError, InvalidState
+from ..privacy.accountant import PrivacyAccountant
 
 ORDER_FALLBACKS = ("retrain", "restart", "passive")
 

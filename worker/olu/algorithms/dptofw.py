@@ -34,8 +34,10 @@ accountant.py), the same conversion as every other algorithm. To configure a tar
 delta) instead, pass ``eps = rho_for_epsilon(epsilon, delta)`` (docs/calibration.md 6.3's Bun-Steinke inversion).
 Errata followed: the sum form of d_t (d_1 = grad/2, docs/algorithms.md 11.7: the sensitivity proof is for it);
 Lemma 2.1's constant 2 log(1/delta) in the paper calibration, not the classical 2 ln(1.25/delta)
-(docs/algorithms.md 11.7); kappa = 1 and the identity norm for p = 2, so neither the Gamma-scale typo (docs/algorithms.md 11.7) nor
-the q+ index (docs/algorithms.md 11.7) can arise; the paper's experimental noise levels are not used (docs/algorithms.md 11.7).
+(docs/algorithms.md 11.7); kappa = 1 and the identity norm for p = 2, so neither the Gamma-scale typo
+(docs/algorithms.md 11.7) nor
+the q+ index (docs/algorithms.md 11.7) can arise; the paper's experimental noise levels are not used
+(docs/algorithms.md 11.7).
 
 Horizon and deletions (docs/algorithms.md 11.5)
 --------------------------------
@@ -56,9 +58,9 @@ import math
 
 import numpy as np
 
-from ..privacy.accountant import rdp_to_dp
 from ..core.base import Deletion, OnlineUnlearner
 from ..exceptions import ConfigError, InvalidState
+from ..privacy.accountant import rdp_to_dp
 from ..privacy.tree import NodeNoise, TreeAggregator, record_levels, tree_levels
 
 __all__ = [
@@ -70,7 +72,8 @@ CALIBRATIONS = ("zcdp", "paper")
 DEFAULT_HORIZON = 1_000_000
 
 
-# ----------------------------------------------------------------------- calibration (docs/calibration.md 6.3, docs/accounting.md 5.2)
+# ----------------------------------------------------------------------- calibration (docs/calibration.md 6.3,
+# docs/accounting.md 5.2)
 def rho_for_epsilon(epsilon: float, delta: float) -> float:
     """rho* with rho + 2 sqrt(rho ln(1/delta)) = epsilon (Bun-Steinke; docs/calibration.md 6.3).
 
@@ -85,7 +88,7 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
 def zcdp_sigma(sensitivity: float, levels: int, rho: float) -> float:
     """Per-node std so that ``levels`` nodes of l2 sensitivity ``sensitivity`` spend ``rho`` (docs/calibration.md 6.3).
 
-    >>> round(zcdp_sigma(2.0, 15, rho_for_epsilon(1.0, 1e-4)), 1)  # docs/calibration.md 6.3, n = 10^4: 34.1 (beta D + L)
+    >>> round(zcdp_sigma(2.0, 15, rho_for_epsilon(1.0, 1e-4)), 1)  # n = 10^4: 34.1 (beta D + L)
     34.1
     """
     return sensitivity * math.sqrt(levels / (2.0 * rho))

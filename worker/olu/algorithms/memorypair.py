@@ -6,9 +6,11 @@ Implements "Mo Memory, Mo Problems" (docs/algorithms.md 9) with the corrections 
   every per-sample loss is lambda-strongly convex and every curvature pair has
   ``y.s >= lambda ||s||^2`` (the positive-curvature lemma holds; the unregularised squared
   loss violates it).
-- **Insert** ([MemoryPair] Algorithm 1, docs/algorithms.md 9.1): ``g_old = grad(theta; x, y)``, ``d = direction(g_old)``,
-  ``theta <- Proj_K(theta + alpha_t d)`` (the projection the analysis assumes and the pseudocode omits, docs/algorithms.md 9.1), ``g_new = grad(theta_new; x, y)`` on the same sample, and the pair
-  ``(s, g_new - g_old)`` joins the memory tagged with the record that made it (``pair_src``, docs/algorithms.md 9.1).
+- **Insert** ([MemoryPair] Algorithm 1, docs/algorithms.md 9.1): ``g_old = grad(theta; x, y)``,
+  ``d = direction(g_old)``, ``theta <- Proj_K(theta + alpha_t d)`` (the projection the analysis
+  assumes and the pseudocode omits, docs/algorithms.md 9.1), ``g_new = grad(theta_new; x, y)`` on
+  the same sample, and the pair ``(s, g_new - g_old)`` joins the memory tagged with the record that
+  made it (``pair_src``, docs/algorithms.md 9.1).
   Step size (derived): ``alpha_t = min(1, d/(t + t0))`` with the strongly convex schedule's t0,
   or the constant ``alpha`` of Algorithm 1 with ``schedule="constant"``. An online Newton step
   tracking the running ERM is ``(1/t) Hbar^{-1} g`` with Hbar the *average* Hessian, but the
@@ -20,8 +22,8 @@ Implements "Mo Memory, Mo Problems" (docs/algorithms.md 9) with the corrections 
   (``1/lambda`` with no pair), capped at ``1/lambda``, and the result clipped to
   ``||d|| <= ||g|| / lambda``, which enforces ``||B^{-1}|| <= 1/lambda`` on every direction used
   (docs/algorithms.md 9.2; [MemoryPair] Lemma 5.3 then gives ``||d|| <= L/lambda``).
-- **Delete** ([MemoryPair] Algorithm 2, docs/algorithms.md 9.3): check the odometer; fetch the record's ``(x, y)`` from the
-  retained examples; **purge every curvature pair the record made, before computing the
+- **Delete** ([MemoryPair] Algorithm 2, docs/algorithms.md 9.3): check the odometer; fetch the record's ``(x, y)``
+  from the retained examples; **purge every curvature pair the record made, before computing the
   direction** (docs/algorithms.md 9.3: a pair of the squared loss holds a scaled copy of ``x``); ``g`` at
   the current theta, ``d = direction(g)``, ``theta <- Proj_K(theta - c d)`` with ``c = 1`` (the
   paper's full step, ``removal="unit"``) or ``c = 1/n_live`` (Newton removal for the retained
@@ -56,7 +58,8 @@ vacated rows zeroed at once; stored snapshots holding either are purged by the w
 purge bound (``keeps_examples``). The iterate and the *other* pairs were computed at iterates
 the record influenced; that influence is what the noise (or a retrain) covers.
 
-Not implemented: the sample-complexity prediction gate and the regret-side capacity of docs/algorithms.md 9.5; capacity here is the privacy side ``m - k`` only.
+Not implemented: the sample-complexity prediction gate and the regret-side capacity of docs/algorithms.md 9.5;
+capacity here is the privacy side ``m - k`` only.
 """
 
 from __future__ import annotations
@@ -66,11 +69,11 @@ import math
 import numpy as np
 
 from ..core.base import Deletion, OnlineUnlearner
-from ..exceptions import BudgetExhausted, ConfigError, InvalidState
 from ..core.examples import ExampleStore
-from ..privacy.odometer import DeletionOdometer, zcdp_to_dp
 from ..core.replay import load_store, record_outcome, store_arrays
 from ..core.schedules import Constant, StronglyConvex
+from ..exceptions import BudgetExhausted, ConfigError, InvalidState
+from ..privacy.odometer import DeletionOdometer, zcdp_to_dp
 
 ON_BUDGET = ("retrain", "refuse")
 REMOVALS = ("inverse-n", "unit")
@@ -142,7 +145,8 @@ class CurvaturePairs:
         self.n = 0
 
     def direction(self, g: np.ndarray) -> np.ndarray:
-        """``d = -H g`` by the two-loop recursion, with ``||d|| <= ||g|| / lambda`` enforced (docs/algorithms.md 9.2)."""
+        """``d = -H g`` by the two-loop recursion, with ``||d|| <= ||g|| / lambda`` enforced
+        (docs/algorithms.md 9.2)."""
         n, S, Y = self.n, self.S, self.Y
         inv_lam = 1.0 / self.lam
         q = np.array(g, np.float64)
@@ -254,7 +258,8 @@ class MemoryPair(OnlineUnlearner):
         return min(1.0, self.dim / (t + self.schedule.t0))
 
     def sensitivity_bound(self, copies: int = 1) -> float:
-        """Fixed sensitivity of one deletion: ``min(copies L / lambda, D)`` (docs/calibration.md 6.1, [MemoryPair] Lemma 5.3)."""
+        """Fixed sensitivity of one deletion: ``min(copies L / lambda, D)`` (docs/calibration.md 6.1, [MemoryPair]
+        Lemma 5.3)."""
         return min(copies * self.constants.L / self.loss.lam, self.ball.diameter)
 
     # ------------------------------------------------------------- learning

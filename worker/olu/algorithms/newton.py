@@ -56,9 +56,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.base import Deletion, OnlineUnlearner
-from ..exceptions import ConfigError, InvalidState
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, record_outcome, store_arrays
+from ..exceptions import ConfigError, InvalidState
 
 _BITS = 31
 _LO_MASK = (1 << _BITS) - 1

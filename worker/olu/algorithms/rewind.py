@@ -24,8 +24,9 @@ docs/guarantee.md 2.2 (the same algorithm on the masked stream, deleted examples
 same indices, same deletion times) takes the same route at the same time:
 
 1. ``rewind`` (the record is fitted, m_cum + its copies <= capacity): R2D Algorithm 2. Rewind to
-   theta_{T-K} of the *original* trajectory on D (docs/algorithms.md 10.2: every deletion of the generation restarts from
-   that same checkpoint and runs K fresh steps on the cumulative retained set D \\ Z_cum, docs/algorithms.md 10.2), add N(0, sigma^2 I), project onto K (post-processing), then replay OGD over the retained
+   theta_{T-K} of the *original* trajectory on D (docs/algorithms.md 10.2: every deletion of the generation
+   restarts from that same checkpoint and runs K fresh steps on the cumulative retained set D \\ Z_cum),
+   add N(0, sigma^2 I), project onto K (post-processing), then replay OGD over the retained
    online rows (u > t_fit) at their own steps. The replay is one deterministic map applied to both the
    real and the reference output, so it keeps docs/calibration.md 6.2's guarantee; ``base`` becomes the result and
    ``t_base = tau``. Outcome ``noised``, with shift Delta(K, m_cum) (docs/calibration.md 6.2).
@@ -70,7 +71,9 @@ Renyi slope. The generation's deletion capacity is that m (docs/calibration.md 6
 anticipated group; one more fitted deletion takes the refit route). It is a public constant,
 not docs/calibration.md 6.2's "largest m with epsilon(m) <= eps" (``fit["a3_capacity"]``, never smaller): that one
 depends on n, which differs in the reference process, and routing on it would let the two
-processes take different routes. The reported epsilon is epsilon(m_cum) recomputed from docs/calibration.md 6.2 (docs/accounting.md 4: not additive over deletions, and each released output is certified on its own, docs/accounting.md 4); it never
+processes take different routes. The reported epsilon is epsilon(m_cum) recomputed from docs/calibration.md 6.2
+(docs/accounting.md 4: not additive over deletions, and each released output is certified on its own,
+docs/accounting.md 4); it never
 exceeds ``eps`` since m_cum <= m. sigma = 0 gives K = T: every rewind is a noiseless retraining
 from theta_0.
 
@@ -79,7 +82,8 @@ eta <= min{1/L, n/(2(n-m)L)} for every m < n [derived]. Projection onto the ball
 non-expansive, so Lemmas B.2 and B.3 hold for projected GD unchanged [derived]. The default
 eta = min(1/(2 beta), 2/(beta T)) keeps (1 + eta beta)^T <= e^2: h(K) grows like (1 + eta beta)^T, and a
 larger eta T makes every useful K close to T (docs/calibration.md 6.2). For our convex losses the nonconvex bound is
-conservative (docs/algorithms.md 10.4: GD is non-expansive there), but it is the certified one (docs/calibration.md 6.2).
+conservative (docs/algorithms.md 10.4: GD is non-expansive there), but it is the certified one
+(docs/calibration.md 6.2).
 
 What is kept, and what a deletion purges (docs/algorithms.md 10.4)
 ------------------------------------------------------------
@@ -119,12 +123,12 @@ import math
 
 import numpy as np
 
-from ..privacy.analysis import rewind as r2d
-from .active import average_loss_descent
 from ..core.base import Deletion, OnlineUnlearner
-from ..exceptions import ConfigError, InvalidState
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, replay_rows, store_arrays
+from ..exceptions import ConfigError, InvalidState
+from ..privacy.analysis import rewind as r2d
+from .active import average_loss_descent
 
 ROUTES = ("rewind", "replay", "refit")  # the "route" of each ledger entry (module docstring)
 
@@ -142,7 +146,8 @@ class RewindToDelete(OnlineUnlearner):
     calibration = "rewind"
     example_params = {"retrain_every": 20, "train_steps": 10}
     keeps_examples = True
-    settings = {"max_deletions": "max_deletions", "retrain_every": "retrain_every", "train_steps": "train_steps", "noise_sigma": "noise_sigma"}
+    settings = {"max_deletions": "max_deletions", "retrain_every": "retrain_every", "train_steps": "train_steps",
+                "noise_sigma": "noise_sigma"}
 
     def __init__(self, dim: int, *, retrain_every: int = 1000, train_steps: int = 100,
                  train_step: float | None = None, noise_sigma: float = 0.05, max_deletions: int = 10,
@@ -167,7 +172,8 @@ class RewindToDelete(OnlineUnlearner):
         elif isinstance(train_step, bool) or not (isinstance(train_step, (int, float)) and math.isfinite(train_step)
                                                   and 0 < train_step <= limit * (1 + 1e-12)):
             raise ConfigError(f"train_step must be a number in (0, 1/(2 beta)] = (0, {limit:.6g}] "
-                              f"(docs/algorithms.md 10.4: eta <= min(1/L, n/(2(n-m)L)) for every m), got {train_step!r}")
+                              f"(docs/algorithms.md 10.4: eta <= min(1/L, n/(2(n-m)L)) for every m), "
+                              f"got {train_step!r}")
         else:
             self.eta_gd = float(train_step)
         self.examples = ExampleStore(dim)
@@ -195,7 +201,8 @@ class RewindToDelete(OnlineUnlearner):
         return float(self.config["noise_sigma"])
 
     def _constants(self, n: int) -> dict:
-        """The public inputs of docs/calibration.md 6.2 for a generation of n rows (R2D's L = beta, G = L; docs/calibration.md 6.2)."""
+        """The public inputs of docs/calibration.md 6.2 for a generation of n rows (R2D's L = beta, G = L;
+        docs/calibration.md 6.2)."""
         return dict(n=n, T=self.train_steps, eta=self.eta_gd, smooth=self.constants.beta,
                     grad_bound=self.constants.L)
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..privacy.accountant import PrivacyAccountant
-from .domain import Ball, FeatureBound
 from ..exceptions import ConfigError, InvalidState
-from .index import AppliedIndex, KeySet, record_key
+from ..privacy.accountant import PrivacyAccountant
 from ..privacy.ledger import Ledger
-from .losses import make_loss
+from .domain import Ball, FeatureBound
+from .index import AppliedIndex, KeySet, record_key
 from .kernels.loader import compiled
+from .losses import make_loss
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 
 # 3: the ledger in sealed segments (ledger.py), tombstones as base + recent (index.KeySet);
@@ -213,8 +213,9 @@ class OnlineUnlearner:
         self.z, self.t = z, t
         self.counters["applied"] += applied
         self.counters["skipped_deleted"] += consumed - applied
-        if applied and (getattr(self._after_learn, "__func__", None) is not OnlineUnlearner._after_learn
-                        or getattr(self._after_learn_batch, "__func__", None) is not OnlineUnlearner._after_learn_batch):
+        hooked = (getattr(self._after_learn, "__func__", None) is not OnlineUnlearner._after_learn
+                  or getattr(self._after_learn_batch, "__func__", None) is not OnlineUnlearner._after_learn_batch)
+        if applied and hooked:
             rows = np.flatnonzero(steps[:consumed])
             self._after_learn_batch(np.asarray(keys, np.uint64)[rows], steps[rows], np.asarray(X)[rows],
                                     np.asarray(y, np.float64)[rows])
@@ -386,7 +387,7 @@ class OnlineUnlearner:
         return len(self.ledger)
 
     @classmethod
-    def from_state(cls, state: dict, noise_rng: np.random.Generator | None = None) -> "OnlineUnlearner":
+    def from_state(cls, state: dict, noise_rng: np.random.Generator | None = None) -> OnlineUnlearner:
         """Rebuild a model from ``export_state()`` (this class or a subclass, as the state names);
         raises ``InvalidState`` on anything inconsistent. Any algorithm: ``worker.olu.load_model``."""
         try:

@@ -246,7 +246,7 @@ class ExampleStore:
                 "keys": self._keys[:n].copy()}
 
     @classmethod
-    def from_arrays(cls, arrays: dict, dim: int | None = None) -> "ExampleStore":
+    def from_arrays(cls, arrays: dict, dim: int | None = None) -> ExampleStore:
         """Rebuild from :meth:`to_arrays`; raises ``ValueError`` on anything inconsistent."""
         X = np.asarray(arrays["X"])
         if X.ndim != 2 or X.dtype != np.float64:

@@ -263,7 +263,7 @@ class AppliedIndex:
         return arrays, shared
 
     @classmethod
-    def load(cls, arrays: dict, shared: dict | None = None) -> "AppliedIndex":
+    def load(cls, arrays: dict, shared: dict | None = None) -> AppliedIndex:
         """Inverse of :meth:`export` (also reads the older one-array layout); ValueError if inconsistent.
 
         The shared run arrays are adopted, not copied: the caller hands them over.
@@ -319,7 +319,8 @@ def _checked_run(name: str, keys, steps, dead) -> Run:
         raise ValueError(f"{name}: keys are not sorted")
     if not steps.all():
         raise ValueError(f"{name}: a zero step")
-    if dead.ndim != 1 or (len(dead) and (dead.min() < 0 or dead.max() >= len(keys))) or len(np.unique(dead)) != len(dead):
+    if (dead.ndim != 1 or (len(dead) and (dead.min() < 0 or dead.max() >= len(keys)))
+            or len(np.unique(dead)) != len(dead)):
         raise ValueError(f"{name}: dead positions out of range or repeated")
     return Run(keys, steps, dead.tolist())
 
@@ -342,7 +343,8 @@ def merge_pair(a: Run, b: Run | None) -> Run:
     from .kernels.merge import merge_runs  # on first use: importing numba takes ~0.2 s
 
     empty_keys, empty_steps = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
-    bk, bs, bd = (b.keys, b.steps, b.dead_positions()) if b is not None else (empty_keys, empty_steps, np.zeros(0, np.int64))
+    no_dead = np.zeros(0, np.int64)
+    bk, bs, bd = (b.keys, b.steps, b.dead_positions()) if b is not None else (empty_keys, empty_steps, no_dead)
     keys, steps = merge_runs(a.keys, a.steps, a.dead_positions(), bk, bs, bd)
     return Run(keys, steps)
 
@@ -478,7 +480,7 @@ class KeySet:
         return self.recent.copy(), shared
 
     @classmethod
-    def load(cls, recent, shared: dict | None = None) -> "KeySet":
+    def load(cls, recent, shared: dict | None = None) -> KeySet:
         """Inverse of :meth:`export` (``recent`` alone: the one sorted array of older states).
         The base is adopted, not copied; ValueError if the two are inconsistent."""
         group = (shared or {}).get("tombstones_base")

@@ -1,4 +1,5 @@
-"""Privacy accountant for certified online learning-unlearning (docs/accounting.md 2.4, docs/accounting.md 1.1, docs/accounting.md 1.2, docs/accounting.md 6).
+"""Privacy accountant for certified online learning-unlearning (docs/accounting.md 2.4, docs/accounting.md 1.1,
+docs/accounting.md 1.2, docs/accounting.md 6).
 
 What is being counted
 ---------------------

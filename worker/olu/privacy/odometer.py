@@ -59,7 +59,7 @@ class DeletionOdometer:
         object.__setattr__(self, "delta", positive("delta", self.delta, upper=1.0))
 
     @classmethod
-    def from_dp(cls, epsilon: float, delta: float, capacity: int) -> "DeletionOdometer":
+    def from_dp(cls, epsilon: float, delta: float, capacity: int) -> DeletionOdometer:
         """The odometer whose whole budget converts to (epsilon, delta)-DP."""
         return cls(dp_to_zcdp(epsilon, delta), capacity, delta)
 
@@ -69,7 +69,8 @@ class DeletionOdometer:
         return self.rho_total / self.capacity
 
     def sigma_step(self, sensitivity: float) -> float:
-        """Per-deletion noise for a fixed, data-independent sensitivity (docs/calibration.md 6.1): ``Delta / sqrt(2 rho_step)``."""
+        """Per-deletion noise for a fixed, data-independent sensitivity (docs/calibration.md 6.1): ``Delta / sqrt(2
+        rho_step)``."""
         return gaussian_sigma(sensitivity, self.rho_step)
 
     def _k(self, k) -> int:

@@ -1,6 +1,7 @@
 """Tree-based aggregation (the binary mechanism): continual release of noisy prefix sums.
 
-docs/algorithms.md 11.3 (paper Algorithm 5, in the O(m d) streaming form of Chan-Shi-Song described in docs/algorithms.md 11.3). Record t closes exactly one dyadic block, the node at level ``level_closed_at(t)``;
+docs/algorithms.md 11.3 (paper Algorithm 5, in the O(m d) streaming form of Chan-Shi-Song described in
+docs/algorithms.md 11.3). Record t closes exactly one dyadic block, the node at level ``level_closed_at(t)``;
 that node gets fresh Gaussian noise once, and the prefix sum at t adds the ``popcount(t)`` live
 nodes picked by the bits of t. So each record enters at most ``m = ceil(log2 n) + 1`` noisy nodes
 over the horizon n, and at most ``record_levels(t) = floor(log2 t) + 1`` of them by time t
@@ -164,7 +165,7 @@ class TreeAggregator:
         return self._exact.copy()
 
     @classmethod
-    def restore(cls, dim: int, horizon: int, noise, t: int, exact: np.ndarray) -> "TreeAggregator":
+    def restore(cls, dim: int, horizon: int, noise, t: int, exact: np.ndarray) -> TreeAggregator:
         """Rebuild from ``t`` and :meth:`exact_sums`; the live nodes are re-formed bit-exactly."""
         tree = cls(dim, horizon, noise)
         exact = np.asarray(exact, dtype=np.float64)

@@ -182,7 +182,8 @@ def noise_sigma(K: int, *, eps: float, delta: float, n: int, m: int, T: int, eta
 
 def rewind_depth(sigma: float, *, eps: float, delta: float, n: int, m: int, T: int, eta: float, smooth: float,
                  grad_bound: float, mechanism: str = "auto") -> int:
-    """Smallest K in [0, T] with Delta(K, m) <= r*(eps, delta) sigma (docs/calibration.md 6.2, binary search on monotone h).
+    """Smallest K in [0, T] with Delta(K, m) <= r*(eps, delta) sigma (docs/calibration.md 6.2, binary search on
+    monotone h).
 
     K = T always qualifies (h(T) = 0: a noiseless full retrain from the checkpoint at step 0).
     """
