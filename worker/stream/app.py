@@ -127,7 +127,8 @@ class Worker:
         gc.freeze()
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error})
         if s.transactional:
-            self.transactions = Transactions(self.producer, settle=self._settle_deltas)
+            self.transactions = Transactions(self.producer, settle=self._settle_deltas,
+                                             transaction_timeout_ms=s.kafka.get("transaction.timeout.ms"))
         self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
                                   "error_cb": self._on_client_error, "on_commit": self._on_commit})
         self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
@@ -448,23 +449,25 @@ class Worker:
                 "deltas": 0 if restored is None else len(restored.deltas),
                 "skipped_snapshots": skipped,
             })
+        committed = None  # transactional mode reads the committed offsets once, for both uses
         if self.transactions is not None and restored_runners:
-            self.transactions.restore_committed(self.consumer, restored_runners,
-                                                self.settings.producer_config().get("transaction.timeout.ms"))
+            committed = self.transactions.restore_committed(self.consumer, restored_runners)
         consumer.incremental_assign(assignment)
-        self._export_lag(consumer, [self.runners[(tp.topic, tp.partition)] for tp in partitions])
+        self._export_lag(consumer, restored_runners, committed)
         self.metrics.set_assigned(len(self.runners))
         if self.health is not None:
             self.health.set_ready(True)
 
-    def _export_lag(self, consumer, runners) -> None:
+    def _export_lag(self, consumer, runners, committed=None) -> None:
         """Both lag gauges from the restored offsets: librdkafka's statistics know neither until
         this worker has consumed (application offset) and committed (committed offset), so a
-        restarted worker with nothing left to consume would never export them."""
+        restarted worker with nothing left to consume would never export them. ``committed``: the
+        group's offsets by (topic, partition) when already read, else they are asked for here."""
         deadline = time.monotonic() + LAG_QUERY_TIMEOUT_S
         try:
-            committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(
-                [TopicPartition(r.topic, r.partition) for r in runners], timeout=LAG_QUERY_TIMEOUT_S)}
+            if committed is None:
+                committed = {(tp.topic, tp.partition): tp for tp in consumer.committed(
+                    [TopicPartition(r.topic, r.partition) for r in runners], timeout=LAG_QUERY_TIMEOUT_S)}
             for r in runners:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -472,7 +475,8 @@ class Worker:
                 # the last stable offset (read_committed): what librdkafka's own lag is measured to
                 _, end = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=remaining,
                                                         cached=False)
-                done, position = committed.get((r.topic, r.partition), -1), r.next_offset or 0
+                tp = committed.get((r.topic, r.partition))
+                done, position = (tp.offset if tp is not None else -1), r.next_offset or 0
                 self.metrics.set_lag(r.topic, r.partition, committed=end - done if done >= 0 else None,
                                      processing=max(0, end - position) if end >= 0 else None)
         except KafkaException as exc:  # only the gauges wait for the statistics then
@@ -537,7 +541,6 @@ class Worker:
                     # consumer.close() below revokes the assignment: _on_revoke must not commit
                     # (no transaction is open) nor begin a new one.
                     self._end_transaction_round(dropped, force=True, last=True)
-                    self.transactions.done = True  # committed, or left open to be aborted: replayed
         finally:
             self._writer.shutdown(wait=True)
             self._delta_writer.shutdown(wait=True)

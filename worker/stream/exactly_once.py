@@ -121,12 +121,13 @@ class Transactions:
     partition's output position, and read back when partitions are assigned.
 
     ``settle(runner, timeout)``: wait for a runner's deletion deltas in flight and publish the
-    releases they unlock.
+    releases they unlock. ``transaction_timeout_ms``: the producer's transaction.timeout.ms, if set.
     """
 
-    def __init__(self, producer, *, settle):
+    def __init__(self, producer, *, settle, transaction_timeout_ms=None):
         self.producer, self._settle = producer, settle
-        self.done = False  # the final transaction is committed: start no other
+        self.timeout_s = int(transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS) / 1000
+        self.done = False  # no transaction after the last one: start no other
         producer.init_transactions(30)
         self._begin()
 
@@ -141,6 +142,16 @@ class Transactions:
         when ``force``d) the deltas are waited for. ``last``: begin no new transaction."""
         if self.done:
             return True
+        committed = self._commit(runners, consumer, force)
+        if last:
+            # No transaction after this one; one left open (a delta not durable) is aborted by the
+            # next process with this transactional.id, and its input replayed.
+            self.done = True
+        elif committed:
+            self._begin()
+        return committed
+
+    def _commit(self, runners, consumer, force: bool) -> bool:
         if any(r.outbox.holding for r in runners):
             if not force and time.monotonic() - self.began < TRANSACTION_MAX_OPEN_S:
                 return False
@@ -154,21 +165,16 @@ class Transactions:
         if offsets:
             self.producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
         self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
-        if last:
-            self.done = True
-        else:
-            self._begin()
         return True
 
-    @staticmethod
-    def restore_committed(consumer, runners, transaction_timeout_ms=None) -> None:
+    def restore_committed(self, consumer, runners) -> dict[tuple[str, int], TopicPartition]:
         """Read how far earlier transactions published each runner's output, so the replay from
-        its snapshot publishes none of it again."""
+        its snapshot publishes none of it again; returns the committed offsets read, by
+        (topic, partition)."""
         asked = [TopicPartition(r.topic, r.partition) for r in runners]
         # A dead process's open transaction holds the offsets back until it is aborted (the broker
         # answers "unstable offset" and the client retries): wait for it.
-        timeout_s = int(transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS) / 1000
-        got = consumer.committed(asked, timeout=timeout_s + COMMITTED_FETCH_MARGIN_S)
+        got = consumer.committed(asked, timeout=self.timeout_s + COMMITTED_FETCH_MARGIN_S)
         by_key = {(tp.topic, tp.partition): tp for tp in got}
         for runner in runners:
             tp = by_key[(runner.topic, runner.partition)]
@@ -181,3 +187,4 @@ class Transactions:
                 log.info("output committed by earlier transactions", extra={
                     "topic": runner.topic, "partition": runner.partition, "offset": committed.offset,
                     "released_version": committed.released_version, "replay_from": runner.next_offset})
+        return by_key
