@@ -1,12 +1,29 @@
 """Record keys of a batch of ids, compiled: BLAKE2b-64 of each id's UTF-8 bytes, bit-identical to
-:func:`worker.olu.core.index.record_key` (about 0.2 us an id against 0.6 us in a Python loop)."""
+:func:`worker.olu.core.index.record_key`.
+
+Ids of up to one block (128 bytes) are hashed four at a time, one per lane of 256-bit vectors
+(:func:`_compress_lanes`, written in LLVM IR: numba does not vectorise the rounds by itself), about
+70 to 100 ns an id against ~190 ns one at a time and ~600 ns for ``record_key`` in a Python loop.
+Longer ids take the scalar compression, block by block.
+
+:func:`ingest` is the compiled front of ``learn_many``: the ids of a batch, joined by NUL bytes,
+hashed, and the batch's rows and labels checked in one call; anything it does not pass untouched
+(a bad or NUL-holding id, a row near or over the norm bound, a bad label) sends the batch down the
+general path, which raises or clips exactly as before.
+"""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
+from ..domain import FeatureBound
 from ..index import MAX_ID_BYTES, record_key
+from ..losses import Logistic, Ridge
 from .jit import jit
 
 # BLAKE2b (RFC 7693) with an 8-byte digest and no key, i.e. hashlib.blake2b(raw, digest_size=8),
@@ -53,22 +70,124 @@ def _mix(a, b, c, d, x, y):
 
 @jit
 def _compress(h, m, counter, last):
+    """One BLAKE2b compression of block ``m`` into ``h``, every round written out: the message
+    words stay in registers (a loop over the rounds indexes them through _SIGMA, ~2x slower)."""
+    m0, m1, m2, m3, m4, m5, m6, m7 = m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]
+    m8, m9, m10, m11, m12, m13, m14, m15 = m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]
     v0, v1, v2, v3, v4, v5, v6, v7 = h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]
     v8, v9, v10, v11 = _IV[0], _IV[1], _IV[2], _IV[3]
     v12 = _IV[4] ^ counter  # the high 64 bits of the byte counter are 0 here
     v13 = _IV[5]
     v14 = ~_IV[6] if last else _IV[6]
     v15 = _IV[7]
-    for r in range(12):
-        s = _SIGMA[r]
-        v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m[s[0]], m[s[1]])
-        v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m[s[2]], m[s[3]])
-        v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m[s[4]], m[s[5]])
-        v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m[s[6]], m[s[7]])
-        v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m[s[8]], m[s[9]])
-        v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m[s[10]], m[s[11]])
-        v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m[s[12]], m[s[13]])
-        v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m[s[14]], m[s[15]])
+    # round 0
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m0, m1)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m2, m3)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m4, m5)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m6, m7)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m8, m9)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m10, m11)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m12, m13)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m14, m15)
+    # round 1
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m14, m10)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m4, m8)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m9, m15)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m13, m6)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m1, m12)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m0, m2)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m11, m7)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m5, m3)
+    # round 2
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m11, m8)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m12, m0)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m5, m2)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m15, m13)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m10, m14)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m3, m6)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m7, m1)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m9, m4)
+    # round 3
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m7, m9)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m3, m1)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m13, m12)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m11, m14)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m2, m6)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m5, m10)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m4, m0)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m15, m8)
+    # round 4
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m9, m0)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m5, m7)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m2, m4)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m10, m15)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m14, m1)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m11, m12)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m6, m8)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m3, m13)
+    # round 5
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m2, m12)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m6, m10)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m0, m11)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m8, m3)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m4, m13)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m7, m5)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m15, m14)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m1, m9)
+    # round 6
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m12, m5)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m1, m15)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m14, m13)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m4, m10)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m0, m7)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m6, m3)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m9, m2)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m8, m11)
+    # round 7
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m13, m11)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m7, m14)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m12, m1)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m3, m9)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m5, m0)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m15, m4)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m8, m6)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m2, m10)
+    # round 8
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m6, m15)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m14, m9)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m11, m3)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m0, m8)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m12, m2)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m13, m7)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m1, m4)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m10, m5)
+    # round 9
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m10, m2)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m8, m4)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m7, m6)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m1, m5)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m15, m11)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m9, m14)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m3, m12)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m13, m0)
+    # round 10
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m0, m1)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m2, m3)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m4, m5)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m6, m7)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m8, m9)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m10, m11)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m12, m13)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m14, m15)
+    # round 11
+    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m14, m10)
+    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m4, m8)
+    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m9, m15)
+    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m13, m6)
+    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m1, m12)
+    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m0, m2)
+    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m11, m7)
+    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m5, m3)
     h[0] ^= v0 ^ v8
     h[1] ^= v1 ^ v9
     h[2] ^= v2 ^ v10
@@ -100,26 +219,192 @@ def blake2b64(buf, begin, length, h, m):
     return h[0] if h[0] != 0 else np.uint64(1)  # record_key's "or 1": 0 marks a free slot
 
 
+LANES = 4  # ids hashed side by side: one 256-bit vector of uint64 per state word
+_BLOCK = 128
+_G = ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
+      (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14))
+
+
+@intrinsic
+def _compress_lanes(typingctx, v, m):
+    """The 12 rounds of BLAKE2b on LANES states at once: ``v`` and ``m`` are uint64[16 * LANES],
+    word i of lane l at ``i * LANES + l`` (state in place; message read)."""
+    sig = types.void(v, m)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        vec = ir.VectorType(i64, LANES)
+        vptr = builder.bitcast(context.make_array(signature.args[0])(context, builder, args[0]).data,
+                               vec.as_pointer())
+        mptr = builder.bitcast(context.make_array(signature.args[1])(context, builder, args[1]).data,
+                               vec.as_pointer())
+        v = [builder.load(builder.gep(vptr, [ir.Constant(i64, i)]), align=8) for i in range(16)]
+        m = [builder.load(builder.gep(mptr, [ir.Constant(i64, i)]), align=8) for i in range(16)]
+        fshr = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                              f"llvm.fshr.v{LANES}i64")
+
+        def rotr(x, n):
+            return builder.call(fshr, [x, x, ir.Constant(vec, [ir.Constant(i64, n)] * LANES)])
+
+        for r in range(12):
+            s = [int(i) for i in _SIGMA[r]]
+            for k, (a, b, c, d) in enumerate(_G):  # _mix, on vectors
+                va = builder.add(builder.add(v[a], v[b]), m[s[2 * k]])
+                vd = rotr(builder.xor(v[d], va), 32)
+                vc = builder.add(v[c], vd)
+                vb = rotr(builder.xor(v[b], vc), 24)
+                va = builder.add(builder.add(va, vb), m[s[2 * k + 1]])
+                vd = rotr(builder.xor(vd, va), 16)
+                vc = builder.add(vc, vd)
+                v[a], v[b], v[c], v[d] = va, rotr(builder.xor(vb, vc), 63), vc, vd
+        for i in range(16):
+            builder.store(v[i], builder.gep(vptr, [ir.Constant(i64, i)]), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@jit
+def _load_lane(v, m, lane, buf, begin, length):
+    """Set lane ``lane`` up for the one-block id buf[begin:begin + length] (1 <= length <= 128)."""
+    for i in range(16):
+        m[i * LANES + lane] = 0
+    for i in range(length):
+        m[(i >> 3) * LANES + lane] |= np.uint64(buf[begin + i]) << np.uint64((i & 7) * 8)
+    for i in range(8):
+        v[i * LANES + lane] = _IV[i]
+        v[(i + 8) * LANES + lane] = _IV[i]
+    v[lane] ^= _PARAM0
+    v[12 * LANES + lane] ^= np.uint64(length)  # the byte counter
+    v[14 * LANES + lane] = ~v[14 * LANES + lane]  # the last block
+
+
+@jit
+def _flush_lanes(v, m, filled, rows, out):
+    _compress_lanes(v, m)
+    for lane in range(filled):
+        key = _IV[0] ^ _PARAM0 ^ v[lane] ^ v[8 * LANES + lane]
+        out[rows[lane]] = key if key != 0 else np.uint64(1)  # record_key's "or 1"
+
+
+@jit
+def _hash_ranges(buf, starts, ends, selected, out):
+    """``out[k]`` = key of ``buf[starts[k]:ends[k]]`` for every k with ``selected[k]`` (an empty
+    ``selected``: every k); one-block ids four at a time, longer ones alone."""
+    v = np.empty(16 * LANES, np.uint64)
+    m = np.empty(16 * LANES, np.uint64)
+    h = np.empty(8, np.uint64)
+    hm = np.empty(16, np.uint64)
+    rows = np.empty(LANES, np.int64)
+    every = selected.shape[0] == 0
+    filled = 0
+    for k in range(starts.shape[0]):
+        if not every and not selected[k]:
+            continue
+        length = ends[k] - starts[k]
+        if length > _BLOCK:
+            out[k] = blake2b64(buf, starts[k], length, h, hm)
+            continue
+        _load_lane(v, m, filled, buf, starts[k], length)
+        rows[filled] = k
+        filled += 1
+        if filled == LANES:
+            _flush_lanes(v, m, filled, rows, out)
+            filled = 0
+    if filled:
+        _flush_lanes(v, m, filled, rows, out)
+
+
+_EVERY = np.zeros(0, np.bool_)
+
+
 @jit
 def blake2b64_many(buf, offsets):
     """Keys of the byte strings buf[offsets[k]:offsets[k+1]] (same value as ``record_key``)."""
-    n = offsets.shape[0] - 1
-    out = np.empty(n, np.uint64)
-    h = np.empty(8, np.uint64)
-    m = np.empty(16, np.uint64)
-    for k in range(n):
-        out[k] = blake2b64(buf, offsets[k], offsets[k + 1] - offsets[k], h, m)
+    out = np.empty(offsets.shape[0] - 1, np.uint64)
+    _hash_ranges(buf, offsets[:-1], offsets[1:], _EVERY, out)
     return out
 
 
 @jit
 def blake2b64_where(buf, offsets, selected, out):
     """``out[k]`` = key of ``buf[offsets[k]:offsets[k+1]]`` for every selected k (others untouched)."""
-    h = np.empty(8, np.uint64)
-    m = np.empty(16, np.uint64)
-    for k in range(selected.shape[0]):
-        if selected[k]:
-            out[k] = blake2b64(buf, offsets[k], offsets[k + 1] - offsets[k], h, m)
+    if selected.shape[0]:
+        _hash_ranges(buf, offsets[:-1], offsets[1:], selected, out)
+
+
+# ingest statuses: OK, or why the batch takes the general path
+INGEST_OK, INGEST_IDS, INGEST_ROWS = 0, 1, 2
+
+
+@jit
+def ingest(buf, X, y, logistic, label_bound, sq_limit, keys, labels):
+    """Check and hash one ``learn_many`` batch: ``buf`` holds its ids' UTF-8 bytes joined by NUL
+    bytes (one id per row of ``X``), ``keys`` gets their keys and ``labels`` the labels as
+    ``check_labels`` returns them. Returns INGEST_OK when every row passes untouched: each
+    squared norm at most ``sq_limit`` (a hair under the bound's square: rounding cannot put such a
+    row over the bound, nor make ``check_many`` clip it), each label valid, each id 1 to
+    MAX_ID_BYTES bytes with no NUL. Otherwise INGEST_ROWS or INGEST_IDS, and nothing is hashed."""
+    n, d = X.shape
+    for j in range(n):
+        yj = y[j]
+        if logistic:
+            if yj == 1.0:
+                labels[j] = 1.0
+            elif yj == -1.0 or yj == 0.0:
+                labels[j] = -1.0
+            else:
+                return INGEST_ROWS
+        elif abs(yj) <= label_bound and abs(yj) < np.inf:
+            labels[j] = yj
+        else:
+            return INGEST_ROWS
+        sq = 0.0
+        for i in range(d):
+            sq += X[j, i] * X[j, i]
+        if not sq <= sq_limit:  # NaN and inf fail too
+            return INGEST_ROWS
+    starts = np.empty(n, np.int64)
+    ends = np.empty(n, np.int64)
+    k, begin = 0, 0
+    for i in range(buf.shape[0] + 1):
+        if i < buf.shape[0] and buf[i] != 0:
+            continue
+        if k == n or i == begin or i - begin > MAX_ID_BYTES:
+            return INGEST_IDS  # a NUL inside an id, an empty id, or one too long
+        starts[k], ends[k] = begin, i
+        k += 1
+        begin = i + 1
+    if k != n:
+        return INGEST_IDS
+    _hash_ranges(buf, starts, ends, _EVERY, keys)
+    return INGEST_OK
+
+
+def ingest_batch(loss, features, record_ids, X, y):
+    """``(keys, X, labels)`` of a ``learn_many`` batch when :func:`ingest` passes it, the values
+    the general path (``record_keys``, ``check_many``, ``check_labels``) gives; None otherwise."""
+    if type(loss) is Logistic:
+        logistic, label_bound = True, 1.0
+    elif type(loss) is Ridge:
+        logistic, label_bound = False, loss.label_bound
+    else:
+        return None
+    if type(features) is not FeatureBound or not isinstance(record_ids, (list, tuple)) or not record_ids:
+        return None
+    try:
+        raw = "\x00".join(record_ids).encode("utf-8", "surrogatepass")
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        y = np.ascontiguousarray(y, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    n = len(record_ids)
+    if X.shape != (n, features.dim) or y.shape != (n,):
+        return None
+    keys, labels = np.empty(n, np.uint64), np.empty(n, np.float64)
+    sq_limit = features.bound * features.bound * (1.0 - 1e-12)
+    status = ingest(np.frombuffer(raw, np.uint8), X, y, logistic, label_bound, sq_limit, keys, labels)
+    return (keys, X, labels) if status == INGEST_OK else None
 
 
 def record_keys(record_ids) -> np.ndarray:

@@ -16,6 +16,7 @@ class CompiledKernels:
 
         self._jit = jit
         self.record_keys, self.check_labels = hashing.record_keys, ogd.check_labels
+        self.ingest_batch = hashing.ingest_batch
         self.plan_for, self.run_batch, self.ogd_steps = ogd.plan_for, ogd.run_batch, ogd.ogd_steps
         self.DONE, self.STEP_OVERFLOW = ogd.DONE, ogd.STEP_OVERFLOW
 

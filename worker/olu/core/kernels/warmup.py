@@ -6,8 +6,10 @@ import time
 
 import numpy as np
 
+from ..domain import FeatureBound
 from ..index import AppliedIndex, KeySet, Run, merge_pair
-from .hashing import blake2b64_many
+from ..losses import Logistic, Ridge
+from .hashing import blake2b64_many, ingest_batch
 from .ogd import LOSS_LOGISTIC, SCHED_STRONGLY_CONVEX, run_batch
 
 compile_seconds: float | None = None  # set by warm_up()
@@ -38,5 +40,7 @@ def warm_up() -> float:
     merge_pair(Run(keys[:2].copy(), np.array([1, 2], np.uint32), dead=(0,)), None)  # a run reclaimed alone
     raw = b"r-1"
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
+    for loss in (Logistic(0.1), Ridge(0.1)):  # learn_many's front: both label kinds
+        ingest_batch(loss, FeatureBound(2, 1.0), ["r-1", "r-2"], X[:2], y[:2])
     compile_seconds = time.perf_counter() - start
     return compile_seconds
