@@ -294,3 +294,24 @@ def test_a_snapshot_naming_a_merge_that_cannot_be_is_refused():
     arrays["applied_merging"] = np.array([1, 4], np.int64)
     with pytest.raises(ValueError, match="merges runs"):
         AppliedIndex.load(arrays, shared)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, 65536])
+def test_compiled_tail_sort_gives_the_lexsort_order(n):
+    rng = np.random.default_rng(n)
+    keys = rng.integers(1, 2**64, size=n, dtype=np.uint64)
+    keys[rng.integers(0, n, size=min(n // 10, 40))] = keys[0]  # a record applied again, or a collision
+    steps = rng.permutation(np.arange(1, n + 1, dtype=np.uint32))
+    order = np.lexsort((steps, keys))
+    out_keys, out_steps = merge.sort_tail(keys, steps)
+    assert np.array_equal(out_keys, keys[order]) and np.array_equal(out_steps, steps[order])
+    got = index_module.sorted_tail(keys, steps)
+    assert np.array_equal(got[0], keys[order]) and np.array_equal(got[1], steps[order])
+
+
+def test_clustered_keys_fall_back_to_numpy_sort():
+    keys = np.arange(5000, 0, -1, dtype=np.uint64)  # all in the first bucket
+    steps = np.arange(1, 5001, dtype=np.uint32)
+    assert len(merge.sort_tail(keys, steps)[0]) == 0
+    got_keys, got_steps = index_module.sorted_tail(keys, steps)
+    assert np.array_equal(got_keys, keys[::-1]) and np.array_equal(got_steps, steps[::-1])

@@ -198,8 +198,7 @@ class AppliedIndex:
         self._adopt_merge()
         n = self._tail_len
         if n:
-            order = _key_step_order(self._tail_keys[:n], self._tail_steps[:n])
-            self.runs.append(Run(self._tail_keys[:n][order], self._tail_steps[:n][order]))
+            self.runs.append(Run(*sorted_tail(self._tail_keys[:n], self._tail_steps[:n])))
             self._tail_len = 0
         runs, fanin = self.runs, MERGE_FANIN
         for i, run in enumerate(runs):  # deletions concentrated in one run: reclaim it alone
@@ -361,6 +360,18 @@ def merge_runs_reference(ak, as_, adead, bk, bs, bdead):
     kb, sb = np.delete(bk, bdead), np.delete(bs, bdead)
     keys, steps = np.concatenate([ka, kb]), np.concatenate([sa, sb])
     order = np.argsort(keys, kind="stable")
+    return keys[order], steps[order]
+
+
+def sorted_tail(keys: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tail's entries in (key, step) order, new arrays: the compiled bucket sort, or numpy's
+    when the keys are too clustered for it (not record keys: tests and hand-made keys)."""
+    from .kernels.merge import sort_tail  # on first use: importing numba takes ~0.2 s
+
+    out = sort_tail(keys, steps)
+    if len(out[0]) == len(keys):
+        return out
+    order = _key_step_order(keys, steps)
     return keys[order], steps[order]
 
 

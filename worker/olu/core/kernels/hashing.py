@@ -264,7 +264,7 @@ def _compress_lanes(typingctx, v, m):
     return sig, codegen
 
 
-@jit
+@numba.njit(inline="always", nogil=True)
 def _load_lane(v, m, lane, buf, begin, length):
     """Set lane ``lane`` up for the one-block id buf[begin:begin + length] (1 <= length <= 128)."""
     for i in range(16):
@@ -279,7 +279,7 @@ def _load_lane(v, m, lane, buf, begin, length):
     v[14 * LANES + lane] = ~v[14 * LANES + lane]  # the last block
 
 
-@jit
+@numba.njit(inline="always", nogil=True)
 def _flush_lanes(v, m, filled, rows, out):
     _compress_lanes(v, m)
     for lane in range(filled):
