@@ -74,6 +74,14 @@ ACTIVE_DELETION_MS = Target(
 ACTIVE_DELETION_RETAINED = 100_000  # the conditions of ACTIVE_DELETION_MS
 ACTIVE_DELETION_DIM = 50
 
+# --------------------------------------------------------------------------- deletions at stream speed (issue 23)
+LEARN_MANY_EVENTS_PER_S = Target(
+    "learn_many_events_per_s", "engine learn_many at d = 10 >= 6,000,000 events/s on one core", ">=", 6_000_000,
+    "events/s", "issue 23")
+LEDGER_BYTES_PER_DELETION = Target(
+    "ledger_bytes_per_deletion", "deletion ledger <= 64 bytes per deletion (memory and snapshot) at 100,000",
+    "<=", 64.0, "bytes/deletion", "issue 23")
+
 # --------------------------------------------------------------------------- streaming-worker issue
 WORKER_EVENTS_PER_S = Target(
     "worker_events_per_s", "worker end to end, passive d = 10 logistic, one partition >= 150,000 events/s",
@@ -88,7 +96,8 @@ RESTORE_1M_S = Target(
     "restore_1m_s", "restore of a partition with 1,000,000 applied records <= 2 s", "<=", 2.0, "s",
     "streaming worker")
 
-ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS,
+ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS, LEARN_MANY_EVENTS_PER_S,
+       LEDGER_BYTES_PER_DELETION,
        WORKER_EVENTS_PER_S, WORKER_X_CEILING, DELETE_TO_RELEASE_P99_S, RESTORE_1M_S)
 
 

@@ -8,7 +8,8 @@ Every path sees the same events in the same order; each timing is the best of ``
 Paths (events/s = learned events / seconds spent in the learn calls):
 
 - ``learn_many``           ours, public API end to end: ``learn_many(ids, X, y)`` per micro-batch,
-                           including id hashing (``record_key`` per id) and validation.
+                           including id hashing and validation (``kernels.hashing.ingest``: the ids
+                           joined, hashed four at a time, rows and labels checked, in one call).
 - ``learn_many+deletes``   the same with 1% ``unlearn_one`` calls interleaved (after each batch: 90%
                            already-applied ids, 10% ids not seen yet, whose inserts are then skipped).
                            Learn throughput and stream throughput (events + deletes over all the
@@ -25,7 +26,9 @@ Paths (events/s = learned events / seconds spent in the learn calls):
 - ``river``                ``river.linear_model.LogisticRegression().learn_one`` on the first
                            ``--river-n`` events as dicts (dict building not timed).
 
-Targets (issue): >= 1,000,000 events/s and >= 3x River, one core. Also reported: bytes per applied
+Targets (issue): >= 1,000,000 events/s and >= 3x River, one core; ``learn_many`` >= 6,000,000
+events/s (issue 23). Each path also reports events per CPU-second of the process over the same
+calls (``events_per_cpu_s``), which moves much less than wall-clock rates on a shared machine. Also reported: bytes per applied
 record of the applied-record index at 1,000,000 records, and kernel compile time (cold: empty
 numba cache; warm: loaded from the cache), measured in fresh processes.
 
@@ -52,7 +55,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
 from _harness import ROOT  # noqa: E402
-from _targets import ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, Checks  # noqa: E402
+from _targets import (  # noqa: E402
+    ENGINE_EVENTS_PER_S,
+    ENGINE_X_RIVER,
+    INDEX_BYTES_PER_RECORD,
+    LEARN_MANY_EVENTS_PER_S,
+    Checks,
+)
 
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 from worker.olu.core.index import record_key  # noqa: E402
@@ -128,12 +137,12 @@ def timed_merges(m: PassiveOLU) -> list[float]:
 def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10) -> dict:
     m = new_model(d, reference=path == "reference")
     merges = timed_merges(m)
-    learn_s = delete_s = 0.0
+    learn_s = delete_s = cpu_s = 0.0
     deletes = 0
     outcomes: dict[str, int] = {}
     for b, start in enumerate(range(0, n, batch)):
         stop = min(start + batch, n)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if path in ("learn_many", "reference"):
             m.learn_many(ids[start:stop], X[start:stop], y[start:stop])
         elif path == "vectorised":
@@ -146,6 +155,7 @@ def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10) 
         else:
             raise ValueError(path)
         t1 = time.perf_counter()
+        cpu_s += time.process_time() - c0
         learn_s += t1 - t0
         if plan is not None:
             for rid in plan[b]:
@@ -154,7 +164,7 @@ def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10) 
             delete_s += time.perf_counter() - t1
             deletes += len(plan[b])
     return {
-        "events": n, "learn_s": learn_s, "events_per_s": n / learn_s,
+        "events": n, "learn_s": learn_s, "events_per_s": n / learn_s, "events_per_cpu_s": n / max(cpu_s, 1e-12),
         "events_per_s_excl_merges": n / max(learn_s - merges[0], 1e-12),
         "deletes": deletes, "delete_s": delete_s,
         "delete_us_mean": 1e6 * delete_s / deletes if deletes else None,
@@ -314,7 +324,7 @@ def main(argv=None) -> int:
         ("River LogisticRegression.learn_one", "river"),
     ]
     print()
-    print(f"{'path':40} {'events':>10} {'learn s':>8} {'events/s':>12} {'x River':>8} "
+    print(f"{'path':40} {'events':>10} {'learn s':>8} {'events/s':>12} {'per CPU-s':>12} {'x River':>8} "
           f"{'merge s':>8} {'del us':>7} {'stream ops/s':>13}")
     for label, key in rows:
         r = res[key]
@@ -322,7 +332,8 @@ def main(argv=None) -> int:
         merge = f"{r['merge_s']:.3f}" if "merge_s" in r else "-"
         dl = f"{r['delete_us_mean']:.0f}" if r.get("delete_us_mean") else "-"
         st = f"{r['stream_ops_per_s']:,.0f}" if r.get("stream_ops_per_s") else "-"
-        print(f"{label:40} {r['events']:>10,} {r['learn_s']:>8.3f} {r['events_per_s']:>12,.0f} "
+        cpu = f"{r['events_per_cpu_s']:,.0f}" if "events_per_cpu_s" in r else "-"
+        print(f"{label:40} {r['events']:>10,} {r['learn_s']:>8.3f} {r['events_per_s']:>12,.0f} {cpu:>12} "
               f"{ratio:>8.1f} {merge:>8} {dl:>7} {st:>13}")
     kr = res["kernel"]
     print(f"\nkernel path without the index merges: {kr['events_per_s_excl_merges']:,.0f} events/s "
@@ -348,6 +359,9 @@ def main(argv=None) -> int:
             s = res[key]["stream_ops_per_s"]
             targets[key]["stream_ops_per_s"] = s
             checks.check(ENGINE_EVENTS_PER_S, s, where=f"{label}, stream ops/s incl. delete time")
+    lm = res["learn_many"]
+    checks.check(LEARN_MANY_EVENTS_PER_S, lm["events_per_s"], where="learn_many, wall clock",
+                 note=f"{lm['events_per_cpu_s']:,.0f} per CPU-second, load average {os.getloadavg()[0]:.1f}")
     checks.check(INDEX_BYTES_PER_RECORD, max(idx["bytes_per_record"], idx["bytes_per_record_after_merge"]),
                  where=f"{idx['records']:,} records, before and after merge")
 
@@ -385,7 +399,7 @@ def render(report: dict) -> str:
     def rate(v):
         return f"{v / 1e6:.2f} M"
 
-    lines = ["| path | events/s | x River | target |", "|---|---:|---:|---|"]
+    lines = ["| path | events/s | per CPU-second | x River | target |", "|---|---:|---:|---:|---|"]
     for label, key in ROWS:
         r = res[key]
         value = rate(r["events_per_s"])
@@ -396,7 +410,10 @@ def render(report: dict) -> str:
             fast = ENGINE_EVENTS_PER_S.met(min(r["events_per_s"], r.get("stream_ops_per_s") or r["events_per_s"]))
             target = (f">= 1 M {'MET' if fast else 'NOT MET'}, >= 3x River "
                       f"{'MET' if ENGINE_X_RIVER.met(r['events_per_s'] / river) else 'NOT MET'}")
-        lines.append(f"| {label} | {value} | {r['events_per_s'] / river:.1f} | {target} |")
+        if key == "learn_many" and "events_per_cpu_s" in r:
+            target += f", >= 6 M {'MET' if LEARN_MANY_EVENTS_PER_S.met(r['events_per_s']) else 'NOT MET'}"
+        cpu = rate(r["events_per_cpu_s"]) if "events_per_cpu_s" in r else ""
+        lines.append(f"| {label} | {value} | {cpu} | {r['events_per_s'] / river:.1f} | {target} |")
     idx = report["index"]["at_index_n"]
     worst = max(idx["bytes_per_record"], idx["bytes_per_record_after_merge"])
     lines += ["", f"Applied index: {idx['bytes_per_record']:.1f} bytes per record at {idx['records']:,} records "
