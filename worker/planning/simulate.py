@@ -104,7 +104,7 @@ def replay(model, ids, X, y, taus, victims, *, loss: str, delete, blocks: int = 
 
 def _score(scores: np.ndarray, loss: str) -> float:
     count, total = scores.sum(axis=0)
-    return math.sqrt(total / count) if loss == "ridge" else total / count
+    return float(math.sqrt(total / count) if loss == "ridge" else total / count)
 
 
 def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate: float, events: int,
