@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from worker.cli import main
+from worker.olu.privacy.analysis.noise import plan_deletions
 from worker.olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
 
 BASE = ["plan", "--dim", "10", "--deletion-rate", "0.01"]
@@ -81,8 +82,12 @@ def test_rho_and_delta_and_unit_flags(capsys):
     assert plan["target_epsilon"] is None and plan["epsilon"] == rdp_to_dp(0.5, 1e-6)
     growth = list(plan["noise_growth"].values())
     assert growth[0] > growth[1] > growth[2]  # per request: falls like T**-1/2
-    sigma = plan["sigma"]
-    assert sigma["first"] > sigma["last"]
+    # Closed form under the strongly convex schedule: a deletion at step tau has the shift
+    # L / (mu (tau + t0)), whatever the age, and sigma = shift / sqrt(2 rho) (= shift for rho 0.5).
+    t0 = (0.26 / 0.01 - 1) / 2  # logistic: beta = R**2 / 4 + l2
+    _, taus = plan_deletions(1_000_000, 0.01)
+    for name, tau in (("first", taus[0]), ("typical", taus[4999]), ("last", taus[-1])):
+        assert math.isclose(plan["sigma"][name], 1.1 / (0.01 * (tau + t0)), rel_tol=1e-9), name
 
 
 @pytest.mark.parametrize("unit,warned", [("all-deletions", True), ("per-request", False)])
@@ -144,6 +149,13 @@ def one_line_error(capsys, *argv) -> str:
 def test_deletion_rate_outside_zero_one(capsys, rate):
     line = one_line_error(capsys, "plan", "--dim", "10", "--deletion-rate", rate)
     assert line == f"olu-worker plan: --deletion-rate must be a number in [0, 1), got {rate!r}"
+
+
+def test_no_deletions_no_noise(capsys):
+    code, out, _ = run(capsys, "plan", "--dim", "3", "--deletion-rate", "0", "--events", "1000", "--json")
+    plan = orjson.loads(out)
+    assert code == 0 and plan["deletions"] == 0 and plan["sigma"] is None
+    assert plan["noise_std"] == 0.0 and not plan["warnings"] and plan["recommendation"]["target_useful"]
 
 
 def test_missing_deletion_rate_and_dimension(capsys):

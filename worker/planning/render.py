@@ -51,8 +51,9 @@ def to_text(plan: dict) -> str:
     lines.append(f"privacy unit {plan['unit']}: rho {plan['rho']:.4g} {per}, epsilon {plan['epsilon']:.4g} "
                  f"at delta {plan['delta']:g} ({target})")
     rate = plan["deletion_rate"]
-    lines.append(f"deletions: {100 * rate:g}% of {_n(plan['events'])} events = {_n(plan['deletions'])} requests, "
-                 f"each naming a record inserted {_n(plan['deletion_age'])} events earlier")
+    lines.append(f"deletions: {100 * rate:g}% of {_n(plan['events'])} events = {_n(plan['deletions'])} requests"
+                 + (f", each naming a record inserted {_n(plan['deletion_age'])} events earlier"
+                    if plan["deletions"] else ""))
     if plan["sigma"]:
         s = plan["sigma"]
         lines.append(f"per-deletion sigma: first {s['first']:.4g}, typical {s['typical']:.4g}, last {s['last']:.4g}")
