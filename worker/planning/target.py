@@ -57,20 +57,20 @@ def resolve_target(settings, *, unit: str | None = None, rho: float | None = Non
     """
     unit = unit or getattr(settings, "privacy_unit", None) or "all-deletions"
     if unit not in UNITS:
-        raise ConfigError(f"privacy unit must be one of {', '.join(UNITS)}, got {unit!r}")
+        raise ConfigError(f"--privacy-unit must be one of {', '.join(UNITS)}, got {unit!r}")
     rho = rho if rho is not None else getattr(settings, "rho", None)
     target_epsilon = target_epsilon if target_epsilon is not None else getattr(settings, "target_epsilon", None)
     if rho is not None and target_epsilon is not None:
-        raise ConfigError(f"give rho or target epsilon, not both (got {rho!r} and {target_epsilon!r})")
+        raise ConfigError(f"give --rho or --target-epsilon, not both (got {rho!r} and {target_epsilon!r})")
     delta = settings.delta
     if target_epsilon is not None:
         if not (math.isfinite(target_epsilon) and target_epsilon > 0):
-            raise ConfigError(f"target epsilon must be a number > 0, got {target_epsilon!r}")
+            raise ConfigError(f"--target-epsilon must be a number > 0, got {target_epsilon!r}")
         rho = rho_for_epsilon(target_epsilon, delta)
     elif rho is None:
         rho = DEFAULT_RHO
     if not (math.isfinite(rho) and rho > 0):
-        raise ConfigError(f"rho must be a number > 0, got {rho!r}")
+        raise ConfigError(f"--rho must be a number > 0, got {rho!r}")
     if unit == "per-request" and settings.algorithm not in PLANNED_ALGORITHMS:
         raise ConfigError(f"the per-request unit needs algorithm passive, got {settings.algorithm!r}")
     return Target(unit, float(rho), float(delta), target_epsilon)
