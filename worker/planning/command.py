@@ -20,13 +20,11 @@ import sys
 
 from ..config.loading import add_arguments, load_settings
 from ..config.options import OPTION_BY_NAME
-from ..olu.privacy.analysis.units import UNITS
 
 __all__ = ["PLAN_OPTIONS", "PlanError", "add_parser", "plan"]
 
 #: Options of the plan itself (not settings); :func:`worker.cli.main` leaves them to :func:`plan`.
-PLAN_OPTIONS = ("deletion_rate", "events", "deletion_age", "sample", "sim_events", "seed", "json", "plot",
-                "plan_privacy_unit", "plan_rho", "plan_target_epsilon")
+PLAN_OPTIONS = ("deletion_rate", "events", "deletion_age", "sample", "sim_events", "seed", "json", "plot")
 #: The model settings a plan depends on; the flags of the other groups are not offered.
 MODEL_GROUP = "model"
 DEFAULT_EVENTS = 1_000_000
@@ -56,16 +54,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     g.add_argument("--plot", metavar="FILE.png", help="write a PNG of the predicted noise (and the simulated "
                    "accuracy) against the stream length")
-    # The target's settings, for a worker whose settings do not declare them (the engine's
-    # privacy units); once they are settings, add_arguments below offers them.
-    if "privacy_unit" not in OPTION_BY_NAME:
-        g.add_argument("--privacy-unit", dest="plan_privacy_unit", metavar="{" + ",".join(UNITS) + "}",
-                       help="what one guarantee protects (default all-deletions)")
-    if "rho" not in OPTION_BY_NAME:
-        g.add_argument("--rho", dest="plan_rho", metavar="RHO", help="Renyi slope (default 1.0)")
-    if "target_epsilon" not in OPTION_BY_NAME:
-        g.add_argument("--target-epsilon", dest="plan_target_epsilon", metavar="EPS",
-                       help="epsilon at --delta to calibrate for (instead of --rho)")
     add_arguments(p, exclude=[o.name for o in OPTION_BY_NAME.values() if o.group != MODEL_GROUP] + ["kafka"])
     p.set_defaults(func=plan)
     return p
@@ -98,7 +86,7 @@ def _settings(options: dict, sample_path: str | None):
         from .sample import sample_dimension
 
         namespace.dim = str(sample_dimension(sample_path))
-    return load_settings(namespace, command="demo")
+    return load_settings(namespace, command="plan")
 
 
 def plan(args, opts) -> int:
@@ -126,15 +114,11 @@ def _plan(options: dict) -> int:
     age = _number("--deletion-age", options.get("deletion_age"), DEFAULT_AGE, integer=True, lo=1)
     sim_events = _number("--sim-events", options.get("sim_events"), None, integer=True, lo=1)
     seed = _number("--seed", options.get("seed"), 0, integer=True)
-    rho = _number("--rho", options.get("plan_rho"), None)
-    target_epsilon = _number("--target-epsilon", options.get("plan_target_epsilon"), None)
-    if rho == 0 or target_epsilon == 0:
-        raise PlanError(f"{'--rho' if rho == 0 else '--target-epsilon'} must be a number > 0, got 0")
     if math.floor(rate * events + 0.5) >= events:
         raise PlanError(f"--deletion-rate {rate:g} leaves no insert in {events} events")
     sample_path = options.get("sample")
     settings = _settings(options, sample_path)
-    target = resolve_target(settings, unit=options.get("plan_privacy_unit"), rho=rho, target_epsilon=target_epsilon)
+    target = resolve_target(settings)
     sample = read_sample(sample_path, build_engine(settings, target)) if sample_path is not None else None
     try:
         result = make_plan(settings, target, deletion_rate=rate, events=events, age=age, sample=sample,

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from ..config.model import engine_class, model_kwargs
 from ..exceptions import ConfigError
-from ..olu.privacy.accountant import PrivacyAccountant
 from ..olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
-from ..olu.privacy.analysis.units import UNITS, per_request_sigma
+from ..olu.privacy.analysis.units import UNITS
 
 __all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "delete", "resolve_target"]
 
@@ -50,18 +49,19 @@ class Target:
 
 def resolve_target(settings, *, unit: str | None = None, rho: float | None = None,
                    target_epsilon: float | None = None) -> Target:
-    """The target from the settings; ``unit``, ``rho`` and ``target_epsilon`` (the plan's own flags,
-    for settings that do not declare them) take precedence when given.
+    """The target from the settings; ``unit`` and one of ``rho`` / ``target_epsilon`` given here
+    take precedence (the plan compares units and slopes on the same settings).
 
-    ``rho`` and ``target_epsilon`` are mutually exclusive; neither means rho = 1.0.
+    ``rho`` and ``target_epsilon`` are mutually exclusive; the settings hold exactly one of them
+    (the loader enforces it, with the default target epsilon 1 unless a rho is set).
     """
-    unit = unit or getattr(settings, "privacy_unit", None) or "all-deletions"
+    unit = unit or settings.privacy_unit
     if unit not in UNITS:
         raise ConfigError(f"--privacy-unit must be one of {', '.join(UNITS)}, got {unit!r}")
-    rho = rho if rho is not None else getattr(settings, "rho", None)
-    target_epsilon = target_epsilon if target_epsilon is not None else getattr(settings, "target_epsilon", None)
     if rho is not None and target_epsilon is not None:
         raise ConfigError(f"give --rho or --target-epsilon, not both (got {rho!r} and {target_epsilon!r})")
+    if rho is None and target_epsilon is None:
+        rho, target_epsilon = settings.rho, settings.target_epsilon
     delta = settings.delta
     if target_epsilon is not None:
         if not (math.isfinite(target_epsilon) and target_epsilon > 0):
@@ -76,18 +76,6 @@ def resolve_target(settings, *, unit: str | None = None, rho: float | None = Non
     return Target(unit, float(rho), float(delta), target_epsilon)
 
 
-class _PerRequestAccountant(PrivacyAccountant):
-    """sigma = shift / sqrt(2 rho) per request, whatever came before (units.per_request_sigma);
-    for engines that take no privacy unit. The budget check is off: a request is charged rho once."""
-
-    def __init__(self, rho: float, delta: float):
-        super().__init__(eps=1e300, delta=delta)
-        self.per_request_rho = rho
-
-    def sigma_for_next(self, shift: float) -> float:
-        return per_request_sigma([shift], self.per_request_rho)
-
-
 def build_engine(settings, target: Target, *, l2: float | None = None, noise_rng=None):
     """A fresh engine of ``settings.algorithm`` calibrated for ``target`` (``l2`` overriding the
     setting); ``noise_rng`` seeds its noise (None: OS entropy, as in production)."""
@@ -96,30 +84,12 @@ def build_engine(settings, target: Target, *, l2: float | None = None, noise_rng
     kwargs = model_kwargs(settings)
     if l2 is not None:
         kwargs["l2"] = l2
-    cls = engine_class(settings.algorithm)
-    for key in ("eps", "rho", "target_epsilon", "privacy_unit"):
+    for key in ("rho", "target_epsilon", "privacy_unit"):
         kwargs.pop(key, None)
-    if "privacy_unit" in _engine_keywords(cls):
-        kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta)
-        return cls(**kwargs, noise_rng=noise_rng)
-    model = cls(**kwargs, eps=target.rho, noise_rng=noise_rng)
-    if target.unit == "per-request":
-        model.accountant = _PerRequestAccountant(target.rho, target.delta)
-    return model
+    kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta)
+    return engine_class(settings.algorithm)(**kwargs, noise_rng=noise_rng)
 
 
 def delete(model, record_id: str):
     """Honour one deletion request naming ``record_id`` (a request of one record)."""
-    request = getattr(model, "unlearn_request", None)
-    return request([record_id]) if request is not None else model.unlearn_one(record_id)
-
-
-def _engine_keywords(cls) -> set[str]:
-    import inspect
-
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is not None:
-            names |= set(inspect.signature(init).parameters)
-    return names
+    return model.unlearn_request([record_id])
