@@ -177,6 +177,8 @@ def test_settings_errors(capsys):
     unit = one_line_error(capsys, *BASE, "--privacy-unit", "per-record")
     assert "--privacy-unit" in unit and "'per-record'" in unit
     assert "passive" in one_line_error(capsys, *BASE, "--algorithm", "active-d2d")
+    removed = one_line_error(capsys, *BASE, "--eps", "1")
+    assert "OLU_EPS (--eps) was removed" in removed and "--rho" in removed and "--target-epsilon" in removed
 
 
 def test_missing_sample_file(capsys, tmp_path):

@@ -79,7 +79,8 @@ def _number(flag: str, raw, default, *, integer: bool = False, lo: float = 0.0, 
 
 def _settings(options: dict, sample_path: str | None):
     names = {o.name for o in OPTION_BY_NAME.values()}
-    namespace = argparse.Namespace(**{k: v for k, v in options.items() if k in names})
+    # removed_*: the hidden flags of removed settings, so the loader refuses them by name
+    namespace = argparse.Namespace(**{k: v for k, v in options.items() if k in names or k.startswith("removed_")})
     if namespace.dim is None and not os.environ.get(OPTION_BY_NAME["dim"].env):
         if sample_path is None:
             raise PlanError(f"{OPTION_BY_NAME['dim'].label} is required (or --sample, whose records give it)")
