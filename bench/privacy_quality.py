@@ -158,6 +158,7 @@ def plot(cfg: dict, cells: list[dict], path: Path) -> None:
     colours = {p.name: f"C{i}" for i, p in enumerate((R.OGD, *R.PRIVATE))}
     xs = cfg["checkpoints"]
     ogd = cell_of(cells, stream="synthetic", policy="ogd")
+    lo = min(100 * a for c in cells if c["stream"] == "synthetic" for a in c["accuracy"]) - 2  # one scale
     for ax, rate in zip(axes, RATES):
         ax.plot(xs, [100 * a for a in ogd["accuracy"]], "k--", marker="o", label="plain OGD")
         for p in R.PRIVATE:
@@ -165,6 +166,9 @@ def plot(cfg: dict, cells: list[dict], path: Path) -> None:
             ax.plot(xs, [100 * a for a in c["accuracy"]], marker="o", color=colours[p.name],
                     ls="-" if p.unit == "per-request" else ":", label=p.name)
         ax.set_xscale("log")
+        ax.set_xticks(xs, [f"{x:,}" for x in xs])
+        ax.minorticks_off()
+        ax.set_ylim(lo, 100 * max(ogd["accuracy"]) + 2)
         ax.set_xlabel("events")
         ax.set_ylabel("held-out accuracy of the released model (%)")
         ax.set_title(f"synthetic d = 10, {100 * rate:g}% deletions, {cfg['seeds']} seed(s)")
@@ -220,21 +224,29 @@ def main(argv=None) -> int:
 
 
 def render(report: dict) -> str:
-    """Synthetic: accuracy % (gap to OGD in points) per checkpoint; Phishing: at its end."""
+    """Synthetic: accuracy % (difference to OGD in points) per checkpoint; Phishing: at its end."""
     cfg, cells = report["config"], report["cells"]
     cps = cfg["checkpoints"]
-    lines = ["| stream | deletions | policy | " + " | ".join(f"{c:,} events" for c in cps) + " |",
-             "|---|---|---|" + "---:|" * len(cps)]
-    for c in cells:
-        rate = "none" if c["rate"] is None else f"{100 * c['rate']:g}% ({c['requests']:,})"
-        if c["stream"] == "synthetic":
-            vals = [f"{100 * a:.2f} ({-g:+.2f})" if c["rate"] is not None else f"{100 * a:.2f}"
-                    for a, g in zip(c["accuracy"], c["gap_points"])]
-        else:
-            a, g = c["accuracy"][-1], c["gap_points"][-1]
-            vals = [""] * (len(cps) - 1) + [f"{100 * a:.2f} ({-g:+.2f})" if c["rate"] is not None
-                                            else f"{100 * a:.2f}"]
-        lines.append(f"| {c['stream']} | {rate} | {c['policy']} | " + " | ".join(vals) + " |")
+
+    def value(c, k=-1):
+        a, g, ci = c["accuracy"][k], c["gap_points"][k], c["gap_ci_points"][k]
+        if c["rate"] is None:
+            return f"{100 * a:.2f}"
+        return f"{100 * a:.2f} ({-g:+.2f}" + (f" ± {ci:.2f})" if c["seeds"] > 1 else ")")
+
+    def rate(c):
+        return "none" if c["rate"] is None else f"{100 * c['rate']:g}% ({c['requests']:,})"
+
+    lines = [f"Synthetic d = 10, {cfg['n']:,} events, {cfg['seeds']} seed(s): held-out accuracy % of the released "
+             "model (difference to plain OGD, points, ± a 95% half-width over the seeds).", "",
+             "| deletions | policy | " + " | ".join(f"{c:,} events" for c in cps) + " |",
+             "|---|---|" + "---:|" * len(cps)]
+    for c in (c for c in cells if c["stream"] == "synthetic"):
+        lines.append(f"| {rate(c)} | {c['policy']} | " + " | ".join(value(c, k) for k in range(len(cps))) + " |")
+    lines += ["", f"Phishing, {cfg['seeds']} seed(s): prequential accuracy % at the end of the stream (difference "
+                  "to plain OGD, points).", "", "| deletions | policy | accuracy |", "|---|---|---:|"]
+    for c in (c for c in cells if c["stream"] == "phishing"):
+        lines.append(f"| {rate(c)} | {c['policy']} | {value(c)} |")
     t = report["targets"]
     lines += ["", f"Per-request, eps 1, 1% deletions, {t['at_events']:,} events: {t['per_request_gap_points']:.2f} "
                   f"+- {t['per_request_gap_ci_points']:.2f} points below OGD ({t['seeds']} seed(s)): "
