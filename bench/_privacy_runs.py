@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -60,8 +59,6 @@ def build_model(policy: Policy, dim: int, noise_seed) -> PassiveOLU | PlainOGD:
     unit, the budget (``target_epsilon`` at ``DELTA``, or ``rho``) and a seeded noise generator."""
     if policy.unit is None:
         return PlainOGD(dim, **SETTINGS)
-    if "privacy_unit" not in inspect.signature(PassiveOLU).parameters:  # TEMPORARY until the engine lands
-        return _pre_engine_model(policy, dim, noise_seed)
     return PassiveOLU(dim, **SETTINGS, **{policy.budget: policy.value}, delta=DELTA, privacy_unit=policy.unit,
                       noise_rng=np.random.default_rng(noise_seed))
 
@@ -123,10 +120,7 @@ def plan_deletions(n: int, rate: float, rng: np.random.Generator, window: int = 
 
 # --------------------------------------------------------------------------- runners
 def _delete(model, record_id: str) -> None:
-    if hasattr(model, "unlearn_request"):
-        model.unlearn_request([record_id])  # one id per request
-    else:  # TEMPORARY until the engine lands
-        model.unlearn_one(record_id)
+    model.unlearn_request([record_id])  # one id per request
 
 
 def run_checkpoints(model, X, y, keys, plan: Plan | None, checkpoints, X_test, y_test) -> dict:
@@ -178,28 +172,3 @@ def privacy_summary(model) -> dict | None:
     return {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in p.items()
             if isinstance(v, (int, float, str)) or v is None}
 
-
-# --------------------------------------------------------------------------- TEMPORARY shim
-class _PerRequest:
-    """Pre-engine stand-in of the per-request accountant: sigma = shift / sqrt(2 rho) each time."""
-
-    def __init__(self, rho):
-        self.rho, self.deletions, self.lifetime_deletions = rho, 0, 0
-
-    def sigma_for_next(self, shift):
-        return shift / math.sqrt(2 * self.rho)
-
-    def charge(self, shift, sigma):
-        self.deletions += 1
-        self.lifetime_deletions += 1
-
-
-def _pre_engine_model(policy, dim, noise_seed):
-    from worker.olu.privacy.analysis.rdp import rho_for_epsilon
-
-    rho = policy.value if policy.budget == "rho" else rho_for_epsilon(policy.value, DELTA)
-    m = PassiveOLU(dim, **SETTINGS, eps=rho, delta=DELTA, noise_rng=np.random.default_rng(noise_seed))
-    if policy.unit == "per-request":
-        m.accountant = _PerRequest(rho)
-        m.privacy = lambda: {"unit": "per-request", "rho": rho, "requests": m.accountant.deletions}
-    return m

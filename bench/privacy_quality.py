@@ -144,12 +144,14 @@ def print_table(cfg: dict, cells: list[dict]) -> None:
     print(f"{'deletions':>10} {'policy':<22} {head}")
     for c in (c for c in cells if c["stream"] == "synthetic"):
         rate = "none" if c["rate"] is None else f"{100 * c['rate']:g}%"
-        vals = " ".join(f"{100 * a:7.2f} ({-g:+6.2f})" for a, g in zip(c["accuracy"], c["gap_points"]))
+        vals = " ".join(f"{100 * a:7.2f} " + (f"({-g:+6.2f})" if c["rate"] is not None else " " * 8)
+                        for a, g in zip(c["accuracy"], c["gap_points"]))
         print(f"{rate:>10} {c['policy']:<22} {vals}")
     print("\n== Phishing: prequential accuracy % at the end (minus OGD's, points) ==")
     for c in (c for c in cells if c["stream"] == "phishing"):
         rate = "none" if c["rate"] is None else f"{100 * c['rate']:g}% ({c['requests']})"
-        print(f"{rate:>10} {c['policy']:<22} {100 * c['accuracy'][-1]:7.2f} ({-c['gap_points'][-1]:+6.2f})")
+        print(f"{rate:>10} {c['policy']:<22} {100 * c['accuracy'][-1]:7.2f}"
+              + (f" ({-c['gap_points'][-1]:+6.2f})" if c["rate"] is not None else ""))
 
 
 def plot(cfg: dict, cells: list[dict], path: Path) -> None:
