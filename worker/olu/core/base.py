@@ -15,7 +15,9 @@ import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
 from ..privacy.accountant import PrivacyAccountant
+from ..privacy.analysis.noise import noise_to_signal
 from ..privacy.ledger import Ledger
+from ..privacy.meter import NoiseMeter
 from .domain import Ball, FeatureBound
 from .index import AppliedIndex, KeySet, record_key
 from .kernels.loader import compiled
@@ -127,6 +129,7 @@ class OnlineUnlearner:
         self.index = AppliedIndex()
         self.tombstones = KeySet()
         self.ledger = Ledger()
+        self.noise_meter = NoiseMeter(self.schedule)  # the release's accumulated noise (docs/accounting.md 8)
         self.counters = {"applied": 0, "skipped_deleted": 0}
         # Deletions that changed the model, over its whole life (every epoch): the release's
         # ``deletions``. The accountant counts only those it charged, so exact, restarted and
@@ -320,6 +323,7 @@ class OnlineUnlearner:
             "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
             "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
         })
+        self.noise_meter.add(self.epoch, self.t, sigma)
         return Deletion("noised", i, sigma, shift, tuple(steps))
 
     def sensitivity(self, u: int) -> float:
@@ -350,6 +354,17 @@ class OnlineUnlearner:
             "delta": acc.delta,
             "deletions_capacity_left": acc.capacity_left,
         }
+
+    def release_noise_std(self) -> float | None:
+        """Bound on the per-coordinate noise std of ``self.weights`` from public constants and the
+        ledger (docs/accounting.md 8), O(1); None where an algorithm's noise is not tracked."""
+        return self.noise_meter.std(self.epoch, self.t)
+
+    def noise_to_signal(self) -> float | None:
+        """``release_noise_std() sqrt(d) / ||weights||``: inf for noise on zero weights, None for
+        neither (or untracked noise)."""
+        std = self.release_noise_std()
+        return None if std is None else noise_to_signal(std, self.dim, float(np.linalg.norm(self.z)))
 
     # -------------------------------------------------------------------- state
     def export_state(self) -> dict:
@@ -443,6 +458,7 @@ def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
         if model.index.max_step > model.t:
             raise InvalidState("applied index holds a step after the step counter")
         model._import(meta, arrays)
+        model.noise_meter.restore(model.ledger, model.epoch, model.t)
         model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))
         return model
     except InvalidState:
