@@ -2,20 +2,22 @@
 
 :class:`NoiseMeter` maintains the value :func:`~.analysis.noise.release_noise_std` computes from the
 ledger, ``sqrt(sum_i Gamma_{tau_i,t}**2 sigma_i**2)`` over the current epoch's noised deletions,
-without rereading the ledger: a running variance ``V`` at step ``t_last`` is advanced to a later
-step t by ``V <- V exp(2 log Gamma_{t_last,t})`` (the additivity of ``log_contraction``), and a
-deletion at tau adds ``sigma**2`` after advancing to tau. An epoch change (a restart or a retrain
-from a data-independent point) resets ``V`` to 0.
+without rereading the ledger. It runs the same recursion, operation for operation: at each
+deletion the variance ``V`` anchored at the previous deletion's step is contracted to the new step
+and ``sigma**2`` added; a query at step t contracts the anchored ``V`` by ``Gamma_{tau_a,t}`` without
+moving the anchor. So the value is a function of the ledger and t alone, bit for bit equal to
+``release_noise_std`` and to a meter rebuilt from the ledger at restore, whenever and however often
+it was asked: a replayed release is byte-identical (docs/worker.md 4.3). An epoch change (a restart
+or a retrain from a data-independent point) resets ``V`` to 0.
 
-Cost: every advance covers steps no earlier advance covered, and each schedule's
-``log_contraction(u, tau)`` costs O(1) beyond the finitely many early steps it sums term by term
-(worker/olu/core/schedules.py: the strongly convex schedule's irregular head, the convex schedule's
-expansive steps; the base class sums every step, which is one term per step advanced). So the
-meter costs O(1) amortised per applied step and per deletion, whatever the stream length.
+Cost: one ``log_contraction`` per deletion and per query. The schedules evaluate it in O(1)
+(closed forms) beyond their finitely many early steps, which they sum term by term and memoise
+(worker/olu/core/schedules.py), so a query repeated against the same anchor costs O(1) whatever
+the stream length.
 
 Range: ``exp(2 log Gamma)`` is taken in log space when it would overflow (``inf`` beyond the float
-range, never an OverflowError); an underflow to 0 means the old noises contracted below 1e-154 of
-the unit, which the value then ignores.
+range, never an OverflowError); an underflow to 0 means the old noises contracted below anything
+a float can show.
 
 >>> class Halving:  # every step halves distances
 ...     def log_contraction(self, u, tau): return (tau - u) * math.log(0.5)
@@ -43,38 +45,40 @@ class NoiseMeter:
     (ValueError otherwise); a new epoch starts from no noise at whatever step it starts.
     """
 
-    __slots__ = ("_log_contraction", "epoch", "t", "var")
+    __slots__ = ("_log_contraction", "epoch", "tau", "var")
 
-    def __init__(self, schedule, epoch: int = 0, t: int = 0):
+    def __init__(self, schedule, epoch: int = 0):
         self._log_contraction = schedule.log_contraction
-        self.epoch, self.t, self.var = int(epoch), int(t), 0.0
+        self.epoch, self.tau, self.var = int(epoch), None, 0.0  # tau: the anchor, the last deletion's step
 
-    def _advance(self, epoch: int, t: int) -> None:
+    def _epoch(self, epoch: int, t: int) -> None:
         if epoch != self.epoch:
             if epoch < self.epoch:
                 raise ValueError(f"epoch {epoch} is before the meter's epoch {self.epoch}")
-            self.epoch, self.t, self.var = epoch, t, 0.0  # the model restarted data-independently
-            return
-        if t < self.t:
-            raise ValueError(f"step {t} is before the meter's step {self.t} in epoch {epoch}")
-        if t > self.t:
-            if self.var > 0.0:
-                self.var = contract_variance(self.var, self._log_contraction(self.t, t))
-            self.t = t
+            self.epoch, self.tau, self.var = epoch, None, 0.0  # the model restarted data-independently
+        elif self.tau is not None and t < self.tau:
+            raise ValueError(f"step {t} is before the meter's step {self.tau} in epoch {epoch}")
 
     def add(self, epoch: int, tau: int, sigma: float) -> None:
-        """A noise of per-coordinate std ``sigma`` was added at step ``tau`` of ``epoch``."""
-        self._advance(epoch, tau)
-        self.var += sigma * sigma
+        """A noise of per-coordinate std ``sigma`` was added at step ``tau`` of ``epoch`` (0: nothing
+        to add, and the anchor stays, as :func:`release_noise_std` skips such entries)."""
+        self._epoch(epoch, tau)
+        if sigma == 0.0:
+            return
+        if self.tau is not None and tau > self.tau:
+            self.var = contract_variance(self.var, self._log_contraction(self.tau, tau))
+        self.var, self.tau = self.var + sigma * sigma, tau
 
     def std(self, epoch: int, t: int) -> float:
         """The bound for the release at step ``t`` of ``epoch`` (0.0 with no noise in the epoch)."""
-        self._advance(epoch, t)
-        return math.sqrt(self.var)
+        self._epoch(epoch, t)
+        if self.tau is None or t == self.tau:
+            return math.sqrt(self.var)
+        return math.sqrt(contract_variance(self.var, self._log_contraction(self.tau, t)))
 
     def rebuild(self, entries: Iterable[Mapping], epoch: int, t: int) -> None:
-        """Start over from ledger ``entries`` in order (restore): those of ``epoch`` are added."""
-        self.epoch, self.t, self.var = int(epoch), 0, 0.0
+        """Start over from ledger ``entries`` in step order (restore): those of ``epoch`` are added."""
+        self.epoch, self.tau, self.var = int(epoch), None, 0.0
         for entry in entries:
             if entry.get("epoch") == epoch:
                 tau, sigma = entry["tau"], float(entry["sigma"])
@@ -83,7 +87,6 @@ class NoiseMeter:
                 if not (math.isfinite(sigma) and sigma >= 0.0):
                     raise ValueError(f"ledger entry {entry.get('i')!r} has sigma {sigma!r}")
                 self.add(epoch, tau, sigma)
-        self._advance(epoch, t)
 
     def restore(self, ledger, epoch: int, t: int) -> None:
         """:meth:`rebuild` from a :class:`~.ledger.Ledger`, reading only its tail: the current

@@ -125,7 +125,8 @@ def release_noise_std(entries: Iterable[Mapping], schedule, t: int, *, epoch: in
     ``epoch`` only, when given: t is epoch-relative), each with its ``tau`` and ``sigma``. A rigorous
     upper bound of the pooled per-coordinate std ``sqrt(tr Cov / d)``; exact for ridge along the
     directions no later feature moves (module doc). Entries with sigma 0 (exact deletions) add
-    nothing.
+    nothing and are skipped; :class:`worker.olu.privacy.meter.NoiseMeter` keeps the same value
+    incrementally.
 
     >>> class Halving:  # every step halves distances
     ...     def log_contraction(self, u, tau): return (tau - u) * math.log(0.5)
@@ -141,7 +142,9 @@ def release_noise_std(entries: Iterable[Mapping], schedule, t: int, *, epoch: in
         if epoch is not None and entry.get("epoch") != epoch:
             continue
         tau = count(f"entries[{j}].tau", entry.get("tau"), minimum=0, maximum=t)
-        noises.append((tau, real(f"entries[{j}].sigma", entry.get("sigma"), lo=0.0)))
+        sigma = real(f"entries[{j}].sigma", entry.get("sigma"), lo=0.0)
+        if sigma > 0.0:  # skipped, not added as 0: the same operations as NoiseMeter, bit for bit
+            noises.append((tau, sigma))
     noises.sort(key=lambda pair: pair[0])
     return _accumulated_std(noises, schedule.log_contraction, t)
 
