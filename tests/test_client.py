@@ -32,7 +32,7 @@ _DEADLINE_S = 60.0
 def _model(loss: str = "logistic", n: int = 3, seed: int = 0, delete: bool = False) -> PassiveOLU:
     """A real engine model after n examples (and a deletion), as the worker would hold it."""
     rng = np.random.default_rng(seed)
-    model = PassiveOLU(dim=3, loss=loss, l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+    model = PassiveOLU(dim=3, loss=loss, l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
     for i in range(n):
         x = rng.uniform(-0.5, 0.5, 3)
         y = int(rng.integers(0, 2)) if loss == "logistic" else float(rng.uniform(-1, 1))
@@ -84,7 +84,7 @@ def test_parse_release_accepts_what_the_worker_publishes():
 
 
 def test_a_release_carries_the_noise_it_holds():
-    """privacy.noise_std / noise_to_signal: the model's own figures (docs/accounting.md 8), JSON-safe."""
+    """privacy.noise_std / noise_to_signal: the model's own figures (docs/accounting.md 10), JSON-safe."""
     _, value, model = _release(7, delete=True)
     privacy = orjson.loads(value)["privacy"]
     assert privacy["noise_std"] == model.release_noise_std() > 0.0

@@ -1,4 +1,4 @@
-"""The model's incremental noise meter (worker/olu/privacy/meter.py, docs/accounting.md 8).
+"""The model's incremental noise meter (worker/olu/privacy/meter.py, docs/accounting.md 10).
 
 It must equal ``release_noise_std`` of the model's own ledger at every step of a random stream
 with deletions, across export/restore and epoch restarts, for every schedule: to 1e-12 relative

@@ -26,7 +26,7 @@ def _json_number(value: float | None) -> float | None:
 
 def noise_figures(model) -> tuple[float | None, float | None]:
     """(noise std bound, noise-to-signal ratio) of the model's current release, from public constants
-    and the ledger (docs/accounting.md 8); None where the algorithm's noise is not tracked."""
+    and the ledger (docs/accounting.md 10); None where the algorithm's noise is not tracked."""
     return model.release_noise_std(), model.noise_to_signal()
 
 
@@ -53,6 +53,10 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         "dim": model.dim,
         "weights": weights,
         "privacy": {
+            "unit": privacy["unit"],
+            "rho": privacy["rho"],
+            "target_epsilon": privacy["target_epsilon"],
+            "requests": privacy["requests"],
             "eps_rdp_slope": privacy["eps_rdp_slope"],
             "budget_used": min(1.0, privacy["budget_used"]),
             "epsilon": _json_number(privacy["epsilon"]),

@@ -1,4 +1,4 @@
-"""The noise the current release carries, kept up to date in O(1) per event (docs/accounting.md 8).
+"""The noise the current release carries, kept up to date in O(1) per event (docs/accounting.md 10).
 
 :class:`NoiseMeter` maintains the value :func:`~.analysis.noise.release_noise_std` computes from the
 ledger, ``sqrt(sum_i Gamma_{tau_i,t}**2 sigma_i**2)`` over the current epoch's noised deletions,
@@ -32,9 +32,27 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from .analysis.noise import contract_variance
+import numpy as np
 
-__all__ = ["NoiseMeter"]
+from .analysis.noise import contract_variance, noise_to_signal
+
+__all__ = ["MeteredNoise", "NoiseMeter"]
+
+
+class MeteredNoise:
+    """The noise figures of a model that keeps a :class:`NoiseMeter` as ``noise_meter`` (with
+    ``epoch``, ``t``, ``z``, ``dim``): the engine's base class mixes them in."""
+
+    def release_noise_std(self) -> float | None:
+        """Bound on the per-coordinate noise std of the release (its weights ``z``) from public
+        constants and the ledger, O(1); None where an algorithm's noise is not tracked."""
+        return self.noise_meter.std(self.epoch, self.t)
+
+    def noise_to_signal(self) -> float | None:
+        """``release_noise_std() sqrt(d) / ||z||``: inf for noise on zero weights, None for neither
+        (or untracked noise)."""
+        std = self.release_noise_std()
+        return None if std is None else noise_to_signal(std, self.dim, float(np.linalg.norm(self.z)))
 
 
 class NoiseMeter:
