@@ -52,11 +52,12 @@ def _events() -> list:
 
 
 def _series(text: str, topic: str) -> dict[str, float]:
-    """Every per-partition sample of partition 0 of ``topic``, by name."""
+    """Every per-partition sample of partition 0 of ``topic``, by name (privacy gauges also carry ``unit``)."""
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.labels.get("topic") == topic and s.labels.get("partition") == "0" and len(s.labels) == 2:
+            if (s.labels.get("topic") == topic and s.labels.get("partition") == "0"
+                    and set(s.labels) <= {"topic", "partition", "unit"}):
                 out[s.name] = s.value
     return out
 
