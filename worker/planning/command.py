@@ -20,6 +20,7 @@ import sys
 
 from ..config.loading import add_arguments, load_settings
 from ..config.options import OPTION_BY_NAME
+from .exceptions import PlanError
 
 __all__ = ["PLAN_OPTIONS", "PlanError", "add_parser", "plan"]
 
@@ -29,10 +30,6 @@ PLAN_OPTIONS = ("deletion_rate", "events", "deletion_age", "sample", "sim_events
 MODEL_GROUP = "model"
 DEFAULT_EVENTS = 1_000_000
 DEFAULT_AGE = 100_000
-
-
-class PlanError(ValueError):
-    """Bad plan input; the message is the one line shown."""
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

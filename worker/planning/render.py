@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import orjson
 
+from .exceptions import PlotUnavailable
+
 __all__ = ["plot", "to_json", "to_text"]
 
 
@@ -82,10 +84,6 @@ def to_text(plan: dict) -> str:
     lines.append("recommendation:")
     lines += [f"  - {sentence}" for sentence in plan["recommendation"]["text"]]
     return "\n".join(lines)
-
-
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
 
 
 def plot(plan: dict, path: str) -> None:

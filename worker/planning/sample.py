@@ -15,12 +15,9 @@ import numpy as np
 import orjson
 
 from ..olu.exceptions import InvalidExample, NormExceeded
+from .exceptions import SampleError
 
 __all__ = ["Sample", "SampleError", "read_sample", "sample_dimension"]
-
-
-class SampleError(ValueError):
-    """The sample cannot be used; the message names the file and line."""
 
 
 @dataclass(frozen=True)
