@@ -9,13 +9,20 @@ per deleted id so a late insert of it is skipped), so both only grow.
 sigma, rho) are appended to
 
 - a plain list of dicts, written whole into every full snapshot's JSON header (the state format
-  before 3), and
-- :class:`worker.olu.privacy.ledger.Ledger` (format 3): sealed segments of 4,096 entries, each one
-  immutable blob the store writes once, and only the open entries in the header;
+  before 3),
+- segments of 4,096 entries sealed as one JSON array each (format 3; emulated here: that code is
+  gone), each one immutable blob the store writes once, and only the open entries in the header,
+- :class:`worker.olu.privacy.ledger.Ledger` (format 4): the same segments sealed in columns
+  (41 bytes a common entry) with a side table for extras;
 
-and the bench reports the ledger's memory (tracemalloc, after building it), the size of the
-snapshot header's JSON and the time to export it on the loop thread (``export_state`` / the old
-``[dict(e) for e in ledger]``, plus ``orjson.dumps`` of the header; best of 3).
+and, for the format-4 ledger, rewind-style entries too (the common fields plus outcome, route,
+generation, n, T, K: the extras go to the side table). The bench reports the ledger's memory
+(tracemalloc, after building it), the size of the snapshot header's JSON and the time to export
+it on the loop thread (``export_state`` / the old ``[dict(e) for e in ledger]``, plus
+``orjson.dumps`` of the header; best of 3), and the **snapshot bytes per deletion**: the header
+and every sealed segment encoded by ``worker.state.codec.encode`` (what the store writes, the
+sealed ones once), divided by the entries. Target (issue 23): <= 64 bytes per deletion in memory
+and in snapshots at 100,000 deletions.
 
 **Tombstones.** For each size, random 64-bit keys in
 
@@ -44,37 +51,79 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
+from _targets import LEDGER_BYTES_PER_DELETION, Checks  # noqa: E402
 
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 from worker.olu.core.index import KeySet  # noqa: E402
+from worker.olu.privacy.ledger import SEGMENT_ENTRIES  # noqa: E402
+from worker.state.codec import encode  # noqa: E402
 
 REPORT_KEYS = ("ledger", "tombstones")
 SERVICES = ()
 
 
-def entry(i: int) -> dict:
-    return {"i": i, "epoch": 0, "tau": 1_000_000 + 37 * i, "u": [13 * i + 1], "shift": 1.0 / (i + 7.3),
-            "sigma": 0.5 + i * 1e-7, "rho": 0.001 * i / (i + 1.5)}
+def entry(i: int, extras: bool = False) -> dict:
+    e = {"i": i, "epoch": 0, "tau": 1_000_000 + 37 * i, "u": [13 * i + 1], "shift": 1.0 / (i + 7.3),
+         "sigma": 0.5 + i * 1e-7, "rho": 0.001 * i / (i + 1.5)}
+    if extras:  # what a rewind deletion adds
+        e.update(outcome="noised", route=("rewind", "replay")[i % 2], generation=i // 500, n=40_000 + i % 977,
+                 T=20, K=3)
+    return e
 
 
-def measure(n: int, sealed: bool) -> dict:
+class JsonSegments(list):
+    """The format-3 ledger, emulated: every 4,096 entries sealed as one JSON array (a uint8 copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sealed: list[np.ndarray] = []
+
+    def append(self, e: dict) -> None:
+        super().append(e)
+        if len(self) == SEGMENT_ENTRIES:
+            self.sealed.append(np.frombuffer(orjson.dumps(list(self)), np.uint8).copy())
+            self.clear()
+
+
+LAYOUTS = {"list": "list in the header (format 2)", "json": "JSON segments (format 3)",
+           "columns": "columns (format 4)", "columns+extras": "columns (format 4), rewind entries"}
+
+
+def measure(n: int, layout: str) -> dict:
     model = PassiveOLU(dim=10)
+    extras = layout == "columns+extras"
     tracemalloc.start()
-    if sealed:
-        for i in range(1, n + 1):
-            model.ledger.append(entry(i))
-    else:
+    if layout == "list":
         model.ledger = [entry(i) for i in range(1, n + 1)]
+    else:
+        if layout == "json":
+            model.ledger = JsonSegments()
+        for i in range(1, n + 1):
+            model.ledger.append(entry(i, extras))
     memory = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     times = []
     for _ in range(3):
         started = time.perf_counter()
-        header = model.export_state()["meta"] if sealed else {"ledger": [dict(e) for e in model.ledger]}
+        if layout == "list":
+            header, sealed = {"ledger": [dict(e) for e in model.ledger]}, {}
+        elif layout == "json":
+            header = {"ledger": [dict(e) for e in model.ledger]}
+            sealed = {f"s{i}": seg for i, seg in enumerate(model.ledger.sealed)}
+        else:
+            state = model.export_state()
+            header = state["meta"]
+            sealed = {f"{g}/{k}": a for g, arrs in state["shared"].items() for k, a in arrs.items()}
         size = len(orjson.dumps(header))
         times.append(time.perf_counter() - started)
+    snapshot = len(encode({"meta": {"ledger": header.get("ledger")}}, {}))
+    groups: dict[str, dict] = {}
+    for name, arr in sealed.items():
+        groups.setdefault(name.split("/")[0], {})[name] = arr
+    snapshot += sum(len(encode({}, arrays)) for arrays in groups.values())  # each sealed segment: one blob
     return {"entries": n, "memory_bytes": memory, "memory_bytes_per_entry": memory / n,
-            "header_bytes": size, "export_s": min(times)}
+            "header_bytes": size, "export_s": min(times), "snapshot_bytes": snapshot,
+            "snapshot_bytes_per_entry": snapshot / n}
 
 
 def measure_tombstones(n: int, split: bool, adds: int = 20_000) -> dict:
@@ -113,13 +162,21 @@ def main(argv=None) -> int:
     info = h.machine()
     print(h.machine_line(info))
     rows = []
-    print(f"{'ledger':30} {'entries':>10} {'memory':>10} {'B/entry':>8} {'header':>11} {'export':>10}")
+    print(f"{'ledger':36} {'entries':>10} {'memory':>10} {'B/entry':>8} {'header':>11} {'export':>10} "
+          f"{'snapshot B/entry':>17}")
     for n in (int(v) for v in args.entries.split(",")):
-        for sealed, label in ((False, "list in the header (format 2)"), (True, "sealed segments (format 3)")):
-            r = {"ledger": label, **measure(n, sealed)}
+        for layout, label in LAYOUTS.items():
+            r = {"ledger": label, "layout": layout, **measure(n, layout)}
             rows.append(r)
-            print(f"{label:30} {n:>10,} {r['memory_bytes'] / 2**20:>8.1f} MiB {r['memory_bytes_per_entry']:>7.0f} "
-                  f"{r['header_bytes'] / 2**20:>8.2f} MiB {r['export_s'] * 1e3:>7.1f} ms")
+            print(f"{label:36} {n:>10,} {r['memory_bytes'] / 2**20:>8.1f} MiB {r['memory_bytes_per_entry']:>7.1f} "
+                  f"{r['header_bytes'] / 2**20:>8.2f} MiB {r['export_s'] * 1e3:>7.1f} ms "
+                  f"{r['snapshot_bytes_per_entry']:>17.1f}")
+    checks = Checks()
+    at = [r for r in rows if r["layout"].startswith("columns") and r["entries"] == min(r["entries"] for r in rows)]
+    for r in at:
+        where = f"{r['ledger']}, {r['entries']:,} deletions"
+        checks.check(LEDGER_BYTES_PER_DELETION, r["memory_bytes_per_entry"], where=f"{where}, memory")
+        checks.check(LEDGER_BYTES_PER_DELETION, r["snapshot_bytes_per_entry"], where=f"{where}, snapshot")
     tombstones = []
     print(f"\n{'tombstones':30} {'keys':>10} {'mean add':>10} {'slowest':>10} {'snapshot copies':>16}")
     for n in (int(v) for v in args.entries.split(",")):
@@ -128,17 +185,19 @@ def main(argv=None) -> int:
             tombstones.append(r)
             print(f"{label:30} {n:>10,} {r['add_s'] * 1e6:>7.1f} us {r['slowest_add_s'] * 1e3:>7.2f} ms "
                   f"{r['snapshot_copy_bytes'] / 2**20:>12.3f} MiB")
-    return h.finish("deletion_state", {"machine": info, "ledger": rows, "tombstones": tombstones}, args.out)
+    return h.finish("deletion_state", {"machine": info, "ledger": rows, "tombstones": tombstones}, args.out,
+                    checks=checks)
 
 
 def render(report: dict) -> str:
     """The README tables: the ledger's cost, then the tombstones'."""
-    lines = ["| ledger | entries | memory | per entry | snapshot header | export on the loop thread |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| ledger | entries | memory | per entry | snapshot header | export on the loop thread "
+             "| snapshot bytes per entry |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in report["ledger"]:
+        snap = f"{r['snapshot_bytes_per_entry']:.1f} B" if "snapshot_bytes_per_entry" in r else ""
         lines.append(f"| {r['ledger']} | {r['entries']:,} | {r['memory_bytes'] / 2**20:.1f} MiB "
                      f"| {r['memory_bytes_per_entry']:.0f} B | {r['header_bytes'] / 2**20:.2f} MiB "
-                     f"| {r['export_s'] * 1e3:,.1f} ms |")
+                     f"| {r['export_s'] * 1e3:,.1f} ms | {snap} |")
     lines += ["", "| tombstones | keys | mean add | slowest add | a full snapshot copies |", "|---|---:|---:|---:|---:|"]
     for r in report["tombstones"]:
         lines.append(f"| {r['tombstones']} | {r['keys']:,} | {r['add_s'] * 1e6:.1f} us "

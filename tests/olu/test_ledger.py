@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import zlib
+from pathlib import Path
+
 import numpy as np
 import orjson
 import pytest
@@ -13,6 +16,7 @@ from worker.olu.core.base import STATE_FORMAT
 from worker.olu.exceptions import InvalidState
 from worker.olu.privacy import ledger as ledger_module
 from worker.olu.privacy.ledger import Ledger
+from worker.state.codec import decode
 
 KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 
@@ -39,16 +43,66 @@ def test_every_entry_reads_back_in_order(n):
         ledger[-n - 1]
 
 
-def test_sealed_segments_hold_the_entries_as_json_and_are_read_only():
+def test_sealed_segments_hold_the_entries_in_read_only_columns():
     ledger = Ledger(segment_entries=2)
     for e in entries(5):
         ledger.append(e)
     open_entries, sealed, shared = ledger.export()
     assert sealed == 2 and open_entries == entries(5)[4:]
     assert set(shared) == {"ledger_seg0", "ledger_seg1"}
-    seg = shared["ledger_seg1"]["entries"]
-    assert seg.dtype == np.uint8 and not seg.flags.writeable
-    assert orjson.loads(seg.tobytes()) == entries(5)[2:4]
+    seg = shared["ledger_seg1"]
+    assert all(not a.flags.writeable for a in seg.values())
+    assert seg["kind"].tolist() == [ledger_module.WHOLE] * 2  # no epoch nor rho: not the common keys
+    assert orjson.loads(zlib.decompress(seg["side"].tobytes())) == [[0, entries(5)[2]], [1, entries(5)[3]]]
+
+
+def deletion(i: int, **extra) -> dict:
+    return {"i": i, "epoch": i // 7, "tau": 100 + i, "u": [i + 1], "shift": 1.0 / (i + 3),
+            "sigma": 0.1 * i + 1e-17, "rho": 0.5, **extra}
+
+
+def test_common_entries_are_41_bytes_and_come_back_bit_for_bit():
+    rng = np.random.default_rng(4)
+    want = [deletion(i) for i in range(10)]
+    want[3]["shift"] = float(rng.random())  # any double, bit for bit
+    want[4]["sigma"] = np.float64(5e-324)  # a numpy float is a float: read back as the same value
+    want[5]["u"] = [2**32 - 1]
+    ledger = Ledger(segment_entries=4)
+    for e in want:
+        ledger.append(e)
+    got = list(ledger)
+    assert got == want and [list(e) for e in got] == [list(e) for e in want]  # same keys, same order
+    assert all(np.float64(g[k]).tobytes() == np.float64(w[k]).tobytes()
+               for g, w in zip(got, want) for k in ("shift", "sigma", "rho"))
+    _, _, shared = ledger.export()
+    seg = shared["ledger_seg0"]
+    assert seg["kind"].tolist() == [ledger_module.CORE_ONLY] * 4 and len(seg["side"]) == 0
+    assert sum(a.itemsize for name, a in seg.items() if name != "side") == 41
+
+
+def test_extras_and_odd_entries_keep_their_content_and_order():
+    want = [
+        deletion(0, outcome="noised", route="rewind", K=3),  # common part in columns, extras aside
+        deletion(1, pairs_purged=2, retained=40, removal_scale=0.025),
+        {**deletion(2), "u": [3, 4, 5]},  # many steps
+        {**deletion(3), "i": 2**32},  # does not fit uint32
+        {**deletion(4), "shift": 0},  # an int where a float is usual
+        {**deletion(5), "epoch": True},
+        {"epoch": 0, **deletion(6)},  # another key order
+        {"i": 7},
+        deletion(8, **{"nested": {"a": [1, 2.5]}}),
+    ]
+    for seal_at in (3, 4, 100):
+        ledger = Ledger(segment_entries=seal_at)
+        for e in want:
+            ledger.append(e)
+        open_entries, sealed, shared = ledger.export()
+        for got in (list(ledger), list(reversed(ledger))[::-1], [ledger[j] for j in range(len(want))],
+                    list(Ledger.load(orjson.loads(orjson.dumps(open_entries)), sealed, shared,
+                                     segment_entries=seal_at))):
+            assert got == want
+            assert [list(e) for e in got] == [list(e) for e in want]
+            assert [type(g[k]) for g, w in zip(got, want) for k in w] == [type(w[k]) for w in want for k in w]
 
 
 def test_sealing_depends_only_on_the_entries():
@@ -59,7 +113,7 @@ def test_sealing_depends_only_on_the_entries():
         b.append(dict(e))
     _, _, sa = a.export()
     _, _, sb = b.export()
-    assert all(sa[g]["entries"].tobytes() == sb[g]["entries"].tobytes() for g in sa)
+    assert all(sa[g][k].tobytes() == sb[g][k].tobytes() for g in sa for k in sa[g])
 
 
 def test_export_load_round_trip_adopts_the_sealed_arrays():
@@ -70,7 +124,7 @@ def test_export_load_round_trip_adopts_the_sealed_arrays():
     back = Ledger.load(open_entries, sealed, shared, segment_entries=3, stored_segment_entries=3)
     assert back == ledger and back.sealed == 2
     _, _, again = back.export()
-    assert all(again[g]["entries"] is shared[g]["entries"] for g in shared)  # not copied: no re-upload
+    assert all(again[g][k] is shared[g][k] for g in shared for k in shared[g])  # not copied: no re-upload
     back.append({"i": 9})
     assert len(back) == 9 and back.sealed == 3 and back[-1] == {"i": 9}
 
@@ -101,7 +155,7 @@ def test_inconsistent_segments_are_refused(bad):
     elif bad == "extra":
         shared["ledger_seg7"] = shared["ledger_seg0"]
     elif bad == "dtype":
-        shared["ledger_seg0"] = {"entries": shared["ledger_seg0"]["entries"].astype(np.uint32)}
+        shared["ledger_seg0"] = {**shared["ledger_seg0"], "tau": shared["ledger_seg0"]["tau"].astype(np.uint64)}
     elif bad == "not_list":
         open_entries = {"i": 7}
     with pytest.raises(ValueError):
@@ -133,7 +187,7 @@ def test_the_model_seals_its_ledger_and_exports_only_the_open_entries(small_segm
     assert [e["i"] for e in m.ledger] == list(range(1, 9))
     state = m.export_state()
     meta = state["meta"]
-    assert meta["format"] == STATE_FORMAT == 3
+    assert meta["format"] == STATE_FORMAT == 4
     assert [e["i"] for e in meta["ledger"]] == [7, 8]
     assert meta["ledger_sealed"] == {"segments": 2, "segment_entries": 3}
     assert {"ledger_seg0", "ledger_seg1"} <= set(state["shared"])
@@ -165,6 +219,27 @@ def test_a_state_missing_a_ledger_segment_is_invalid(small_segments):
 
 def test_an_unknown_state_format_is_refused():
     state = deleted_model(1).export_state()
-    state["meta"]["format"] = 4
-    with pytest.raises(InvalidState, match="unknown state format 4"):
+    state["meta"]["format"] = 5
+    with pytest.raises(InvalidState, match="unknown state format 5"):
         load_model(state)
+
+
+@pytest.mark.parametrize("name", ["passive", "rewind"])
+def test_a_format_3_snapshot_with_json_segments_still_restores(name):
+    """Written by the build of commit 61f409a (tests/olu/data/make_format3.py): 21 deletions,
+    segments of 8, two sealed as JSON. Read, sealed again in columns, exported in format 4."""
+    header, arrays = decode((Path(__file__).parent / "data" / f"format3_{name}.snap").read_bytes())
+    state = {"meta": header["meta"], "arrays": {}, "shared": {}}
+    for key, arr in arrays.items():
+        parts = key.split("/")
+        if parts[0] == "a":
+            state["arrays"][parts[1]] = arr
+        else:
+            state["shared"].setdefault(parts[1], {})[parts[2]] = arr
+    assert state["meta"]["format"] == 3 and state["meta"]["ledger_sealed"]["segments"] == 2
+    model = load_model(state, np.random.default_rng(1))
+    assert list(model.ledger) == header["ledger"] and model.z.tolist() == header["z"]
+    again = model.export_state()
+    assert again["meta"]["format"] == 4
+    back = load_model(again, np.random.default_rng(1))
+    assert list(back.ledger) == header["ledger"] and np.array_equal(back.z, model.z)

@@ -25,11 +25,11 @@ from .kernels.loader import compiled
 from .losses import make_loss
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 
-# 3: the ledger in sealed segments (ledger.py), tombstones as base + recent (index.KeySet);
+# 4: sealed ledger segments in columns; 3: the ledger in sealed segments, tombstones as base + recent;
 # 2: the applied index as runs + tail (index.py).
 # Older formats are still read.
-STATE_FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)
+STATE_FORMAT = 4
+READABLE_FORMATS = (1, 2, 3, 4)
 
 
 _REMOVED = object()
