@@ -346,37 +346,38 @@ def ingest(buf, X, y, logistic, label_bound, sq_limit, keys, labels):
     row over the bound, nor make ``check_many`` clip it), each label valid, each id 1 to
     MAX_ID_BYTES bytes with no NUL. Otherwise INGEST_ROWS or INGEST_IDS, and nothing is hashed."""
     n, d = X.shape
+    ok = True  # no branch per row (random labels would mispredict half of them): one test at the end
     for j in range(n):
         yj = y[j]
         if logistic:
-            if yj == 1.0:
-                labels[j] = 1.0
-            elif yj == -1.0 or yj == 0.0:
-                labels[j] = -1.0
-            else:
-                return INGEST_ROWS
-        elif abs(yj) <= label_bound and abs(yj) < np.inf:
-            labels[j] = yj
+            labels[j] = 1.0 if yj == 1.0 else -1.0
+            ok &= (yj == 1.0) | (yj == -1.0) | (yj == 0.0)
         else:
-            return INGEST_ROWS
+            labels[j] = yj
+            ok &= (abs(yj) <= label_bound) & (abs(yj) < np.inf)
         sq = 0.0
         for i in range(d):
             sq += X[j, i] * X[j, i]
-        if not sq <= sq_limit:  # NaN and inf fail too
-            return INGEST_ROWS
-    starts = np.empty(n, np.int64)
+        ok &= sq <= sq_limit  # NaN and inf fail too
+    if not ok:
+        return INGEST_ROWS
     ends = np.empty(n, np.int64)
-    k, begin = 0, 0
-    for i in range(buf.shape[0] + 1):
-        if i < buf.shape[0] and buf[i] != 0:
-            continue
-        if k == n or i == begin or i - begin > MAX_ID_BYTES:
-            return INGEST_IDS  # a NUL inside an id, an empty id, or one too long
-        starts[k], ends[k] = begin, i
-        k += 1
-        begin = i + 1
-    if k != n:
-        return INGEST_IDS
+    k = nuls = 0
+    for i in range(buf.shape[0]):  # no branch per byte: an id's end is written until a NUL moves on
+        ends[k] = i
+        nul = np.int64(buf[i] == 0)
+        nuls += nul
+        k = min(k + nul, n - 1)
+    if nuls != n - 1:
+        return INGEST_IDS  # a NUL inside an id
+    ends[n - 1] = buf.shape[0]
+    starts = np.empty(n, np.int64)
+    starts[0] = 0
+    for k in range(1, n):
+        starts[k] = ends[k - 1] + 1
+    for k in range(n):
+        if not 0 < ends[k] - starts[k] <= MAX_ID_BYTES:
+            return INGEST_IDS  # an empty id, or one too long
     _hash_ranges(buf, starts, ends, _EVERY, keys)
     return INGEST_OK
 
