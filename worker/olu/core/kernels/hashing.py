@@ -70,124 +70,24 @@ def _mix(a, b, c, d, x, y):
 
 @jit
 def _compress(h, m, counter, last):
-    """One BLAKE2b compression of block ``m`` into ``h``, every round written out: the message
-    words stay in registers (a loop over the rounds indexes them through _SIGMA, ~2x slower)."""
-    m0, m1, m2, m3, m4, m5, m6, m7 = m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]
-    m8, m9, m10, m11, m12, m13, m14, m15 = m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]
+    """One BLAKE2b compression of block ``m`` into ``h`` (ids over one block only: shorter ones take
+    the lanes; written out round by round this ran ~1.5x faster but took ~15 s more to compile)."""
     v0, v1, v2, v3, v4, v5, v6, v7 = h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]
     v8, v9, v10, v11 = _IV[0], _IV[1], _IV[2], _IV[3]
     v12 = _IV[4] ^ counter  # the high 64 bits of the byte counter are 0 here
     v13 = _IV[5]
     v14 = ~_IV[6] if last else _IV[6]
     v15 = _IV[7]
-    # round 0
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m0, m1)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m2, m3)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m4, m5)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m6, m7)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m8, m9)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m10, m11)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m12, m13)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m14, m15)
-    # round 1
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m14, m10)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m4, m8)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m9, m15)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m13, m6)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m1, m12)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m0, m2)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m11, m7)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m5, m3)
-    # round 2
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m11, m8)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m12, m0)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m5, m2)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m15, m13)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m10, m14)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m3, m6)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m7, m1)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m9, m4)
-    # round 3
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m7, m9)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m3, m1)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m13, m12)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m11, m14)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m2, m6)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m5, m10)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m4, m0)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m15, m8)
-    # round 4
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m9, m0)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m5, m7)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m2, m4)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m10, m15)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m14, m1)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m11, m12)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m6, m8)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m3, m13)
-    # round 5
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m2, m12)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m6, m10)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m0, m11)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m8, m3)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m4, m13)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m7, m5)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m15, m14)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m1, m9)
-    # round 6
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m12, m5)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m1, m15)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m14, m13)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m4, m10)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m0, m7)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m6, m3)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m9, m2)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m8, m11)
-    # round 7
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m13, m11)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m7, m14)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m12, m1)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m3, m9)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m5, m0)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m15, m4)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m8, m6)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m2, m10)
-    # round 8
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m6, m15)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m14, m9)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m11, m3)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m0, m8)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m12, m2)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m13, m7)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m1, m4)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m10, m5)
-    # round 9
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m10, m2)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m8, m4)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m7, m6)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m1, m5)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m15, m11)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m9, m14)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m3, m12)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m13, m0)
-    # round 10
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m0, m1)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m2, m3)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m4, m5)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m6, m7)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m8, m9)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m10, m11)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m12, m13)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m14, m15)
-    # round 11
-    v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m14, m10)
-    v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m4, m8)
-    v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m9, m15)
-    v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m13, m6)
-    v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m1, m12)
-    v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m0, m2)
-    v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m11, m7)
-    v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m5, m3)
+    for r in range(12):
+        s = _SIGMA[r]
+        v0, v4, v8, v12 = _mix(v0, v4, v8, v12, m[s[0]], m[s[1]])
+        v1, v5, v9, v13 = _mix(v1, v5, v9, v13, m[s[2]], m[s[3]])
+        v2, v6, v10, v14 = _mix(v2, v6, v10, v14, m[s[4]], m[s[5]])
+        v3, v7, v11, v15 = _mix(v3, v7, v11, v15, m[s[6]], m[s[7]])
+        v0, v5, v10, v15 = _mix(v0, v5, v10, v15, m[s[8]], m[s[9]])
+        v1, v6, v11, v12 = _mix(v1, v6, v11, v12, m[s[10]], m[s[11]])
+        v2, v7, v8, v13 = _mix(v2, v7, v8, v13, m[s[12]], m[s[13]])
+        v3, v4, v9, v14 = _mix(v3, v4, v9, v14, m[s[14]], m[s[15]])
     h[0] ^= v0 ^ v8
     h[1] ^= v1 ^ v9
     h[2] ^= v2 ^ v10
@@ -228,37 +128,68 @@ _G = ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
 @intrinsic
 def _compress_lanes(typingctx, v, m):
     """The 12 rounds of BLAKE2b on LANES states at once: ``v`` and ``m`` are uint64[16 * LANES],
-    word i of lane l at ``i * LANES + l`` (state in place; message read)."""
+    word i of lane l at ``i * LANES + l`` (state in place; message read).
+
+    One round in IR, looped over: the state stays in vector registers (phi nodes) and each round
+    picks its message words through _SIGMA from a stack copy of ``m``. Written out whole, the 12
+    rounds ran a little faster but took LLVM ~2 s to optimise in every kernel that calls them."""
     sig = types.void(v, m)
 
     def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(i64, LANES)
         vptr = builder.bitcast(context.make_array(signature.args[0])(context, builder, args[0]).data,
                                vec.as_pointer())
         mptr = builder.bitcast(context.make_array(signature.args[1])(context, builder, args[1]).data,
                                vec.as_pointer())
-        v = [builder.load(builder.gep(vptr, [ir.Constant(i64, i)]), align=8) for i in range(16)]
-        m = [builder.load(builder.gep(mptr, [ir.Constant(i64, i)]), align=8) for i in range(16)]
+        table_type = ir.ArrayType(i32, 12 * 16)
+        table = cgutils.add_global_variable(builder.module, table_type, "blake2b_sigma_lanes")
+        table.linkage = "internal"
+        table.global_constant = True
+        table.initializer = ir.Constant(table_type, [ir.Constant(i32, int(s)) for s in _SIGMA.ravel()])
         fshr = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
                                               f"llvm.fshr.v{LANES}i64")
 
         def rotr(x, n):
             return builder.call(fshr, [x, x, ir.Constant(vec, [ir.Constant(i64, n)] * LANES)])
 
-        for r in range(12):
-            s = [int(i) for i in _SIGMA[r]]
-            for k, (a, b, c, d) in enumerate(_G):  # _mix, on vectors
-                va = builder.add(builder.add(v[a], v[b]), m[s[2 * k]])
-                vd = rotr(builder.xor(v[d], va), 32)
-                vc = builder.add(v[c], vd)
-                vb = rotr(builder.xor(v[b], vc), 24)
-                va = builder.add(builder.add(va, vb), m[s[2 * k + 1]])
-                vd = rotr(builder.xor(vd, va), 16)
-                vc = builder.add(vc, vd)
-                v[a], v[b], v[c], v[d] = va, rotr(builder.xor(vb, vc), 63), vc, vd
+        v0 = [builder.load(builder.gep(vptr, [ir.Constant(i64, i)]), align=8) for i in range(16)]
+        entry = builder.block
+        loop = builder.append_basic_block("blake2b_round")
+        done = builder.append_basic_block("blake2b_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        r = builder.phi(i64)
+        r.add_incoming(ir.Constant(i64, 0), entry)
+        phis = [builder.phi(vec) for _ in range(16)]
+        for p, x in zip(phis, v0):
+            p.add_incoming(x, entry)
+        vs = list(phis)
+
+        def word(k):  # m[_SIGMA[r][k]]
+            index = builder.load(builder.gep(table, [ir.Constant(i64, 0),
+                                                     builder.add(builder.mul(r, ir.Constant(i64, 16)),
+                                                                 ir.Constant(i64, k))]))
+            return builder.load(builder.gep(mptr, [builder.sext(index, i64)]), align=8)
+
+        for k, (a, b, c, d) in enumerate(_G):  # _mix, on vectors
+            va = builder.add(builder.add(vs[a], vs[b]), word(2 * k))
+            vd = rotr(builder.xor(vs[d], va), 32)
+            vc = builder.add(vs[c], vd)
+            vb = rotr(builder.xor(vs[b], vc), 24)
+            va = builder.add(builder.add(va, vb), word(2 * k + 1))
+            vd = rotr(builder.xor(vd, va), 16)
+            vc = builder.add(vc, vd)
+            vs[a], vs[b], vs[c], vs[d] = va, rotr(builder.xor(vb, vc), 63), vc, vd
+        following = builder.add(r, ir.Constant(i64, 1))
+        tail = builder.block
+        r.add_incoming(following, tail)
+        for p, x in zip(phis, vs):
+            p.add_incoming(x, tail)
+        builder.cbranch(builder.icmp_unsigned("<", following, ir.Constant(i64, 12)), loop, done)
+        builder.position_at_end(done)
         for i in range(16):
-            builder.store(v[i], builder.gep(vptr, [ir.Constant(i64, i)]), align=8)
+            builder.store(vs[i], builder.gep(vptr, [ir.Constant(i64, i)]), align=8)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -279,7 +210,7 @@ def _load_lane(v, m, lane, buf, begin, length):
     v[14 * LANES + lane] = ~v[14 * LANES + lane]  # the last block
 
 
-@numba.njit(inline="always", nogil=True)
+@jit
 def _flush_lanes(v, m, filled, rows, out):
     _compress_lanes(v, m)
     for lane in range(filled):
