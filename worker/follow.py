@@ -70,6 +70,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="stop after this many seconds (with --once: give up catching up, exit 1)")
     p.add_argument("--kafka", action="append", default=None, metavar="KEY=VALUE",
                    help="librdkafka setting for the subscriber, repeatable (SASL, TLS, ...)")
+    p.add_argument("--schema-registry-url", default=None, metavar="URL",
+                   help="read releases in a Schema Registry format (avro, json-schema) too "
+                        "(default: $OLU_SCHEMA_REGISTRY_URL; JSON releases need none)")
     p.set_defaults(func=follow)
     return p
 
@@ -157,7 +160,9 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     try:
         sub = ParamsSubscriber(bootstrap, topic, group_id=option("group_id"),
                                isolation=option("isolation", "read_committed"), extra_config=extra_config,
-                               model=option("model"), on_invalid=invalid, on_error=kafka_error)
+                               model=option("model"), on_invalid=invalid, on_error=kafka_error,
+                               schema_registry=option("schema_registry_url")
+                               or os.environ.get("OLU_SCHEMA_REGISTRY_URL") or None)
     except KafkaException as exc:  # e.g. an unknown --kafka key
         print(f"olu-worker follow: {exc}", file=err)
         return 2

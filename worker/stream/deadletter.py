@@ -41,6 +41,10 @@ REASONS: tuple[str, ...] = (
     "schema_violation",
     "key_mismatch",
     "budget_exhausted",
+    "not_framed",
+    "unknown_schema",
+    "not_decodable",
+    "schema_mismatch",
 )
 _REASON_SET = frozenset(REASONS)
 

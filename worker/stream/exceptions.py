@@ -12,7 +12,7 @@ from ..exceptions import OluWorkerError
 from ..state.exceptions import StorageUnavailable
 from .deadletter import REASONS, truncate_detail
 
-__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "UnreleasableState"]
+__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "RegistryStartFailed", "UnreleasableState"]
 
 _REASON_SET = frozenset(REASONS)
 
@@ -43,6 +43,10 @@ class DeliveryFailed(OluWorkerError, RuntimeError):
 
 class ClientFailed(OluWorkerError, RuntimeError):
     """The Kafka clients hit an error that retrying never heals (wrong credentials, fatal error)."""
+
+
+class RegistryStartFailed(OluWorkerError, RuntimeError):
+    """The release schema could not be registered at start (OLU_RELEASE_FORMAT)."""
 
 
 class NotAttempted(StorageUnavailable):

@@ -33,8 +33,9 @@ from ..wire import (
     TRIGGER_INTERVAL,
     release_key,
 )
-from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts
+from .decode import Delete, Insert, InsertRun, decode_inserts
 from .exceptions import DeadLetter
+from .framed import decode_message
 from .outbox import Outbox
 from .releases import budget_header, release_headers, release_value
 from .scan import compiled_decoder, scan_batch
@@ -164,7 +165,7 @@ class PartitionRunner:
             msg = messages[i]  # not a valid insert: a delete, or a dead letter with its reason
             i += 1
             try:
-                event = decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes)
+                event = decode_message(msg, dim=dim, max_bytes=max_bytes)
             except DeadLetter as dead:
                 out.dead_letters.append(DeadLetterOut(msg, dead.reason, dead.detail))
                 self._advance(msg)
