@@ -41,6 +41,10 @@ REASONS: tuple[str, ...] = (
     "schema_violation",
     "key_mismatch",
     "budget_exhausted",
+    "bad_ids",
+    "too_many_ids",
+    "duplicate_ids",
+    "id_and_ids",
 )
 _REASON_SET = frozenset(REASONS)
 

@@ -33,10 +33,10 @@ from ..wire import (
     TRIGGER_INTERVAL,
     release_key,
 )
-from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts
+from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts, insert_ids
 from .exceptions import DeadLetter
 from .outbox import Outbox
-from .releases import budget_header, release_headers, release_value
+from .releases import budget_header, release_headers, release_value, request_report
 from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
@@ -214,7 +214,7 @@ class PartitionRunner:
             # Rare: find the bad rows one by one (learn_many changed nothing; learn_one is
             # bit-identical to it, so the result does not depend on this path being taken).
             applied = 0
-            ids = run.ids if run.ids is not None else [m.key().decode() for m in messages[start:run.end]]
+            ids = run.ids if run.ids is not None else insert_ids(messages[start:run.end])
             for j, record_id in enumerate(ids):
                 try:
                     applied += self.model.learn_one(record_id, X[j], y[j])
@@ -243,12 +243,14 @@ class PartitionRunner:
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
 
     def _delete(self, msg, event: Delete, out: Outcome) -> bool:
+        """One deletion request (every id of the event in one engine call: one noise draw, one
+        charge, one ledger entry, one delta, one release)."""
         started = time.monotonic()
         after = msg.offset() + 1
         stored = self.replay_deltas.pop(after, None)
         post_state = None if stored is None else self._post_state(stored)
         try:
-            deletion = self.model.unlearn_one(event.id, post_state=post_state)
+            deletion = self.model.unlearn_request(list(event.ids), post_state=post_state)
         except BudgetExhausted as exc:  # the model is unchanged; never crash-loop on it
             self._refuse(msg, exc, out)
             return True
@@ -256,12 +258,18 @@ class PartitionRunner:
         out.deletes += 1
         out.tombstones += event.tombstone
         out.deletions.append(deletion)
+        request = request_report(event.ids, deletion)
         if not deletion.changed_model:
+            if len(event.ids) > 1:  # counts only: ids never go to the log
+                log.info("deletion request changed nothing", extra={
+                    "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
+                    "outcome": deletion.outcome, "ids": request["ids"], "not_applied": len(request["not_applied"]),
+                    "duplicates": request["duplicates"]})
             return True
         if self.model.keeps_examples and self.purge_due_at is None:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
-        release = self._release(TRIGGER_DELETION, deletion_started=started)
+        release = self._release(TRIGGER_DELETION, deletion_started=started, request=request)
         if deletion.outcome == "retrained":  # the budget ran out: said in a header, the value stays pure
             release.headers.append(budget_header(BUDGET_RETRAINED))
             log.warning("deletion budget exhausted; model retrained on the retained data", extra={
@@ -271,6 +279,7 @@ class PartitionRunner:
             self.outbox.release(release)
             return True
         header, arrays = self._delta_payload(after)
+        header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
         return self.outbox.delta(after, header, arrays, release)
 
     def _write_deltas(self, deltas: list[tuple[int, dict, dict]]) -> None:
@@ -309,9 +318,10 @@ class PartitionRunner:
                 "deletions_applied": header.get("deletions_applied")}  # absent from older deltas
 
     # ----------------------------------------------------------------- releases
-    def _release(self, trigger: str, deletion_started: float | None = None) -> Release:
+    def _release(self, trigger: str, deletion_started: float | None = None, request: dict | None = None) -> Release:
         value = release_value(model_name=self.model_name, topic=self.topic, partition=self.partition,
-                              offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model)
+                              offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model,
+                              request=request)
         self.released_version = self.next_offset
         self.events_since_release = 0
         self.last_release_at = time.monotonic()

@@ -18,7 +18,18 @@ from ..wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGG
 from .exceptions import UnreleasableState
 
 
-def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model) -> bytes:
+def request_report(ids, deletion) -> dict:
+    """The release's ``request`` object for a deletion request naming ``ids`` (schemas/README.md):
+    how many ids it named, how many the model applied, the ids it never applied (in request order)
+    and how many an earlier request had already deleted (no-ops)."""
+    return {"ids": len(ids), "applied": int(deletion.records), "not_applied": list(deletion.not_applied),
+            "duplicates": len(deletion.duplicates)}
+
+
+def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model,
+                  request: dict | None = None) -> bytes:
+    """The release value; ``request``: the deletion request this release publishes (deletion
+    releases only; see :func:`request_report`)."""
     weights = model.weights
     if not np.all(np.isfinite(weights)):
         raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
@@ -46,6 +57,8 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         },
         "released_at": max(0, event_time_ms) / 1000.0,
     }
+    if request is not None:
+        record["request"] = request
     return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
