@@ -220,8 +220,10 @@ class BackgroundProducer(threading.Thread):
         return sorted(self.produced, key=lambda p: (p.partition, p.offset))
 
 
-def insert(rid: str, x, y) -> tuple[bytes, bytes, str]:
-    return rid.encode(), orjson.dumps({"op": "insert", "id": rid, "x": [float(v) for v in x], "y": y}), "insert"
+def insert(rid: str, x, y, key: str | None = None) -> tuple[bytes, bytes, str]:
+    """An insert keyed by its id, or by ``key`` (e.g. its data subject)."""
+    value = orjson.dumps({"op": "insert", "id": rid, "x": [float(v) for v in x], "y": y})
+    return (rid if key is None else key).encode(), value, "insert"
 
 
 def delete(rid: str, tombstone: bool = False) -> tuple[bytes, bytes | None, str]:
@@ -236,6 +238,7 @@ def event_stream(n: int, *, seed: int, prefix: str = "r", delete_rate: float = 0
     plus duplicate deletes, deletes of ids never seen, and deletes that arrive before their insert.
 
     ``deletable`` (optional, shared between calls) is the pool of live ids deletes pick from.
+    (``tests/stream/subjects.py`` has the same stream keyed by data subject, deleting by requests.)
     """
     rng = np.random.default_rng(seed)
     w = np.linspace(-1.0, 1.0, dim)
