@@ -212,7 +212,7 @@ def plan_deletions(n: int, rate: float, schedule: str, rng: np.random.Generator,
 # --------------------------------------------------------------------------- models
 def worker_settings(algorithm: str, dim: int, loss: str, eps: float, max_deletions: int | None):
     """The worker's settings (its documented defaults) with only these values set."""
-    argv = ["--dim", str(dim), "--algorithm", algorithm, "--loss", loss, "--eps", repr(float(eps))]
+    argv = ["--dim", str(dim), "--algorithm", algorithm, "--loss", loss, "--rho" if algorithm != "rewind" else "--target-epsilon", repr(float(eps))]
     if max_deletions is not None:
         argv += ["--max-deletions", str(int(max_deletions))]
     return load_settings(argv, {}, command="demo")

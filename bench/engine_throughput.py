@@ -97,7 +97,7 @@ def deletion_plan(n: int, batch: int, frac: float, seed: int) -> list[list[str]]
 
 
 def new_model(d: int, reference: bool = False) -> PassiveOLU:
-    m = PassiveOLU(dim=d, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+    m = PassiveOLU(dim=d, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
     if reference:
         m.use_kernel = False
     return m

@@ -32,7 +32,7 @@ _DEADLINE_S = 60.0
 def _model(loss: str = "logistic", n: int = 3, seed: int = 0, delete: bool = False) -> PassiveOLU:
     """A real engine model after n examples (and a deletion), as the worker would hold it."""
     rng = np.random.default_rng(seed)
-    model = PassiveOLU(dim=3, loss=loss, l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+    model = PassiveOLU(dim=3, loss=loss, l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
     for i in range(n):
         x = rng.uniform(-0.5, 0.5, 3)
         y = int(rng.integers(0, 2)) if loss == "logistic" else float(rng.uniform(-1, 1))

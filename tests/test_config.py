@@ -14,6 +14,7 @@ import pytest
 from worker import config
 from worker.config import ConfigError, Settings, add_arguments, load_settings
 from worker.config.settings import NOT_OPTIONS
+from worker.olu.registry import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,18 +32,19 @@ def test_defaults():
     assert s.group_id == "olu-worker" and s.input_topics == ("olu.events",)
     assert (s.params_topic, s.dlq_topic) == ("olu.params", "olu.events.dlq")
     assert s.algorithm == "passive" and s.loss == "logistic" and s.schedule == "auto"
-    assert (s.eps, s.omega, s.delta, s.l2, s.radius) == (1.0, 1.2, 1e-5, 0.01, 10.0)
+    assert (s.rho, s.target_epsilon, s.privacy_unit) == (None, 1.0, "all-deletions")
+    assert (s.omega, s.delta, s.l2, s.radius) == (1.2, 1e-5, 0.01, 10.0)
     assert s.max_deletions is None and s.t0 is None and s.step is None
     assert s.release_every_events == 10_000 and s.snapshot_keep == 2
     assert s.state_url == "file://./olu-state" and s.state_prefix == "olu"
     assert s.http_port == 9464 and s.log_level == "INFO" and s.log_format == "json"
     assert s.model_name == "olu-worker"
-    assert s.origin("eps") == "default" and s.origin("dim") == "env"
+    assert s.origin("rho") == "default" and s.origin("dim") == "env"
 
 
 def test_precedence_flag_over_env_over_default():
-    s = load(["--eps", "3"], OLU_EPS="2", OLU_OMEGA="1.5")
-    assert s.eps == 3.0 and s.origin("eps") == "flag"
+    s = load(["--rho", "3"], OLU_RHO="2", OLU_OMEGA="1.5")
+    assert s.rho == 3.0 and s.origin("rho") == "flag"
     assert s.omega == 1.5 and s.origin("omega") == "env"
     assert s.delta == 1e-5 and s.origin("delta") == "default"
 
@@ -56,8 +58,8 @@ def test_bootstrap_fallback_and_precedence():
 
 
 def test_empty_env_counts_as_unset():
-    s = load(OLU_EPS="", OLU_MAX_DELETIONS="")
-    assert s.eps == 1.0 and s.max_deletions is None
+    s = load(OLU_RHO="", OLU_MAX_DELETIONS="")
+    assert s.rho is None and s.target_epsilon == 1.0 and s.max_deletions is None
 
 
 def test_types_and_lists():
@@ -83,14 +85,14 @@ def test_namespace_from_a_subcommand_parser():
     run = sub.add_parser("run")
     add_arguments(run)
     demo = sub.add_parser("demo")
-    add_arguments(demo, exclude={"dim", "eps", "algorithm"})
+    add_arguments(demo, exclude={"dim", "rho", "algorithm"})
     demo.add_argument("--dim", type=int, default=10)
-    args = parser.parse_args(["run", "--eps", "5", "--kafka", "client.rack=r1", "--no-transactional"])
+    args = parser.parse_args(["run", "--rho", "5", "--kafka", "client.rack=r1", "--no-transactional"])
     s = load_settings(args, BASE)
-    assert s.eps == 5.0 and s.kafka == {"client.rack": "r1"} and s.transactional is False
-    assert s.origin("eps") == "flag" and s.origin("transactional") == "flag"
+    assert s.rho == 5.0 and s.kafka == {"client.rack": "r1"} and s.transactional is False
+    assert s.origin("rho") == "flag" and s.origin("transactional") == "flag"
     args = parser.parse_args(["demo"])
-    assert args.dim == 10 and not hasattr(args, "eps")
+    assert args.dim == 10 and not hasattr(args, "rho")
 
 
 def test_demo_needs_neither_bootstrap_nor_dim():
@@ -117,10 +119,10 @@ def test_settings_table_covers_every_option():
 
 # --------------------------------------------------------------------------- bad settings name themselves
 BAD_ENV = [
-    ("OLU_EPS", "abc", "OLU_EPS (--eps) must be a number > 0, got 'abc'"),
-    ("OLU_EPS", "0", "OLU_EPS (--eps)"),
-    ("OLU_EPS", "nan", "OLU_EPS (--eps)"),
-    ("OLU_EPS", "inf", "OLU_EPS (--eps)"),
+    ("OLU_RHO", "abc", "OLU_RHO (--rho) must be a number > 0, got 'abc'"),
+    ("OLU_RHO", "0", "OLU_RHO (--rho)"),
+    ("OLU_RHO", "nan", "OLU_RHO (--rho)"),
+    ("OLU_RHO", "inf", "OLU_RHO (--rho)"),
     ("OLU_OMEGA", "1", "OLU_OMEGA (--omega) must be a number > 1"),
     ("OLU_DELTA", "1", "OLU_DELTA (--delta) must be a number in (0, 1)"),
     ("OLU_DELTA", "0", "OLU_DELTA (--delta)"),
@@ -183,7 +185,7 @@ def test_bad_env_value_names_the_setting(name, value, message):
 
 
 @pytest.mark.parametrize("flag,value,env_name", [
-    ("--eps", "abc", "OLU_EPS"), ("--dim", "-3", "OLU_DIM"), ("--algorithm", "x", "OLU_ALGORITHM"),
+    ("--rho", "abc", "OLU_RHO"), ("--dim", "-3", "OLU_DIM"), ("--algorithm", "x", "OLU_ALGORITHM"),
     ("--http-port", "-1", "OLU_HTTP_PORT"), ("--state-url", "http://x", "OLU_STATE_URL"),
 ])
 def test_bad_flag_value_names_the_setting(flag, value, env_name):
@@ -193,7 +195,7 @@ def test_bad_flag_value_names_the_setting(flag, value, env_name):
 
 
 def test_flag_overrides_a_bad_env_value_is_still_checked_only_when_used():
-    assert load(["--eps", "2"], OLU_EPS="abc").eps == 2.0  # the flag wins; the env value is unused
+    assert load(["--rho", "2"], OLU_RHO="abc").rho == 2.0  # the flag wins; the env value is unused
 
 
 @pytest.mark.parametrize("env,message", [
@@ -239,7 +241,7 @@ def test_every_registered_algorithm_is_a_choice_and_loads():
 
 # --------------------------------------------------------------------------- typo protection
 @pytest.mark.parametrize("typo,suggestion", [
-    ("OLU_EPSILON", "OLU_EPS"),
+    ("OLU_TARGET_EPSLON", "OLU_TARGET_EPSILON"),
     ("OLU_RELEASE_EVERY_EVENT", "OLU_RELEASE_EVERY_EVENTS"),
     ("OLU_STATEURL", "OLU_STATE_URL"),
     ("OLU_GROUPID", "OLU_GROUP_ID"),
@@ -264,10 +266,10 @@ def test_non_setting_olu_variables_are_tolerated():
 
 
 def test_unknown_flag_suggests_closest():
-    with pytest.raises(ConfigError, match="--epss.*did you mean --eps"):
-        load(["--epss", "1"])
+    with pytest.raises(ConfigError, match="--rhoo.*did you mean --rho"):
+        load(["--rhoo", "1"])
     with pytest.raises(ConfigError, match="expected one argument"):
-        load(["--eps"])
+        load(["--rho"])
 
 
 # --------------------------------------------------------------------------- librdkafka pass-through
@@ -431,9 +433,9 @@ def test_no_credentials_recorded_as_absent():
 def test_model_kwargs_build_the_engine():
     from worker.olu import ALGORITHMS
 
-    s = load(["--eps", "2", "--max-deletions", "50"])
+    s = load(["--rho", "2", "--max-deletions", "50"])
     kwargs = s.model_kwargs()
-    assert kwargs["dim"] == 4 and kwargs["eps"] == 2.0 and kwargs["capacity"] == 50
+    assert kwargs["dim"] == 4 and kwargs["rho"] == 2.0 and kwargs["capacity"] == 50
     assert "t0" not in kwargs and "restart_c" not in kwargs and "order_fallback" not in kwargs
     model = ALGORITHMS["passive"](**kwargs)
     assert model.dim == 4 and model.accountant.capacity == 50
@@ -460,7 +462,7 @@ def test_model_kwargs_per_algorithm():
 def test_settings_are_frozen():
     s = load()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        s.eps = 5.0  # type: ignore[misc]
+        s.rho = 5.0  # type: ignore[misc]
 
 
 def test_model_combinations_the_engine_refuses_fail_at_start_naming_the_setting():
@@ -502,3 +504,46 @@ def test_readme_configuration_table_is_the_settings_table():
     expected = [[f"`{r['env']}`", f"`{r['flag']}`", f"`{r['default'] or '—'}`", r["meaning"]]
                 for r in config.settings_table()]
     assert rows == expected, "README.md's configuration table differs from worker.config.settings_table()"
+
+
+# --------------------------------------------------------------------------- privacy settings
+@pytest.mark.parametrize("argv,env", [([], {"OLU_EPS": "1"}), (["--eps", "1"], {}), (["--eps=2"], {})])
+def test_the_removed_eps_is_refused_naming_both_replacements(argv, env):
+    with pytest.raises(ConfigError) as err:
+        load(argv, **env)
+    text = str(err.value)
+    assert "OLU_EPS (--eps) was removed" in text
+    assert "OLU_RHO (--rho)" in text and "OLU_TARGET_EPSILON (--target-epsilon)" in text
+
+
+def test_rho_and_target_epsilon_are_mutually_exclusive():
+    with pytest.raises(ConfigError, match=r"OLU_RHO \(--rho\) and OLU_TARGET_EPSILON \(--target-epsilon\) are "
+                                          "mutually exclusive"):
+        load(["--rho", "1"], OLU_TARGET_EPSILON="2")
+
+
+def test_an_explicit_rho_replaces_the_default_target():
+    s = load(OLU_RHO="0.5")
+    assert (s.rho, s.target_epsilon) == (0.5, None)
+    assert s.model_kwargs()["rho"] == 0.5 and "target_epsilon" not in s.model_kwargs()
+
+
+def test_the_target_reaches_the_engine_as_the_exact_inverse():
+    from worker.olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
+
+    s = load(OLU_TARGET_EPSILON="2", OLU_DELTA="1e-6", OLU_PRIVACY_UNIT="per-request")
+    model = ALGORITHMS[s.algorithm](**s.model_kwargs())
+    assert model.accountant.unit == "per-request"
+    assert model.accountant.budget == rho_for_epsilon(2.0, 1e-6)
+    assert rdp_to_dp(model.accountant.budget, 1e-6) <= 2.0
+
+
+def test_per_request_is_refused_for_an_algorithm_without_its_proof():
+    with pytest.raises(ConfigError, match=r"OLU_PRIVACY_UNIT \(--privacy-unit\).*not available for algorithm "
+                                          "'active-d2d'"):
+        load(OLU_PRIVACY_UNIT="per-request", OLU_ALGORITHM="active-d2d", OLU_MAX_DELETIONS="5")
+
+
+def test_rewind_refuses_a_rho():
+    with pytest.raises(ConfigError, match="rewind is calibrated to an \\(epsilon, delta\\) target"):
+        load(OLU_RHO="1", OLU_ALGORITHM="rewind", OLU_MAX_DELETIONS="5")

@@ -136,7 +136,7 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs(tmp_path):
     for name in _subcommands():
         assert re.search(rf"\b{re.escape(name)}\b", top.stdout), (name, top.stdout)
     run = _run([str(command), "run", "--help"], cwd=tmp_path, env=env, timeout=120)
-    for flag in ("--bootstrap-servers", "--dim", "--state-url", "--eps", "--kafka"):
+    for flag in ("--bootstrap-servers", "--dim", "--state-url", "--target-epsilon", "--rho", "--privacy-unit", "--kafka"):
         assert flag in run.stdout, flag
     version = _run([str(command), "--version"], cwd=tmp_path, env=env, timeout=120)
     assert version.stdout.strip().startswith("olu-worker ")

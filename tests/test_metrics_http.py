@@ -168,10 +168,10 @@ def test_loop_facing_updates_and_remove_partition():
     assert value(m, "olu_deletion_noise_sigma", **tp) == 0.7
     assert value(m, "olu_deletion_capacity_left", **tp) == 7
     assert value(m, "olu_deletion_capacity_left", topic="olu.events", partition=1) is None  # infinite
-    assert value(m, "olu_privacy_epsilon", **tp) == 1.75
-    assert value(m, "olu_privacy_delta", **tp) == 1e-5
-    assert value(m, "olu_privacy_budget_used_ratio", **tp) == 0.25
-    assert value(m, "olu_privacy_rdp_slope", **tp) == 0.25
+    assert value(m, "olu_privacy_epsilon", unit="all-deletions", **tp) == 1.75
+    assert value(m, "olu_privacy_delta", unit="all-deletions", **tp) == 1e-5
+    assert value(m, "olu_privacy_budget_used_ratio", unit="all-deletions", **tp) == 0.25
+    assert value(m, "olu_privacy_rdp_slope", unit="all-deletions", **tp) == 0.25
     assert value(m, "olu_model_steps", **tp) == 120
     assert value(m, "olu_model_deletions", **tp) == 3
     assert value(m, "olu_applied_records", **tp) == 97
@@ -193,7 +193,7 @@ def test_loop_facing_updates_and_remove_partition():
     m.remove_partition("olu.events", 0)
     left = [key for key in samples(m) if ("partition", "0") in key[1]]
     assert left == []
-    assert value(m, "olu_privacy_epsilon", topic="olu.events", partition=1) == 1.75  # others stay
+    assert value(m, "olu_privacy_epsilon", topic="olu.events", partition=1, unit="all-deletions") == 1.75  # others stay
 
 
 def test_a_restored_partition_exports_its_model_and_lag_before_any_input():
@@ -282,7 +282,7 @@ def test_ephemeral_port_and_metrics_endpoint(server):
     server.metrics.rebalance("assign")
     _, _, body = get(server.port, "/metrics")
     text = body.decode()
-    assert 'olu_privacy_epsilon{partition="2",topic="olu.events"} 1.75' in text
+    assert 'olu_privacy_epsilon{partition="2",topic="olu.events",unit="all-deletions"} 1.75' in text
     assert 'olu_rebalances_total{type="assign"} 1.0' in text
     assert "python_gc" not in text  # not the default registry
 

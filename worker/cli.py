@@ -81,8 +81,10 @@ def demo(args, opts) -> int:
               "deletions_honoured": summary.get("deletions_honoured", 0),
               "releases": summary.get("releases", 0), "dead_letters": summary.get("dead_letters", 0),
               "seconds": round(elapsed, 3), "state_dir": state_dir,
-              "partitions": {k: {"epsilon": v["epsilon"], "delta": v["delta"], "budget_used": v["budget_used"],
-                                 "deletions": v["deletions"], "t": v["t"], "offset": v["offset"]}
+              "partitions": {k: {"unit": v["unit"], "epsilon": v["epsilon"], "delta": v["delta"],
+                                 "target_epsilon": v["target_epsilon"], "rho": v["rho"], "requests": v["requests"],
+                                 "budget_used": v["budget_used"], "deletions": v["deletions"], "t": v["t"],
+                                 "offset": v["offset"]}
                              for k, v in partitions.items()}}
     if opts.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -113,13 +115,23 @@ def _print_report(report: dict, worker) -> None:
     print(f"{report['events']:,} events in {report['seconds']:.1f}s: {report['deletions_honoured']:,} deletions "
           f"honoured, {report['releases']:,} releases, {report['dead_letters']:,} dead letters")
     for name, p in report["partitions"].items():
-        print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} epsilon={p['epsilon']:.3f} "
-              f"(delta={p['delta']:g})  budget used={p['budget_used']:.3f}")
+        print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} {_guarantee(p)}")
     for (topic, partition), release in sorted(worker.latest_release.items()):
         value = orjson.loads(release.value)
         weights = ", ".join(f"{w:+.3f}" for w in value["weights"][:4])
         print(f"  latest release {topic}/{partition} v{value['version']} ({release.trigger}): [{weights}, ...]")
     print(f"  state: {report['state_dir']}")
+
+
+def _guarantee(p: dict) -> str:
+    """The guarantee in words: the unit, epsilon at delta it holds, and what it was set from."""
+    target = (f"target epsilon {p['target_epsilon']:g}" if p.get("target_epsilon") is not None
+              else f"rho {p['rho']:g}")
+    if p["unit"] == "per-request":
+        return (f"unit per-request: each of {p['requests']:,} requests has epsilon={p['epsilon']:.3f} "
+                f"(delta={p['delta']:g}; {target})")
+    return (f"unit all-deletions: epsilon={p['epsilon']:.3f} (delta={p['delta']:g}; {target}) for every deleted "
+            f"record together, budget used={p['budget_used']:.3f}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -109,7 +109,7 @@ def _text_line(release: ModelRelease, prediction: float | str | None) -> str:
     p = release.privacy
     line = (f"{release.topic}/{release.partition} v{release.version} model={release.model} "
             f"algorithm={release.algorithm} t={release.t} deletions={release.deletions} "
-            f"epsilon={p['epsilon']:.4g} budget_used={p['budget_used']:.2%}")
+            f"unit={p.get('unit', 'all-deletions')} epsilon={p['epsilon']:.4g} budget_used={p['budget_used']:.2%}")
     if release.trigger:
         line += f" trigger={release.trigger}"
     if release.request is not None:

@@ -4,8 +4,8 @@ Every metric lives in the worker's own :class:`prometheus_client.CollectorRegist
 global default one), so tests and two workers in one process do not clash. Names start with
 ``olu_``. Label names are limited to :data:`LABEL_NAMES` and their values are bounded: topics come
 from the configuration, partitions are numbers, and op / reason / trigger / kind / type are short
-codes from fixed sets (anything else is reported as ``other``). No method takes a record id, a key
-or a feature value, so none can end up in a label.
+codes from fixed sets (anything else is reported as ``other``); unit is a privacy unit. No method
+takes a record id, a key or a feature value, so none can end up in a label.
 
 The loop-facing methods (``record_outcome``, ``record_release``, ``record_snapshot``,
 ``record_restore``) take the partition runner and read only its ``topic``, ``partition``,
@@ -23,12 +23,13 @@ from collections.abc import Iterable
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from .olu.privacy.analysis.units import UNITS
 from .wire import TRIGGERS
 
 __all__ = ["CONTENT_TYPE", "LABEL_NAMES", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-LABEL_NAMES = frozenset({"topic", "partition", "op", "reason", "type", "kind", "trigger"})
+LABEL_NAMES = frozenset({"topic", "partition", "op", "reason", "type", "kind", "trigger", "unit"})
 
 OPS = ("insert", "delete", "tombstone")
 KINDS = ("full", "delta")
@@ -43,6 +44,7 @@ DELETE_TO_RELEASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.
 SNAPSHOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 RESTORE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TP = ("topic", "partition")
+_TPU = _TP + ("unit",)  # the privacy gauges: a partition's series carry its privacy unit
 
 
 def _code(value: str, allowed: Iterable[str] | None = None) -> str:
@@ -69,15 +71,23 @@ class Metrics:
         self._privacy_known: set[tuple[str, str]] = set()
 
         # Privacy
-        self.privacy_epsilon = Gauge("olu_privacy_epsilon", "Privacy epsilon spent by the partition's model "
-                                     "at delta olu_privacy_delta ((epsilon, delta)-DP of its deletions)",
-                                     _TP, registry=r)
+        # ``unit``: what one guarantee protects (all-deletions: every deleted record together;
+        # per-request: each deletion request alone, docs/accounting.md 8).
+        self.privacy_epsilon = Gauge("olu_privacy_epsilon", "Privacy epsilon of the partition's model at delta "
+                                     "olu_privacy_delta, per privacy unit: for all its deleted records together "
+                                     "(unit all-deletions) or for each deletion request (unit per-request)",
+                                     _TPU, registry=r)
         self.privacy_delta = Gauge("olu_privacy_delta", "The delta at which olu_privacy_epsilon is reported",
-                                   _TP, registry=r)
+                                   _TPU, registry=r)
         self.privacy_budget_used = Gauge("olu_privacy_budget_used_ratio", "Fraction of the lifetime Renyi "
-                                         "budget eps spent (rho / eps)", _TP, registry=r)
-        self.privacy_rdp_slope = Gauge("olu_privacy_rdp_slope", "Renyi slope rho spent this epoch "
-                                       "(D_alpha <= alpha * rho)", _TP, registry=r)
+                                         "budget spent (rho spent / rho; always 0 for unit per-request)", _TPU,
+                                         registry=r)
+        self.privacy_rdp_slope = Gauge("olu_privacy_rdp_slope", "Renyi slope spent this epoch, per unit "
+                                       "(D_alpha <= alpha * slope)", _TPU, registry=r)
+        self.privacy_rho = Gauge("olu_privacy_rho", "The configured Renyi slope per privacy unit (set, or "
+                                 "derived from the target epsilon at delta)", _TPU, registry=r)
+        self.privacy_requests = Gauge("olu_privacy_requests", "Deletion requests charged in the model's current "
+                                      "epoch", _TPU, registry=r)
         self.deletions = Counter("olu_deletions", "Deletions honoured that changed the model "
                                  "(noised, exact, restarted or retrained)", _TP, registry=r)
         self.deletions_noop = Counter("olu_deletions_noop", "Deletions that needed no change: not_applied "
@@ -176,11 +186,16 @@ class Metrics:
 
     # ------------------------------------------------------------------ privacy and model
     def set_privacy(self, topic: str, partition: int, *, epsilon: float, delta: float, budget_used: float,
-                    rdp_slope: float, capacity_left: int | None = None) -> None:
-        self._child(self.privacy_epsilon, topic, partition).set(epsilon)
-        self._child(self.privacy_delta, topic, partition).set(delta)
-        self._child(self.privacy_budget_used, topic, partition).set(budget_used)
-        self._child(self.privacy_rdp_slope, topic, partition).set(rdp_slope)
+                    rdp_slope: float, capacity_left: int | None = None, unit: str = "all-deletions",
+                    rho: float | None = None, requests: int | None = None) -> None:
+        self._child(self.privacy_epsilon, topic, partition, unit).set(epsilon)
+        self._child(self.privacy_delta, topic, partition, unit).set(delta)
+        self._child(self.privacy_budget_used, topic, partition, unit).set(budget_used)
+        self._child(self.privacy_rdp_slope, topic, partition, unit).set(rdp_slope)
+        if rho is not None:
+            self._child(self.privacy_rho, topic, partition, unit).set(rho)
+        if requests is not None:
+            self._child(self.privacy_requests, topic, partition, unit).set(requests)
         if capacity_left is not None and math.isfinite(capacity_left):
             self._child(self.deletion_capacity_left, topic, partition).set(capacity_left)
 
@@ -199,7 +214,9 @@ class Metrics:
         """Privacy gauges from the engine's ``model.privacy()`` dict."""
         p = model.privacy()
         self.set_privacy(topic, partition, epsilon=p["epsilon"], delta=p["delta"], budget_used=p["budget_used"],
-                         rdp_slope=p["eps_rdp_slope"], capacity_left=p.get("deletions_capacity_left"))
+                         rdp_slope=p["eps_rdp_slope"], capacity_left=p.get("deletions_capacity_left"),
+                         unit=_code(p.get("unit", "all-deletions"), UNITS), rho=p.get("rho"),
+                         requests=p.get("requests"))
         self.set_dp_tree(topic, partition, p)
         with self._lock:
             self._privacy_known.add((str(topic), str(int(partition))))

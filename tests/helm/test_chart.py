@@ -198,7 +198,7 @@ ALL_SETTINGS = {
     "params_topic": "olu.params.prod", "dlq_topic": "olu.dlq.prod", "transactional": True,
     "group_protocol": "consumer", "algorithm": "passive", "dim": 16, "loss": "logistic", "l2": 0.05,
     "label_bound": 2.0, "radius": 5.0, "feature_bound": 1.5, "feature_policy": "clip",
-    "schedule": "strongly-convex", "t0": 10.0, "step": 0.125, "eps": 2.5, "omega": 1.5, "delta": 1e-6,
+    "schedule": "strongly-convex", "t0": 10.0, "step": 0.125, "rho": 2.5, "privacy_unit": "per-request", "omega": 1.5, "delta": 1e-6,
     "max_deletions": 1048576, "dp_horizon": 65536, "restart_c": 2.0, "order_fallback": "restart", "on_budget": "refuse",
     "lbfgs_memory": 20, "retrain_every": 5000, "train_steps": 60, "noise_sigma": 0.02, "model_name": "ctr",
     "release_every_events": 50000, "release_every_seconds": 2.5, "snapshot_every_events": 200000,
@@ -210,6 +210,8 @@ ALL_SETTINGS = {
     "http_host": "::", "http_port": 9100, "liveness_seconds": 90.0, "log_level": "DEBUG", "log_format": "text",
 }
 NOT_SETTABLE = {"transactional_id"}
+#: Settable, but excluded by one in ALL_SETTINGS (rho): wired on their own below.
+EXCLUSIVE = {"target_epsilon": 2.0}
 
 
 def test_config_keys_are_exactly_the_worker_settings(chart):
@@ -218,7 +220,14 @@ def test_config_keys_are_exactly_the_worker_settings(chart):
     schema = chart.schema["properties"]["config"]
     assert set(schema["properties"]) == settings, "values.schema.json config: must list every setting"
     assert schema["additionalProperties"] is False  # a typo fails at install
-    assert set(ALL_SETTINGS) | NOT_SETTABLE == settings
+    assert set(ALL_SETTINGS) | NOT_SETTABLE | set(EXCLUSIVE) == settings
+
+
+def test_the_privacy_target_is_wired_on_its_own(chart):
+    env = plain_env(render(chart, merge(REQUIRED, {"config": EXCLUSIVE})))
+    assert float(env["OLU_TARGET_EPSILON"]) == 2.0 and "OLU_RHO" not in env
+    settings = load_settings([], env)
+    assert (settings.target_epsilon, settings.rho, settings.origin("target_epsilon")) == (2.0, None, "env")
 
 
 def test_every_setting_is_wired_to_its_env_var(chart):
@@ -248,7 +257,8 @@ def test_unset_settings_leave_the_worker_defaults(chart):
     olu = {k for k in env if k.startswith("OLU_")}
     assert olu == {"OLU_KAFKA_BOOTSTRAP_SERVERS", "OLU_DIM", "OLU_STATE_URL", "OLU_HTTP_PORT"}
     settings = load_settings([], env)
-    assert settings.dim == 10 and settings.state_url == "s3://olu-state/prod" and settings.eps == 1.0
+    assert settings.dim == 10 and settings.state_url == "s3://olu-state/prod"
+    assert (settings.target_epsilon, settings.rho, settings.privacy_unit) == (1.0, None, "all-deletions")
 
 
 def test_kafka_passthrough_becomes_olu_kafka_env(chart):
@@ -425,8 +435,9 @@ def test_autoscaling_on_consumer_lag(chart):
 BAD_VALUES = {
     "replicas negative": {"replicaCount": -1},
     "replicas a string": {"replicaCount": "2"},
-    "eps zero": {"config": {"eps": 0}},
-    "eps negative": {"config": {"eps": -0.5}},
+    "rho zero": {"config": {"rho": 0}},
+    "target epsilon negative": {"config": {"target_epsilon": -0.5}},
+    "unknown privacy unit": {"config": {"privacy_unit": "per-record"}},
     "unknown algorithm": {"config": {"algorithm": "sgd"}},
     "unknown loss": {"config": {"loss": "hinge"}},
     "http port zero": {"config": {"http_port": 0}},

@@ -63,6 +63,10 @@ RELEASE = {
     "dim": 4,
     "weights": [0.12, -0.5, 0.0, 2.25],
     "privacy": {
+        "unit": "all-deletions",
+        "rho": 2.0,
+        "target_epsilon": None,
+        "requests": 12,
         "eps_rdp_slope": 0.8,
         "budget_used": 0.4,
         "epsilon": 3.1,

@@ -34,10 +34,10 @@ def masked_run(model_cls, kwargs, X, y, skip: set[int]):
 class PlannedCalibration(PrivacyAccountant):
     """The engine's accountant with another sigma rule ``rule(j, shift)`` for the j-th deletion
     (per-request, or even over a capacity): units the worker does not wire yet. The engine's OGD,
-    noise draw and projection stay real; the budget is not what is under test (eps is huge)."""
+    noise draw and projection stay real; the budget is not what is under test (the budget is huge)."""
 
     def __init__(self, rule):
-        super().__init__(eps=1e300)
+        super().__init__(budget=1e300)
         self.rule = rule
 
     def sigma_for_next(self, shift: float) -> float:

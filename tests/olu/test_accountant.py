@@ -29,7 +29,7 @@ def calibrated(eps, n, omega=1.2, seed=0):
 
 
 def spent(pairs):
-    acc = PrivacyAccountant(eps=1e12)
+    acc = PrivacyAccountant(budget=1e12)
     for shift, sigma in pairs:
         acc.charge(shift, sigma)
     return acc.rho
@@ -60,7 +60,7 @@ def test_cumulative_weight_at_one_million():
 
 @pytest.mark.parametrize("eps,omega", [(1.0, 1.2), (0.1, 1.5), (7.0, 2.0)])
 def test_calibrated_charges_spend_the_cumulative_weight(eps, omega):
-    acc = PrivacyAccountant(eps=eps, omega=omega)
+    acc = PrivacyAccountant(budget=eps, omega=omega)
     weights = 0.0
     for i, a in enumerate(np.random.default_rng(1).uniform(1e-3, 10, 2000), 1):
         acc.charge(float(a), acc.sigma_for_next(float(a)))
@@ -160,7 +160,7 @@ def test_epsilon_and_delta_match_dp_accounting(name, delta):
 
 @pytest.mark.parametrize("eps", [0.1, 1.0, 10.0])
 def test_calibrated_sequence_matches_dp_accounting(eps):
-    ours = PrivacyAccountant(eps=eps)
+    ours = PrivacyAccountant(budget=eps)
     theirs = dpa.rdp.RdpAccountant()
     for i, (shift, sigma) in enumerate(calibrated(eps, 200, seed=int(eps * 10)), 1):
         assert math.isclose(sigma, ours.sigma_for_next(shift), rel_tol=1e-15)
@@ -196,7 +196,7 @@ def test_kl_shortcut_agrees_with_dp_accounting():
 
 
 def test_capacity_counts_down_and_then_refuses():
-    acc = PrivacyAccountant(eps=1.0, capacity=3)
+    acc = PrivacyAccountant(budget=1.0, capacity=3)
     assert acc.capacity_left == 3
     for left in (2, 1, 0):
         acc.charge(1.0, acc.sigma_for_next(1.0))
@@ -205,11 +205,11 @@ def test_capacity_counts_down_and_then_refuses():
     with pytest.raises(BudgetExhausted):
         acc.charge(1.0, 1e6)
     assert acc.to_state() == before
-    assert PrivacyAccountant(eps=1.0).capacity_left is None
+    assert PrivacyAccountant(budget=1.0).capacity_left is None
 
 
 def test_charge_beyond_eps_is_refused_and_bad_charges_rejected():
-    acc = PrivacyAccountant(eps=1.0)
+    acc = PrivacyAccountant(budget=1.0)
     acc.charge(1.0, 1.0)  # spends 0.5
     with pytest.raises(BudgetExhausted):
         acc.charge(1.0, 0.7)  # would spend 1.02 more
@@ -224,7 +224,7 @@ def test_charge_beyond_eps_is_refused_and_bad_charges_rejected():
 
 
 def test_restart_epoch_resets_epoch_but_keeps_lifetime():
-    acc = PrivacyAccountant(eps=2.0, capacity=5)
+    acc = PrivacyAccountant(budget=2.0, capacity=5)
     for _ in range(4):
         acc.charge(1.0, acc.sigma_for_next(1.0))
     rho1 = acc.rho
@@ -238,7 +238,7 @@ def test_restart_epoch_resets_epoch_but_keeps_lifetime():
 
 
 def test_state_round_trip_is_bit_exact():
-    acc = PrivacyAccountant(eps=0.7, omega=1.35, delta=3e-7, capacity=1000)
+    acc = PrivacyAccountant(budget=0.7, omega=1.35, delta=3e-7, capacity=1000)
     for shift, sigma in calibrated(0.7, 37, omega=1.35, seed=3):
         acc.charge(shift, sigma)
     acc.restart_epoch()
@@ -249,10 +249,10 @@ def test_state_round_trip_is_bit_exact():
     assert loaded == state
     back = PrivacyAccountant.from_state(loaded)
     assert back.to_state() == state
-    assert back.rho.hex() == acc.rho.hex() and back.eps.hex() == acc.eps.hex()
+    assert back.rho.hex() == acc.rho.hex() and back.budget.hex() == acc.budget.hex()
     assert [r.hex() for _, r in back.history] == [r.hex() for _, r in acc.history]
     assert back.epsilon() == acc.epsilon() and back.sigma_for_next(1.3) == acc.sigma_for_next(1.3)
-    fresh = PrivacyAccountant(eps=1.0)
+    fresh = PrivacyAccountant(budget=1.0)
     assert PrivacyAccountant.from_state(orjson.loads(orjson.dumps(fresh.to_state()))).to_state() \
         == fresh.to_state()
 
@@ -261,7 +261,8 @@ def _mutations(good):
     yield "not a dict"
     yield {k: v for k, v in good.items() if k != "rho"}
     yield {**good, "extra": 1}
-    for key, value in [("version", 2), ("version", True), ("eps", -1.0), ("eps", "1"),
+    for key, value in [("version", 3), ("version", True), ("budget", -1.0), ("budget", "1"), ("unit", "per-request"),
+                       ("unit", "nope"),
                        ("omega", 1.0), ("delta", 1.5), ("capacity", 0), ("capacity", 2.5),
                        ("deletions", -1), ("deletions", 1.0), ("deletions", 11), ("rho", -0.1),
                        ("rho", math.nan), ("rho", 5.0), ("history", {}), ("history", [[1]]),
@@ -271,7 +272,7 @@ def _mutations(good):
 
 
 def test_bad_state_is_rejected():
-    acc = PrivacyAccountant(eps=1.0, capacity=10)
+    acc = PrivacyAccountant(budget=1.0, capacity=10)
     for _ in range(3):
         acc.charge(1.0, acc.sigma_for_next(1.0))
     good = acc.to_state()
@@ -283,14 +284,14 @@ def test_bad_state_is_rejected():
 
 
 @pytest.mark.parametrize("kwargs,name", [
-    (dict(eps=0.0), "eps"), (dict(eps=-1.0), "eps"), (dict(eps=math.nan), "eps"),
-    (dict(eps=math.inf), "eps"), (dict(eps="1"), "eps"),
-    (dict(eps=1.0, omega=1.0), "omega"), (dict(eps=1.0, omega=0.5), "omega"),
-    (dict(eps=1.0, omega=math.nan), "omega"),
-    (dict(eps=1.0, delta=0.0), "delta"), (dict(eps=1.0, delta=1.0), "delta"),
-    (dict(eps=1.0, delta=math.nan), "delta"), (dict(eps=1.0, delta=-1e-5), "delta"),
-    (dict(eps=1.0, capacity=0), "capacity"), (dict(eps=1.0, capacity=2.0), "capacity"),
-    (dict(eps=1.0, capacity=True), "capacity"),
+    (dict(budget=0.0), "budget"), (dict(budget=-1.0), "budget"), (dict(budget=math.nan), "budget"),
+    (dict(budget=math.inf), "budget"), (dict(budget="1"), "budget"),
+    (dict(budget=1.0, omega=1.0), "omega"), (dict(budget=1.0, omega=0.5), "omega"),
+    (dict(budget=1.0, omega=math.nan), "omega"),
+    (dict(budget=1.0, delta=0.0), "delta"), (dict(budget=1.0, delta=1.0), "delta"),
+    (dict(budget=1.0, delta=math.nan), "delta"), (dict(budget=1.0, delta=-1e-5), "delta"),
+    (dict(budget=1.0, capacity=0), "capacity"), (dict(budget=1.0, capacity=2.0), "capacity"),
+    (dict(budget=1.0, capacity=True), "capacity"),
 ])
 def test_bad_constructor_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -24,7 +24,7 @@ from worker.olu.exceptions import BudgetExhausted, ConfigError, InvalidState
 from .helpers import synthetic_stream
 
 # logistic, R = 1, lam = 0.1, r = 5: L = 1.5, mu = 0.1, beta = 0.35, gamma* = 5/9, D = 10, t0 = 1.25
-KW = dict(dim=5, loss="logistic", l2=0.1, radius=5.0, feature_bound=1.0, eps=1.0)
+KW = dict(dim=5, loss="logistic", l2=0.1, radius=5.0, feature_bound=1.0, rho=1.0)
 L, MU, BETA, D, T0 = 1.5, 0.1, 0.35, 10.0, 1.25
 G = (BETA - MU) / (BETA + MU)
 ETA_GD = 2 / (BETA + MU)
@@ -176,7 +176,7 @@ def test_anchor_output_is_I_steps_on_the_anchor_plus_the_drawn_noise():
 def test_d2d_is_much_closer_to_the_retrained_erm_than_passive_before_noise():
     """Descent-to-delete targets the retrained solution, argmin of the retained average loss
     (docs/algorithms.md 5); sigma is made negligible (eps huge) so the outputs are the pre-noise maps."""
-    kw = dict(KW, eps=1e12)
+    kw = dict(KW, rho=1e12)
     ids, X, y = synthetic_stream(2000, 5, seed=4)
     active, passive = ActiveD2D(**kw, max_deletions=10, noise_rng=np.random.default_rng(0)), \
         PassiveOLU(**kw, noise_rng=np.random.default_rng(0))

@@ -30,7 +30,7 @@ from worker.state.codec import decode, encode
 
 from .helpers import synthetic_stream
 
-BASE = dict(dim=4, loss="logistic", l2=0.0, radius=2.0, feature_bound=1.0, eps=1.0, delta=1e-5)
+BASE = dict(dim=4, loss="logistic", l2=0.0, radius=2.0, feature_bound=1.0, rho=1.0, delta=1e-5)
 
 
 def model(seed=0, **overrides) -> DPTreeOnlineFrankWolfe:
@@ -193,14 +193,14 @@ def test_rho_for_epsilon_inverts_the_bun_steinke_conversion():
 
 def test_model_sigma_from_public_constants_by_hand():
     # logistic, l2 = 0, ||x|| <= 1, r = 2: beta = 1/4, L = 1, D = 4, S = beta D + L = 2, Delta = 4
-    m = model(eps=0.5, dp_horizon=10_000)
+    m = model(rho=0.5, dp_horizon=10_000)
     assert (m.levels, m.bound, m.node_sensitivity) == (15, 2.0, 4.0)
     assert m.sigma == pytest.approx(4.0 * math.sqrt(15 / (2 * 0.5)), rel=1e-15)  # Delta sqrt(m / (2 eps))
     assert m.rho_node * 15 == pytest.approx(0.5, rel=1e-12)  # the whole tree path spends eps
-    paper = model(eps=0.5, dp_horizon=10_000, calibration="paper")
+    paper = model(rho=0.5, dp_horizon=10_000, calibration="paper")
     eps_t = 0.5 + 2 * math.sqrt(0.5 * math.log(1e5))  # the (eps_t, delta) the zCDP budget promises
     assert paper.sigma == pytest.approx(math.sqrt(8 * 15**2 * math.log(15 / 1e-5)) * 2.0 / eps_t, rel=1e-12)
-    scaled = model(eps=0.5, dp_horizon=10_000, lr_scale=3.0)
+    scaled = model(rho=0.5, dp_horizon=10_000, lr_scale=3.0)
     assert scaled.bound == 3.0 * 0.25 * 4.0 + 1.0  # eta = c/(t+1) scales beta D (docs/algorithms.md 11.2)
     ridge = model(loss="ridge", l2=0.5, label_bound=1.0, radius=1.0)  # L = 1 (1 + 1) + 0.5, beta = 1.5, D = 2
     assert ridge.bound == 1.5 * 2.0 + 2.5
@@ -220,7 +220,7 @@ def test_constructor_refuses_bad_dp_settings():
 # ------------------------------------------------------------------ accounting (docs/accounting.md 5.3,
 # docs/accounting.md 7)
 def test_accounting_matches_the_dp_accounting_oracles():
-    m = model(eps=0.3, dp_horizon=4096)
+    m = model(rho=0.3, dp_horizon=4096)
     ids, X, y = synthetic_stream(4096, m.dim, seed=4)
     multiplier = m.sigma / m.node_sensitivity
     done = 0
@@ -317,7 +317,7 @@ def test_learning_reduces_the_loss_on_a_separable_stream_at_large_epsilon():
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     X = X[np.abs(X @ w) / np.linalg.norm(w) > 0.1][: n + 500]  # a margin: separable
     y = np.where(X @ w > 0, 1.0, -1.0)
-    m = model(dim=d, radius=5.0, eps=1e6, dp_horizon=n)
+    m = model(dim=d, radius=5.0, rho=1e6, dp_horizon=n)
     train, test = slice(0, n), slice(n, len(X))
 
     def loss(z):
@@ -345,9 +345,9 @@ def test_utility_smoke_of_spec_5_5_on_the_section_4_1_regression_stream():
 
     ids = [f"r{j}" for j in range(T)]
     kw = dict(dim=d, loss="ridge", l2=1e-9, radius=1.0, label_bound=1.0, delta=1.0 / T)
-    exact = DPTreeOnlineFrankWolfe(**kw, eps=1e12, dp_horizon=10_000, noise_rng=np.random.default_rng(0))
+    exact = DPTreeOnlineFrankWolfe(**kw, rho=1e12, dp_horizon=10_000, noise_rng=np.random.default_rng(0))
     exact.learn_many(ids[:10_000], X[:10_000], y[:10_000])
-    private = DPTreeOnlineFrankWolfe(**kw, eps=rho_for_epsilon(1.0, 1.0 / T), dp_horizon=T,
+    private = DPTreeOnlineFrankWolfe(**kw, rho=rho_for_epsilon(1.0, 1.0 / T), dp_horizon=T,
                                      noise_rng=np.random.default_rng(0))
     private.learn_many(ids, X[:T], y[:T])
     assert subopt(exact) < 0.01 and subopt(private) < 0.1
@@ -392,10 +392,10 @@ def test_metrics_count_covered_deletions_and_follow_the_spend_of_inserts():
     value = lambda name, **labels: metrics.registry.get_sample_value(  # noqa: E731
         name, {"topic": "olu.events", "partition": "0", **labels})
     metrics.record_outcome(runner, Outcome())
-    first = value("olu_privacy_epsilon")
+    first = value("olu_privacy_epsilon", unit="all-deletions")
     runner.model.learn_many([f"n{j}" for j in range(99)], np.tile(X, (99, 1)), np.tile(y, 99))
     metrics.record_outcome(runner, Outcome())  # inserts only: dp-tofw's spend still moves
-    assert value("olu_privacy_epsilon") == runner.model.privacy()["epsilon"] > first
+    assert value("olu_privacy_epsilon", unit="all-deletions") == runner.model.privacy()["epsilon"] > first
     assert value("olu_dp_noise_sigma") == runner.model.sigma
     assert value("olu_dp_sensitivity") == runner.model.node_sensitivity
     assert value("olu_dp_epsilon_projected_at_horizon") == runner.model.epsilon_at_horizon
@@ -462,11 +462,11 @@ def test_a_damaged_state_is_refused():
 # ------------------------------------------------------------------ configuration
 def test_worker_settings_build_the_model():
     env = {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "OLU_DIM": "3", "OLU_ALGORITHM": "dp-tofw",
-           "OLU_DP_HORIZON": "5000", "OLU_EPS": "0.5", "OLU_MAX_DELETIONS": "7"}
+           "OLU_DP_HORIZON": "5000", "OLU_RHO": "0.5", "OLU_MAX_DELETIONS": "7"}
     s = config.load_settings([], env, command="run")
     kwargs = s.model_kwargs()
     assert kwargs["dp_horizon"] == 5000 and "capacity" not in kwargs and "max_deletions" not in kwargs
     m = ALGORITHMS["dp-tofw"](**kwargs)
-    assert (m.horizon, m.levels, m.accountant.eps) == (5000, 14, 0.5)
+    assert (m.horizon, m.levels, m.accountant.budget) == (5000, 14, 0.5)
     with pytest.raises(config.ConfigError, match=r"OLU_DP_HORIZON \(--dp-horizon\)"):
         config.load_settings([], {**env, "OLU_DP_HORIZON": "0"}, command="run")

@@ -12,7 +12,7 @@ from worker.olu.core.losses import Logistic, Ridge
 
 from .helpers import synthetic_stream
 
-BASE = dict(dim=4, loss="logistic", l2=0.01, radius=3.0, feature_bound=1.0, eps=1.0)
+BASE = dict(dim=4, loss="logistic", l2=0.01, radius=3.0, feature_bound=1.0, rho=1.0)
 
 
 # Invariant 5: calibration uses only public constants, and they are valid for the data allowed in.

@@ -54,7 +54,7 @@ def stream(n, loss="logistic", seed=0, d=D):
 
 
 def model(config, reference=False, **extra):
-    m = PassiveOLU(dim=D, eps=1.0, noise_rng=np.random.default_rng(11), **config, **extra)
+    m = PassiveOLU(dim=D, rho=1.0, noise_rng=np.random.default_rng(11), **config, **extra)
     if reference:
         m.use_kernel = False
         m.clipped, project = 0, m.ball.project
@@ -371,7 +371,7 @@ WARM_UP_COVERS = textwrap.dedent("""
     X = rng.normal(size=(900, 3)) / 4
     y = np.where(rng.random(900) < 0.5, 1.0, -1.0)
     ids = [f"r{i}" for i in range(900)]
-    m = PassiveOLU(dim=3, l2=0.1, radius=5.0, eps=1.0, noise_rng=rng)
+    m = PassiveOLU(dim=3, l2=0.1, radius=5.0, rho=1.0, noise_rng=rng)
     for start in range(0, 900, 100):  # merges (paced and whole), tombstones moving to the base
         m.learn_many(ids[start:start + 100], X[start:start + 100], y[start:start + 100])
         for i in range(start, start + 100, 13):
@@ -379,7 +379,7 @@ WARM_UP_COVERS = textwrap.dedent("""
         m.unlearn_one(f"future-{start}")
         if start == 400:
             m = load_model(frozen_copy(m.export_state()), noise_rng=rng)
-    a = ActiveD2D(dim=3, l2=0.1, radius=5.0, max_deletions=10, eps=1.0, noise_rng=rng)
+    a = ActiveD2D(dim=3, l2=0.1, radius=5.0, max_deletions=10, rho=1.0, noise_rng=rng)
     a.learn_many(ids[:50], X[:50], y[:50])
     a.unlearn_one(ids[40])
     assert a.unlearn_one(ids[3]).outcome == "exact"  # out of order: replayed by the kernel

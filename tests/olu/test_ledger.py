@@ -14,7 +14,7 @@ from worker.olu.exceptions import InvalidState
 from worker.olu.privacy import ledger as ledger_module
 from worker.olu.privacy.ledger import Ledger
 
-KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 
 
 def entries(n: int, start: int = 1) -> list[dict]:

@@ -13,7 +13,7 @@ from worker.olu.exceptions import ConfigError, InvalidState
 
 from .helpers import synthetic_stream
 
-BASE = dict(dim=4, loss="logistic", l2=0.1, radius=100.0, feature_bound=1.0, eps=1.0, max_deletions=5)
+BASE = dict(dim=4, loss="logistic", l2=0.1, radius=100.0, feature_bound=1.0, rho=1.0, max_deletions=5)
 
 
 def dense_bfgs_inverse(S, Y, gamma0):
@@ -132,7 +132,7 @@ def test_learn_one_and_learn_many_agree_bit_for_bit():
 @pytest.mark.parametrize("loss,metric,bound", [("logistic", "accuracy", 0.85), ("ridge", "mse", 0.2)])
 def test_learns_about_as_well_as_ogd(loss, metric, bound):
     ids, X, y = synthetic_stream(3000, 8, seed=1, loss=loss)
-    kw = dict(dim=8, loss=loss, l2=0.01, radius=10.0, eps=1.0)
+    kw = dict(dim=8, loss=loss, l2=0.01, radius=10.0, rho=1.0)
     scores = []
     for model in (MemoryPair(**kw), PassiveOLU(**kw)):
         model.learn_many(ids[:2500], X[:2500], y[:2500])

@@ -61,7 +61,7 @@ def test_the_indices_noise_after_step_tau_is_contracted_by_steps_tau_plus_1_to_t
 
 def test_release_std_on_an_engine_ledger_by_epoch():
     ids, X, y = synthetic_stream(300, 3, seed=4)
-    m = PassiveOLU(dim=3, l2=0.1, radius=5.0, eps=1.0, noise_rng=np.random.default_rng(0))
+    m = PassiveOLU(dim=3, l2=0.1, radius=5.0, rho=1.0, noise_rng=np.random.default_rng(0))
     m.ledger = Ledger(segment_entries=2)  # sealed segments are read like open entries
     m.learn_many(ids[:100], X[:100], y[:100])
     for r in ids[:5]:

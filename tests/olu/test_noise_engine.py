@@ -56,7 +56,7 @@ def measure(*, loss, dim, l2, rho, events, rate, unit, split=None, x_scale=1.0, 
         victims.append(ids[u - 1])
     finals, largest, model = [], 0.0, None
     for seed in seeds:
-        model = PassiveOLU(dim=dim, loss=loss, l2=l2, radius=10.0, feature_bound=1.0, eps=rho,
+        model = PassiveOLU(dim=dim, loss=loss, l2=l2, radius=10.0, feature_bound=1.0, rho=rho,
                            noise_rng=np.random.default_rng(seed))
         install(model, unit, split, rho, len(taus))
         start = 0
@@ -116,7 +116,7 @@ def test_the_indices_against_the_engine_where_the_prediction_is_exact():
     releases = {2: [], 3: [], 10: []}
     model = None
     for seed in seeds:
-        model = PassiveOLU(dim=dim, loss="ridge", l2=1.0, radius=10.0, eps=1e3,
+        model = PassiveOLU(dim=dim, loss="ridge", l2=1.0, radius=10.0, rho=1e3,
                            noise_rng=np.random.default_rng(seed))
         for t in range(1, 11):
             model.learn_one(ids[t - 1], X[t - 1], y[t - 1])

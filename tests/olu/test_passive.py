@@ -15,7 +15,7 @@ from worker.olu.exceptions import DimensionMismatch, InvalidLabel, InvalidRecord
 
 from .helpers import masked_run, synthetic_stream
 
-BASE = dict(dim=5, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+BASE = dict(dim=5, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 
 
 def fed(n=300, seed=0, **overrides):
@@ -29,7 +29,7 @@ def fed(n=300, seed=0, **overrides):
 # ------------------------------------------------------------------ formula tests (docs/calibration.md 8)
 @pytest.mark.parametrize("eps", [0.1, 1.0, 10.0])
 def test_sigma_over_shift_is_sqrt_3_i_pow_1_2_over_eps(eps):
-    m, ids, _, _ = fed(eps=eps)
+    m, ids, _, _ = fed(rho=eps)
     for i, rid in enumerate(ids[:6], start=1):
         d = m.unlearn_one(rid)
         assert d.outcome == "noised" and d.index == i
@@ -88,7 +88,7 @@ def test_runs_with_and_without_a_record_stay_within_gamma_delta(loss, l2, seed):
 def _tight_deletion_setup():
     """A last record that the model misclassifies badly, along z: its gradient has norm ~L, so the
     worst-case shift bound a = eta_u L is nearly attained and the check below is near-tight."""
-    kw = dict(dim=2, loss="logistic", l2=1e-3, radius=50.0, feature_bound=1.0, eps=1.0)
+    kw = dict(dim=2, loss="logistic", l2=1e-3, radius=50.0, feature_bound=1.0, rho=1.0)
     ids, X, y = synthetic_stream(200, 2, seed=3)
     base = PassiveOLU(**kw)
     base.learn_many(ids[:-1], X[:-1], y[:-1])
@@ -129,7 +129,7 @@ def test_output_after_deletion_matches_retraining_plus_matched_noise(halve, monk
     retrained = reference + np.random.default_rng(99).normal(0.0, sigma, size=(n, 2))
     gap = np.linalg.norm(real.mean(0) - retrained.mean(0))
     spread = math.sqrt((real.var(0, ddof=1).mean() + retrained.var(0, ddof=1).mean()) / 2)
-    ratio, bound = gap / spread, math.sqrt(kw["eps"] / 3)
+    ratio, bound = gap / spread, math.sqrt(kw["rho"] / 3)
     # The construction makes the true gap ~0.95 of the worst case, so the check is near-tight.
     private = bool(ratio <= bound * 1.15 and abs(spread / sigma - 1) < 0.05)
     assert private is (halve is None), (ratio, bound, spread / sigma)

@@ -18,7 +18,7 @@ from worker.olu.exceptions import InvalidState
 
 from .helpers import masked_run, synthetic_stream
 
-KW = dict(dim=5, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+KW = dict(dim=5, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 
 
 def fresh_masked(kw, ids, X, y, skip_steps, upto):

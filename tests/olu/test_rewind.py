@@ -123,7 +123,7 @@ def gd(z, X, y, lam, eta, steps, radius):
 
 def make(**kw):
     base = dict(dim=DIM, l2=0.05, radius=RADIUS, retrain_every=200, train_steps=30, noise_sigma=1.0,
-                max_deletions=3, eps=1.0, delta=1e-5)
+                max_deletions=3, target_epsilon=1.0, delta=1e-5)
     return RewindToDelete(**(base | kw))
 
 

@@ -48,7 +48,7 @@ def test_the_same_request_gets_the_same_sigma_whatever_came_before():
     rho, per_request, all_deletions = 0.2, [], []
     for before in (0, 5, 40):
         for sigmas in (per_request, all_deletions):
-            m = PassiveOLU(dim=4, l2=0.05, radius=5.0, eps=1.0, noise_rng=np.random.default_rng(before))
+            m = PassiveOLU(dim=4, l2=0.05, radius=5.0, rho=1.0, noise_rng=np.random.default_rng(before))
             if sigmas is per_request:
                 m.accountant = PlannedCalibration(lambda j, a: per_request_sigma([a], rho))
             m.learn_many(ids, X, y)
@@ -63,7 +63,7 @@ def test_the_same_request_gets_the_same_sigma_whatever_came_before():
 
 def test_a_requests_shift_is_the_sum_of_its_records_shifts():
     ids, X, y = synthetic_stream(200, 3, seed=3)
-    m = PassiveOLU(dim=3, l2=0.1, radius=5.0, eps=1.0)
+    m = PassiveOLU(dim=3, l2=0.1, radius=5.0, rho=1.0)
     m.learn_many(ids, X, y)
     steps = [[5], [60, 61], [199]]
     union = m.shift([u for s in steps for u in s], m.t)
@@ -74,7 +74,7 @@ def test_a_requests_shift_is_the_sum_of_its_records_shifts():
 def test_the_coupled_runs_stay_within_the_request_shift(seed):
     """The real run vs the masked reference run without all of the request's records: their
     distance at tau (before any noise) is at most the request's shift (the PAI coupling)."""
-    d, kw = 3, dict(dim=3, loss="ridge", l2=0.5, radius=2.0, feature_bound=1.0, eps=1.0)
+    d, kw = 3, dict(dim=3, loss="ridge", l2=0.5, radius=2.0, feature_bound=1.0, rho=1.0)
     ids, X, y = synthetic_stream(120, d, seed=seed, loss="ridge")
     rng = np.random.default_rng(seed)
     masked = sorted(int(u) for u in rng.choice(np.arange(1, 121), size=3, replace=False))

@@ -24,7 +24,7 @@ from worker.state.exceptions import SnapshotCorrupt
 from worker.state.store import SnapshotStore
 
 T = "events"
-KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+KW = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 
 
 @pytest.fixture(autouse=True)

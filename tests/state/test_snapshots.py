@@ -142,7 +142,7 @@ def test_real_model_state_survives(snaps):
     from worker.olu import load_model
     from worker.olu.algorithms.passive import PassiveOLU
 
-    kw = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+    kw = dict(dim=4, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
     ids, X, y = synthetic_stream(200, 4, seed=3)
     model = PassiveOLU(**kw, noise_rng=np.random.default_rng(0))
     model.learn_many(ids, X, y)

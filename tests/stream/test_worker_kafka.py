@@ -355,18 +355,19 @@ def test_calibration_uses_only_public_quantities(e2e):
     for p in (0, 1):
         meta = newest_full(e2e.snapshots, e2e.topics.input, p).header["model"]
         acc = meta["accountant"]
-        assert (acc["eps"], acc["omega"], acc["delta"]) == (settings.eps, settings.omega, settings.delta)
+        assert (acc["unit"], acc["budget"]) == (settings.privacy_unit, blank.accountant.budget)
+        assert (acc["omega"], acc["delta"]) == (settings.omega, settings.delta)
         assert meta["config"] == blank.config
         assert meta["ledger"]
         rho = 0.0
         for entry in meta["ledger"]:
             assert entry["shift"] == blank.shift(entry["u"], entry["tau"])
-            assert entry["sigma"] == entry["shift"] * noise_multiplier(entry["i"], acc["eps"], acc["omega"])
+            assert entry["sigma"] == entry["shift"] * noise_multiplier(entry["i"], acc["budget"], acc["omega"])
             rho += 0.5 * (entry["shift"] / entry["sigma"]) ** 2
             assert entry["rho"] == pytest.approx(rho, rel=1e-12)
         last = releases_by_partition(e2e.releases)[p][-1]
         assert last["privacy"]["eps_rdp_slope"] == acc["rho"]
-        assert last["privacy"]["budget_used"] == pytest.approx(acc["rho"] / acc["eps"], rel=1e-15)
+        assert last["privacy"]["budget_used"] == pytest.approx(acc["rho"] / acc["budget"], rel=1e-15)
 
 
 def test_passive_state_holds_no_raw_features_or_ids(e2e):

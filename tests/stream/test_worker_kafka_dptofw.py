@@ -69,7 +69,7 @@ def test_dp_tofw_worker_releases_its_epsilon_and_replays_bit_identically_after_s
     topics = topics_for(kafka_topic, partitions=1)
     group = f"dptofw-{uuid.uuid4().hex[:8]}"
     env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state", OLU_ALGORITHM="dp-tofw",
-                     OLU_DP_HORIZON=str(HORIZON), OLU_EPS="0.5", OLU_BATCH_SIZE="50",
+                     OLU_DP_HORIZON=str(HORIZON), OLU_RHO="0.5", OLU_BATCH_SIZE="50",
                      OLU_SNAPSHOT_EVERY_EVENTS="250", OLU_SNAPSHOT_EVERY_SECONDS="0",
                      OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0")  # the restart takes over at once
     snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)

@@ -236,7 +236,7 @@ def test_deletion_counter_and_ledger_continue_after_restart(kafka_bootstrap, kaf
     assert ledger[:k1] == before.header["model"]["ledger"]  # the old entries are kept as they were
     first_new = ledger[k1]
     assert first_new["i"] == k1 + 1 and first_new["tau"] > before.header["model"]["t"]
-    eps, omega = meta["accountant"]["eps"], meta["accountant"]["omega"]
+    eps, omega = meta["accountant"]["budget"], meta["accountant"]["omega"]
     # Its noise was calibrated for deletion k1 + 1, not for a counter restarted at 1 (invariant 4).
     assert first_new["sigma"] == pytest.approx(first_new["shift"] * noise_multiplier(k1 + 1, eps, omega), rel=1e-12)
     assert first_new["sigma"] > first_new["shift"] * noise_multiplier(1, eps, omega)

@@ -8,7 +8,7 @@ environment variable counts as unset. :func:`settings_table` lists them all (the
 Anything wrong fails at start with a :class:`ConfigError` that names the setting by both its
 environment variable and its flag::
 
-    OLU_EPS (--eps) must be a number > 0, got 'abc'
+    OLU_RHO (--rho) must be a number > 0, got 'abc'
 
 That covers unparsable or out-of-range values, unknown choices, missing required settings, unknown
 ``OLU_*`` variables (typo protection: the closest known name is suggested), unknown flags, state

@@ -37,7 +37,13 @@ OTHER_ENV_PREFIXES = ("OLU_TEST_",)
 #: Environment variables that carry object-store credentials (read by obstore, never copied).
 AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE",
                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
-COMMANDS = ("run", "demo")
+COMMANDS = ("run", "demo", "plan")
+#: Settings that were removed, with what replaces them: refused at start, never silently ignored.
+REMOVED = {
+    "eps": ("OLU_EPS (--eps) was removed: it was the Renyi slope, not epsilon. Set OLU_RHO (--rho) for "
+            "the slope, or OLU_TARGET_EPSILON (--target-epsilon) with OLU_DELTA (--delta) for an "
+            "(epsilon, delta) target per privacy unit"),
+}
 DEMO_DIM = 10
 KAFKA_FLAG = "--kafka"
 
@@ -66,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, exclude: Iterable[str] = (
         choices = getattr(opt.parse, "choices", None)
         metavar = "{" + ",".join(choices) + "}" if choices else opt.name.upper()
         group.add_argument(opt.flag, dest=opt.name, default=None, metavar=metavar, help=help_text)
+    for name in REMOVED:  # hidden: so the refusal names the replacement instead of "unknown flag"
+        parser.add_argument("--" + name.replace("_", "-"), dest=f"removed_{name}", default=None,
+                            help=argparse.SUPPRESS)
     if "kafka" not in skip:
         groups["kafka"].add_argument(
             KAFKA_FLAG, dest="kafka", action="append", default=None, metavar="KEY=VALUE",
@@ -133,17 +142,17 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     """Settings from flags (``argv``: a list of strings or an ``argparse.Namespace`` produced by a
     parser given :func:`add_arguments`), the environment (default ``os.environ``) and defaults.
 
-    ``command="run"`` requires the bootstrap servers and ``dim``; ``command="demo"`` requires
-    neither (``dim`` defaults to 10 and the demo brings its own cluster).
+    ``command="run"`` requires the bootstrap servers and ``dim``; ``command="demo"`` and
+    ``command="plan"`` require neither (``dim`` defaults to 10; the demo brings its own cluster).
 
-    >>> s = load_settings(["--dim", "3", "--eps", "2"], {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
-    >>> s.dim, s.eps, s.origin("eps"), s.origin("l2")
-    (3, 2.0, 'flag', 'default')
+    >>> s = load_settings(["--dim", "3", "--rho", "2"], {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
+    >>> s.dim, s.rho, s.target_epsilon, s.origin("rho"), s.origin("l2")
+    (3, 2.0, None, 'flag', 'default')
     >>> try:
-    ...     load_settings([], {"OLU_EPS": "abc"}, command="demo")
+    ...     load_settings([], {"OLU_RHO": "abc"}, command="demo")
     ... except ConfigError as exc:
     ...     print(exc)
-    OLU_EPS (--eps) must be a number > 0, got 'abc'
+    OLU_RHO (--rho) must be a number > 0, got 'abc'
     """
     if command not in COMMANDS:
         raise ValueError(f"command must be one of {', '.join(COMMANDS)}, got {command!r}")
@@ -154,6 +163,10 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
         flag_values = vars(argv)
     else:
         flag_values = _parse_argv(list(argv))
+
+    for name, message in REMOVED.items():
+        if flag_values.get(f"removed_{name}") is not None or env.get(ENV_PREFIX + name.upper()):
+            raise ConfigError(message)
 
     # Typo protection: every OLU_* variable must be a setting, a pass-through key or a known extra.
     for name in sorted(env):
@@ -185,6 +198,13 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
             raise ConfigError(f"{opt.label} must be {bad}, got {raw!r}" +
                               (f" (from {source})" if source == BOOTSTRAP_FALLBACK_ENV else "")) from None
         origins[opt.name] = origin
+
+    explicit = {name for name, origin in origins.items() if origin != "default"}
+    if {"rho", "target_epsilon"} <= explicit:
+        raise ConfigError(f"{_label('rho')} and {_label('target_epsilon')} are mutually exclusive: give the "
+                          "Renyi slope or the (epsilon, delta) target, not both")
+    if "rho" in explicit:
+        values["target_epsilon"] = None  # the default target gives way to an explicit slope
 
     if command == "run":
         for name in ("bootstrap_servers", "dim"):

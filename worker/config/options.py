@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..olu.privacy.analysis.units import UNITS
 from .model import ALGORITHMS
 from .parsers import boolean, choice, number, state_prefix, state_url, text, topic, topics
 from .settings import DEFAULTS
@@ -93,7 +94,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("schedule", choice(SCHEDULES), "step-size schedule", "model"),
     Option("t0", non_negative, "strongly-convex schedule offset t0 (default from the loss constants)", "model"),
     Option("step", positive, "constant step size (schedule=constant)", "model"),
-    Option("eps", positive, "lifetime Renyi privacy budget (slope) per model", "model"),
+    Option("privacy_unit", choice(UNITS),
+           "what one guarantee protects: all-deletions (every deleted record together, per model "
+           "lifetime) or per-request (each deletion request alone; passive only)", "model"),
+    Option("target_epsilon", positive,
+           "privacy target: epsilon at delta per privacy unit; the worker uses the largest Renyi slope "
+           "that meets it (the default unless rho is given)", "model"),
+    Option("rho", positive, "privacy as a Renyi slope per privacy unit (D_alpha <= alpha rho for every "
+           "alpha > 1); excludes target_epsilon", "model"),
     Option("omega", number(1, lo_open=True), "budget split exponent (> 1)", "model"),
     Option("delta", number(0, 1, lo_open=True, hi_open=True), "delta at which epsilon is reported", "model"),
     Option("max_deletions", number(1, integer=True),

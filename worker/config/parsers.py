@@ -2,7 +2,7 @@
 
 A value that does not fit raises :class:`~worker.config.exceptions.BadValue` with what the value
 must be; the loader prefixes the setting's names, so the message reads
-``OLU_EPS (--eps) must be a number > 0, got 'abc'``. Every parser carries that text as
+``OLU_RHO (--rho) must be a number > 0, got 'abc'``. Every parser carries that text as
 ``requirement``; a choice also carries its ``choices`` (the flag's metavar).
 
 >>> number(0, lo_open=True)(" 2.5 "), number(1, integer=True).requirement

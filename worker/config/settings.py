@@ -61,7 +61,9 @@ class Settings:
     schedule: str = "auto"
     t0: float | None = None
     step: float | None = None
-    eps: float = 1.0
+    privacy_unit: str = "all-deletions"
+    target_epsilon: float | None = 1.0  # the default target unless rho is given (epsilon at delta)
+    rho: float | None = None  # given: the Renyi slope per unit, and target_epsilon is unset
     omega: float = 1.2
     delta: float = 1e-5
     max_deletions: int | None = None

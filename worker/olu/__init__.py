@@ -3,7 +3,7 @@
 Usable alone, like a River estimator::
 
     >>> from worker.olu import PassiveOLU
-    >>> model = PassiveOLU(dim=2, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, eps=1.0)
+    >>> model = PassiveOLU(dim=2, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
     >>> model.learn_one("r-1", [0.6, 0.8], 1)
     True
     >>> model.unlearn_one("r-1").outcome

@@ -49,6 +49,10 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         "dim": model.dim,
         "weights": weights,
         "privacy": {
+            "unit": privacy["unit"],
+            "rho": privacy["rho"],
+            "target_epsilon": privacy["target_epsilon"],
+            "requests": privacy["requests"],
             "eps_rdp_slope": privacy["eps_rdp_slope"],
             "budget_used": min(1.0, privacy["budget_used"]),
             "epsilon": privacy["epsilon"] if math.isfinite(privacy["epsilon"]) else 1.7976931348623157e308,

@@ -86,7 +86,7 @@ from ..core.base import Deletion, OnlineUnlearner
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, record_outcome, replay_ogd, store_arrays
 from ..exceptions import ConfigError, InvalidState
-from ..privacy.accountant import PrivacyAccountant
+from ..privacy.accountant import load_accountant
 
 ORDER_FALLBACKS = ("retrain", "restart", "passive")
 
@@ -197,7 +197,7 @@ class _ActiveBase:
     def _precheck(self, shift: float) -> None:
         """Raise BudgetExhausted now, before any state changes, if the charge would fail."""
         if shift > 0.0:
-            trial = PrivacyAccountant.from_state(self.accountant.to_state())
+            trial = load_accountant(self.accountant.to_state())
             trial.charge(shift, trial.sigma_for_next(shift))
 
     # -------------------------------------------------------------- fallbacks
@@ -295,7 +295,7 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
     for the logistic loss; O(d^2) per step for ridge after one O(n d^2) Gram product). Memory:
     every retained example (``self.examples``).
 
-    >>> m = ActiveD2D(dim=2, l2=0.1, radius=5.0, max_deletions=10, eps=1.0)
+    >>> m = ActiveD2D(dim=2, l2=0.1, radius=5.0, max_deletions=10, rho=1.0)
     >>> _ = m.learn_many(["a", "b", "c"], [[0.6, 0.8], [0.8, -0.6], [1.0, 0.0]], [1, -1, 1])
     >>> m.iterations(3)
     (2, 9)

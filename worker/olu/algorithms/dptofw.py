@@ -112,7 +112,7 @@ def basic_composition_epsilon(t: int, levels: int, epsilon: float) -> float:
 class DPTreeOnlineFrankWolfe(OnlineUnlearner):
     """DP-TOFW on the l2 ball: one (epsilon, delta) guarantee for every release; deletions are covered.
 
-    >>> m = DPTreeOnlineFrankWolfe(dim=2, radius=1.0, eps=1.0, delta=1e-5, dp_horizon=1000,
+    >>> m = DPTreeOnlineFrankWolfe(dim=2, radius=1.0, rho=1.0, delta=1e-5, dp_horizon=1000,
     ...                            noise_rng=np.random.default_rng(0))
     >>> m.learn_one("a", [0.6, 0.8], 1), m.learn_one("b", [0.8, -0.6], -1)
     (True, True)
@@ -153,7 +153,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         c, beta, L = float(lr_scale), self.constants.beta, self.constants.L
         self.bound = max(1.0, c) * beta * self.ball.diameter + L  # S >= ||g_t|| (docs/algorithms.md 11.2)
         self.node_sensitivity = 2.0 * self.bound  # Delta: replacement neighbours
-        eps, delta = self.accountant.eps, self.accountant.delta
+        eps, delta = self.accountant.budget, self.accountant.delta
         if calibration == "zcdp":
             self.sigma = zcdp_sigma(self.node_sensitivity, self.levels, eps)
         else:
@@ -224,8 +224,9 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         rho = max(self.closed_rho, self._tree_rho())
         delta = self.accountant.delta
         return {
+            **self.privacy_unit_facts(),
             "eps_rdp_slope": rho,
-            "budget_used": rho / self.accountant.eps,
+            "budget_used": rho / self.accountant.budget,
             "epsilon": self._epsilon(rho),
             "delta": delta,
             "deletions_capacity_left": None,
@@ -256,7 +257,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         if z_prev.shape != (self.dim,) or not np.all(np.isfinite(z_prev)):
             raise InvalidState(f"previous iterate has shape {z_prev.shape} or is not finite")
         closed = extra["closed_rho"]
-        if not (isinstance(closed, (int, float)) and 0.0 <= closed <= self.accountant.eps * (1 + 1e-9)):
+        if not (isinstance(closed, (int, float)) and 0.0 <= closed <= self.accountant.budget * (1 + 1e-9)):
             raise InvalidState(f"closed-epoch spend {closed!r} is outside [0, eps]")
         tree_t = extra["tree_t"]
         if tree_t != self.t - self.epoch * self.horizon:  # every closed epoch held exactly n records

@@ -199,7 +199,7 @@ class MemoryPair(OnlineUnlearner):
     (default 10), ``on_budget`` what a deletion past the capacity does (``retrain``/``refuse``),
     ``removal`` the deletion step scale (``inverse-n``/``unit``).
 
-    >>> m = MemoryPair(dim=2, l2=0.1, radius=5.0, eps=1.0, max_deletions=2)
+    >>> m = MemoryPair(dim=2, l2=0.1, radius=5.0, rho=1.0, max_deletions=2)
     >>> m.learn_many(["a", "b", "c", "d"], [[0.6, 0.8], [0.8, -0.6], [1.0, 0.0], [0.0, 1.0]], [1, -1, 1, -1])
     4
     >>> len(m.pairs), len(m.examples)  # one curvature pair and one retained row per insert
@@ -240,7 +240,7 @@ class MemoryPair(OnlineUnlearner):
         if not isinstance(self.schedule, (StronglyConvex, Constant)):
             raise ConfigError(f"memory-pair supports schedule auto, strongly-convex or constant, "
                               f"not {self.schedule.name!r}")
-        self.odometer = DeletionOdometer(self.accountant.eps, max_deletions, self.accountant.delta)
+        self.odometer = DeletionOdometer(self.accountant.budget, max_deletions, self.accountant.delta)
         self.pairs = CurvaturePairs(dim, lbfgs_memory, lam)
         self.examples = ExampleStore(dim)
         self.grad_sq_sum = 0.0  # S_N = sum ||g_t||^2 of the epoch (docs/algorithms.md 9.1)

@@ -23,7 +23,7 @@ from ..exceptions import ConfigError
 class PassiveOLU(OnlineUnlearner):
     """Noise once per deletion; O(d) per deletion and no stored examples.
 
-    >>> m = PassiveOLU(dim=2, l2=0.1, radius=5.0, eps=1.0)
+    >>> m = PassiveOLU(dim=2, l2=0.1, radius=5.0, rho=1.0)
     >>> m.learn_one("a", [0.6, 0.8], 1), m.learn_one("b", [0.8, -0.6], -1)
     (True, True)
     >>> d = m.unlearn_one("a")
@@ -36,6 +36,10 @@ class PassiveOLU(OnlineUnlearner):
     algorithm = "passive"
     calibration = "gaussian"
     settings = {"max_deletions": "capacity"}
+    # The per-request proof (docs/accounting.md 8.2) needs only that sigma is a function of the
+    # request's public metadata, which the shift below is; and the shifts of a request add.
+    privacy_units = ("all-deletions", "per-request")
+    groups_requests = True
 
     def shift(self, steps, tau: int) -> float:
         """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice, docs/guarantee.md 1.3)."""
@@ -60,6 +64,7 @@ class PassiveRestartOLU(PassiveOLU):
 
     algorithm = "passive-restart"
     settings = {"restart_c": "restart_c", "max_deletions": "max_deletions"}
+    privacy_units = ("all-deletions",)  # the restart test's k~ is a lifetime plan: not per request
 
     def __init__(self, dim: int, *, restart_c: float = 1.0, max_deletions: int = 1000, **kwargs):
         if not (isinstance(restart_c, (int, float)) and math.isfinite(restart_c) and restart_c > 0):

@@ -104,7 +104,7 @@ plus a replay of the online rows; a replay only the segment rows. ``rewind_fract
 >>> rng = np.random.default_rng(0)
 >>> X = rng.normal(size=(201, 2)); X /= np.linalg.norm(X, axis=1, keepdims=True)
 >>> m = RewindToDelete(dim=2, l2=0.1, radius=5.0, retrain_every=200, train_steps=20, noise_sigma=0.5,
-...                    max_deletions=2, eps=1.0, delta=1e-5)
+...                    max_deletions=2, target_epsilon=1.0, delta=1e-5)
 >>> m.learn_many([f"r{i}" for i in range(201)], X, np.where(X[:, 0] > 0, 1, -1))
 201
 >>> m.t_fit, m.fit["n"], m.fit["K"], m.fit["m"]   # retrained at step 200, K/T = 90 %
@@ -162,6 +162,11 @@ class RewindToDelete(OnlineUnlearner):
             raise ConfigError(f"noise_at_fit must be a bool, got {noise_at_fit!r}")
         if kwargs.get("capacity") is not None:  # the accountant only counts; the generation has the capacity
             raise ConfigError("rewind has no accountant capacity: max_deletions bounds each generation")
+        if kwargs.get("rho") is not None:  # R2D calibrates its rewind depth to (epsilon, delta) directly
+            raise ConfigError("rewind is calibrated to an (epsilon, delta) target: give target_epsilon "
+                              "(with delta), not rho")
+        if kwargs.get("target_epsilon") is None:
+            kwargs["target_epsilon"] = 1.0
         super().__init__(dim, **kwargs)
         self.config.update(retrain_every=retrain_every, train_steps=train_steps, train_step=train_step,
                            noise_sigma=noise_sigma, max_deletions=max_deletions, noise_at_fit=noise_at_fit)
@@ -207,7 +212,7 @@ class RewindToDelete(OnlineUnlearner):
                     grad_bound=self.constants.L)
 
     def _target(self) -> dict:
-        return {"eps": self.config["eps"], "delta": self.config["delta"]}
+        return {"eps": self.target_epsilon, "delta": self.config["delta"]}
 
     def rewind_depth(self, n: int) -> int:
         """K for a generation trained on n rows (docs/calibration.md 6.2 search with m = min(max_deletions, n - 1))."""
@@ -354,8 +359,9 @@ class RewindToDelete(OnlineUnlearner):
             ratio = shift / self.noise_sigma if self.noise_sigma > 0 else (math.inf if shift > 0 else 0.0)
         eps = r2d.epsilon_for_ratio(ratio, delta)
         return {
+            **self.privacy_unit_facts(),
             "eps_rdp_slope": 0.5 * ratio * ratio,  # Gaussian mechanism: D_alpha = alpha ratio^2 / 2
-            "budget_used": eps / self.config["eps"],
+            "budget_used": eps / self.target_epsilon,
             "epsilon": eps,
             "delta": delta,
             "deletions_capacity_left": None if fit is None else fit["m"] - self.m_cum,

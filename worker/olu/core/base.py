@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
-from ..privacy.accountant import PrivacyAccountant
+from ..privacy.accountant import load_accountant, make_accountant
+from ..privacy.analysis.rdp import rho_for_epsilon
+from ..privacy.analysis.units import UNITS
 from ..privacy.ledger import Ledger
 from .domain import Ball, FeatureBound
 from .index import AppliedIndex, KeySet, record_key
@@ -27,6 +29,17 @@ from .schedules import Constant, Convex, Schedule, StronglyConvex
 # Older formats are still read.
 STATE_FORMAT = 3
 READABLE_FORMATS = (1, 2, 3)
+
+
+_REMOVED = object()
+_EPS_REMOVED = ("eps= was removed: it was the Rényi slope, not epsilon. Pass rho= for the slope, or "
+                "target_epsilon= (with delta=) for an (epsilon, delta) target (docs/accounting.md 9)")
+
+
+def _positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < value < float("inf")):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,11 @@ class Deletion:
     sigma: float = 0.0
     shift: float = 0.0
     steps: tuple[int, ...] = ()
+    # A request (``unlearn_request``): how many of its ids the model had applied, and the ids it
+    # never applied (no noise, no charge for them) or had already deleted (a no-op).
+    records: int = 0
+    not_applied: tuple[str, ...] = ()
+    duplicates: tuple[str, ...] = ()
 
     @property
     def changed_model(self) -> bool:
@@ -86,6 +104,12 @@ class OnlineUnlearner:
     calibration: str | None = None
     #: constructor arguments of a small working instance (the contract suite builds one with them).
     example_params: dict = {}
+    #: privacy units whose proof holds for the algorithm's deletion rule (docs/accounting.md 8).
+    privacy_units: tuple[str, ...] = ("all-deletions",)
+    #: True when one noise draw for the summed shift of a request's records is sound for the rule
+    #: (passive: the shifts add, docs/accounting.md 8.3); otherwise the records of a request are
+    #: unlearned one after another, each with its own noise and charge.
+    groups_requests = False
 
     def __init__(
         self,
@@ -100,23 +124,31 @@ class OnlineUnlearner:
         schedule: str = "auto",
         t0: float | None = None,
         step: float | None = None,
-        eps: float = 1.0,
+        rho: float | None = None,
+        target_epsilon: float | None = None,
+        privacy_unit: str = "all-deletions",
         omega: float = 1.2,
         delta: float = 1e-5,
         capacity: int | None = None,
         noise_rng: np.random.Generator | None = None,
+        eps: object = _REMOVED,
     ):
+        if eps is not _REMOVED:
+            raise ConfigError(_EPS_REMOVED)
+        rho = self._resolve_rho(rho, target_epsilon, delta, privacy_unit)
+        self.target_epsilon = target_epsilon
         self.config = dict(
             dim=dim, loss=loss, l2=l2, label_bound=label_bound, radius=radius,
             feature_bound=feature_bound, feature_policy=feature_policy, schedule=schedule,
-            t0=t0, step=step, eps=eps, omega=omega, delta=delta, capacity=capacity,
+            t0=t0, step=step, rho=rho, target_epsilon=target_epsilon, privacy_unit=privacy_unit, omega=omega,
+            delta=delta, capacity=capacity,
         )
         self.features = FeatureBound(dim, feature_bound, feature_policy)
         self.ball = Ball(radius)
         self.loss = make_loss(loss, l2, label_bound)
         self.constants = self.loss.constants(self.ball.radius, self.features.bound)
         self.schedule = _schedule(schedule, self.constants, self.ball, t0, step)
-        self.accountant = PrivacyAccountant(eps, omega=omega, delta=delta, capacity=capacity)
+        self.accountant = make_accountant(privacy_unit, rho, omega=omega, delta=delta, capacity=capacity)
         # Tests inject a seeded generator; production draws every noise vector from OS entropy
         # through a fresh generator that is never stored (invariant 1).
         self._noise_rng = noise_rng
@@ -132,6 +164,24 @@ class OnlineUnlearner:
         # ``deletions``. The accountant counts only those it charged, so exact, restarted and
         # retrained deletions would be missing from it.
         self.deletions_applied = 0
+
+    @classmethod
+    def _resolve_rho(cls, rho, target_epsilon, delta, unit) -> float:
+        """The Rényi slope per unit: ``rho`` as given, or the largest one whose reported epsilon at
+        ``delta`` is at most ``target_epsilon`` (the exact inverse of the accountant's conversion)."""
+        if unit not in UNITS:
+            raise ConfigError(f"privacy_unit must be one of {', '.join(UNITS)}, got {unit!r}")
+        if unit not in cls.privacy_units:
+            raise ConfigError(f"privacy_unit {unit!r} is not available for algorithm {cls.algorithm!r} "
+                              f"(it supports {', '.join(cls.privacy_units)}; docs/accounting.md 8)")
+        if rho is not None and target_epsilon is not None:
+            raise ConfigError("give rho (the Rényi slope) or target_epsilon (with delta), not both")
+        try:
+            if target_epsilon is not None:
+                return rho_for_epsilon(target_epsilon, delta)
+            return _positive("rho", 1.0 if rho is None else rho)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     # ----------------------------------------------------------------- learning
     @property
@@ -245,32 +295,86 @@ class OnlineUnlearner:
 
     # --------------------------------------------------------------- unlearning
     def unlearn_one(self, record_id: str, *, post_state: dict | None = None) -> Deletion:
-        """Honour the deletion of ``record_id``; the next release must be ``self.weights``.
+        """Honour the deletion of ``record_id``: ``unlearn_request([record_id])``."""
+        return self.unlearn_request([record_id], post_state=post_state)
 
-        ``post_state`` replays a deletion whose result is already durable (restore after a
+    def unlearn_request(self, record_ids, *, post_state: dict | None = None) -> Deletion:
+        """Honour one deletion request naming ``record_ids``; the next release must be ``self.weights``.
+
+        Ids the model never applied cost nothing and add no noise; ids deleted before are no-ops.
+        When the class ``groups_requests``, the applied records are unlearned with ONE noise draw
+        calibrated to the sum of their shifts and charged once (docs/accounting.md 8.3); otherwise
+        one after another, each with its own noise and charge. The result's ``outcome`` is that of
+        the (last) deletion that changed the model, else ``not_applied`` or ``duplicate``.
+
+        ``post_state`` replays a request whose result is already durable (restore after a
         crash): the deterministic bookkeeping runs as usual, but the stored post-noise iterate
         is adopted instead of drawing fresh noise, so one deletion never yields two independent
         noisy views (docs/worker.md 4.2). It must come from :meth:`deletion_state`.
         """
-        key = record_key(record_id)
-        if key in self.tombstones:
-            return Deletion("duplicate")
-        steps = self.index.pop(key)
+        ids = _request_ids(record_ids)
+        keys = [record_key(r) for r in ids]
+        fresh = [j for j, k in enumerate(keys) if k not in self.tombstones]
+        seen = set(fresh)
+        duplicates = tuple(ids[j] for j in range(len(ids)) if j not in seen)
         self._replaying = post_state is not None
         try:
-            result = self._delete(key, steps) if steps else Deletion("not_applied")
-        except BaseException:
-            if steps:  # leave the model exactly as it was (e.g. BudgetExhausted)
-                self.index.undo_pop()
-            raise
+            if self.groups_requests:
+                popped, not_applied, results = self._delete_grouped(keys, ids, fresh)
+            else:
+                popped, not_applied, results = self._delete_each(keys, ids, fresh)
         finally:
             self._replaying = False
-        self.tombstones.add(key)
-        if result.changed_model:
-            self.deletions_applied += 1
-            if post_state is not None:
-                self._adopt(post_state)
-        return result
+        changed = [r for r in results if r.changed_model]
+        self.deletions_applied += len(changed)
+        if changed and post_state is not None:
+            self._adopt(post_state)
+        # results hold only applied records' rule calls (dp-tofw's ``dp_covered`` changes nothing)
+        base = (changed or results or [Deletion("not_applied" if fresh else "duplicate")])[-1]
+        return Deletion(base.outcome, base.index, base.sigma, base.shift, base.steps,
+                        records=popped, not_applied=tuple(not_applied), duplicates=duplicates)
+
+    def _delete_grouped(self, keys, ids, fresh):
+        """One rule call on the union of the request's applied steps: one noise draw for the summed
+        shift, charged once (the shifts add through the coupling, docs/accounting.md 8.3)."""
+        self.index.begin_pops()
+        steps, popped, not_applied = [], 0, []
+        try:
+            for j in fresh:
+                record_steps = self.index.pop(keys[j])
+                steps.extend(record_steps)
+                popped += bool(record_steps)
+                if not record_steps:
+                    not_applied.append(ids[j])
+            results = [self._delete(keys[fresh[0]], sorted(steps))] if steps else []
+        except BaseException:
+            for _ in fresh:  # leave the model exactly as it was (e.g. BudgetExhausted)
+                self.index.undo_pop()
+            raise
+        for j in fresh:
+            self.tombstones.add(keys[j])
+        return popped, not_applied, results
+
+    def _delete_each(self, keys, ids, fresh):
+        """The records one after another, each with its own rule call (noise and charge). A failure
+        leaves the failing record and the ones after it untouched; the ones before stay deleted."""
+        popped, not_applied, results = 0, [], []
+        for j in fresh:
+            self.index.begin_pops()
+            steps = self.index.pop(keys[j])
+            try:
+                result = self._delete(keys[j], steps) if steps else Deletion("not_applied")
+            except BaseException:
+                if steps:
+                    self.index.undo_pop()
+                raise
+            self.tombstones.add(keys[j])
+            if steps:
+                popped += 1
+                results.append(result)
+            else:
+                not_applied.append(ids[j])
+        return popped, not_applied, results
 
     def deletion_state(self) -> dict:
         """What must be durable after a deletion: the post-noise iterate and checkable counters
@@ -341,9 +445,16 @@ class OnlineUnlearner:
         return 1 if self.loss.predict(self.z, xv) >= 0.5 else -1
 
     # ------------------------------------------------------------------ privacy
+    def privacy_unit_facts(self) -> dict:
+        """What every ``privacy()`` states first: the unit, its slope and the requests it charged."""
+        acc = self.accountant
+        return {"unit": acc.unit, "rho": acc.budget, "target_epsilon": self.target_epsilon,
+                "requests": acc.deletions}
+
     def privacy(self) -> dict:
         acc = self.accountant
         return {
+            **self.privacy_unit_facts(),
             "eps_rdp_slope": acc.rho,
             "budget_used": acc.budget_used,
             "epsilon": acc.epsilon(),
@@ -420,12 +531,40 @@ def _deletions_applied(model: OnlineUnlearner, stored) -> int:
     return stored
 
 
+def _constructor_config(cls: type, config: dict) -> dict:
+    """The stored config as constructor arguments. A target epsilon is re-derived (the inversion is
+    deterministic, so the same rho); configs saved before units had ``eps``: the slope (rho) for
+    every algorithm but rewind, where it was the (epsilon, delta) target."""
+    config = dict(config)
+    if "eps" in config:
+        key = "target_epsilon" if cls.calibration == "rewind" else "rho"
+        config[key] = config.pop("eps")
+    if config.get("target_epsilon") is not None:
+        config.pop("rho", None)
+    else:
+        config.pop("target_epsilon", None)
+    return config
+
+
+def _request_ids(record_ids) -> list[str]:
+    if isinstance(record_ids, (str, bytes)):
+        raise TypeError("record_ids must be a sequence of record ids, not one string")
+    ids = list(record_ids)
+    if not ids:
+        raise ValueError("a deletion request names at least one record id")
+    if not all(isinstance(r, str) for r in ids):
+        raise TypeError("record ids must be strings")
+    if len(set(ids)) != len(ids):
+        raise ValueError("a deletion request names each record id once")
+    return ids
+
+
 def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
     try:
         meta, arrays = state["meta"], state["arrays"]
         if meta["format"] not in READABLE_FORMATS:
             raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
-        model = cls(**meta["config"], noise_rng=noise_rng)
+        model = cls(**_constructor_config(cls, meta["config"]), noise_rng=noise_rng)
         z = np.asarray(arrays["z"], np.float64)
         if z.shape != (model.dim,) or not np.all(np.isfinite(z)):
             raise InvalidState(f"iterate has shape {z.shape}, expected ({model.dim},) and finite")
@@ -434,7 +573,7 @@ def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
         model.z = z.copy()
         model.t, model.epoch = int(meta["t"]), int(meta["epoch"])
         model.counters = {k: int(v) for k, v in meta["counters"].items()}
-        model.accountant = PrivacyAccountant.from_state(meta["accountant"])
+        model.accountant = load_accountant(meta["accountant"])
         sealed = meta.get("ledger_sealed", {"segments": 0})
         model.ledger = Ledger.load(meta["ledger"], sealed["segments"], state.get("shared"),
                                    stored_segment_entries=sealed.get("segment_entries"))

@@ -112,7 +112,7 @@ class AppliedIndex:
         self._tail_steps = np.zeros(tail_size or TAIL_SIZE, np.uint32)
         self._tail_len = 0
         self._max_run = max_run or MAX_RUN
-        self._undo: tuple = ([], None)  # what the last pop removed (see undo_pop)
+        self._undo: list[tuple] = []  # what the pops since begin_pops removed (see undo_pop)
         self._merging: _PacedMerge | None = None  # runs being merged a slice at a time
 
     def __len__(self) -> int:
@@ -162,7 +162,7 @@ class AppliedIndex:
                     marked.append((run, pos))
         n = self._tail_len
         hits = np.flatnonzero(self._tail_keys[:n] == k)
-        self._undo = (marked, (self._tail_keys[:n].copy(), self._tail_steps[:n].copy()) if len(hits) else None)
+        self._undo.append((marked, (self._tail_keys[:n].copy(), self._tail_steps[:n].copy()) if len(hits) else None))
         if len(hits):
             found.extend(int(s) for s in self._tail_steps[hits])
             keep = np.ones(n, bool)
@@ -173,15 +173,21 @@ class AppliedIndex:
             self._tail_len = m
         return sorted(found)
 
+    def begin_pops(self) -> None:
+        """Forget the undo records of earlier pops: the pops from here on may be undone together."""
+        self._undo.clear()
+
     def undo_pop(self) -> None:
-        """Put back what the last :meth:`pop` removed, exactly where it was (nothing may change between)."""
-        marked, tail = self._undo
+        """Put back what the latest :meth:`pop` not yet undone removed, exactly where it was (only
+        pops may happen in between: undo them newest first)."""
+        if not self._undo:
+            return
+        marked, tail = self._undo.pop()
         for run, pos in marked:
             run.dead.discard(pos)
         if tail is not None:
             n = len(tail[0])
             self._tail_keys[:n], self._tail_steps[:n], self._tail_len = tail[0], tail[1], n
-        self._undo = ([], None)
 
     def merge(self, paced: bool = False) -> None:
         """Sort the tail into a new run, then merge runs of similar size (see the module doc).

@@ -10,12 +10,14 @@ by iteration (PAI) then gives, for EVERY order ``alpha > 1`` at once,
     D_alpha(current model || model that never saw the deleted points) <= alpha * rho,
     rho = sum_{j<=i} a_j**2 / (2 sigma_j**2).
 
-The passive calibration ``sigma_i = a_i * noise_multiplier(i, eps, omega)`` spends
-``eps * budget_weight(i, omega)`` per deletion, so ``rho = eps * W_i`` with
-``W_i = sum_{j<=i} (omega-1)/(omega j**omega) < 1``. ``eps`` is therefore a lifetime Rényi slope
-per model (zCDP-like), not a per-deletion budget. Active algorithms charge the same way with
-their own ``a_i`` and ``sigma_i``.
+The passive calibration ``sigma_i = a_i * noise_multiplier(i, budget, omega)`` spends
+``budget * budget_weight(i, omega)`` per deletion, so ``rho = budget * W_i`` with
+``W_i = sum_{j<=i} (omega-1)/(omega j**omega) < 1``. ``budget`` is therefore a lifetime Rényi
+slope per model (zCDP-like), not a per-deletion budget: the ``all-deletions`` privacy unit.
+Active algorithms charge the same way with their own ``a_i`` and ``sigma_i``.
 
+:class:`PerRequestAccountant` is the ``per-request`` unit (docs/accounting.md 8): every request is
+charged its own slope once, nothing accumulates. :data:`ACCOUNTANTS` maps each unit to its class.
 The conversions to (epsilon, delta) are pure math in :mod:`.analysis.rdp`.
 """
 
@@ -26,34 +28,39 @@ import math
 from ..exceptions import BudgetExhausted, InvalidAccountantState
 from .analysis.checks import count, real
 from .analysis.rdp import METHODS, budget_weight, dp_delta, noise_multiplier, optimal_order, rdp_to_dp
+from .analysis.units import UNITS, per_request_sigma
 
 __all__ = [
-    "BudgetExhausted", "InvalidAccountantState", "PrivacyAccountant", "METHODS",
-    "budget_weight", "noise_multiplier", "rdp_to_dp", "optimal_order", "dp_delta",
+    "ACCOUNTANTS", "BudgetExhausted", "InvalidAccountantState", "PerRequestAccountant", "PrivacyAccountant",
+    "METHODS", "UNITS", "budget_weight", "noise_multiplier", "rdp_to_dp", "optimal_order", "dp_delta",
+    "load_accountant", "make_accountant",
 ]
 
-_STATE_VERSION = 1
+# 2: the slope is stored as ``budget`` with the ``unit``; 1 (read still): ``eps``, all-deletions.
+_STATE_VERSION = 2
 _SLACK = 1e-9  # relative float-rounding slack on the lifetime budget check in charge()
 
 
 class PrivacyAccountant:
-    """Per-model Rényi ledger: lifetime slope budget ``eps``, one charge per deletion.
+    """Per-model Rényi ledger: lifetime slope ``budget``, one charge per deletion (unit ``all-deletions``).
 
     ``capacity`` (optional) bounds the deletions of one epoch (active OLU's known ``k``).
     :meth:`restart_epoch` starts a fresh epoch (docs/algorithms.md 3.2): the restarted model is re-initialised
     data-independently and depends on no earlier data, so the PAI sum starts again at zero and
     the deletion counter ``i`` restarts at 1. Closed epochs stay in :attr:`history`.
 
-    >>> acc = PrivacyAccountant(eps=1.0)
+    >>> acc = PrivacyAccountant(budget=1.0)
     >>> for _ in range(3):
     ...     acc.charge(0.5, acc.sigma_for_next(0.5))
     >>> acc.deletions, round(acc.budget_used, 6), round(acc.epsilon(), 3)
     (3, 0.283809, 3.425)
     """
 
-    def __init__(self, eps: float, omega: float = 1.2, delta: float = 1e-5,
+    unit = "all-deletions"
+
+    def __init__(self, budget: float, omega: float = 1.2, delta: float = 1e-5,
                  capacity: int | None = None) -> None:
-        self.eps = real("eps", eps, lo=0.0, lo_open=True)
+        self.budget = real("budget", budget, lo=0.0, lo_open=True)
         self.omega = real("omega", omega, lo=1.0, lo_open=True)
         self.delta = real("delta", delta, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
         self.capacity = None if capacity is None else count("capacity", capacity, minimum=1)
@@ -61,7 +68,7 @@ class PrivacyAccountant:
 
     deletions = property(lambda self: self._deletions, doc="Deletions charged in this epoch.")
     rho = property(lambda self: self._rho, doc="Rényi slope spent this epoch (D_alpha <= alpha*rho).")
-    budget_used = property(lambda self: self._rho / self.eps, doc="rho/eps, equals W_i when calibrated.")
+    budget_used = property(lambda self: self._rho / self.budget, doc="rho/budget, equals W_i when calibrated.")
     epochs = property(lambda self: len(self._history) + 1, doc="Epochs started, the current included.")
     history = property(lambda self: tuple(self._history),
                        doc="(deletions, rho) of each closed epoch, oldest first.")
@@ -77,22 +84,22 @@ class PrivacyAccountant:
     def sigma_for_next(self, shift: float) -> float:
         """Calibrated sigma for the next deletion: ``shift * noise_multiplier(deletions + 1)``."""
         shift = real("shift", shift, lo=0.0)
-        return shift * noise_multiplier(self._deletions + 1, self.eps, self.omega)
+        return shift * noise_multiplier(self._deletions + 1, self.budget, self.omega)
 
     def charge(self, shift: float, sigma: float) -> None:
         """Record one deletion's mechanism: ``rho += shift**2 / (2 sigma**2)``.
 
         Raises ``ValueError`` for a negative/non-finite shift or a sigma that is not finite and
         > 0 (``(0.0, 0.0)`` is accepted: no shift needs no noise). Raises :class:`BudgetExhausted`,
-        recording nothing, if the capacity is used up or rho would exceed eps (beyond rounding).
+        recording nothing, if the capacity is used up or rho would exceed the budget (beyond rounding).
         """
         shift = real("shift", shift, lo=0.0)
         sigma = real("sigma", sigma, lo=0.0, lo_open=shift > 0.0)
         if self.capacity is not None and self._deletions >= self.capacity:
             raise BudgetExhausted(f"deletion capacity {self.capacity} of this epoch is used up")
         new = self._rho + (0.5 * (shift / sigma) ** 2 if shift > 0.0 else 0.0)
-        if not new <= self.eps * (1.0 + _SLACK):
-            raise BudgetExhausted(f"charge would raise rho to {new!r} > eps = {self.eps!r}")
+        if not new <= self.budget * (1.0 + _SLACK):
+            raise BudgetExhausted(f"charge would raise rho to {new!r} > budget = {self.budget!r}")
         self._deletions, self._rho = self._deletions + 1, new
 
     def epsilon(self, delta: float | None = None, method: str = "improved") -> float:
@@ -110,7 +117,7 @@ class PrivacyAccountant:
 
     def to_state(self) -> dict:
         """Plain JSON-able dict (ints, floats, None, lists); round-trips bit-exactly."""
-        return {"version": _STATE_VERSION, "eps": self.eps, "omega": self.omega,
+        return {"version": _STATE_VERSION, "unit": self.unit, "budget": self.budget, "omega": self.omega,
                 "delta": self.delta, "capacity": self.capacity, "deletions": self._deletions,
                 "rho": self._rho, "history": [[d, r] for d, r in self._history]}
 
@@ -118,24 +125,107 @@ class PrivacyAccountant:
     def from_state(cls, state: dict) -> PrivacyAccountant:
         """Rebuild from :meth:`to_state`; raises :class:`InvalidAccountantState` if malformed."""
         try:
+            state = _current(state)
             keys = set(cls(1.0).to_state())
             if not isinstance(state, dict) or set(state) != keys:
                 raise ValueError(f"state must be a dict with exactly the keys {sorted(keys)}")
-            if state["version"] != _STATE_VERSION or isinstance(state["version"], bool):
-                raise ValueError(f"unsupported state version {state['version']!r}")
-            acc = cls(state["eps"], state["omega"], state["delta"], state["capacity"])
+            if state["unit"] != cls.unit:
+                raise ValueError(f"state is for the unit {state['unit']!r}, not {cls.unit!r}")
+            acc = cls(state["budget"], state["omega"], state["delta"], state["capacity"])
             cap = math.inf if acc.capacity is None else acc.capacity
-            limit = acc.eps * (1.0 + _SLACK)
+            limit = acc._charge_limit()
             rows = state["history"]
             if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 2 for r in rows):
                 raise ValueError("history must be a list of [deletions, rho] pairs")
             for d, r in rows + [[state["deletions"], state["rho"]]]:
                 d = count("deletions", d, minimum=0)
                 r = real("rho", r, lo=0.0, hi=limit)
-                if d > cap or (d == 0 and r != 0.0):
+                if d > cap or (d == 0 and r != 0.0) or not acc._consistent(d, r):
                     raise ValueError(f"epoch with {d} deletions and rho {r!r} is inconsistent")
                 acc._history.append((d, r))
             acc._deletions, acc._rho = acc._history.pop()
             return acc
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidAccountantState(f"invalid accountant state: {exc}") from exc
+
+    def _charge_limit(self) -> float:
+        return self.budget * (1.0 + _SLACK)
+
+    def _consistent(self, deletions: int, rho: float) -> bool:
+        return True
+
+
+class PerRequestAccountant(PrivacyAccountant):
+    """Unit ``per-request`` (docs/accounting.md 8): each request that moves the model is charged
+    ``budget`` once, with ``sigma = shift / sqrt(2 budget)``; nothing accumulates across requests.
+
+    The guarantee is per request, so :attr:`rho` is the slope of any one request's guarantee
+    (``budget`` once a request was charged, 0 before) and :meth:`epsilon` the constant
+    per-request epsilon; :attr:`deletions` counts the charged requests. There is no lifetime
+    budget to exhaust: ``budget_used`` stays 0 (a subject deleted in r requests costs r budget
+    by composition, which this accountant cannot see: it does not know who the subject is).
+
+    >>> acc = PerRequestAccountant(budget=0.5)
+    >>> for shift in (0.3, 0.1):
+    ...     acc.charge(shift, acc.sigma_for_next(shift))
+    >>> acc.deletions, acc.rho, acc.sigma_for_next(0.3), round(acc.epsilon(), 4) == round(rdp_to_dp(0.5, 1e-5), 4)
+    (2, 0.5, 0.3, True)
+    """
+
+    unit = "per-request"
+    budget_used = property(lambda self: 0.0, doc="Always 0: no lifetime budget under per-request.")
+
+    def sigma_for_next(self, shift: float) -> float:
+        """``shift / sqrt(2 budget)`` (:func:`.analysis.units.per_request_sigma`): no index enters."""
+        return per_request_sigma([real("shift", shift, lo=0.0)], self.budget)
+
+    def charge(self, shift: float, sigma: float) -> None:
+        """Record one request: ``shift**2 / (2 sigma**2)`` must not exceed ``budget`` (beyond rounding)."""
+        shift = real("shift", shift, lo=0.0)
+        sigma = real("sigma", sigma, lo=0.0, lo_open=shift > 0.0)
+        if self.capacity is not None and self._deletions >= self.capacity:
+            raise BudgetExhausted(f"request capacity {self.capacity} of this epoch is used up")
+        spent = 0.5 * (shift / sigma) ** 2 if shift > 0.0 else 0.0
+        if not spent <= self._charge_limit():
+            raise BudgetExhausted(f"request would spend rho {spent!r} > budget = {self.budget!r}")
+        self._deletions += 1
+        self._rho = max(self._rho, self.budget if spent > 0.0 else 0.0)
+
+    def _consistent(self, deletions: int, rho: float) -> bool:
+        return rho in (0.0, self.budget)
+
+
+#: The accountant of each privacy unit (analysis.units.UNITS).
+ACCOUNTANTS: dict[str, type[PrivacyAccountant]] = {
+    PrivacyAccountant.unit: PrivacyAccountant,
+    PerRequestAccountant.unit: PerRequestAccountant,
+}
+assert tuple(ACCOUNTANTS) == UNITS
+
+
+def make_accountant(unit: str, budget: float, **kwargs) -> PrivacyAccountant:
+    """The accountant for ``unit``; ``ValueError`` names the units for anything else."""
+    if unit not in ACCOUNTANTS:
+        raise ValueError(f"privacy unit must be one of {', '.join(UNITS)}, got {unit!r}")
+    return ACCOUNTANTS[unit](budget, **kwargs)
+
+
+def load_accountant(state: dict) -> PrivacyAccountant:
+    """Rebuild whichever accountant :meth:`PrivacyAccountant.to_state` wrote (any unit, any version)."""
+    unit = state.get("unit", PrivacyAccountant.unit) if isinstance(state, dict) else None
+    cls = ACCOUNTANTS.get(unit)
+    if cls is None:
+        raise InvalidAccountantState(f"invalid accountant state: unknown privacy unit {unit!r}")
+    return cls.from_state(state)
+
+
+def _current(state):
+    """Version-1 states (before units) in today's shape: ``eps`` was the all-deletions budget."""
+    if not isinstance(state, dict) or "version" not in state or isinstance(state["version"], bool):
+        raise ValueError("state must be a dict with an integer version")
+    if state["version"] == 1:
+        state = {k: v for k, v in state.items() if k != "eps"} | {
+            "version": _STATE_VERSION, "unit": PrivacyAccountant.unit, "budget": state.get("eps")}
+    elif state["version"] != _STATE_VERSION:
+        raise ValueError(f"unsupported state version {state['version']!r}")
+    return state
