@@ -178,9 +178,13 @@ def test_one_ledger_entry_and_one_charge_per_request(run):
         # one entry (one noise draw, one charge) per request that changed the model, however many ids
         assert len(ledger) == meta["accountant"]["deletions"] == len(changed), p
         assert [e["i"] for e in ledger] == list(range(1, len(changed) + 1))
-    big = where["req:10000"]
-    meta = newest_full(run.snapshots, run.topics.input, big.partition).header["model"]
-    assert meta["deletions_applied"] >= 1
+        # each entry's noise covers every applied record of its request (one step each here):
+        # the 10,000 records of one request are one draw, not 10,000
+        applied = [EXPECTED[label]["applied"] for label in sorted(EXPECTED, key=lambda lb: where[lb].offset)
+                   if where[label].partition == p]
+        assert [len(e["u"]) for e in ledger] == applied, p
+    assert 10_000 in [len(e["u"]) for p in (0, 1)
+                      for e in newest_full(run.snapshots, run.topics.input, p).header["model"]["ledger"]]
 
 
 def test_every_bad_request_is_a_dead_letter_and_the_worker_kept_consuming(run):
