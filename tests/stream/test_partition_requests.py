@@ -18,6 +18,7 @@ from worker.config import load_settings
 from worker.olu import PassiveOLU
 from worker.state.store import SnapshotStore, open_store
 from worker.stream import scan
+from worker.stream.exceptions import PartialRequest
 from worker.stream.partition import PartitionRunner
 
 DIM = 3
@@ -118,3 +119,30 @@ def test_a_request_naming_10000_records_is_one_noise_draw():
     assert orjson.loads(release.value)["request"] == {"ids": 10_000, "applied": 10_000, "not_applied": [],
                                                       "duplicates": 0}
     assert len(list(runner.model.ledger)) == runner.model.accountant.lifetime_deletions == 1
+
+
+def _runner_of(model) -> PartitionRunner:
+    return PartitionRunner("t", 0, model, snapshots=SnapshotStore(open_store("memory://"), prefix="p", group="g"),
+                           settings=SETTINGS, model_name="m")
+
+
+def test_a_request_the_budget_cannot_cover_is_refused_whole_or_stops_the_worker():
+    """Passive charges a request once: with one deletion left it takes a request of several records.
+    An algorithm applying the records one by one can run out in the middle: the records before are
+    then unlearned with noise no delta holds, so the worker stops rather than publish that state."""
+    rng = np.random.default_rng(2)
+    inserts = [_insert(f"r-{i}", "s-0", rng) for i in range(6)]
+    requests = [_request("s-0", ["r-0", "r-1"]), _request("s-0", ["r-2"]), _request("s-0", ["r-3", "r-4"])]
+    msgs = messages("t", 0, inserts + requests)
+
+    grouped = _runner_of(PassiveOLU(dim=DIM, capacity=1, noise_rng=np.random.default_rng(1)))
+    out = grouped.process(msgs)
+    assert [d.records for d in out.deletions] == [2]  # the first request: one charge for both records
+    assert [(d.message.offset(), d.reason) for d in out.dead_letters] == [(7, "budget_exhausted"), (8, "budget_exhausted")]
+    assert grouped.next_offset == len(msgs)  # refused whole: the model unchanged, the partition goes on
+
+    one_by_one = type("OneByOne", (PassiveOLU,), {"groups_requests": False})
+    each = _runner_of(one_by_one(dim=DIM, capacity=1, noise_rng=np.random.default_rng(1)))
+    with pytest.raises(PartialRequest, match="middle of a deletion request of 2 records"):
+        each.process(msgs)
+    assert not [r for r in each.outbox.ready() if r.trigger == "deletion"]  # nothing of that state published

@@ -34,7 +34,7 @@ from ..wire import (
     release_key,
 )
 from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts, insert_ids
-from .exceptions import DeadLetter
+from .exceptions import DeadLetter, PartialRequest
 from .outbox import Outbox
 from .releases import budget_header, release_headers, release_value, request_report
 from .scan import compiled_decoder, scan_batch
@@ -249,10 +249,15 @@ class PartitionRunner:
         after = msg.offset() + 1
         stored = self.replay_deltas.pop(after, None)
         post_state = None if stored is None else self._post_state(stored)
+        z_before = self.model.z  # the engine replaces z on every change, never writes into it
         try:
             deletion = self.model.unlearn_request(list(event.ids), post_state=post_state)
-        except BudgetExhausted as exc:  # the model is unchanged; never crash-loop on it
-            self._refuse(msg, exc, out)
+        except BudgetExhausted as exc:
+            if self.model.z is not z_before:  # records before the refused one were unlearned
+                raise PartialRequest(f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the "
+                                     f"middle of a deletion request of {len(event.ids)} records ({exc}); "
+                                     f"raise the budget or split the request, then restart") from exc
+            self._refuse(msg, exc, out)  # the model is unchanged; never crash-loop on it
             return True
         self._advance(msg)
         out.deletes += 1
