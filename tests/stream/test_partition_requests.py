@@ -146,3 +146,27 @@ def test_a_request_the_budget_cannot_cover_is_refused_whole_or_stops_the_worker(
     with pytest.raises(PartialRequest, match="middle of a deletion request of 2 records"):
         each.process(msgs)
     assert not [r for r in each.outbox.ready() if r.trigger == "deletion"]  # nothing of that state published
+
+
+def test_a_release_after_a_restore_at_a_requests_offset_is_byte_identical():
+    """A snapshot right after a request keeps its report: the final release a restored runner makes
+    at that version equals the request's own release (consumers see identical duplicates)."""
+    rng = np.random.default_rng(4)
+    msgs = messages("t", 0, [_insert(f"r-{i}", "s-0", rng) for i in range(5)]
+                    + [_request("s-0", ["r-1", "r-3", "ghost"])])
+    snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
+    runner = _runner(snapshots, seed=3)
+    (release,) = _deletion_releases([runner.process(msgs)])
+    assert orjson.loads(release.value)["request"]["not_applied"] == ["ghost"]
+    runner.snapshot()
+    again, restored = PartitionRunner.restore("t", 0, snapshots=snapshots, settings=SETTINGS, model_name="m",
+                                              model_factory=lambda: PassiveOLU(dim=DIM), on_corrupt="fail")
+    assert restored.offset == release.version == len(msgs)
+    again.final_release()
+    (final,) = again.outbox.ready()
+    assert (final.trigger, final.version, final.value) == ("final", release.version, release.value)
+    # one event later the state no longer follows the request: no report
+    more = again.process(messages("t", 0, [_insert("r-9", "s-0", rng)], start=len(msgs)))
+    again.final_release()
+    later = more.releases + again.outbox.ready()
+    assert later and all("request" not in orjson.loads(r.value) for r in later)

@@ -15,8 +15,8 @@ Order of checks (the first failing one names the reason):
    null) is not a tombstone: ``not_json``.
 4. not an object -> ``not_object``; ``op`` missing or not insert/delete -> ``unknown_op``.
 5. ``id`` missing -> ``missing_id``; not a string, empty or over 256 characters -> ``bad_id``.
-   A delete may name several records in ``ids`` instead (one deletion request, one noise draw;
-   docs/worker.md 3.1): both ``id`` and ``ids`` -> ``id_and_ids``; neither -> ``missing_id``;
+   A delete may name several records in ``ids`` instead (one deletion request, unlearned in one
+   engine call; docs/worker.md 3.2): both ``id`` and ``ids`` -> ``id_and_ids``; neither -> ``missing_id``;
    ``ids`` not an array or empty -> ``bad_ids``; more than :data:`MAX_REQUEST_IDS` items ->
    ``too_many_ids``; an item not a string, empty or over 256 characters -> ``bad_id`` (the detail
    names its position); the same id twice -> ``duplicate_ids``.

@@ -109,6 +109,9 @@ class PartitionRunner:
         # delta_writer: a single-thread executor's submit (None: write deltas on this thread).
         self.outbox = Outbox(self._write_deltas, delta_writer)
         self.prequential_loss: float | None = None
+        # (offset after it, report) of the newest deletion request that changed the model: every
+        # release at exactly that offset carries the report, so all of them are byte-identical.
+        self.request_at: tuple[int, dict] | None = None
 
     # ----------------------------------------------------------------- restore
     @classmethod
@@ -124,6 +127,8 @@ class PartitionRunner:
         model = load_model({"meta": restored.header["model"], "arrays": restored.arrays, "shared": restored.shared})
         runner = cls(topic, partition, model, next_offset=restored.offset,
                      event_time_ms=restored.header.get("event_time_ms", 0), replay_deltas=deltas, **common)
+        if restored.header.get("request") is not None:  # the snapshot directly follows a request
+            runner.request_at = (restored.offset, restored.header["request"])
         return runner, restored
 
     # ----------------------------------------------------------------- processing
@@ -274,7 +279,8 @@ class PartitionRunner:
         if self.model.keeps_examples and self.purge_due_at is None:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
-        release = self._release(TRIGGER_DELETION, deletion_started=started, request=request)
+        self.request_at = (after, request)
+        release = self._release(TRIGGER_DELETION, deletion_started=started)
         if deletion.outcome == "retrained":  # the budget ran out: said in a header, the value stays pure
             release.headers.append(budget_header(BUDGET_RETRAINED))
             log.warning("deletion budget exhausted; model retrained on the retained data", extra={
@@ -323,10 +329,15 @@ class PartitionRunner:
                 "deletions_applied": header.get("deletions_applied")}  # absent from older deltas
 
     # ----------------------------------------------------------------- releases
-    def _release(self, trigger: str, deletion_started: float | None = None, request: dict | None = None) -> Release:
+    def _request_here(self) -> dict | None:
+        """The report of the deletion request the state at ``next_offset`` directly follows, if any."""
+        at = self.request_at
+        return at[1] if at is not None and at[0] == self.next_offset else None
+
+    def _release(self, trigger: str, deletion_started: float | None = None) -> Release:
         value = release_value(model_name=self.model_name, topic=self.topic, partition=self.partition,
                               offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model,
-                              request=request)
+                              request=self._request_here())
         self.released_version = self.next_offset
         self.events_since_release = 0
         self.last_release_at = time.monotonic()
@@ -370,6 +381,8 @@ class PartitionRunner:
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
                   "model": state["meta"]}
+        if (request := self._request_here()) is not None:  # a release at this offset after a restore
+            header["request"] = request  # must carry it too (docs/worker.md 5.2)
         # Deletions after this point may need their own purge: they are not in this copy's past.
         pending = PendingSnapshot(self.next_offset, header, state["arrays"], state.get("shared", {}),
                                   purge_due_at=self.purge_due_at)
