@@ -94,6 +94,7 @@ class PartitionRunner:
         self.next_offset = next_offset  # None: nothing applied yet, start at the log's beginning
         self.event_time_ms = event_time_ms
         self.replay_deltas = dict(replay_deltas or {})  # delete offset + 1 -> stored post-noise state
+        self.replay_until = max(self.replay_deltas, default=None)  # the last stored deletion's offset + 1
         self.snapshot_offset = next_offset  # the offset a durable full snapshot covers
         self.released_version: int | None = None  # of the newest release made (published or not)
         # Transactional mode: the output an earlier process already committed (exactly_once.py),
@@ -363,9 +364,16 @@ class PartitionRunner:
             self.outbox.release(self._release(TRIGGER_FINAL))
 
     # ----------------------------------------------------------------- snapshots
+    @property
+    def replaying_stored(self) -> bool:
+        """Stored deletions lie ahead of the replay. No full snapshot until it has passed them: one
+        inside an earlier process's delta group would hide the group's later deltas from a restore
+        (it reads the objects named after its snapshot) and their noise would be drawn again."""
+        return self.replay_until is not None and (self.next_offset or 0) < self.replay_until
+
     def snapshot_due(self, now: float) -> bool:
         if (self.blocked or self.snapshot_in_flight or self.next_offset is None
-                or self.next_offset == self.snapshot_offset):
+                or self.next_offset == self.snapshot_offset or self.replaying_stored):
             return False
         s = self.settings
         return bool(
