@@ -18,6 +18,7 @@ from ..privacy.accountant import load_accountant, make_accountant
 from ..privacy.analysis.rdp import rho_for_epsilon
 from ..privacy.analysis.units import UNITS
 from ..privacy.ledger import Ledger
+from ..privacy.meter import MeteredNoise, NoiseMeter
 from .domain import Ball, FeatureBound
 from .index import AppliedIndex, KeySet, record_key
 from .kernels.loader import compiled
@@ -87,7 +88,7 @@ def _schedule(name, constants, ball, t0, step) -> Schedule:
     raise ConfigError(f"schedule must be auto, strongly-convex, convex or constant, got {name!r}")
 
 
-class OnlineUnlearner:
+class OnlineUnlearner(MeteredNoise):
     """Projected OGD on one stream with an unlearning rule; subclasses choose the rule."""
 
     algorithm = "base"
@@ -159,6 +160,7 @@ class OnlineUnlearner:
         self.index = AppliedIndex()
         self.tombstones = KeySet()
         self.ledger = Ledger()
+        self.noise_meter = NoiseMeter(self.schedule)  # the release's accumulated noise (docs/accounting.md 10)
         self.counters = {"applied": 0, "skipped_deleted": 0}
         # Deletions that changed the model, over its whole life (every epoch): the release's
         # ``deletions``. The accountant counts only those it charged, so exact, restarted and
@@ -424,6 +426,7 @@ class OnlineUnlearner:
             "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
             "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
         })
+        self.noise_meter.add(self.epoch, self.t, sigma)
         return Deletion("noised", i, sigma, shift, tuple(steps))
 
     def sensitivity(self, u: int) -> float:
@@ -582,6 +585,7 @@ def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
         if model.index.max_step > model.t:
             raise InvalidState("applied index holds a step after the step counter")
         model._import(meta, arrays)
+        model.noise_meter.restore(model.ledger, model.epoch, model.t)
         model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))
         return model
     except InvalidState:
