@@ -92,6 +92,9 @@ class ModelRelease:
     privacy: Mapping[str, Any]
     released_at: float
     trigger: str | None = None  # Kafka header olu.trigger: deletion, events, interval, final
+    #: the deletion request this release published (deletion releases only): ids, applied,
+    #: not_applied (the ids the partition never applied), duplicates; None on other releases
+    request: Mapping[str, Any] | None = None
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the value as received
     raw: bytes = field(default=b"", repr=False)
 
@@ -202,6 +205,10 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
             raise InvalidRelease("bad_field", f"privacy.{name} must be a finite number")
     if not _is_number(record["released_at"]):
         raise InvalidRelease("bad_field", "released_at must be a finite number")
+    request = record.get("request")
+    if request is not None and not _is_request(request):
+        raise InvalidRelease("bad_field", "request must be an object of ids, applied, duplicates (integers >= 0) "
+                                          "and not_applied (an array of strings)")
     if key is not None:
         text = decode_key(key)
         expected = release_key_text(record["topic"], record["partition"])
@@ -212,8 +219,15 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
         offset=record["offset"], t=record["t"], deletions=record["deletions"], epoch=record["epoch"],
         algorithm=record["algorithm"], loss=record["loss"], dim=dim,
         weights=np.asarray(weights, dtype=np.float64), privacy=dict(privacy),
-        released_at=float(record["released_at"]), trigger=trigger, record=record, raw=raw,
+        released_at=float(record["released_at"]), trigger=trigger, request=request, record=record, raw=raw,
     )
+
+
+def _is_request(request: Any) -> bool:
+    return (isinstance(request, dict) and all(_is_int(request.get(n)) and request[n] >= 0
+                                              for n in ("ids", "applied", "duplicates"))
+            and isinstance(request.get("not_applied"), list)
+            and all(isinstance(i, str) for i in request["not_applied"]))
 
 
 def _header(headers, name: str) -> str | None:

@@ -5,7 +5,8 @@ A registry-framed record is a dict of the user's fields (Avro, JSON Schema) or a
 out of it: ``op``, ``id``, ``y``, ``ts`` and the features, either one array field (``x``) or named
 numeric fields in a fixed order (``OLU_INPUT_FEATURE_FIELDS``); each role's field is the role's
 own name unless ``OLU_INPUT_FIELDS`` maps it (``id=user_id,y=clicked``). Other fields are ignored,
-and a delete ignores every field but ``op``, ``id`` and ``ts`` (one schema describes both events).
+and a delete ignores every field but ``op``, ``id``, ``ids`` (optional: a request naming several
+records, as in schemas/delete.schema.json) and ``ts`` (one schema describes both events).
 
 The result is the documented JSON object, which the worker then checks exactly as it checks a
 JSON record (worker/stream/decode.py), so a field's meaning, its checks and its dead-letter reasons
@@ -26,7 +27,7 @@ from .exceptions import UndecodableRecord
 
 __all__ = ["FieldMapping", "message_dict"]
 
-ROLES = ("op", "id", "x", "y", "ts")
+ROLES = ("op", "id", "x", "y", "ts", "ids")
 
 
 class FieldMapping:
@@ -38,13 +39,15 @@ class FieldMapping:
     {'op': 'insert', 'id': 'u-1', 'x': [0.5, -1.0], 'y': 1.0}
     >>> m.event({"op": "delete", "user": "u-1", "age": None, "score": None, "clicked": None, "ts": 7})
     {'op': 'delete', 'id': 'u-1', 'ts': 7}
+    >>> m.event({"op": "delete", "user": "", "ids": ["u-1", "u-2"], "age": None, "score": None, "clicked": None})
+    {'op': 'delete', 'ids': ['u-1', 'u-2']}
     """
 
     def __init__(self, fields: Mapping[str, str] | Sequence[tuple[str, str]] = (),
                  feature_fields: Sequence[str] = (), *, complete: bool):
         names = {role: role for role in ROLES}
         names.update(dict(fields))
-        self.op, self.id, self.x, self.y, self.ts = (names[r] for r in ROLES)
+        self.op, self.id, self.x, self.y, self.ts, self.ids = (names[r] for r in ROLES)
         self.features = tuple(feature_fields)
         self.complete = complete
         wanted = [self.op, self.id, self.y, *(self.features or (self.x,))]
@@ -66,6 +69,13 @@ class FieldMapping:
         if op is not None:
             out["op"] = op
         record_id = record.get(self.id)
+        ids = record.get(self.ids) if op == "delete" else None
+        if isinstance(ids, (list, tuple)) and ids:
+            # a request naming several records (optional field; absent, null or empty: one id). An
+            # unset id beside it (Protobuf's "" or null) is no id; a set one is id_and_ids downstream.
+            out["ids"] = list(ids)
+            if record_id == "":
+                record_id = None
         if record_id is not None:
             out["id"] = record_id
         if op == "insert":

@@ -526,9 +526,9 @@ class Worker:
             elif self._settle_deltas(runner, max(0.0, deadline - time.monotonic())) and time.monotonic() < deadline:
                 runner.final_release()
                 self._publish_ready(runner)
-                if runner.next_offset != runner.snapshot_offset:
+                if runner.next_offset != runner.snapshot_offset and not runner.replaying_stored:
                     self._snapshot_and_commit(runner, flush_timeout=max(0.1, deadline - time.monotonic()))
-                else:
+                else:  # nothing new, or still replaying stored deletions: commit the durable snapshot
                     keep.append(runner)
             self.final_state[(tp.topic, tp.partition)] = {
                 "offset": runner.next_offset, "t": runner.model.t, "epoch": runner.model.epoch,

@@ -12,7 +12,8 @@ from ..exceptions import OluWorkerError
 from ..state.exceptions import StorageUnavailable
 from .deadletter import REASONS, truncate_detail
 
-__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "RegistryStartFailed", "UnreleasableState"]
+__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "PartialRequest", "RegistryStartFailed",
+           "UnreleasableState"]
 
 _REASON_SET = frozenset(REASONS)
 
@@ -35,6 +36,13 @@ class DeadLetter(OluWorkerError):
 
 class UnreleasableState(OluWorkerError, RuntimeError):
     """The iterate is not finite; publishing it would put nulls on the wire (orjson maps NaN to null)."""
+
+
+class PartialRequest(OluWorkerError, RuntimeError):
+    """A deletion request was refused for an exhausted budget after the engine had already
+    unlearned some of its records (an algorithm that applies a request's records one by one). That
+    state has noise no delta holds, so it must not be published or replayed with fresh noise: the
+    worker stops instead (docs/worker.md 3.2)."""
 
 
 class DeliveryFailed(OluWorkerError, RuntimeError):

@@ -113,13 +113,13 @@ def blake2b64_many(buf, offsets):
 
 
 @jit
-def blake2b64_where(buf, offsets, selected, out):
-    """``out[k]`` = key of ``buf[offsets[k]:offsets[k+1]]`` for every selected k (others untouched)."""
+def blake2b64_spans(buf, spans, selected, out):
+    """``out[k]`` = key of ``buf[spans[k, 0]:spans[k, 1]]`` for every selected k (others untouched)."""
     h = np.empty(8, np.uint64)
     m = np.empty(16, np.uint64)
     for k in range(selected.shape[0]):
         if selected[k]:
-            out[k] = blake2b64(buf, offsets[k], offsets[k + 1] - offsets[k], h, m)
+            out[k] = blake2b64(buf, spans[k, 0], spans[k, 1] - spans[k, 0], h, m)
 
 
 def record_keys(record_ids) -> np.ndarray:
