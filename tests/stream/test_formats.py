@@ -41,8 +41,8 @@ def test_each_format_decodes_to_the_json_event(client, fmt):
     serialize = event_serializer(fmt, client)
     decoder = InputDecoder(fmt, client)
     assert orjson.loads(decoder.decode(TOPIC, b"r-1", serialize(INSERT, TOPIC))) == INSERT
-    delete = {"op": "delete", "id": "r-1"}
-    assert orjson.loads(decoder.decode(TOPIC, b"r-1", serialize(delete, TOPIC))) == delete
+    for delete in ({"op": "delete", "id": "r-1"}, {"op": "delete", "ids": ["r-1", "r-2"], "ts": 7}):
+        assert orjson.loads(decoder.decode(TOPIC, b"s-1", serialize(delete, TOPIC))) == delete
 
 
 @pytest.mark.parametrize("value,reason", [

@@ -3,7 +3,8 @@
 1. The same stream produced with confluent-kafka's Avro, JSON Schema and Protobuf serializers gives
    the JSON stream's releases bit for bit (same versions, weights, counters; noise-free ``retrain``,
    so every deletion is exact); releases published as Avro / JSON Schema are read by a plain
-   ``DeserializingConsumer`` and by ``ParamsSubscriber``.
+   ``DeserializingConsumer`` and by ``ParamsSubscriber``. Deletion requests naming several records
+   (``ids``) give the JSON stream's releases too, their ``request`` objects included.
 2. Every bad framed record is dead-lettered with its reason, the original bytes whole; the valid
    records around it are all learned.
 3. A registry outage of 30 s pauses the partition and loses nothing: no dead letter, every record
@@ -35,6 +36,7 @@ from tests.stream.kafka_harness import (
     wait_for,
     worker_env,
 )
+from tests.stream.subjects import subject_stream
 from worker.client import ParamsSubscriber
 from worker.formats.events import EVENT_AVRO_SCHEMA, event_serializer
 
@@ -79,44 +81,59 @@ def _releases(bootstrap: str, topic: str, registry_url: str, end: int, timeout: 
         return seen
 
 
-def test_every_format_gives_the_json_streams_releases(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path):
-    client = SchemaRegistryClient({"url": schema_registry_url})
-    records = event_stream(400, seed=24, delete_rate=0.1)
+def _run_each_format(kafka_bootstrap, kafka_topic, registry_url: str, tmp_path, records, name: str):
+    """Each format's worker on ``records`` (re-encoded), and the releases of each up to the end:
+    ``(topics by format, releases by format, end offset)``; no dead letters in any format."""
+    client = SchemaRegistryClient({"url": registry_url})
     runs: dict[str, tuple[Topics, WorkerProcess]] = {}
     for fmt in ("json", *FORMATS):
         topics = topics_for(kafka_topic, 1)
         framed = records if fmt == "json" else _framed(records, event_serializer(fmt, client), topics.input)
         _produce(kafka_bootstrap, topics.input, framed)
         extra = {} if fmt == "json" else {"OLU_INPUT_FORMAT": fmt, "OLU_RELEASE_FORMAT": RELEASE_FORMAT[fmt],
-                                          "OLU_SCHEMA_REGISTRY_URL": schema_registry_url}
-        env = _env(kafka_bootstrap, topics, tmp_path, fmt.replace("-", ""), **extra)
-        runs[fmt] = (topics, WorkerProcess(env, tmp_path / f"{fmt}.log").start())
+                                          "OLU_SCHEMA_REGISTRY_URL": registry_url}
+        env = _env(kafka_bootstrap, topics, tmp_path, f"{name}-{fmt.replace('-', '')}", **extra)
+        runs[fmt] = (topics, WorkerProcess(env, tmp_path / f"{name}-{fmt}.log").start())
     try:
         end = end_offsets(kafka_bootstrap, runs["json"][0].input)[0]
         assert end == len(records)
-        got = {fmt: _releases(kafka_bootstrap, topics.params, schema_registry_url, end)
-               for fmt, (topics, _) in runs.items()}
+        got = {fmt: _releases(kafka_bootstrap, topics.params, registry_url, end) for fmt, (topics, _) in runs.items()}
         for _, proc in runs.values():
             assert proc.terminate() == 0
     finally:
         for _, proc in runs.values():
             proc.cleanup()
+    for fmt, (topics, _) in runs.items():
+        assert not read_topic(kafka_bootstrap, topics.dlq), f"{fmt}: dead letters"
+    return {fmt: topics for fmt, (topics, _) in runs.items()}, got, end
+
+
+def _assert_same_releases(got: dict, end: int, keys=SAME) -> list[int]:
+    """Every format's releases are the JSON run's (``keys`` and the weights bit for bit); returns
+    the versions of the deletion releases."""
     expected = got["json"]
     deletions = [v for v, r in expected.items() if r["trigger"] == "deletion"]
-    assert expected[end]["deletions"] > 10 and len(deletions) > 10 and expected[end]["t"] > 300
     for fmt in FORMATS:
-        assert not read_topic(kafka_bootstrap, runs[fmt][0].dlq), f"{fmt}: dead letters"
         assert [v for v, r in got[fmt].items() if r["trigger"] == "deletion"] == deletions, fmt
         common = sorted(set(got[fmt]) & set(expected))
         assert end in common and set(deletions) <= set(common)
         for version in common:
             ours, theirs = got[fmt][version], expected[version]
-            assert {k: ours[k] for k in SAME} == {k: theirs[k] for k in SAME}, (fmt, version)
+            assert {k: ours.get(k) for k in keys} == {k: theirs.get(k) for k in keys}, (fmt, version)
             assert np.array_equal(np.array(ours["weights"]).view(np.uint64),
                                   np.array(theirs["weights"]).view(np.uint64)), (fmt, version)
+    return deletions
+
+
+def test_every_format_gives_the_json_streams_releases(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path):
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    records = event_stream(400, seed=24, delete_rate=0.1)
+    topics_of, got, end = _run_each_format(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path, records, "one")
+    deletions = _assert_same_releases(got, end)
+    assert got["json"][end]["deletions"] > 10 and len(deletions) > 10 and got["json"][end]["t"] > 300
 
     # a registry-aware consumer that knows nothing of olu-worker reads the Avro releases
-    topics = runs["avro"][0]
+    topics = topics_of["avro"]
     framed = read_topic(kafka_bootstrap, topics.params)
     assert framed and all(r.value[0] == 0 for r in framed)
     ctx = SerializationContext(topics.params, MessageField.VALUE)
@@ -130,6 +147,19 @@ def test_every_format_gives_the_json_streams_releases(kafka_bootstrap, kafka_top
         assert msg.value()["weights"] == got["avro"][msg.value()["version"]]["weights"]
     finally:
         consumer.close()
+
+
+def test_requests_naming_several_records_are_honoured_in_every_format(kafka_bootstrap, kafka_topic,
+                                                                     schema_registry_url, tmp_path):
+    """Deletes with ``ids`` (keyed by data subject) in Avro, JSON Schema and Protobuf: the JSON
+    stream's releases, ``request`` object (ids, applied, not_applied, duplicates) included."""
+    records = subject_stream(400, seed=25, subjects=6, delete_rate=0.12)
+    assert sum(1 for _, v, _ in records if len(orjson.loads(v).get("ids", ())) > 1) > 5
+    _, got, end = _run_each_format(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path, records, "ids")
+    deletions = _assert_same_releases(got, end, keys=(*SAME, "request"))
+    requests = [got["json"][v]["request"] for v in deletions]
+    assert len(requests) > 5 and max(r["applied"] for r in requests) > 1
+    assert any(r["not_applied"] for r in requests) and got["json"][end]["deletions"] > 10
 
 
 OTHER_SCHEMA = '{"type":"record","name":"Other","namespace":"olu.test","fields":[{"name":"op","type":"string"},' \

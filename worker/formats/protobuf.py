@@ -6,7 +6,8 @@ holds (:func:`message_class`: the base64 ``FileDescriptorProto`` that ``format=s
 returns), picking the message the record's framing names (its message indexes).
 
 :func:`event_class` builds the documented event as a Protobuf message (``olu.v1.Event``: op, id,
-repeated double x, optional double y, optional int64 ts), for producers, tests and benches.
+repeated double x, optional double y, optional int64 ts, repeated string ids), for producers,
+tests and benches.
 Self-contained schemas only: a registered schema that imports another file other than Google's
 well-known types is refused (``schema_mismatch``).
 """
@@ -31,6 +32,7 @@ message Event {
   repeated double x = 3;
   optional double y = 4;
   optional int64 ts = 5;
+  repeated string ids = 6;
 }
 """
 
@@ -81,6 +83,7 @@ def event_class():
         msg.field.add(name=name, number=number, type=kind, label=F.LABEL_OPTIONAL,
                       oneof_index=len(msg.oneof_decl), proto3_optional=True)
         msg.oneof_decl.add(name=f"_{name}")
+    msg.field.add(name="ids", number=6, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return GetMessageClass(pool.FindMessageTypeByName("olu.v1.Event"))
