@@ -40,7 +40,7 @@ from tests.stream.subjects import subject_stream
 from worker.client import ParamsSubscriber
 from worker.formats.events import EVENT_AVRO_SCHEMA, event_serializer
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
 FORMATS = ("avro", "json-schema", "protobuf")
 RELEASE_FORMAT = {"avro": "avro", "json-schema": "json-schema", "protobuf": "avro"}
