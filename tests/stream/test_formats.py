@@ -69,6 +69,12 @@ def test_payload_and_schema_verdicts(client):
         assert caught.value.reason == reason
     with pytest.raises(UndecodableRecord, match="oversized"):
         InputDecoder("avro", client, max_bytes=10).decode(TOPIC, b"r-1", good)
+    json_form = len(b"r-1") + len(orjson.dumps(INSERT))
+    assert len(b"r-1") + len(good) < json_form - 1  # Avro is smaller than the JSON it becomes
+    with pytest.raises(UndecodableRecord) as caught:  # framed under the limit, its JSON form over it
+        InputDecoder("avro", client, max_bytes=json_form - 1).decode(TOPIC, b"r-1", good)
+    assert caught.value.reason == "oversized" and "JSON form" in caught.value.detail
+    assert InputDecoder("avro", client, max_bytes=json_form).decode(TOPIC, b"r-1", good) == orjson.dumps(INSERT)
 
 
 def test_json_schema_violation_names_no_value(client):

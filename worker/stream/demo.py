@@ -32,9 +32,9 @@ def mock_cluster() -> tuple[AdminClient, str]:
     return holder, ",".join(f"{b.host}:{b.port}" for b in brokers)
 
 
-def synthetic_events(n: int, dim: int, delete_rate: float, seed: int):
-    """(key, value) pairs: inserts of a noisy linear rule, deletes of earlier ids, some poison.
-    A value is the event as a dict, or raw bytes (the poison records)."""
+def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int):
+    """(key, event) pairs: inserts of a noisy linear rule, deletes of earlier ids, some poison. An
+    event is a dict, or raw bytes (the poison records: JSON that no format's schema describes)."""
     rng = np.random.default_rng(seed)
     w = rng.normal(size=dim)
     inserted: list[str] = []
@@ -51,6 +51,12 @@ def synthetic_events(n: int, dim: int, delete_rate: float, seed: int):
             rid = f"r-{j}"
             inserted.append(rid)
             yield rid.encode(), {"op": "insert", "id": rid, "x": x.round(6).tolist(), "y": y}
+
+
+def synthetic_events(n: int, dim: int, delete_rate: float, seed: int):
+    """:func:`synthetic_stream` as (key, JSON value) pairs, the worker's own wire format."""
+    for key, event in synthetic_stream(n, dim, delete_rate, seed):
+        yield key, event if isinstance(event, bytes) else orjson.dumps(event)
 
 
 def produce(bootstrap: str, topic: str, events, done: threading.Event, encode=None) -> None:
@@ -109,7 +115,7 @@ def event_encoder(settings):
 
 def start_producer(bootstrap: str, settings, events: int, delete_rate: float, seed: int) -> threading.Event:
     done = threading.Event()
-    stream = synthetic_events(events, settings.dim, delete_rate, seed)
+    stream = synthetic_stream(events, settings.dim, delete_rate, seed)
     encode = event_encoder(settings)
     thread = threading.Thread(target=produce, args=(bootstrap, settings.input_topics[0], stream, done, encode),
                               name="demo-producer", daemon=True)
