@@ -57,7 +57,7 @@ def _replay(model, settings, records) -> dict[int, tuple]:
             if isinstance(event, Insert):
                 model.learn_one(event.id, event.x, event.y)
             else:
-                assert model.unlearn_one(event.id).outcome in ("dp_covered", "not_applied", "duplicate")
+                assert model.unlearn_request(list(event.ids)).outcome in ("dp_covered", "not_applied", "duplicate")
         except (DeadLetter, InvalidExample):
             pass
         trace[offset + 1] = (model.t, model.epoch, model.weights.tobytes(), model.privacy())
