@@ -2,7 +2,7 @@
 
 Discovery (every ``bench/*.py`` whose name does not start with ``_``), what each declares at
 module level (``REPORT_KEYS``: the keys its JSON report has besides ``_harness.COMMON_KEYS``;
-``SERVICES``: the servers it needs, of "kafka" and "s3"), read from the source so that the smoke
+``SERVICES``: the servers it needs, of "kafka", "s3" and "registry"), read from the source so that the smoke
 test needs no import, and the README's generated blocks: each bench's ``render(report)`` gives its
 table, placed between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` in bench/README.md.
 """

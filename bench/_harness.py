@@ -1,7 +1,7 @@
 """Shared pieces of the benches; not a bench itself.
 
-Machine info, the command as typed at the repository root, a real Kafka broker / S3 server
-(started here unless the environment points at one), topic creation, worker settings, synthetic
+Machine info, the command as typed at the repository root, a real Kafka broker / S3 server /
+Schema Registry (started here unless the environment points at one), topic creation, worker settings, synthetic
 d-dimensional insert/delete records in the wire format of schemas/insert.schema.json,
 percentiles, and the options and the ending every bench shares (:func:`arguments`,
 :func:`finish`).
@@ -365,6 +365,21 @@ def s3() -> Iterator[object]:
             os.environ.update({k: v for k, v in saved.items() if v is not None})
 
 
+@contextlib.contextmanager
+def registry() -> Iterator[tuple[str, str]]:
+    """(Schema Registry URL, where from): ``OLU_TEST_SCHEMA_REGISTRY_URL`` if set (what the tests'
+    ``schema_registry_url`` fixture reads), else Apicurio Registry on loopback started here."""
+    if url := os.environ.get("OLU_TEST_SCHEMA_REGISTRY_URL"):
+        yield url.rstrip("/"), "OLU_TEST_SCHEMA_REGISTRY_URL"
+        return
+    _own_server("a Schema Registry", "OLU_TEST_SCHEMA_REGISTRY_URL")
+    from worker.devtools.registry_local import SchemaRegistry
+
+    with SchemaRegistry() as server:
+        print(f"started Apicurio Registry {server.version} at {server.url} in {server.startup_seconds:.1f} s")
+        yield server.url, f"local Apicurio Registry {server.version} (worker.devtools.registry_local)"
+
+
 def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout: float = 30.0) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -486,8 +501,10 @@ def stream_plan(n: int, delete_frac: float, seed: int = 0) -> list[tuple[str, in
     return plan
 
 
-def produce_all(bootstrap: str, topic: str, records: Records, plan, *, label: str = "pre-produce") -> dict:
-    """Produce every planned event as fast as possible; returns counts and the rate."""
+def produce_all(bootstrap: str, topic: str, records: Records, plan, *, label: str = "pre-produce",
+                encode: Callable[[str, int], tuple[bytes, bytes]] | None = None) -> dict:
+    """Produce every planned event as fast as possible; returns counts and the rate. ``encode(op, j)``
+    gives (key, value) instead of the JSON records (a registry format, say); its time is included."""
     from confluent_kafka import Producer
 
     errors = []
@@ -502,6 +519,8 @@ def produce_all(bootstrap: str, topic: str, records: Records, plan, *, label: st
                          "compression.type": "none"})
     produce = producer.produce
     ins, dele = records.insert, records.delete
+    if encode is not None:
+        ins, dele = (lambda j: encode("i", j)), (lambda j: encode("d", j))
     nbytes = 0
     t0 = time.perf_counter()
     for n, (op, j) in enumerate(plan):

@@ -1,7 +1,8 @@
 """Worker throughput: the passive worker end to end on one partition of a real broker (not a test).
 
     .venv/bin/python bench/worker_throughput.py [--events 1000000] [--delete-fracs 0,0.001] [--repeat 1]
-        [--quick] [--no-profile] [--s3] [--out DIR]
+        [--formats avro,json-schema,protobuf] [--format-events 100000] [--quick] [--no-profile] [--s3]
+        [--out DIR]
 
 A local Kafka broker is started (worker.devtools.kafka_local) unless ``KAFKA_BOOTSTRAP_SERVERS`` is
 set. For each share in ``--delete-fracs`` (default: 0, the inserts-only stream the target states,
@@ -39,6 +40,18 @@ timings are for the ranking only.
 Target (issue): worker >= 150,000 events/s and >= 0.5 x the consume+orjson ceiling of the same run,
 judged on the first stream. With an inserts-only first stream and deletes in a later one, the bench
 also prints the loop time each deletion costs in place (the difference of the two runs' times).
+
+Input formats (``--formats``, default all three; ``--formats ""`` skips them): the worker end to end
+on Schema Registry framed input, next to JSON. The first ``--format-events`` events of the first
+stream's plan (same records, same delete share) are produced once as JSON and once per format with
+confluent-kafka's serializer (worker/formats/events.py; serializing is in the produce time, not in
+the worker's), each on its own topic, and the worker reads each with ``input_format`` set and the
+registry's URL, releases in JSON, timed as in (b). The registry is a real one: Apicurio Registry
+started here (worker.devtools.registry_local) unless ``OLU_TEST_SCHEMA_REGISTRY_URL`` names one
+(the smoke test passes the session's). After the first record the worker's registry client serves
+the schema from its cache, so the rates are decoding, not network. Fewer events than the JSON
+streams by default: JSON Schema decodes at a few thousand records per second
+(bench/format_throughput.py).
 
 ``--s3`` puts the worker's state (deltas and full snapshots) on a local S3 server (SeaweedFS)
 instead of file://: each deletion's delta is then a PUT, which is what bounds deletion-heavy streams.
@@ -82,8 +95,9 @@ TARGET_EVENTS_PER_S = int(WORKER_EVENTS_PER_S.threshold)
 TARGET_CEILING_RATIO = WORKER_X_CEILING.threshold
 RELEASE_EVERY = 10_000
 SNAPSHOT_EVERY = 200_000
-REPORT_KEYS = ("broker", "config", "streams", "produce", "results", "profile", "targets", "wall_s")
-SERVICES = ("kafka",)  # and "s3" with --s3
+REPORT_KEYS = ("broker", "config", "streams", "produce", "results", "profile", "targets", "formats", "wall_s")
+SERVICES = ("kafka", "registry")  # and "s3" with --s3; "registry" unless --formats ""
+FORMATS = ("avro", "json-schema", "protobuf")
 
 
 class TimedWorker(Worker):
@@ -213,6 +227,7 @@ def run_worker(bootstrap: str, topic: str, params: str, dlq: str, n: int, profil
     }
     if profiler is not None:
         out["_profiler"] = profiler
+    worker.producer = worker.consumer = None  # its clients go now, not at a later gc after the broker stopped
     return out
 
 
@@ -305,6 +320,54 @@ def measure_stream(bootstrap: str, n: int, delete_frac: float, args, sets: dict,
             "produce": produced, "results": res, "profile": prof}
 
 
+def measure_formats(bootstrap: str, registry_url: str, n: int, delete_frac: float, formats: list[str], args,
+                    sets: dict) -> dict:
+    """The worker end to end on the same ``n`` events as JSON and in each registry format."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from worker.formats.events import event_serializer
+
+    records = h.Records(dim=10, seed=args.seed)
+    plan = h.stream_plan(n, delete_frac, args.seed)
+    client = SchemaRegistryClient({"url": registry_url})
+    print(f"\n--- input formats: {n:,} events, delete share {delete_frac:g}, registry {registry_url}")
+    rows = []
+    for fmt in ("json", *formats):
+        topic, params, dlq = h.unique(f"bench.{fmt}"), h.unique("bench.params"), h.unique("bench.dlq")
+        h.create_topics(bootstrap, [topic, params, dlq])
+        encode = None
+        if fmt != "json":
+            serialize = event_serializer(fmt, client)
+
+            def encode(op: str, j: int, serialize=serialize, topic=topic) -> tuple[bytes, bytes]:
+                rid = f"r-{j}"
+                if op == "d":
+                    return rid.encode(), serialize({"op": "delete", "id": rid}, topic)
+                k = j % records.pool
+                return rid.encode(), serialize({"op": "insert", "id": rid, "x": records.X[k].tolist(),
+                                                "y": float(records.y[k])}, topic)
+        produced = h.produce_all(bootstrap, topic, records, plan, label=f"pre-produce {fmt}", encode=encode)
+        overrides = dict(sets) if fmt == "json" else {**sets, "input_format": fmt, "schema_registry_url": registry_url}
+        best = None
+        for _rep in range(args.repeat):
+            w = run_worker(bootstrap, topic, params, dlq, n, overrides=overrides)
+            if best is None or w["events_per_s"] > best["events_per_s"]:
+                best = w
+        dead = best["summary"].get("dead_letters", 0)
+        if dead:
+            raise RuntimeError(f"{fmt}: {dead} dead letters on a valid stream")
+        rows.append({"format": fmt, "events": best["events"], "bytes_per_record": produced["bytes_per_record"],
+                     "produce": produced, "seconds": best["seconds"], "events_per_s": best["events_per_s"],
+                     "events_per_cpu_s": best["events_per_cpu_s"], "join_and_restore_s": best["join_and_restore_s"],
+                     "final_t": best["final_t"], "final_deletions": best["final_deletions"]})
+        print(f"worker, {fmt:12}: {best['events']:,} events in {best['seconds']:.2f} s = "
+              f"{best['events_per_s']:,.0f} events/s ({best['events_per_cpu_s']:,.0f} per CPU-second)")
+    for row in rows:
+        row["vs_json"] = row["events_per_s"] / rows[0]["events_per_s"]
+        row["cpu_vs_json"] = row["events_per_cpu_s"] / rows[0]["events_per_cpu_s"]
+    return {"events": n, "delete_frac": delete_frac, "deletes": sum(1 for op, _ in plan if op == "d"), "rows": rows}
+
+
 def print_stream(stream: dict) -> dict:
     """The table of one stream and its comparison with the target; returns the target numbers."""
     res = stream["results"]
@@ -338,13 +401,21 @@ def main(argv=None) -> int:
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile run of the worker")
     p.add_argument("--s3", action="store_true",
                    help="the worker's state on a local S3 server (SeaweedFS) instead of file://")
+    p.add_argument("--formats", default=",".join(FORMATS),
+                   help="registry input formats to time next to JSON (default: all three; '' for none)")
+    p.add_argument("--format-events", type=int, default=100_000,
+                   help="events of the first stream's plan to run in each format (default 100000)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a worker setting (repeatable), e.g. --set batch_size=500")
     p.add_argument("--prof", type=Path, default=None, help="also dump the cProfile stats to this file")
     p.add_argument("--top", type=int, default=15, help="profile rows to print")
     p.add_argument("--seed", type=int, default=0)
-    args = h.arguments(p, argv, quick="30,000 events per stream, profile included")
+    args = h.arguments(p, argv, quick="30,000 events per stream, 5,000 per input format, profile included")
     n = 30_000 if args.quick and args.events == 1_000_000 else args.events
+    n_formats = min(n, 5_000 if args.quick and args.format_events == 100_000 else args.format_events)
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if any(f not in FORMATS for f in formats):
+        p.error(f"--formats: a comma-separated subset of {','.join(FORMATS)} expected, got {args.formats!r}")
     fracs = [float(f) for f in args.delete_fracs.split(",") if f.strip()]
     if not fracs or any(not 0 <= f < 1 for f in fracs):
         p.error(f"--delete-fracs: shares in [0, 1) expected, got {args.delete_fracs!r}")
@@ -356,12 +427,17 @@ def main(argv=None) -> int:
     compile_s = warmup.warm_up()
     print(f"numba kernels warmed up in {compile_s:.2f} s (before any timing)")
 
-    with h.kafka() as (bootstrap, broker_source), (h.s3() if args.s3 else contextlib.nullcontext()) as server:
+    with (h.kafka() as (bootstrap, broker_source), (h.s3() if args.s3 else contextlib.nullcontext()) as server,
+          (h.registry() if formats else contextlib.nullcontext((None, None))) as (registry_url, registry_source)):
         if server is not None:  # the worker's state (deltas, snapshots) on the S3 server instead of file://
             sets.setdefault("state_url", f"s3://{server.bucket}/{h.unique('bench')}")
         # The profile (if any) is of the last stream: the one with deletions, where the time goes.
         streams = [measure_stream(bootstrap, n, f, args, sets, profile=not args.no_profile and i == len(fracs) - 1)
                    for i, f in enumerate(fracs)]
+        by_format = (measure_formats(bootstrap, registry_url, n_formats, fracs[0], formats, args, sets)
+                     if formats else None)
+        if by_format is not None:
+            by_format["registry"] = registry_source
 
     # ------------------------------------------------------------------ report
     judged = [print_stream(stream) for stream in streams]
@@ -397,19 +473,29 @@ def main(argv=None) -> int:
             ("worker end to end", weps, "tab:green")]
     bars += [(f"worker, {s['delete_frac']:g} deletes", o["events_per_s"], "tab:olive")
              for s, o in zip(streams[1:], judged[1:])]
+    if by_format is not None:
+        print(f"\ninput formats ({by_format['events']:,} events, delete share {by_format['delete_frac']:g}, "
+              f"registry: {by_format['registry']}):")
+        print(f"{'format':12} {'B/record':>9} {'events/s':>11} {'vs JSON':>8} {'events/CPU-s':>13}")
+        for row in by_format["rows"]:
+            print(f"{row['format']:12} {row['bytes_per_record']:>9.1f} {row['events_per_s']:>11,.0f} "
+                  f"{row['vs_json']:>8.2f} {row['events_per_cpu_s']:>13,.0f}")
+        bars += [(f"worker, {row['format']} input\n({by_format['events']:,} events)", row["events_per_s"],
+                  "tab:purple") for row in by_format["rows"]]
     report = {
         "machine": info,
         "broker": broker_source,
         "config": {"events": n, "dim": 10, "delete_fracs": fracs, "seed": args.seed,
                    "release_every_events": RELEASE_EVERY, "snapshot_every_events": SNAPSHOT_EVERY,
                    "state": "file:// (temp dir)", "kernel_warm_up_s": compile_s, "quick": args.quick,
-                   "repeat": args.repeat, "overrides": sets},
+                   "repeat": args.repeat, "overrides": sets, "formats": formats, "format_events": n_formats},
         "streams": [{**s, "targets": t} for s, t in zip(streams, judged)],
         # the stream the target is judged on, at the top level as before
         "produce": streams[0]["produce"],
         "results": res,
         "profile": prof,
         "targets": target,
+        "formats": by_format,
         "wall_s": time.perf_counter() - wall,
     }
     return h.finish("worker_throughput", report, args.out, checks=checks, plot=lambda path: chart(
@@ -433,6 +519,15 @@ def render(report: dict) -> str:
     per_delete = [s["loop_s_per_deletion"] for s in report["streams"] if s.get("loop_s_per_deletion")]
     if per_delete:
         lines[-1] += f" Each deletion costs the run {per_delete[0] * 1e3:.2f} ms of loop time in place."
+    by_format = report.get("formats")
+    if by_format:
+        lines += ["", f"Input formats, the worker end to end on the first {by_format['events']:,} events of the "
+                      f"first stream ({by_format['deletes']:,} deletes), registry: {by_format['registry']}:", "",
+                  "| input format | bytes per record | worker events/s | vs JSON | per CPU-second | vs JSON |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for row in by_format["rows"]:
+            lines.append(f"| `{row['format']}` | {row['bytes_per_record']:.1f} | {row['events_per_s']:,.0f} "
+                         f"| {row['vs_json']:.2f} | {row['events_per_cpu_s']:,.0f} | {row['cpu_vs_json']:.2f} |")
     return "\n".join(lines)
 
 

@@ -132,6 +132,10 @@ def _good() -> dict:
     (lambda r: {**r, "loss": "hinge"}, "unknown_loss"),
     (lambda r: {**r, "privacy": {"epsilon": 1.0}}, "bad_field"),
     (lambda r: {**r, "privacy": None}, "bad_field"),
+    (lambda r: {**r, "request": {"ids": 2, "applied": 1, "not_applied": 1, "duplicates": 0}}, "bad_field"),
+    (lambda r: {**r, "request": {"ids": 2, "applied": -1, "not_applied": [], "duplicates": 0}}, "bad_field"),
+    (lambda r: {**r, "request": {"ids": 1, "applied": 1, "not_applied": [7], "duplicates": 0}}, "bad_field"),
+    (lambda r: {**r, "request": [1, 1, 0]}, "bad_field"),
 ])
 def test_parse_release_rejects(mutate, reason):
     record = mutate(_good())
@@ -148,6 +152,30 @@ def test_parse_release_checks_the_key_and_ignores_unknown_fields():
     assert info.value.reason == "key_mismatch"
     extended = orjson.dumps({**orjson.loads(value), "future_field": {"a": 1}})
     assert parse_release(extended, key).version == 4  # consumers ignore fields they do not know
+
+
+def test_a_deletion_requests_release_carries_and_shows_its_request():
+    from types import SimpleNamespace
+
+    from worker.follow import _text_line
+    from worker.stream.releases import request_report
+
+    model = _model(delete=True)
+    # what the engine reports for a request naming 4 ids: 1 applied, 2 never seen, 1 deleted before
+    deletion = SimpleNamespace(records=1, not_applied=("r-9", "r-8"), duplicates=("r-0",))
+    request = request_report(("r-1", "r-9", "r-0", "r-8"), deletion)
+    assert request == {"ids": 4, "applied": 1, "not_applied": ["r-9", "r-8"], "duplicates": 1}
+    value = release_value(model_name="ctr", topic=INPUT, partition=0, offset=8, event_time_ms=0, model=model,
+                          request=request)
+    validate("release", orjson.loads(value))
+    release = parse_release(value, release_key(INPUT, 0), "deletion")
+    assert release.request == request and release.to_dict()["request"] == request
+    assert "request=applied 1/4 not_applied=2 [r-9,r-8] duplicates=1" in _text_line(release, None)
+    plain = parse_release(_release(4)[1])
+    assert plain.request is None and "request=" not in _text_line(plain, None)
+    many = {"ids": 7, "applied": 0, "not_applied": [f"g-{i}" for i in range(7)], "duplicates": 0}
+    release = parse_release(orjson.dumps({**orjson.loads(value), "request": many}))
+    assert "not_applied=7 [g-0,g-1,g-2,g-3,g-4,...]" in _text_line(release, None)
 
 
 def test_predictions_are_sigmoid_for_logistic_and_linear_for_ridge():

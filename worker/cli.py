@@ -64,9 +64,12 @@ def demo(args, opts) -> int:
     from .stream import demo as d
     from .stream.app import Worker
 
+    olu_env = _olu_env()
+    d.check_format(args.input_format or olu_env.get("OLU_INPUT_FORMAT", "json"),
+                   args.schema_registry_url or olu_env.get("OLU_SCHEMA_REGISTRY_URL"))
     holder, bootstrap = d.mock_cluster()
     state_dir = opts.state_dir or d.new_state_dir()
-    env = {**d.demo_env(bootstrap, state_dir), **_olu_env()}
+    env = {**d.demo_env(bootstrap, state_dir), **olu_env}
     settings = load_settings(args, env, command="demo")
     metrics, health = _start(settings, "demo")
     d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed)

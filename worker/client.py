@@ -27,6 +27,12 @@ With ``group_id=None`` (the default) each subscriber has a group of its own and 
 partition. Subscribers that share a ``group_id`` split the parameter topic's partitions between
 them (use a group nothing else commits offsets for).
 
+Releases in a Schema Registry format (the worker's ``OLU_RELEASE_FORMAT`` avro or json-schema)
+are read when ``schema_registry`` is given (its URL, or a ``SchemaRegistryClient`` configuration
+dict): each framed value is decoded with its registered schema and then checked like a JSON one;
+``raw`` keeps the bytes as received. JSON and framed releases may be mixed on one topic. Without
+``schema_registry`` a framed release is reported invalid (``needs_registry``).
+
 Use ``isolation="read_committed"`` (the default) when the worker runs with ``transactional``:
 ``read_uncommitted`` would also show releases of aborted transactions.
 """
@@ -38,7 +44,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -86,6 +92,9 @@ class ModelRelease:
     privacy: Mapping[str, Any]
     released_at: float
     trigger: str | None = None  # Kafka header olu.trigger: deletion, events, interval, final
+    #: the deletion request this release published (deletion releases only): ids, applied,
+    #: not_applied (the ids the partition never applied), duplicates; None on other releases
+    request: Mapping[str, Any] | None = None
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the value as received
     raw: bytes = field(default=b"", repr=False)
 
@@ -196,6 +205,10 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
             raise InvalidRelease("bad_field", f"privacy.{name} must be a finite number")
     if not _is_number(record["released_at"]):
         raise InvalidRelease("bad_field", "released_at must be a finite number")
+    request = record.get("request")
+    if request is not None and not _is_request(request):
+        raise InvalidRelease("bad_field", "request must be an object of ids, applied, duplicates (integers >= 0) "
+                                          "and not_applied (an array of strings)")
     if key is not None:
         text = decode_key(key)
         expected = release_key_text(record["topic"], record["partition"])
@@ -206,8 +219,15 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
         offset=record["offset"], t=record["t"], deletions=record["deletions"], epoch=record["epoch"],
         algorithm=record["algorithm"], loss=record["loss"], dim=dim,
         weights=np.asarray(weights, dtype=np.float64), privacy=dict(privacy),
-        released_at=float(record["released_at"]), trigger=trigger, record=record, raw=raw,
+        released_at=float(record["released_at"]), trigger=trigger, request=request, record=record, raw=raw,
     )
+
+
+def _is_request(request: Any) -> bool:
+    return (isinstance(request, dict) and all(_is_int(request.get(n)) and request[n] >= 0
+                                              for n in ("ids", "applied", "duplicates"))
+            and isinstance(request.get("not_applied"), list)
+            and all(isinstance(i, str) for i in request["not_applied"]))
 
 
 def _header(headers, name: str) -> str | None:
@@ -234,7 +254,8 @@ class ParamsSubscriber:
                  isolation: str = "read_committed", extra_config: Mapping[str, Any] | None = None, *,
                  model: str | None = None,
                  on_invalid: Callable[[InvalidRelease, Any], None] | None = None,
-                 on_error: Callable[[Any], None] | None = None):
+                 on_error: Callable[[Any], None] | None = None,
+                 schema_registry: str | Mapping[str, Any] | None = None):
         if isolation not in ("read_committed", "read_uncommitted"):
             raise ValueError(f"isolation must be read_committed or read_uncommitted, got {isolation!r}")
         self.topic = topic
@@ -249,6 +270,14 @@ class ParamsSubscriber:
         self._assigned: set[int] = set()
         self._eof: set[int] = set()  # assigned partitions that reached their end at least once
         self._closed = False
+        self._reader = None
+        if schema_registry is not None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            from .formats.release import ReleaseReader
+
+            sr_conf = {"url": schema_registry} if isinstance(schema_registry, str) else dict(schema_registry)
+            self._reader = ReleaseReader(SchemaRegistryClient(sr_conf))
         conf: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
             "group.id": self.group_id,
@@ -307,7 +336,7 @@ class ParamsSubscriber:
     def _handle(self, msg) -> ModelRelease | None:
         self.stats["received"] += 1
         try:
-            release = parse_release(msg.value(), msg.key(), _header(msg.headers(), TRIGGER_HEADER))
+            release = self._parse(msg)
         except InvalidRelease as exc:
             self.stats["invalid"] += 1
             if self.on_invalid is not None:
@@ -334,6 +363,20 @@ class ParamsSubscriber:
             self._latest[release.key] = release
         self.stats["accepted"] += 1
         return release
+
+    def _parse(self, msg) -> ModelRelease:
+        value, trigger = msg.value(), _header(msg.headers(), TRIGGER_HEADER)
+        if not value or value[0] != 0:  # JSON (or not a release at all)
+            return parse_release(value, msg.key(), trigger)
+        if self._reader is None:
+            raise InvalidRelease("needs_registry", "the value is Schema Registry framed (magic byte 0): give the "
+                                                   "subscriber schema_registry= (follow: --schema-registry-url)")
+        try:
+            decoded = self._reader.read(msg.topic(), value)
+        except Exception as exc:  # unknown schema, registry down, a payload that does not decode
+            raise InvalidRelease("undecodable", f"framed release not decoded: {type(exc).__name__}: "
+                                                f"{str(exc)[:200]}") from None
+        return replace(parse_release(decoded, msg.key(), trigger), raw=bytes(value))
 
     @property
     def caught_up(self) -> bool:

@@ -5,8 +5,11 @@
     olu-worker follow --predict "0.1,0.2,0.3"             # and a prediction after each update
 
 One line per accepted new version on stdout (a JSON object with ``--json``: the release record
-plus ``trigger``, and ``prediction`` with ``--predict``). Duplicates and versions older than the
-one held are skipped silently; invalid records are reported on stderr and skipped. With
+plus ``trigger``, and ``prediction`` with ``--predict``). The release a deletion request published
+shows the request: ``request=applied 2/3 not_applied=1 [r-9] duplicates=0`` (its ``request``
+object in JSON, every not-applied id included; the text line shows the first few). Duplicates
+and versions older than the one held are skipped silently; invalid records are reported on stderr
+and skipped. With
 ``--once`` the command exits 0 once it has read every partition of the topic to its end, or 1
 if ``--timeout`` seconds pass first; with ``--timeout`` alone it follows for that long, else until
 interrupted (SIGINT/SIGTERM).
@@ -36,6 +39,7 @@ if TYPE_CHECKING:  # the client (numpy, confluent-kafka) is imported when the co
 __all__ = ["add_parser", "follow", "main"]
 
 BOOTSTRAP_ENV = ("OLU_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS")
+_SHOWN_IDS = 5  # not-applied ids listed on a text line (--json has them all)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -70,6 +74,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="stop after this many seconds (with --once: give up catching up, exit 1)")
     p.add_argument("--kafka", action="append", default=None, metavar="KEY=VALUE",
                    help="librdkafka setting for the subscriber, repeatable (SASL, TLS, ...)")
+    p.add_argument("--schema-registry-url", default=None, metavar="URL",
+                   help="read releases in a Schema Registry format (avro, json-schema) too "
+                        "(default: $OLU_SCHEMA_REGISTRY_URL; JSON releases need none)")
     p.set_defaults(func=follow)
     return p
 
@@ -108,9 +115,21 @@ def _text_line(release: ModelRelease, prediction: float | str | None) -> str:
             f"unit={p.get('unit', 'all-deletions')} epsilon={p['epsilon']:.4g} budget_used={p['budget_used']:.2%}")
     if release.trigger:
         line += f" trigger={release.trigger}"
+    if release.request is not None:
+        line += " " + _request_text(release.request)
     if prediction is not None:
         line += f" prediction={prediction:.6g}" if isinstance(prediction, float) else f" prediction={prediction}"
     return line
+
+
+def _request_text(request) -> str:
+    """The deletion request of a release in a few words (at most :data:`_SHOWN_IDS` ids listed)."""
+    missing = request["not_applied"]
+    text = f"request=applied {request['applied']}/{request['ids']} not_applied={len(missing)}"
+    if missing:
+        shown = ",".join(missing[:_SHOWN_IDS]) + (",..." if len(missing) > _SHOWN_IDS else "")
+        text += f" [{shown}]"
+    return text + f" duplicates={request['duplicates']}"
 
 
 def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, stdout: TextIO | None = None,
@@ -157,7 +176,9 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     try:
         sub = ParamsSubscriber(bootstrap, topic, group_id=option("group_id"),
                                isolation=option("isolation", "read_committed"), extra_config=extra_config,
-                               model=option("model"), on_invalid=invalid, on_error=kafka_error)
+                               model=option("model"), on_invalid=invalid, on_error=kafka_error,
+                               schema_registry=option("schema_registry_url")
+                               or os.environ.get("OLU_SCHEMA_REGISTRY_URL") or None)
     except KafkaException as exc:  # e.g. an unknown --kafka key
         print(f"olu-worker follow: {exc}", file=err)
         return 2

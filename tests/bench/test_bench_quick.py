@@ -2,7 +2,7 @@
 
 Each ``bench/*.py`` that is not a helper (found by ``bench._catalog.scripts``, so a new bench is
 covered without editing this file) runs as ``python bench/NAME.py --quick --out <tmp>`` with the
-session's broker and S3 server when it declares them in ``SERVICES``; it may not start its own
+session's broker, S3 server and Schema Registry when it declares them in ``SERVICES``; it may not start its own
 (``OLU_TEST_NO_OWN_SERVERS``). Checked: exit status 0, strict JSON with the common keys and the
 bench's ``REPORT_KEYS``, every number finite, every MET / NOT MET line in ``_targets.LINE`` and one
 per ``target_checks`` entry, and the README's tables rendered from the quick JSON and, unchanged,
@@ -30,7 +30,8 @@ from worker.devtools.s3_local import SeaweedS3, external_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = _catalog.scripts()
-SERVICES = {"kafka": "kafka_bootstrap", "s3": "s3_server"}  # declared name -> session fixture
+SERVICES = {"kafka": "kafka_bootstrap", "s3": "s3_server",  # declared name -> session fixture
+            "registry": "schema_registry_url"}
 RUN_TIMEOUT_S = 300
 
 
@@ -56,11 +57,14 @@ def bench_param(name: str):
 
 def environment(name: str, request: pytest.FixtureRequest) -> dict[str, str]:
     """Ours, without servers of its own, plus the session's servers the bench declares."""
-    env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "OLU_TEST_S3_ENDPOINT")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KAFKA_BOOTSTRAP_SERVERS", "OLU_TEST_S3_ENDPOINT", "OLU_TEST_SCHEMA_REGISTRY_URL")}
     env[NO_OWN_SERVERS] = "1"
     services = _catalog.declared(name)["SERVICES"]
     if "kafka" in services:
         env["KAFKA_BOOTSTRAP_SERVERS"] = request.getfixturevalue("kafka_bootstrap")
+    if "registry" in services:
+        env["OLU_TEST_SCHEMA_REGISTRY_URL"] = request.getfixturevalue("schema_registry_url")
     if "s3" in services:
         server = request.getfixturevalue("s3_server")
         if isinstance(server, SeaweedS3):  # an earlier test may have left it stopped or paused

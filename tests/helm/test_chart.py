@@ -208,8 +208,12 @@ ALL_SETTINGS = {
     "state_prefix": "olu/prod", "on_corrupt_snapshot": "fail", "purge_bound_seconds": 30.0,
     "max_record_bytes": 2097152, "revoke_budget_fraction": 0.4, "batch_size": 5000, "poll_timeout": 0.05,
     "http_host": "::", "http_port": 9100, "liveness_seconds": 90.0, "log_level": "DEBUG", "log_format": "text",
+    "input_format": "avro", "release_format": "json-schema", "schema_registry_url": "https://registry:8081",
+    "schema_registry_ca_location": "/etc/registry/ca.pem", "schema_registry_cert_location": "/etc/registry/tls.crt",
+    "schema_registry_key_location": "/etc/registry/tls.key", "input_fields": "id=user_id,y=clicked",
+    "input_feature_fields": [f"f{i}" for i in range(16)],
 }
-NOT_SETTABLE = {"transactional_id"}
+NOT_SETTABLE = {"transactional_id", "schema_registry_user_info"}
 #: Settable, but excluded by one in ALL_SETTINGS (rho): wired on their own below.
 EXCLUSIVE = {"target_epsilon": 2.0}
 

@@ -45,6 +45,8 @@ INSERT_RIDGE = {"op": "insert", "id": "user/7:2026-11-22", "x": [1, 2.5], "y": -
 INSERT_LOGISTIC_01 = {"op": "insert", "id": "r-43", "x": [0.5], "y": 0}
 DELETE = {"op": "delete", "id": "r-42"}
 DELETE_TS = {"op": "delete", "id": "r-42", "ts": 1763800000123}
+DELETE_IDS = {"op": "delete", "ids": ["user-7/r-1", "user-7/r-2", "user-7/r-9"], "ts": 1763800000123}
+DELETE_ONE_OF_IDS = {"op": "delete", "ids": ["r-42"]}
 
 RELEASE = {
     "schema_version": 1,
@@ -80,6 +82,9 @@ RELEASE_ACTIVE = copy.deepcopy(RELEASE) | {
 }
 RELEASE_ACTIVE["privacy"] = RELEASE["privacy"] | {"deletions_capacity_left": 7, "noise_std": None,
                                                   "noise_to_signal": None}
+RELEASE_REQUEST = copy.deepcopy(RELEASE) | {
+    "request": {"ids": 3, "applied": 1, "not_applied": ["user-7/r-9"], "duplicates": 1},
+}
 RELEASE_NO_CAPACITY_KEY = copy.deepcopy(RELEASE)
 del RELEASE_NO_CAPACITY_KEY["privacy"]["deletions_capacity_left"]
 
@@ -97,8 +102,8 @@ DEAD_LETTER_TRUNCATED = DEAD_LETTER | {"olu.error.reason": "oversized", "olu.tru
 
 VALID: dict[str, list[dict[str, Any]]] = {
     "insert": [INSERT, INSERT_RIDGE, INSERT_LOGISTIC_01],
-    "delete": [DELETE, DELETE_TS],
-    "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY],
+    "delete": [DELETE, DELETE_TS, DELETE_IDS, DELETE_ONE_OF_IDS],
+    "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY, RELEASE_REQUEST],
     "dead-letter": [DEAD_LETTER, DEAD_LETTER_WITH_FOREIGN_HEADER, DEAD_LETTER_TRUNCATED],
 }
 
@@ -137,6 +142,22 @@ INVALID: list[tuple[str, str, Any]] = [
     ("delete-empty-id", "delete", {"op": "delete", "id": ""}),
     ("delete-unknown-op", "delete", {"op": "remove", "id": "r-42"}),
     ("delete-with-features", "delete", DELETE | {"x": [0.1]}),
+    ("delete-id-and-ids", "delete", DELETE_IDS | {"id": "user-7/r-1"}),
+    ("delete-ids-empty", "delete", DELETE_IDS | {"ids": []}),
+    ("delete-ids-not-array", "delete", DELETE_IDS | {"ids": "user-7/r-1"}),
+    ("delete-ids-too-many", "delete", DELETE_IDS | {"ids": [f"r-{i}" for i in range(10_001)]}),
+    ("delete-ids-duplicate", "delete", DELETE_IDS | {"ids": ["r-1", "r-2", "r-1"]}),
+    ("delete-ids-number-item", "delete", DELETE_IDS | {"ids": ["r-1", 2]}),
+    ("delete-ids-empty-item", "delete", DELETE_IDS | {"ids": [""]}),
+    ("delete-ids-long-item", "delete", DELETE_IDS | {"ids": ["r" * 257]}),
+    ("release-request-missing-not-applied", "release",
+     RELEASE | {"request": {"ids": 1, "applied": 1, "duplicates": 0}}),
+    ("release-request-zero-ids", "release",
+     RELEASE | {"request": {"ids": 0, "applied": 0, "not_applied": [], "duplicates": 0}}),
+    ("release-request-not-applied-counted", "release",
+     RELEASE | {"request": {"ids": 2, "applied": 1, "not_applied": 1, "duplicates": 0}}),
+    ("release-request-extra", "release",
+     RELEASE | {"request": {"ids": 1, "applied": 1, "not_applied": [], "duplicates": 0, "sigma": 0.1}}),
     ("release-missing-weights", "release", _without(RELEASE, "weights")),
     ("release-missing-privacy", "release", _without(RELEASE, "privacy")),
     ("release-negative-partition", "release", RELEASE | {"partition": -1}),

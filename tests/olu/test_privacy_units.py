@@ -193,3 +193,22 @@ def test_per_request_release_matches_the_masked_run_plus_the_same_noise(halve, m
     ratio, bound = gap / spread, math.sqrt(2 * rho)
     private = bool(ratio <= bound * 1.15 and abs(spread / sigma - 1) < 0.05)
     assert private is (halve is None), (ratio, bound, spread / sigma)
+
+
+def test_a_one_by_one_request_that_runs_out_counts_the_records_it_did_delete():
+    """Algorithms that unlearn a request's records one after another: when the budget runs out on
+    the second record, the first stays deleted (and counted); the second is untouched."""
+    from worker.olu.exceptions import BudgetExhausted
+
+    class OneByOne(PassiveOLU):
+        algorithm = "test-one-by-one"
+        groups_requests = False
+
+    ids, X, y = synthetic_stream(200, 4, seed=5)
+    m = OneByOne(**KW, rho=1.0, capacity=1, noise_rng=np.random.default_rng(0))
+    m.learn_many(ids, X, y)
+    with pytest.raises(BudgetExhausted):
+        m.unlearn_request([ids[10], ids[20]])
+    assert m.deletions_applied == 1 and m.accountant.deletions == 1
+    assert m.unlearn_one(ids[10]).outcome == "duplicate"
+    assert m.index.pop(record_key(ids[20]))  # still applied

@@ -7,7 +7,7 @@ shared by the batch (small, so ids repeat: duplicate inserts, deletes before ins
 ids never seen). A builder returns ``(key, value, family)``.
 
 :func:`expected_outcomes` is the oracle: a fresh engine of the same settings, fed the records in
-offset order through the public decoder and ``learn_one`` / ``unlearn_one``, says for each record
+offset order through the public decoder and ``learn_one`` / ``unlearn_request``, says for each record
 whether it is applied, skipped (its id was deleted first), a delete (JSON or tombstone), or a dead
 letter with which reason. Whether an insert is applied or skipped, and why a record is refused,
 does not depend on the deletion noise, so the oracle's noise may differ from the worker's.
@@ -67,7 +67,29 @@ def valid_delete(rnd, pool):
     rid = pool_id(rnd, pool)
     if rnd.random() < 0.5:
         return rid.encode(), None, "tombstone"
+    if rnd.random() < 0.3:  # a request naming several records (ids repeat across requests)
+        ids = list(dict.fromkeys(pool_id(rnd, pool) for _ in range(rnd.randint(1, 6))))
+        return rid.encode(), _json({"op": "delete", "ids": ids}), "delete"
     return rid.encode(), _json({"op": "delete", "id": rid}), "delete"
+
+
+def bad_requests(rnd, pool):
+    """Deletes whose ``ids`` is malformed: empty, not an array, a repeat, both fields, a bad item."""
+    ids = list(dict.fromkeys(pool_id(rnd, pool) for _ in range(rnd.randint(1, 4))))
+    choice = rnd.randrange(6)
+    if choice == 0:
+        record = {"op": "delete", "ids": []}
+    elif choice == 1:
+        record = {"op": "delete", "ids": rnd.choice([ids[0], 7, None, {"0": ids[0]}, True])}
+    elif choice == 2:
+        record = {"op": "delete", "ids": ids + [rnd.choice(ids)]}
+    elif choice == 3:
+        record = {"op": "delete", "id": ids[0], "ids": ids}
+    elif choice == 4:
+        record = {"op": "delete", "ids": ids + [rnd.choice(["", "r" * 257, 42, None, [ids[0]]])]}
+    else:
+        record = {"op": "delete", "ids": [f"r-{i}" for i in range(10_001)]}  # too many, and oversized here
+    return ids[0].encode(), _json(record), "bad requests"
 
 
 def random_bytes(rnd, pool):
@@ -140,7 +162,7 @@ def odd_ids(rnd, pool):
     if choice == 1:
         rid = "r" * rnd.choice([256, 257, 5000])
         return rid.encode(), _json({**base, "id": rid}), "long id"
-    if choice == 2:  # same text, other Unicode normalisation in the key: not the same bytes
+    if choice == 2:  # same text, other Unicode normalisation in the key: valid, the key is only a key
         return "e\u0301".encode(), _json({**base, "id": "\u00e9"}), "unnormalised id"
     if choice == 3:  # a lone surrogate cannot be UTF-8 encoded; as JSON text it is an escape
         return b"\xed\xa0\x80", b'{"op":"delete","id":"\\ud800"}', "surrogate id"
@@ -149,7 +171,9 @@ def odd_ids(rnd, pool):
     if choice == 5:
         return None, None, "tombstone without key"
     rid = pool_id(rnd, pool)
-    return (rid + "-other").encode(), _json({**base, "id": rid}), "key mismatch"
+    if rnd.random() < 0.5:  # a key other than the id (a subject's key): valid
+        return (rid + "-other").encode(), _json({**base, "id": rid}), "subject key"
+    return rnd.choice([None, b""]), _json({**base, "id": rid}), "no key"
 
 
 def duplicate_fields(rnd, pool):
@@ -192,7 +216,7 @@ def framing(rnd, pool):
 BUILDERS = {
     "insert": valid_insert, "delete": valid_delete, "random bytes": random_bytes, "non-finite": non_finite,
     "huge array": huge_array, "deep nesting": deep_nesting, "wrong types": wrong_types, "odd ids": odd_ids,
-    "duplicate fields": duplicate_fields, "engine refusals": engine_refusals, "oversized": oversized,
+    "duplicate fields": duplicate_fields, "bad requests": bad_requests, "engine refusals": engine_refusals, "oversized": oversized,
     "framing": framing,
 }
 
@@ -252,7 +276,7 @@ def expected_outcomes(settings, records) -> Expected:
             out.skipped += not applied
         else:
             assert isinstance(event, Delete)
-            model.unlearn_one(event.id)
+            model.unlearn_request(list(event.ids))
             out.deletes += 1
             out.tombstones += event.tombstone
     return out

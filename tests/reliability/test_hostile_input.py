@@ -65,6 +65,7 @@ PROPERTY = settings(max_examples=200, deadline=None,
 
 # Families whose records are never accepted, with the reasons they may get.
 ALWAYS_DEAD = {
+    "bad requests": {"bad_ids", "too_many_ids", "duplicate_ids", "id_and_ids", "bad_id", "oversized"},
     "huge array": {"wrong_dimension", "oversized"},
     "oversized": {"oversized"},
     "non-finite": {"not_json", "non_finite"},
@@ -94,8 +95,10 @@ def test_decode_event_accepts_only_well_formed_events_and_names_a_reason_otherwi
             continue
         assert family not in ALWAYS_DEAD, f"a {family} record was accepted"
         assert isinstance(event, (Insert, Delete))
-        assert type(event.id) is str and 0 < len(event.id) <= MAX_ID_CHARS
-        assert event.id.encode() == key  # the key routes the record: it is the id, byte for byte
+        ids = [event.id] if isinstance(event, Insert) else event.ids
+        assert ids and all(type(i) is str and 0 < len(i) <= MAX_ID_CHARS for i in ids)
+        assert len(set(ids)) == len(ids)  # a request names each record once
+        assert key  # the key routes the record (the partitioning key; a tombstone's is its id)
         assert len(key) + (len(value) if value is not None else 0) <= MAX_RECORD_BYTES
         if isinstance(event, Insert):
             assert len(event.x) == DIM and all(type(v) is float and math.isfinite(v) for v in event.x)
@@ -156,8 +159,9 @@ def test_a_large_hostile_batch_in_one_call_is_fully_accounted():
     assert total["inserts"] == expected.applied > 100 and total["skipped"] == expected.skipped > 0
     assert total["deletes"] == expected.deletes > 50 and total["tombstones"] == expected.tombstones > 0
     reasons = expected.reasons
-    for reason in ("not_json", "not_utf8", "wrong_dimension", "oversized", "bad_id", "key_mismatch",
-                   "bad_features", "bad_label", "norm_exceeded", "schema_violation", "missing_id", "not_object"):
+    for reason in ("not_json", "not_utf8", "wrong_dimension", "oversized", "bad_id", "key_mismatch", "bad_ids",
+                   "duplicate_ids", "id_and_ids", "bad_features", "bad_label", "norm_exceeded", "schema_violation",
+                   "missing_id", "not_object"):
         assert reasons[reason] > 0, f"the batch produced no {reason}"
 
 

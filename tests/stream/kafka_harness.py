@@ -220,8 +220,10 @@ class BackgroundProducer(threading.Thread):
         return sorted(self.produced, key=lambda p: (p.partition, p.offset))
 
 
-def insert(rid: str, x, y) -> tuple[bytes, bytes, str]:
-    return rid.encode(), orjson.dumps({"op": "insert", "id": rid, "x": [float(v) for v in x], "y": y}), "insert"
+def insert(rid: str, x, y, key: str | None = None) -> tuple[bytes, bytes, str]:
+    """An insert keyed by its id, or by ``key`` (e.g. its data subject)."""
+    value = orjson.dumps({"op": "insert", "id": rid, "x": [float(v) for v in x], "y": y})
+    return (rid if key is None else key).encode(), value, "insert"
 
 
 def delete(rid: str, tombstone: bool = False) -> tuple[bytes, bytes | None, str]:
@@ -236,6 +238,7 @@ def event_stream(n: int, *, seed: int, prefix: str = "r", delete_rate: float = 0
     plus duplicate deletes, deletes of ids never seen, and deletes that arrive before their insert.
 
     ``deletable`` (optional, shared between calls) is the pool of live ids deletes pick from.
+    (``tests/stream/subjects.py`` has the same stream keyed by data subject, deleting by requests.)
     """
     rng = np.random.default_rng(seed)
     w = np.linspace(-1.0, 1.0, dim)
@@ -648,11 +651,11 @@ def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas
     if offset in pre_noise_at:  # the iterate the noise is added to, on a throw-away copy
         twin = load_model(model.export_state())
         twin._noise = lambda sigma, d=model.dim: np.zeros(d)
-        twin.unlearn_one(event.id)
+        twin.unlearn_request(list(event.ids))
         out.pre_noise[offset] = twin.z.copy()
     post = delta if delta is not None else release
     try:
-        deletion = model.unlearn_one(event.id, post_state=post)
+        deletion = model.unlearn_request(list(event.ids), post_state=post)
     except BudgetExhausted:  # refused (on_budget=refuse): the worker dead-letters it, the model is unchanged
         assert delta is None and release is None, f"a refused deletion at offset {offset} has a stored state"
         out.dead += 1
@@ -775,11 +778,13 @@ def latest_versions(bootstrap: str, topics: Topics) -> dict[int, int]:
 
 def model_changing_deletes(settings, records) -> list[int]:
     """Offsets of the deletes in ``records`` ((offset, key, value), one partition, offset order)
-    that must change the model: the first delete of an id whose insert was applied before it.
+    that must change the model: a deletion request naming an id, not deleted before, whose insert
+    was applied before it.
 
     Worked out from the input alone (not from the engine), so it checks that every delete was
     honoured: an insert is applied unless it fails decoding or its id was deleted earlier; a
-    second delete of an id is a no-op, and so is a delete of an id never inserted.
+    second delete of an id is a no-op, and so is a delete of an id never inserted. A request
+    naming several ids changes the model once if any of them does.
     """
     applied: set[str] = set()
     deleted: set[str] = set()
@@ -793,11 +798,10 @@ def model_changing_deletes(settings, records) -> list[int]:
             if event.id not in deleted:
                 applied.add(event.id)
             continue
-        if event.id in deleted:
-            continue
-        deleted.add(event.id)
-        if event.id in applied:
-            applied.discard(event.id)
+        fresh = [rid for rid in event.ids if rid not in deleted]
+        deleted.update(fresh)
+        if any(rid in applied for rid in fresh):
+            applied.difference_update(fresh)
             out.append(offset)
     return out
 
@@ -814,8 +818,8 @@ def assert_deletes_honoured(settings, inputs: dict[int, list], results: dict[int
         assert replayed.noised_deletes == expected, f"partition {p}: deletes honoured differ from the input's"
         applied = set(replayed.model.index.to_arrays()["applied_keys"].tolist())
         tombstones = replayed.model.tombstones
-        ids = {decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes).id
-               for offset, key, value in records if offset in set(expected)}
+        ids = {rid for offset, key, value in records if offset in set(expected)
+               for rid in decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes).ids}
         for rid in ids:
             k = record_key(rid)
             assert k not in applied, f"partition {p}: deleted record still in the applied index"

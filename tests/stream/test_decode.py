@@ -3,7 +3,8 @@
 - every dead-letter reason code is produced by a crafted record (decode, or the engine checks that
   run after it), and the exact reason is asserted;
 - agreement: ``decode_event`` accepts a record iff the JSON Schema accepts it (parsed by the
-  standard library, an independent parser) and the worker-only checks pass (key == id, dimension);
+  standard library, an independent parser) and the worker-only checks pass (a non-empty key,
+  dimension);
 - hostile bytes never raise anything but ``DeadLetter``;
 - dead-letter headers validate against dead-letter.schema.json, and REASONS is its enum.
 """
@@ -57,6 +58,7 @@ def without(record: dict, *names: str) -> dict:
 
 INSERT = {"op": "insert", "id": "r-1", "x": [SECRET_X, -SECRET_X], "y": SECRET_Y}
 DELETE = {"op": "delete", "id": "r-1"}
+REQUEST = {"op": "delete", "ids": ["r-1", "r-2"]}
 DEEP = 10_000
 
 # (name, key, value, reason); dim is 2 and max_bytes 4096 unless the name says otherwise.
@@ -138,13 +140,34 @@ REASON_CASES: list[tuple[str, bytes | None, bytes | None, str]] = [
     ("schema-delete-with-features", b"r-1", dumps(DELETE | {"x": [SECRET_X]}), "schema_violation"),
     ("schema-delete-with-label", b"r-1", dumps(DELETE | {"y": SECRET_Y, "ts": 5}), "schema_violation"),
     ("schema-delete-ts-negative", b"r-1", dumps(DELETE | {"ts": -5}), "schema_violation"),
-    ("key-mismatch-other-id", b"r-2", dumps(INSERT), "key_mismatch"),
     ("key-mismatch-unkeyed-insert", None, dumps(INSERT), "key_mismatch"),
     ("key-mismatch-unkeyed-delete", None, dumps(DELETE), "key_mismatch"),
+    ("key-mismatch-unkeyed-request", None, dumps(REQUEST), "key_mismatch"),
     ("key-mismatch-empty-key", b"", dumps(DELETE), "key_mismatch"),
-    ("key-mismatch-not-utf8-key", b"r-\xff", dumps(DELETE), "key_mismatch"),
-    ("key-mismatch-unicode-normalisation", "é".encode(), dumps(DELETE | {"id": "e\u0301"}), "key_mismatch"),
-    ("key-mismatch-trailing-space", b"r-1 ", dumps(DELETE), "key_mismatch"),
+    ("key-mismatch-empty-key-insert", b"", dumps(INSERT), "key_mismatch"),
+    # deletion requests naming several records (``ids``)
+    ("missing-id-delete-neither-id-nor-ids", b"s-1", dumps({"op": "delete", "ts": 5}), "missing_id"),
+    ("id-and-ids", b"s-1", dumps(REQUEST | {"id": "r-1"}), "id_and_ids"),
+    ("id-and-ids-same", b"s-1", dumps({"op": "delete", "id": "r-1", "ids": ["r-1"]}), "id_and_ids"),
+    ("bad-ids-empty", b"s-1", dumps(REQUEST | {"ids": []}), "bad_ids"),
+    ("bad-ids-string", b"s-1", dumps(REQUEST | {"ids": "r-1,r-2"}), "bad_ids"),
+    ("bad-ids-object", b"s-1", dumps(REQUEST | {"ids": {"0": "r-1"}}), "bad_ids"),
+    ("bad-ids-null", b"s-1", dumps(REQUEST | {"ids": None}), "bad_ids"),
+    ("too-many-ids (max_bytes=big)", b"s-1", dumps(REQUEST | {"ids": [f"r-{i}" for i in range(10_001)]}),
+     "too_many_ids"),
+    ("too-many-ids-even-if-bad (max_bytes=big)", b"s-1", dumps(REQUEST | {"ids": [1] * 10_001}), "too_many_ids"),
+    ("duplicate-ids", b"s-1", dumps(REQUEST | {"ids": ["r-1", "r-2", "r-1"]}), "duplicate_ids"),
+    ("duplicate-ids-adjacent", b"s-1", dumps(REQUEST | {"ids": ["r-2", "r-2"]}), "duplicate_ids"),
+    ("bad-id-in-ids-number", b"s-1", dumps(REQUEST | {"ids": ["r-1", 2]}), "bad_id"),
+    ("bad-id-in-ids-null", b"s-1", dumps(REQUEST | {"ids": [None]}), "bad_id"),
+    ("bad-id-in-ids-nested", b"s-1", dumps(REQUEST | {"ids": [["r-1"]]}), "bad_id"),
+    ("bad-id-in-ids-empty", b"s-1", dumps(REQUEST | {"ids": ["r-1", ""]}), "bad_id"),
+    ("bad-id-in-ids-too-long", b"s-1", dumps(REQUEST | {"ids": ["r-1", "r" * 257]}), "bad_id"),
+    ("bad-id-in-ids-too-long-unicode", b"s-1", dumps(REQUEST | {"ids": ["\U0001F600" * 257]}), "bad_id"),
+    ("schema-request-extra-field", b"s-1", dumps(REQUEST | {"subject": "s-1"}), "schema_violation"),
+    ("schema-request-ts-string", b"s-1", dumps(REQUEST | {"ts": "now"}), "schema_violation"),
+    ("oversized-request (max_bytes=100)", b"s-1", dumps(REQUEST | {"ids": [f"r-{i}" for i in range(30)]}),
+     "oversized"),
 ]
 
 
@@ -211,8 +234,10 @@ def test_non_finite_when_a_lenient_parser_returns_huge_integers(monkeypatch):
 def test_every_reason_code_is_produced():
     produced = {reason for *_, reason in REASON_CASES} | set(ENGINE_CASES) | {"non_finite"}
     # budget_exhausted is the partition runner's, for valid deletes the budget cannot cover
-    # (tests/stream/test_worker_kafka_memorypair.py).
-    assert produced | {"budget_exhausted"} == set(REASONS)
+    # (tests/stream/test_worker_kafka_memorypair.py); the registry formats' own reasons are
+    # produced by worker/formats (tests/stream/test_formats.py).
+    registry = {"not_framed", "unknown_schema", "not_decodable", "schema_mismatch"}
+    assert produced | {"budget_exhausted"} | registry == set(REASONS)
 
 
 # ------------------------------------------------------------------ accepted records
@@ -239,17 +264,37 @@ VALID_CASES: list[tuple[str, bytes | None, bytes | None, int, object]] = [
      Insert("é" * 256, [SECRET_X, -SECRET_X], SECRET_Y, None)),
     ("insert-astral-id-escaped", "\U0001F600".encode(), b'{"op":"insert","id":"\\ud83d\\ude00","x":[1,2],"y":1}', 2,
      Insert("\U0001F600", [1.0, 2.0], 1.0, None)),
-    ("delete", b"r-1", dumps(DELETE), 2, Delete("r-1", False)),
-    ("delete-ts", b"r-1", dumps(DELETE | {"ts": 7}), 2, Delete("r-1", False)),
-    ("tombstone", b"r-1", None, 2, Delete("r-1", True)),
-    ("tombstone-unicode", "user/7:é".encode(), None, 2, Delete("user/7:é", True)),
-    ("oversized-boundary", b"r-1", dumps(DELETE), 2, Delete("r-1", False)),
+    ("delete", b"r-1", dumps(DELETE), 2, Delete(("r-1",), False)),
+    ("delete-ts", b"r-1", dumps(DELETE | {"ts": 7}), 2, Delete(("r-1",), False)),
+    ("tombstone", b"r-1", None, 2, Delete(("r-1",), True)),
+    ("tombstone-unicode", "user/7:é".encode(), None, 2, Delete(("user/7:é",), True)),
+    ("oversized-boundary", b"r-1", dumps(DELETE), 2, Delete(("r-1",), False)),
+    # the key is the partitioning key: any non-empty bytes, not necessarily the id
+    ("insert-key-is-the-subject", b"subject-7", dumps(INSERT), 2,
+     Insert("r-1", [SECRET_X, -SECRET_X], SECRET_Y, None)),
+    ("insert-key-not-utf8", b"s-\xff", dumps(INSERT), 2, Insert("r-1", [SECRET_X, -SECRET_X], SECRET_Y, None)),
+    ("insert-key-longer-than-an-id", b"s" * 1000, dumps(INSERT), 2,
+     Insert("r-1", [SECRET_X, -SECRET_X], SECRET_Y, None)),
+    ("delete-key-is-the-subject", b"r-2", dumps(DELETE), 2, Delete(("r-1",), False)),
+    ("delete-key-unicode-normalisation", "é".encode(), dumps(DELETE | {"id": "e\u0301"}), 2,
+     Delete(("e\u0301",), False)),
+    ("request-one-id", b"s-1", dumps({"op": "delete", "ids": ["r-1"]}), 2, Delete(("r-1",), False)),
+    ("request-two-ids", b"s-1", dumps(REQUEST), 2, Delete(("r-1", "r-2"), False)),
+    ("request-ts", b"s-1", dumps(REQUEST | {"ts": 9}), 2, Delete(("r-1", "r-2"), False)),
+    ("request-order-kept", b"s-1", dumps(REQUEST | {"ids": ["b", "a", "c"]}), 2, Delete(("b", "a", "c"), False)),
+    ("request-unicode-and-long-ids", b"s-1", dumps(REQUEST | {"ids": ["é" * 256, "\U0001F600", "r" * 256]}), 2,
+     Delete(("é" * 256, "\U0001F600", "r" * 256), False)),
+    ("request-10000-ids (max_bytes=big)", b"s-1", dumps(REQUEST | {"ids": [f"r-{i}" for i in range(10_000)]}), 2,
+     Delete(tuple(f"r-{i}" for i in range(10_000)), False)),
 ]
 
 
 @pytest.mark.parametrize(("name", "key", "value", "dim", "expected"), VALID_CASES, ids=[c[0] for c in VALID_CASES])
 def test_accepts(name, key, value, dim, expected):
     max_bytes = len(key or b"") + len(value or b"") if name == "oversized-boundary" else BIG
+    if "max_bytes=big" not in name and value is not None:
+        contract, why = contract_accepts(key, value, dim)
+        assert contract, why  # the schema agrees
     got = decode_event(key, value, dim=dim, max_bytes=max_bytes)
     assert got == expected
     if isinstance(got, Insert):
@@ -261,10 +306,13 @@ def test_accepts(name, key, value, dim, expected):
 def test_schema_samples_are_accepted(kind):
     for record in VALID[kind]:
         validate(kind, record)
-        key = record["id"].encode()
+        key = b"subject-7"  # the partitioning key, not necessarily an id
         dim = len(record.get("x", [0]))
         event = decode_event(key, dumps(record), dim=dim, max_bytes=BIG)
-        assert event.id == record["id"]
+        if kind == "insert":
+            assert event.id == record["id"]
+        else:
+            assert event.ids == (tuple(record["ids"]) if "ids" in record else (record["id"],))
         assert isinstance(event, Insert if kind == "insert" else Delete)
 
 
@@ -302,11 +350,11 @@ def contract_accepts(key: bytes | None, value: bytes, dim: int) -> tuple[bool, s
     if errors:
         return False, f"schema: {errors}"
     try:
-        id_bytes = obj["id"].encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate escape: no UTF-8 key can equal it
-        return False, "id not representable in UTF-8"
-    if key != id_bytes:
-        return False, "key != id"
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escape: orjson refuses it (not_json)
+        return False, "string not representable in UTF-8"
+    if not key:
+        return False, "no key"
     if kind == "insert" and len(obj["x"]) != dim:
         return False, "dimension"
     return True, ""
@@ -321,7 +369,7 @@ def check_agreement(key: bytes | None, value: bytes, dim: int) -> None:
         assert len(dead.detail) <= DETAIL_MAX_CHARS
         assert not accepted, (f"decoder rejected ({dead.reason}: {dead.detail}) a record the contract accepts:\n"
                               f"key={key!r} dim={dim}\nvalue={value!r}")
-        if why == "key != id":
+        if why == "no key":
             assert dead.reason == "key_mismatch", (dead.reason, key, value)
         if why == "dimension":
             assert dead.reason == "wrong_dimension", (dead.reason, value)
@@ -329,14 +377,14 @@ def check_agreement(key: bytes | None, value: bytes, dim: int) -> None:
     assert accepted, (f"decoder accepted {event!r} but the contract rejects it ({why}):\n"
                       f"key={key!r} dim={dim}\nvalue={value!r}")
     obj = reference_parse(value)
-    assert event.id == obj["id"]
     if obj["op"] == "insert":
+        assert event.id == obj["id"]
         assert isinstance(event, Insert)
         assert event.x == [float(v) for v in obj["x"]] and all(type(v) is float for v in event.x)
         assert event.y == float(obj["y"]) and type(event.y) is float
         assert event.ts == (int(obj["ts"]) if "ts" in obj else None)
     else:
-        assert event == Delete(obj["id"], False)
+        assert event == Delete(tuple(obj["ids"]) if "ids" in obj else (obj["id"],), False)
 
 
 def mostly(good, bad, one_in: int = 8):
@@ -366,7 +414,10 @@ GOOD_ID = st.one_of(st.text(min_size=1, max_size=12), st.text(min_size=250, max_
 BAD_ID = st.one_of(st.just(""), st.text(min_size=MAX_ID_CHARS + 1, max_size=MAX_ID_CHARS + 4), ANY_JSON)
 GOOD_TS = st.one_of(st.integers(0, 2**64), st.integers(0, 2**53).map(float))
 BAD_TS = st.one_of(st.integers(max_value=-1), st.floats().filter(lambda f: not (f >= 0 and f.is_integer())), ANY_JSON)
-KNOWN = {"op", "id", "x", "y", "ts"}
+KNOWN = {"op", "id", "ids", "x", "y", "ts"}
+GOOD_IDS = st.lists(GOOD_ID, min_size=1, max_size=5, unique=True)
+BAD_IDS = st.one_of(st.just([]), st.lists(GOOD_ID, min_size=2, max_size=4).map(lambda ids: ids + ids[:1]),
+                    st.lists(mostly(GOOD_ID, BAD_ID, 2), min_size=1, max_size=3), ANY_JSON)
 
 
 @st.composite
@@ -394,11 +445,17 @@ def records(draw) -> tuple[bytes | None, bytes, int]:
         obj |= draw(st.dictionaries(extra, ANY_JSON, min_size=1, max_size=2))
     if kind == "delete" and draw(st.integers(0, 15)) == 0:
         obj["x"] = draw(st.lists(GOOD_NUMBER, max_size=2))
+    if kind == "delete" and draw(st.integers(0, 2)) == 0:  # a request naming several records
+        if draw(mostly(st.just(True), st.just(False), 8)):
+            obj.pop("id", None)
+        obj["ids"] = draw(mostly(GOOD_IDS, BAD_IDS))
     order = draw(st.permutations(list(obj)))
     obj = {k: obj[k] for k in order}
 
     record_id = obj.get("id")
-    good_key = st.just(record_id.encode()) if isinstance(record_id, str) else st.binary(max_size=8)
+    good_key = st.one_of(st.binary(min_size=1, max_size=8), st.text(min_size=1, max_size=4).map(str.encode))
+    if isinstance(record_id, str) and draw(st.booleans()):
+        good_key = st.just(record_id.encode("utf-8", "surrogatepass"))
     key = draw(mostly(good_key, st.one_of(st.none(), st.binary(max_size=8), st.text(max_size=4).map(str.encode))))
     text = json.dumps(obj, allow_nan=True, ensure_ascii=draw(st.booleans()),
                       separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
@@ -413,6 +470,10 @@ def records(draw) -> tuple[bytes | None, bytes, int]:
 @example((b"r-1", dumps(INSERT | {"x": [10**400, 1]}), 2))
 @example((b"r-1", dumps(INSERT | {"y": 2**64 + 1}), 2))
 @example((None, dumps(DELETE), 2))
+@example((b"s-1", dumps(REQUEST), 2))
+@example((b"s-1", dumps(REQUEST | {"ids": ["r-1", "r-1"]}), 2))
+@example((b"s-1", dumps(REQUEST | {"id": "r-1"}), 2))
+@example((b"s-1", dumps(REQUEST | {"ids": ["r-1", 7]}), 2))
 def test_agrees_with_schema(record):
     check_agreement(*record)
 
@@ -420,7 +481,7 @@ def test_agrees_with_schema(record):
 @pytest.mark.parametrize("kind", ["insert", "delete"])
 def test_agrees_with_schema_on_samples(kind):
     for record in VALID[kind]:
-        check_agreement(record["id"].encode(), dumps(record), len(record.get("x", [0])))
+        check_agreement(b"subject-7", dumps(record), len(record.get("x", [0])))
 
 
 @settings(max_examples=40, deadline=None)
@@ -463,11 +524,12 @@ def _decode_or_dead(key, value, dim=2, max_bytes=BIG):
         assert dead.reason in REASONS and len(dead.detail) <= DETAIL_MAX_CHARS
         return dead
     assert isinstance(event, (Insert, Delete))
-    assert type(event.id) is str and 0 < len(event.id) <= MAX_ID_CHARS
+    ids = [event.id] if isinstance(event, Insert) else event.ids
+    assert ids and all(type(i) is str and 0 < len(i) <= MAX_ID_CHARS for i in ids) and len(set(ids)) == len(ids)
     if value is None:
-        assert event == Delete(key.decode(), True)
+        assert event == Delete((key.decode(),), True)
     else:
-        assert key == event.id.encode()
+        assert key  # the partitioning key: present, not necessarily an id
     if isinstance(event, Insert):
         assert len(event.x) == dim and all(type(v) is float for v in event.x) and type(event.y) is float
     return event

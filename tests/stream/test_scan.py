@@ -178,7 +178,9 @@ def test_common_records_are_accepted():
     (b"r-1", orjson.dumps({"op": "delete", "id": "r-1"})),
     (b"r-1", None),  # tombstone
     (None, _insert()[1]),  # unkeyed
-    (b"r-2", _insert()[1]),  # key differs from id
+    (b"", _insert()[1]),  # an empty key routes nothing either
+    (b"s-1", _insert("r" * 257)[1]),  # an id over 256 characters
+    (b"s-1", _insert("")[1]),  # an empty id
     ("é".encode(), _insert("é")[1]),  # not ASCII: decode.py handles it
     (b'a"b', json.dumps({"op": "insert", "id": 'a"b', "x": [0.5, 1], "y": 1}).encode()),  # an escape
     (b"r-1", b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1,"y":1}'),  # duplicate field
@@ -195,6 +197,16 @@ def test_common_records_are_accepted():
 def test_declined_records(key, value):
     _, scan = _scan([(key, value)], dim=2)
     assert scan.accepted.tolist() == [False]
+
+
+def test_the_key_is_the_partitioning_key_and_the_id_is_hashed_from_the_value():
+    """A key that differs from the id (e.g. the data subject) is accepted; the record key is the id's."""
+    rows = [(b"subject-7", _insert("r-1")[1]), (b"r-2", _insert("r-2")[1]), (b"s" * 2000, _insert("r-3")[1]),
+            (b"\xff\x00", _insert("r" * 256)[1]), (b"r-1", _insert("other")[1])]
+    msgs, scan = _scan(rows, dim=2)
+    assert scan.accepted.all()
+    assert scan.keys.tolist() == [record_key(r) for r in ("r-1", "r-2", "r-3", "r" * 256, "other")]
+    _assert_accepted_agree(msgs, scan, dim=2)
 
 
 def test_max_bytes_counts_key_and_value():

@@ -71,7 +71,7 @@ POISON = [
     (b"p-noid", _j({"op": "insert", "x": OK_X, "y": 1}), "missing_id"),
     (None, None, "missing_id"),  # a tombstone without a key
     (b"p-badid", _j({"op": "delete", "id": 42}), "bad_id"),
-    (b"p-km", _j({"op": "insert", "id": "someone-else", "x": OK_X, "y": 1}), "key_mismatch"),
+    (None, _j({"op": "insert", "id": "someone-else", "x": OK_X, "y": 1}), "key_mismatch"),  # unkeyed
     (b"p-dim", _j({"op": "insert", "id": "p-dim", "x": [0.1, 0.2, 0.3], "y": 1}), "wrong_dimension"),
     (b"p-feat", _j({"op": "insert", "id": "p-feat", "x": "abc", "y": 1}), "bad_features"),
     (b"p-label", _j({"op": "insert", "id": "p-label", "x": OK_X, "y": "1"}), "bad_label"),

@@ -34,6 +34,7 @@ from tests.stream.kafka_harness import (
     wait_for,
     worker_env,
 )
+from tests.stream.subjects import subject_stream
 from worker.olu.privacy.accountant import noise_multiplier
 from worker.state.store import SnapshotStore, open_store
 
@@ -99,8 +100,11 @@ def test_two_workers_share_partitions_and_hand_them_over_exactly_once(kafka_boot
 
 # --------------------------------------------------------------------------- SIGKILL
 
-@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
-def test_sigkill_mid_stream_restarts_to_bit_identical_state(kafka_bootstrap, kafka_topic, tmp_path, transactional):
+@pytest.mark.parametrize(("transactional", "subjects"), [(False, 0), (True, 0), (False, 40)],
+                         ids=["plain", "transactional", "plain-requests"])
+def test_sigkill_mid_stream_restarts_to_bit_identical_state(kafka_bootstrap, kafka_topic, tmp_path, transactional,
+                                                            subjects):
+    """``subjects``: events keyed by data subject, deleted by requests naming several records."""
     topics = topics_for(kafka_topic, partitions=2)
     group = f"kill-{uuid.uuid4().hex[:8]}"
     # Static membership: a restarted process takes its predecessor's place at once, no session timeout.
@@ -108,7 +112,10 @@ def test_sigkill_mid_stream_restarts_to_bit_identical_state(kafka_bootstrap, kaf
     env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state",
                      OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0", OLU_BATCH_SIZE="50",
                      OLU_TRANSACTIONAL=str(transactional).lower(), OLU_TRANSACTIONAL_ID=f"{group}-0")
-    stream = event_stream(5000, seed=31, delete_rate=0.1)
+    if subjects:
+        stream = subject_stream(5000, seed=31, subjects=subjects, delete_rate=0.1)
+    else:
+        stream = event_stream(5000, seed=31, delete_rate=0.1)
     rnd = random.Random()
     # The stream goes out in phases (up to 1800, 3400, then the rest) so it is live at each kill.
     feeder = BackgroundProducer(kafka_bootstrap, topics.input, stream[200:], chunk=50, pause=0.2, limit=1600)
@@ -176,6 +183,9 @@ def test_sigkill_mid_stream_restarts_to_bit_identical_state(kafka_bootstrap, kaf
     for replayed in results.values():
         assert replayed.noised_deletes and replayed.from_delta
         assert [e["i"] for e in replayed.model.ledger] == list(range(1, len(replayed.noised_deletes) + 1))
+    if subjects:  # requests named several records, some never seen: their releases say so
+        reports = [r.json()["request"] for r in committed if r.headers.get("olu.trigger") == b"deletion"]
+        assert max(q["ids"] for q in reports) > 1 and any(q["not_applied"] for q in reports)
 
 
 # --------------------------------------------------------------------------- counter continuity

@@ -231,6 +231,7 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
         raise ConfigError(f"{_label('snapshot_every_events')} and {_label('snapshot_every_seconds')} cannot "
                           "both be 0: offsets are committed only with snapshots")
 
+    _check_registry(values)
     values["kafka_overrides"] = tuple(sorted(
         _kafka_overrides(env, flag_values.get("kafka"), values["group_protocol"]).items()))
     if values["transactional_id"] is None:
@@ -243,6 +244,29 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     settings = Settings(**values)
     _check_model(settings)
     return settings
+
+
+def _check_registry(values: dict[str, Any]) -> None:
+    """The Schema Registry settings fit together (worker/formats)."""
+    framed = [name for name in ("input_format", "release_format") if values[name] != "json"]
+    if framed and values["schema_registry_url"] is None:
+        raise ConfigError(f"{_label('schema_registry_url')} is required with {_label(framed[0])} = "
+                          f"{values[framed[0]]}")
+    for name in ("input_fields", "input_feature_fields"):
+        if values[name] and values["input_format"] == "json":
+            raise ConfigError(f"{_label(name)} applies to the registry formats only, not to "
+                              f"{_label('input_format')} = json (its field names are fixed: schemas/)")
+    features = values["input_feature_fields"]
+    if features:
+        if "x" in dict(values["input_fields"] or ()):
+            raise ConfigError(f"{_label('input_feature_fields')} and x= in {_label('input_fields')} exclude "
+                              "each other: features are one array field or named fields")
+        if values["dim"] is not None and len(features) != values["dim"]:
+            raise ConfigError(f"{_label('input_feature_fields')} names {len(features)} fields, "
+                              f"{_label('dim')} is {values['dim']}")
+    if (values["schema_registry_cert_location"] is None) != (values["schema_registry_key_location"] is None):
+        raise ConfigError(f"{_label('schema_registry_cert_location')} and {_label('schema_registry_key_location')}"
+                          " go together (mTLS)")
 
 
 def _check_model(settings: Settings) -> None:

@@ -15,7 +15,20 @@ from typing import Any
 
 from ..olu.privacy.analysis.units import UNITS
 from .model import ALGORITHMS
-from .parsers import boolean, choice, number, state_prefix, state_url, text, topic, topics
+from .parsers import (
+    boolean,
+    choice,
+    field_map,
+    field_names,
+    http_url,
+    number,
+    state_prefix,
+    state_url,
+    text,
+    topic,
+    topics,
+    user_info,
+)
 from .settings import DEFAULTS
 
 ENV_PREFIX = "OLU_"
@@ -31,8 +44,11 @@ GROUP_PROTOCOLS = ("classic", "consumer")
 CORRUPT_POLICIES = ("fallback", "fail")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("json", "text")
+INPUT_FORMATS = ("json", "avro", "json-schema", "protobuf")
+RELEASE_FORMATS = ("json", "avro", "json-schema")
 
-GROUP_TITLES = {"kafka": "Kafka", "model": "model", "state": "releases and state", "http": "HTTP and logging"}
+GROUP_TITLES = {"kafka": "Kafka", "registry": "Schema Registry", "model": "model", "state": "releases and state",
+                "http": "HTTP and logging"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,21 @@ OPTIONS: tuple[Option, ...] = (
            "must be stable per replica, e.g. the StatefulSet pod name)", "kafka"),
     Option("group_protocol", choice(GROUP_PROTOCOLS),
            "consumer group protocol: classic (cooperative-sticky) or consumer (KIP-848, broker >= 4.0)", "kafka"),
+    # Schema Registry
+    Option("input_format", choice(INPUT_FORMATS), "input record values: json (schemas/), or Schema Registry "
+           "framed avro, json-schema or protobuf (needs schema_registry_url)", "registry"),
+    Option("release_format", choice(RELEASE_FORMATS), "release values: json, or avro / json-schema framed with "
+           "a schema registered under the params topic's subject (needs schema_registry_url)", "registry"),
+    Option("schema_registry_url", http_url, "Schema Registry URL (Confluent API; Apicurio at /apis/ccompat/v7)",
+           "registry"),
+    Option("schema_registry_user_info", user_info, "Schema Registry basic auth USER:PASSWORD (secret)", "registry"),
+    Option("schema_registry_ca_location", text, "Schema Registry TLS: CA certificate file", "registry"),
+    Option("schema_registry_cert_location", text, "Schema Registry TLS: client certificate file (mTLS)", "registry"),
+    Option("schema_registry_key_location", text, "Schema Registry TLS: client key file (mTLS)", "registry"),
+    Option("input_fields", field_map, "registry formats: the record field of each role, e.g. "
+           "id=user_id,y=clicked (roles op, id, x, y, ts; default: the role's own name)", "registry"),
+    Option("input_feature_fields", field_names, "registry formats: features as these named numeric fields, in "
+           "this order (instead of the array field x); as many as dim", "registry"),
     # Model
     Option("algorithm", choice(ALGORITHMS), "learner-unlearner", "model"),
     Option("dim", number(1, integer=True), "feature dimension (required for run)", "model"),

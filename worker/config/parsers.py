@@ -149,3 +149,62 @@ def state_prefix(raw: str) -> str:
 
 
 state_prefix.requirement = "a non-empty object-key prefix of A-Z a-z 0-9 . _ - = / (no '..')"
+
+
+def http_url(raw: str) -> str:
+    value = raw.strip()
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        raise BadValue(http_url.requirement) from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise BadValue(http_url.requirement)
+    return value.rstrip("/")
+
+
+http_url.requirement = "an http:// or https:// URL (comma-separated URLs are not supported)"
+
+
+def user_info(raw: str) -> str:
+    value = raw.strip()
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password or any(ord(c) < 32 for c in value):
+        raise BadValue(user_info.requirement)
+    return value
+
+
+user_info.requirement = "USER:PASSWORD (basic auth)"
+
+#: What the input record's fields may be mapped to (worker/formats/mapping.py).
+FIELD_ROLES = ("op", "id", "x", "y", "ts")
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def field_map(raw: str) -> tuple[tuple[str, str], ...]:
+    """``role=field,...``: the user's record field that holds each role of an event."""
+    found: dict[str, str] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        role, sep, name = (part.strip() for part in item.partition("="))
+        if not sep or role not in FIELD_ROLES or not _FIELD.fullmatch(name) or role in found:
+            raise BadValue(field_map.requirement)
+        found[role] = name
+    if not found:
+        raise BadValue(field_map.requirement)
+    return tuple(sorted(found.items()))
+
+
+field_map.requirement = ("comma-separated ROLE=FIELD pairs, each role once, roles " + ", ".join(FIELD_ROLES)
+                         + ", fields [A-Za-z_][A-Za-z0-9_]*")
+
+
+def field_names(raw: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in raw.split(",") if item.strip())
+    if not items or len(set(items)) != len(items) or not all(_FIELD.fullmatch(i) for i in items):
+        raise BadValue(field_names.requirement)
+    return items
+
+
+field_names.requirement = "comma-separated distinct field names ([A-Za-z_][A-Za-z0-9_]*)"

@@ -49,6 +49,16 @@ class Settings:
     transactional_id: str | None = None  # None: f"{group_id}-{hostname}"
     group_protocol: str = "classic"
     kafka_overrides: tuple[tuple[str, str], ...] = ()  # librdkafka pass-through, sorted by key
+    # Schema Registry (worker/formats)
+    input_format: str = "json"
+    release_format: str = "json"
+    schema_registry_url: str | None = None
+    schema_registry_user_info: str | None = None  # USER:PASSWORD, a secret
+    schema_registry_ca_location: str | None = None
+    schema_registry_cert_location: str | None = None
+    schema_registry_key_location: str | None = None
+    input_fields: tuple[tuple[str, str], ...] | None = None  # role -> the user's field (None: the role's name)
+    input_feature_fields: tuple[str, ...] | None = None  # features as these named numeric fields, in order
     # Model
     algorithm: str = "passive"
     dim: int | None = None
@@ -208,6 +218,11 @@ class Settings:
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         out["state_url"] = _redact_url(self.state_url)
+        if self.schema_registry_url is not None:
+            out["schema_registry_url"] = _redact_url(self.schema_registry_url)
+        if self.schema_registry_user_info is not None:
+            out["schema_registry_user_info"] = REDACTED
+        out["input_fields"] = dict(self.input_fields or ())
         out["kafka"] = {k: (REDACTED if is_secret_key(k) else v) for k, v in self.kafka_overrides}
         out["origins"] = {name: origin for name, origin in self.origins if origin != "default"}
         return out

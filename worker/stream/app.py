@@ -29,7 +29,9 @@ from . import scan
 from .dlq import DeadLetters, TopicLimit
 from .exactly_once import Transactions
 from .exceptions import ClientFailed, DeliveryFailed
+from .framed import RegistryInput, original
 from .partition import PartitionRunner
+from .registry_releases import release_encoder
 
 log = get_logger("olu.worker")
 
@@ -100,6 +102,8 @@ class Worker:
         self.summary = defaultdict(int)
         self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
         self.final_state: dict[tuple[str, int], dict] = {}  # each dropped partition's last word
+        self.registry_input = RegistryInput.from_settings(settings)  # None: JSON input
+        self.release_encoder = None  # OLU_RELEASE_FORMAT avro / json-schema: set at start
         self._dead_letters = DeadLetters(settings.dlq_topic, TopicLimit(settings.admin_config(), settings.dlq_topic),
                                          transactional=settings.transactional)
 
@@ -125,6 +129,7 @@ class Worker:
         # as the process: keep the cyclic GC from walking it in every full collection (~60 ms each,
         # a pause every deletion in flight would wait out).
         gc.freeze()
+        self.release_encoder = release_encoder(s, self._new_model())  # None: JSON releases
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error})
         if s.transactional:
             self.transactions = Transactions(self.producer, settle=self._settle_deltas,
@@ -155,10 +160,15 @@ class Worker:
             raise DeliveryFailed(self._delivery_error)
         if self._client_error:
             raise ClientFailed(self._client_error)
+        registry = self.registry_input
         for key, batch in self._by_partition(messages).items():
             runner = self.runners.get(key)
             if runner is not None and not runner.blocked:
+                if registry is not None:  # Schema Registry input: decoded to JSON events (framed.py)
+                    batch = registry.prepare(self.consumer, key, batch)
                 self._process(runner, batch)
+        if registry is not None:
+            registry.resume_due(self.consumer, self.runners)
         now = time.monotonic()
         self._retry_blocked(now)
         for runner in list(self.runners.values()):
@@ -286,7 +296,8 @@ class Worker:
             elif started is not None:
                 self.metrics.observe_delete_to_release(time.monotonic() - started)
 
-        self.producer.produce(self.settings.params_topic, key=release.key, value=release.value,
+        value = release.value if self.release_encoder is None else self.release_encoder.encode(release.value)
+        self.producer.produce(self.settings.params_topic, key=release.key, value=value,
                               headers=release.headers, on_delivery=delivered)
         runner.published_version = release.version
         self.metrics.record_release(runner, release)
@@ -294,7 +305,7 @@ class Worker:
         self.latest_release[(runner.topic, runner.partition)] = release
 
     def _dead_letter(self, runner: PartitionRunner, dead) -> None:
-        msg = dead.message
+        msg = original(dead.message)
         committed = runner.committed_output
         if committed is not None and committed.has_dead_letter(msg.offset()):
             self.summary["dead_letters_already_committed"] += 1  # replay after a crash: sent once
@@ -515,9 +526,9 @@ class Worker:
             elif self._settle_deltas(runner, max(0.0, deadline - time.monotonic())) and time.monotonic() < deadline:
                 runner.final_release()
                 self._publish_ready(runner)
-                if runner.next_offset != runner.snapshot_offset:
+                if runner.next_offset != runner.snapshot_offset and not runner.replaying_stored:
                     self._snapshot_and_commit(runner, flush_timeout=max(0.1, deadline - time.monotonic()))
-                else:
+                else:  # nothing new, or still replaying stored deletions: commit the durable snapshot
                     keep.append(runner)
             self.final_state[(tp.topic, tp.partition)] = {
                 "offset": runner.next_offset, "t": runner.model.t, "epoch": runner.model.epoch,

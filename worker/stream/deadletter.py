@@ -41,6 +41,14 @@ REASONS: tuple[str, ...] = (
     "schema_violation",
     "key_mismatch",
     "budget_exhausted",
+    "bad_ids",
+    "too_many_ids",
+    "duplicate_ids",
+    "id_and_ids",
+    "not_framed",
+    "unknown_schema",
+    "not_decodable",
+    "schema_mismatch",
 )
 _REASON_SET = frozenset(REASONS)
 

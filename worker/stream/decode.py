@@ -15,12 +15,19 @@ Order of checks (the first failing one names the reason):
    null) is not a tombstone: ``not_json``.
 4. not an object -> ``not_object``; ``op`` missing or not insert/delete -> ``unknown_op``.
 5. ``id`` missing -> ``missing_id``; not a string, empty or over 256 characters -> ``bad_id``.
-6. **key**: it must be present and equal to ``id`` encoded as UTF-8 -> else ``key_mismatch``.
-   An unkeyed record is rejected (not accepted, not ``missing_id``): the producer's partitioner
-   would place it at random, so a later delete of the same id could land in another partition
-   and never unlearn it. "The key differs from the body's id (the delete would miss its
-   partition)" is exactly the documented meaning of ``key_mismatch``; ``missing_id`` means the
-   body has no ``id``, and a new ``missing_key`` code would need a schema change.
+   A delete may name several records in ``ids`` instead (one deletion request, unlearned in one
+   engine call; docs/worker.md 3.2): both ``id`` and ``ids`` -> ``id_and_ids``; neither -> ``missing_id``;
+   ``ids`` not an array or empty -> ``bad_ids``; more than :data:`MAX_REQUEST_IDS` items ->
+   ``too_many_ids``; an item not a string, empty or over 256 characters -> ``bad_id`` (the detail
+   names its position); the same id twice -> ``duplicate_ids``.
+6. **key**: it must be present and not empty -> else ``key_mismatch``. It is the partitioning key
+   (for example the data subject): a subject's inserts and deletes share it so they land in the
+   partition that holds the subject's records; a key equal to the id is one such key. It need not
+   equal ``id`` (a tombstone's key is its record id, as it has no body). An unkeyed record is
+   rejected (not accepted, not ``missing_id``): the producer's partitioner would place it at
+   random, so a later delete could land in another partition and never unlearn it.
+   ``missing_id`` means the body has no ``id``; ``key_mismatch`` is the documented code for "the
+   key cannot route this record to its partition".
 7. insert: ``x`` missing, not an array or empty -> ``bad_features``; ``len(x) != dim`` ->
    ``wrong_dimension``; an item that is not a number (bool, null, string, nested array, ...) ->
    ``bad_features``; ``y`` missing or not a number (bool is not a number) -> ``bad_label``.
@@ -55,17 +62,21 @@ import orjson
 
 from .exceptions import DeadLetter
 
-__all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "decode_event", "decode_inserts"]
+__all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "MAX_REQUEST_IDS", "decode_event", "decode_inserts",
+           "insert_ids"]
 
 MAX_ID_CHARS = 256
+#: The most record ids one delete event (one deletion request) may name in ``ids``.
+MAX_REQUEST_IDS = 10_000
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _MISSING = object()
 _FLOATS = {float}
+_STRINGS = {str}
 _NUMBERS = frozenset((int, float))
 _INSERT_FIELDS = ("op", "id", "x", "y", "ts")
-_DELETE_FIELDS = ("op", "id", "ts")
+_DELETE_FIELDS = ("op", "id", "ids", "ts")
 
 
 @dataclass(slots=True)
@@ -78,7 +89,9 @@ class Insert:
 
 @dataclass(slots=True)
 class Delete:
-    id: str
+    """One deletion request: the records ``ids`` (one for ``id`` and tombstones), distinct."""
+
+    ids: tuple[str, ...]
     tombstone: bool = False
 
 
@@ -112,10 +125,10 @@ def _tombstone(key, max_bytes: int) -> Delete:
     if not 0 < len(record_id) <= MAX_ID_CHARS:
         raise DeadLetter("bad_id", f"tombstone key has {len(record_id)} characters, "
                                    f"expected 1 to {MAX_ID_CHARS}")
-    return Delete(record_id, True)
+    return Delete((record_id,), True)
 
 
-def _check_id(obj: dict, key) -> str:
+def _check_id(obj: dict) -> str:
     record_id = obj.get("id", _MISSING)
     if type(record_id) is not str or not 0 < len(record_id) <= MAX_ID_CHARS:
         if record_id is _MISSING:
@@ -123,13 +136,55 @@ def _check_id(obj: dict, key) -> str:
         if type(record_id) is not str:
             raise DeadLetter("bad_id", f"'id' is a {_type_name(record_id)}, expected a string")
         raise DeadLetter("bad_id", f"'id' has {len(record_id)} characters, expected 1 to {MAX_ID_CHARS}")
-    if key is None:
-        raise DeadLetter("key_mismatch", "record has no key; the key must be the record id so the "
-                                         "insert and its delete land in the same partition")
-    if key != record_id.encode():
-        raise DeadLetter("key_mismatch", f"key ({len(key)} bytes) differs from 'id' "
-                                         f"({len(record_id.encode())} bytes UTF-8)")
     return record_id
+
+
+def _check_key(key) -> None:
+    if not key:
+        raise DeadLetter("key_mismatch", f"record has {'an empty' if key is not None else 'no'} key; the key "
+                                         "is the partitioning key (e.g. the data subject) that a record's "
+                                         "insert and delete share, so the delete lands in its partition")
+
+
+def _bad_request_id(ids: list) -> DeadLetter:
+    for i, rid in enumerate(ids):
+        if type(rid) is not str:
+            return DeadLetter("bad_id", f"ids[{i}] is a {_type_name(rid)}, expected a string")
+        if not 0 < len(rid) <= MAX_ID_CHARS:
+            return DeadLetter("bad_id", f"ids[{i}] has {len(rid)} characters, expected 1 to {MAX_ID_CHARS}")
+    return DeadLetter("bad_id", "ids holds a bad id")  # pragma: no cover (caller checked)
+
+
+def _delete_ids(obj: dict) -> tuple[str, ...]:
+    """The record ids a delete names: ``id`` or ``ids`` (module doc, step 5)."""
+    ids = obj.get("ids", _MISSING)
+    if ids is _MISSING:
+        if "id" not in obj:
+            raise DeadLetter("missing_id", "no 'id' or 'ids' field")
+        return (_check_id(obj),)
+    if "id" in obj:
+        raise DeadLetter("id_and_ids", "both 'id' and 'ids': a delete names its records in one of them")
+    if type(ids) is not list or not ids:
+        if type(ids) is not list:
+            raise DeadLetter("bad_ids", f"'ids' is a {_type_name(ids)}, expected an array of record ids")
+        raise DeadLetter("bad_ids", "'ids' is empty")
+    n = len(ids)
+    if n > MAX_REQUEST_IDS:
+        raise DeadLetter("too_many_ids", f"'ids' has {n} items, at most {MAX_REQUEST_IDS} per delete")
+    if set(map(type, ids)) != _STRINGS or not 0 < min(map(len, ids)) <= max(map(len, ids)) <= MAX_ID_CHARS:
+        raise _bad_request_id(ids)
+    unique = set(ids)
+    if len(unique) != n:
+        seen: set[str] = set()
+        first = next(i for i, rid in enumerate(ids) if rid in seen or seen.add(rid))
+        raise DeadLetter("duplicate_ids", f"'ids' names {n - len(unique)} record id(s) more than once "
+                                          f"(the first repeat is ids[{first}])")
+    return tuple(ids)
+
+
+def insert_ids(messages) -> list[str]:
+    """The ``id`` of each message, all valid inserts (the ones the compiled path accepted)."""
+    return [_loads(m.value())["id"] for m in messages]
 
 
 def _extra_fields(obj: dict, allowed: tuple[str, ...]) -> DeadLetter:
@@ -166,7 +221,9 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
     >>> decode_event(b"r-1", b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}', dim=2, max_bytes=4096)
     Insert(id='r-1', x=[0.5, 1.0], y=1.0, ts=None)
     >>> decode_event(b"r-1", None, dim=2, max_bytes=4096)
-    Delete(id='r-1', tombstone=True)
+    Delete(ids=('r-1',), tombstone=True)
+    >>> decode_event(b"subject-7", b'{"op":"delete","ids":["r-1","r-2"]}', dim=2, max_bytes=4096)
+    Delete(ids=('r-1', 'r-2'), tombstone=False)
     >>> try:
     ...     decode_event(None, b'{"op":"delete","id":"r-1"}', dim=2, max_bytes=4096)
     ... except DeadLetter as dead:
@@ -187,7 +244,8 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
     op = obj.get("op")
 
     if op == "insert":
-        record_id = _check_id(obj, key)
+        record_id = _check_id(obj)
+        _check_key(key)
         x = obj.get("x")
         if type(x) is not list or not x:
             if x is None and "x" not in obj:
@@ -220,10 +278,11 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
         return Insert(record_id, x, y, ts)
 
     if op == "delete":
-        record_id = _check_id(obj, key)
+        ids = _delete_ids(obj)
+        _check_key(key)
         if len(obj) != 2:
             _check_ts(obj, _DELETE_FIELDS, 2)
-        return Delete(record_id, False)
+        return Delete(ids, False)
 
     if "op" not in obj:
         raise DeadLetter("unknown_op", "no 'op' field")
@@ -271,7 +330,7 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
     for j in range(start, len(messages) if stop is None else stop):
         msg = messages[j]
         key, value = msg.key(), msg.value()
-        if value is None or key is None or len(key) + len(value) > max_bytes:
+        if value is None or not key or len(key) + len(value) > max_bytes:
             break
         try:  # subscripts in one try: cheaper than .get() for the common record (Python >= 3.11)
             obj = loads(value)
@@ -280,7 +339,7 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
             record_id, x, y = obj["id"], obj["x"], obj["y"]
         except (decode_error, KeyError, TypeError):  # not JSON, not an object, a field missing
             break
-        if (type(record_id) is not str or not 0 < len(record_id) <= limit or key != record_id.encode()
+        if (type(record_id) is not str or not 0 < len(record_id) <= limit
                 or type(x) is not list or len(x) != dim or (type(y) is not float and type(y) is not int)):
             break
         if len(obj) != 4:  # a ts field or unknown ones: the general decoder rules on it

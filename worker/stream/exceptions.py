@@ -12,7 +12,8 @@ from ..exceptions import OluWorkerError
 from ..state.exceptions import StorageUnavailable
 from .deadletter import REASONS, truncate_detail
 
-__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "UnreleasableState"]
+__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "PartialRequest", "RegistryStartFailed",
+           "UnreleasableState"]
 
 _REASON_SET = frozenset(REASONS)
 
@@ -37,12 +38,23 @@ class UnreleasableState(OluWorkerError, RuntimeError):
     """The iterate is not finite; publishing it would put nulls on the wire (orjson maps NaN to null)."""
 
 
+class PartialRequest(OluWorkerError, RuntimeError):
+    """A deletion request was refused for an exhausted budget after the engine had already
+    unlearned some of its records (an algorithm that applies a request's records one by one). That
+    state has noise no delta holds, so it must not be published or replayed with fresh noise: the
+    worker stops instead (docs/worker.md 3.2)."""
+
+
 class DeliveryFailed(OluWorkerError, RuntimeError):
     """A release or dead letter could not be delivered; restart and replay from the snapshot."""
 
 
 class ClientFailed(OluWorkerError, RuntimeError):
     """The Kafka clients hit an error that retrying never heals (wrong credentials, fatal error)."""
+
+
+class RegistryStartFailed(OluWorkerError, RuntimeError):
+    """The release schema could not be registered at start (OLU_RELEASE_FORMAT)."""
 
 
 class NotAttempted(StorageUnavailable):

@@ -21,7 +21,8 @@ bit. When it is not certain, the caller declines the record and orjson decides.
   ``float()``: ``-0`` is +0.0.
 
 **Records.** :func:`parse_kernel` walks the object of each record (fields in any order, each once,
-JSON whitespace anywhere) and checks it against its key.
+JSON whitespace anywhere) and notes where its id lies in the value buffer (the caller hashes the id
+from there: the Kafka key is the partitioning key and need not equal the id).
 
 Everything the cached kernel calls is in this one file on purpose: numba's disk cache notices a
 change to the file of a cached function, not to functions it calls in other files. The helpers
@@ -309,10 +310,10 @@ def _is_insert(buf, p, stop):
 
 
 @_helper
-def _insert(buf, p, end, kbuf, kp, kend, dim, max_bytes, X, y_out, r):
-    """Accept record r (value ``buf[p:end]``, key ``kbuf[kp:kend]``) as a common insert?"""
-    klen = kend - kp
-    if klen == 0 or klen > MAX_ID_CHARS or klen + (end - p) > max_bytes:
+def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r):
+    """Accept record r (value ``buf[p:end]``, a key of ``klen`` bytes) as a common insert? Its id is
+    then ``buf[spans[2r]:spans[2r + 1]]``."""
+    if klen == 0 or klen + (end - p) > max_bytes:  # no key (or an empty one): decode.py names it
         return False
     p = _skip_ws(buf, p, end)
     if p >= end or buf[p] != _LBRACE:
@@ -346,11 +347,10 @@ def _insert(buf, p, end, kbuf, kp, kend, dim, max_bytes, X, y_out, r):
                 if not _is_insert(buf, p + 1, stop):
                     return False
             else:
-                if stop - (p + 1) != klen:
+                if stop == p + 1 or stop - (p + 1) > MAX_ID_CHARS:  # ASCII: bytes are characters
                     return False
-                for k in range(klen):
-                    if buf[p + 1 + k] != kbuf[kp + k]:
-                        return False
+                spans[2 * r] = p + 1
+                spans[2 * r + 1] = stop
             p = stop + 1
         elif field == _X:
             if buf[p] != _LBRACKET:
@@ -401,9 +401,10 @@ def _data_pointer(typingctx, array):
 
 
 @jit
-def parse_kernel(vbuf, voff, kbuf, koff, dim, max_bytes, X, y_out, accepted):
-    """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X`` and ``y_out[r]``
-    (value r is ``vbuf[voff[r]:voff[r + 1]]``, its key ``kbuf[koff[r]:koff[r + 1]]``)."""
-    v, k, x, y = _data_pointer(vbuf), _data_pointer(kbuf), _data_pointer(X), _data_pointer(y_out)
+def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted):
+    """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X``, ``y_out[r]`` and
+    its id's place ``vbuf[spans[r, 0]:spans[r, 1]]`` (value r is ``vbuf[voff[r]:voff[r + 1]]``, its
+    key ``klen[r]`` bytes long)."""
+    v, x, y, s = _data_pointer(vbuf), _data_pointer(X), _data_pointer(y_out), _data_pointer(spans)
     for r in range(accepted.shape[0]):
-        accepted[r] = _insert(v, voff[r], voff[r + 1], k, koff[r], koff[r + 1], dim, max_bytes, x, y, r)
+        accepted[r] = _insert(v, voff[r], voff[r + 1], klen[r], dim, max_bytes, x, y, s, r)

@@ -33,10 +33,11 @@ from ..wire import (
     TRIGGER_INTERVAL,
     release_key,
 )
-from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts
-from .exceptions import DeadLetter
+from .decode import Delete, Insert, InsertRun, decode_inserts, insert_ids
+from .exceptions import DeadLetter, PartialRequest
+from .framed import decode_message
 from .outbox import Outbox
-from .releases import budget_header, noise_figures, release_headers, release_value
+from .releases import budget_header, noise_figures, release_headers, release_value, request_report
 from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
@@ -96,6 +97,7 @@ class PartitionRunner:
         self.next_offset = next_offset  # None: nothing applied yet, start at the log's beginning
         self.event_time_ms = event_time_ms
         self.replay_deltas = dict(replay_deltas or {})  # delete offset + 1 -> stored post-noise state
+        self.replay_until = max(self.replay_deltas, default=None)  # the last stored deletion's offset + 1
         self.snapshot_offset = next_offset  # the offset a durable full snapshot covers
         self.released_version: int | None = None  # of the newest release made (published or not)
         # Transactional mode: the output an earlier process already committed (exactly_once.py),
@@ -111,6 +113,9 @@ class PartitionRunner:
         # delta_writer: a single-thread executor's submit (None: write deltas on this thread).
         self.outbox = Outbox(self._write_deltas, delta_writer)
         self.prequential_loss: float | None = None
+        # (offset after it, report) of the newest deletion request that changed the model: every
+        # release at exactly that offset carries the report, so all of them are byte-identical.
+        self.request_at: tuple[int, dict] | None = None
 
     # ----------------------------------------------------------------- restore
     @classmethod
@@ -126,6 +131,8 @@ class PartitionRunner:
         model = load_model({"meta": restored.header["model"], "arrays": restored.arrays, "shared": restored.shared})
         runner = cls(topic, partition, model, next_offset=restored.offset,
                      event_time_ms=restored.header.get("event_time_ms", 0), replay_deltas=deltas, **common)
+        if restored.header.get("request") is not None:  # the snapshot directly follows a request
+            runner.request_at = (restored.offset, restored.header["request"])
         return runner, restored
 
     # ----------------------------------------------------------------- processing
@@ -166,7 +173,7 @@ class PartitionRunner:
             msg = messages[i]  # not a valid insert: a delete, or a dead letter with its reason
             i += 1
             try:
-                event = decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes)
+                event = decode_message(msg, dim=dim, max_bytes=max_bytes)
             except DeadLetter as dead:
                 out.dead_letters.append(DeadLetterOut(msg, dead.reason, dead.detail))
                 self._advance(msg)
@@ -216,7 +223,7 @@ class PartitionRunner:
             # Rare: find the bad rows one by one (learn_many changed nothing; learn_one is
             # bit-identical to it, so the result does not depend on this path being taken).
             applied = 0
-            ids = run.ids if run.ids is not None else [m.key().decode() for m in messages[start:run.end]]
+            ids = run.ids if run.ids is not None else insert_ids(messages[start:run.end])
             for j, record_id in enumerate(ids):
                 try:
                     applied += self.model.learn_one(record_id, X[j], y[j])
@@ -245,24 +252,38 @@ class PartitionRunner:
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
 
     def _delete(self, msg, event: Delete, out: Outcome) -> bool:
+        """One deletion request (every id of the event in one engine call: one noise draw, one
+        charge, one ledger entry, one delta, one release)."""
         started = time.monotonic()
         after = msg.offset() + 1
         stored = self.replay_deltas.pop(after, None)
         post_state = None if stored is None else self._post_state(stored)
+        z_before = self.model.z  # the engine replaces z on every change, never writes into it
         try:
-            deletion = self.model.unlearn_one(event.id, post_state=post_state)
-        except BudgetExhausted as exc:  # the model is unchanged; never crash-loop on it
-            self._refuse(msg, exc, out)
+            deletion = self.model.unlearn_request(list(event.ids), post_state=post_state)
+        except BudgetExhausted as exc:
+            if self.model.z is not z_before:  # records before the refused one were unlearned
+                raise PartialRequest(f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the "
+                                     f"middle of a deletion request of {len(event.ids)} records ({exc}); "
+                                     f"raise the budget or split the request, then restart") from exc
+            self._refuse(msg, exc, out)  # the model is unchanged; never crash-loop on it
             return True
         self._advance(msg)
         out.deletes += 1
         out.tombstones += event.tombstone
         out.deletions.append(deletion)
+        request = request_report(event.ids, deletion)
         if not deletion.changed_model:
+            if len(event.ids) > 1:  # counts only: ids never go to the log
+                log.info("deletion request changed nothing", extra={
+                    "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
+                    "outcome": deletion.outcome, "ids": request["ids"], "not_applied": len(request["not_applied"]),
+                    "duplicates": request["duplicates"]})
             return True
         if self.model.keeps_examples and self.purge_due_at is None:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
+        self.request_at = (after, request)
         release = self._release(TRIGGER_DELETION, deletion_started=started)
         if deletion.outcome == "retrained":  # the budget ran out: said in a header, the value stays pure
             release.headers.append(budget_header(BUDGET_RETRAINED))
@@ -273,6 +294,7 @@ class PartitionRunner:
             self.outbox.release(release)
             return True
         header, arrays = self._delta_payload(after)
+        header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
         return self.outbox.delta(after, header, arrays, release)
 
     def _write_deltas(self, deltas: list[tuple[int, dict, dict]]) -> None:
@@ -311,11 +333,16 @@ class PartitionRunner:
                 "deletions_applied": header.get("deletions_applied")}  # absent from older deltas
 
     # ----------------------------------------------------------------- releases
+    def _request_here(self) -> dict | None:
+        """The report of the deletion request the state at ``next_offset`` directly follows, if any."""
+        at = self.request_at
+        return at[1] if at is not None and at[0] == self.next_offset else None
+
     def _release(self, trigger: str, deletion_started: float | None = None) -> Release:
         noise = noise_figures(self.model)
         value = release_value(model_name=self.model_name, topic=self.topic, partition=self.partition,
                               offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model,
-                              noise=noise)
+                              noise=noise, request=self._request_here())
         self.released_version = self.next_offset
         self.events_since_release = 0
         self.last_release_at = time.monotonic()
@@ -341,9 +368,16 @@ class PartitionRunner:
             self.outbox.release(self._release(TRIGGER_FINAL))
 
     # ----------------------------------------------------------------- snapshots
+    @property
+    def replaying_stored(self) -> bool:
+        """Stored deletions lie ahead of the replay. No full snapshot until it has passed them: one
+        inside an earlier process's delta group would hide the group's later deltas from a restore
+        (it reads the objects named after its snapshot) and their noise would be drawn again."""
+        return self.replay_until is not None and (self.next_offset or 0) < self.replay_until
+
     def snapshot_due(self, now: float) -> bool:
         if (self.blocked or self.snapshot_in_flight or self.next_offset is None
-                or self.next_offset == self.snapshot_offset):
+                or self.next_offset == self.snapshot_offset or self.replaying_stored):
             return False
         s = self.settings
         return bool(
@@ -359,6 +393,8 @@ class PartitionRunner:
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
                   "model": state["meta"]}
+        if (request := self._request_here()) is not None:  # a release at this offset after a restore
+            header["request"] = request  # must carry it too (docs/worker.md 5.2)
         # Deletions after this point may need their own purge: they are not in this copy's past.
         pending = PendingSnapshot(self.next_offset, header, state["arrays"], state.get("shared", {}),
                                   purge_due_at=self.purge_due_at)

@@ -30,9 +30,19 @@ def noise_figures(model) -> tuple[float | None, float | None]:
     return model.release_noise_std(), model.noise_to_signal()
 
 
+def request_report(ids, deletion) -> dict:
+    """The release's ``request`` object for a deletion request naming ``ids`` (schemas/README.md):
+    how many ids it named, how many the model applied, the ids it never applied (in request order)
+    and how many an earlier request had already deleted (no-ops)."""
+    return {"ids": len(ids), "applied": int(deletion.records), "not_applied": list(deletion.not_applied),
+            "duplicates": len(deletion.duplicates)}
+
+
 def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model,
-                  noise: tuple[float | None, float | None] | None = None) -> bytes:
-    """The release's JSON value; ``noise`` is :func:`noise_figures` when the caller has it already."""
+                  noise: tuple[float | None, float | None] | None = None, request: dict | None = None) -> bytes:
+    """The release's JSON value; ``noise`` is :func:`noise_figures` when the caller has it already;
+    ``request``: the report of the deletion request the state directly follows (see
+    :func:`request_report`), else None."""
     weights = model.weights
     if not np.all(np.isfinite(weights)):
         raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
@@ -67,6 +77,8 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         },
         "released_at": max(0, event_time_ms) / 1000.0,
     }
+    if request is not None:
+        record["request"] = request
     return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
 
 

@@ -2,8 +2,8 @@
 
 :func:`scan_batch` joins the batch's keys and values into two byte buffers and runs one numba
 kernel over them. For each record the kernel either *accepts* it, writing its features, label and
-record key (``record_key`` of its id, hashed from the bytes) straight into arrays, or *declines*
-it. A declined record goes to the Python decoder (decode.py), which makes the decision and names
+record key (``record_key`` of its id, hashed from the value's bytes) straight into arrays, or
+*declines* it. A declined record goes to the Python decoder (decode.py), which makes the decision and names
 the reason; the kernel never rejects anything itself.
 
 What is accepted is a strict subset of what :func:`decode.decode_event` accepts as an insert, with
@@ -11,7 +11,8 @@ the very same values:
 
 - the value is ASCII JSON (no escapes, no control characters): ``{"op": "insert", "id": ...,
   "x": [...], "y": ..., "ts": ...}`` with ``ts`` optional, fields in any order, each once,
-  JSON whitespace anywhere; the key is 1 to 256 bytes and equals ``id``; key + value fit
+  JSON whitespace anywhere; ``id`` has 1 to 256 bytes; the key is not empty (it is the
+  partitioning key and need not equal ``id``, docs/worker.md 3.1); key + value fit
   ``max_bytes``; ``x`` has exactly ``dim`` numbers; ``ts`` is a plain non-negative integer;
 - every number is one insert_kernel.read_number is certain of: the double orjson reads, bit for bit (when it
   is not certain, the record is declined instead of approximated).
@@ -63,9 +64,18 @@ class BatchScan:
 
 
 
+def _lengths(keys: list) -> np.ndarray:
+    """The length of each key (a None or non-bytes key counts as empty, which the kernel never
+    accepts: unkeyed records go to the Python decoder)."""
+    try:
+        return np.fromiter(map(len, keys), np.int64, len(keys))
+    except TypeError:
+        return np.fromiter((len(k) if isinstance(k, (bytes, bytearray)) else 0 for k in keys), np.int64, len(keys))
+
+
 def _joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
     """One buffer of all parts and the offsets of each (a None or non-bytes part counts as empty,
-    which the kernel never accepts: tombstones and unkeyed records go to the Python decoder)."""
+    which the kernel never accepts: tombstones go to the Python decoder)."""
     try:
         raw = b"".join(parts)
     except TypeError:
@@ -89,13 +99,14 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int) -> BatchScan:
     n = len(messages)
     # comprehensions, not map(methodcaller(...)): ~15 against ~50 ns per message
     vbuf, voff = _joined([m.value() for m in messages])
-    kbuf, koff = _joined([m.key() for m in messages])
+    klen = _lengths([m.key() for m in messages])
     X = np.empty((n, dim), np.float64)
     y = np.empty(n, np.float64)
     keys = np.zeros(n, np.uint64)
+    spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
-    parse_kernel(vbuf, voff, kbuf, koff, dim, max_bytes, X, y, accepted)
-    hashing.blake2b64_where(kbuf, koff, accepted, keys)
+    parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted)
+    hashing.blake2b64_spans(vbuf, spans, accepted, keys)
     stamps = np.fromiter(chain.from_iterable([m.timestamp() for m in messages]), np.int64, 2 * n).reshape(n, 2)
     return BatchScan(accepted, X, y, keys, stamps)
 

@@ -187,9 +187,18 @@ The container's environment, generated from values (extraEnv is appended by the 
 - name: NUMBA_CACHE_DIR
   value: {{ .Values.numbaCacheDir | quote }}
 {{- range $name, $value := .Values.config }}
-{{- if and (include "olu-worker.isSet" $value) (ne $name "transactional_id") }}
+{{- if and (include "olu-worker.isSet" $value) (ne $name "transactional_id") (ne $name "schema_registry_user_info") }}
 - name: {{ include "olu-worker.settingEnv" $name }}
   value: {{ include "olu-worker.envValue" $value | quote }}
+{{- end }}
+{{- end }}
+{{- with .Values.schemaRegistryAuth }}
+{{- if .existingSecret }}
+- name: OLU_SCHEMA_REGISTRY_USER_INFO
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret | quote }}
+      key: {{ .userInfoKey | quote }}
 {{- end }}
 {{- end }}
 {{- $kafka := .Values.kafka }}

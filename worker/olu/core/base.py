@@ -373,6 +373,8 @@ class OnlineUnlearner(MeteredNoise):
             except BaseException:
                 if steps:
                     self.index.undo_pop()
+                # the records before it stay deleted: count them (the caller never sees results)
+                self.deletions_applied += sum(r.changed_model for r in results)
                 raise
             self.tombstones.add(keys[j])
             if steps:

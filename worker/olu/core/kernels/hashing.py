@@ -258,10 +258,10 @@ def blake2b64_many(buf, offsets):
 
 
 @jit
-def blake2b64_where(buf, offsets, selected, out):
-    """``out[k]`` = key of ``buf[offsets[k]:offsets[k+1]]`` for every selected k (others untouched)."""
+def blake2b64_spans(buf, spans, selected, out):
+    """``out[k]`` = key of ``buf[spans[k, 0]:spans[k, 1]]`` for every selected k (others untouched)."""
     if selected.shape[0]:
-        _hash_ranges(buf, offsets[:-1], offsets[1:], selected, out)
+        _hash_ranges(buf, spans[:, 0], spans[:, 1], selected, out)
 
 
 # ingest statuses: OK, or why the batch takes the general path

@@ -1,0 +1,127 @@
+"""Releases framed by a Schema Registry: written as Avro or JSON Schema, read in any format.
+
+With ``OLU_RELEASE_FORMAT`` = avro or json-schema the worker publishes each release (the record
+of schemas/release.schema.json) with confluent-kafka's ``AvroSerializer`` / ``JSONSerializer``
+under the subject ``{params topic}-value``, so any registry-aware consumer reads it. The JSON
+Schema is the packaged copy of schemas/release.schema.json; the Avro schema is derived from it
+(:func:`avro_schema`: integer -> long, number -> double, enums and consts -> string / long,
+optional or nullable -> a union with null, default null), so the two cannot drift apart. The
+schema is registered when the worker starts (:meth:`ReleaseEncoder.register`): a registry that is
+down then fails the start, never a release later. Serialization is deterministic, so a replayed
+release is still byte-identical to the original.
+
+:class:`ReleaseReader` turns a framed release back into its JSON record (the schema type of the
+framing's id picks the deserializer), for ``ParamsSubscriber`` and ``olu-worker follow``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+
+import orjson
+from confluent_kafka.schema_registry import topic_subject_name_strategy
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+__all__ = ["RELEASE_FORMATS", "ReleaseEncoder", "ReleaseReader", "avro_schema", "release_json_schema"]
+
+RELEASE_FORMATS = ("avro", "json-schema")
+_CONF = {"subject.name.strategy": topic_subject_name_strategy}
+
+
+@functools.cache
+def release_json_schema() -> str:
+    """schemas/release.schema.json, as packaged with the worker."""
+    return resources.files(__package__).joinpath("release.schema.json").read_text(encoding="utf-8")
+
+
+def _avro_type(name: str, spec: dict, required: bool):
+    kinds = spec.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    nullable = "null" in kinds or not required
+    kinds = [k for k in kinds if k != "null"]
+    if "enum" in spec or kinds == ["string"]:
+        avro = "string"
+    elif "const" in spec:
+        avro = "long" if isinstance(spec["const"], int) else "string"
+    elif kinds == ["integer"]:
+        avro = "long"
+    elif kinds == ["number"]:
+        avro = "double"
+    elif kinds == ["array"]:
+        avro = {"type": "array", "items": _avro_type(name, spec["items"], True)}
+    elif kinds == ["object"]:
+        avro = _record(name.capitalize(), spec)
+    else:
+        raise ValueError(f"release schema field {name!r}: no Avro type for {spec}")
+    return ["null", avro] if nullable else avro
+
+
+def _record(name: str, spec: dict) -> dict:
+    required = set(spec.get("required", ()))
+    fields = []
+    for field, sub in spec["properties"].items():
+        avro = _avro_type(field, sub, field in required)
+        fields.append({"name": field, "type": avro, **({"default": None} if isinstance(avro, list) else {})})
+    return {"type": "record", "name": name, "fields": fields}
+
+
+@functools.cache
+def avro_schema() -> str:
+    """The release's Avro schema (record ``olu.Release``), derived from the JSON Schema."""
+    record = _record("Release", json.loads(release_json_schema()))
+    record["namespace"] = "olu"
+    return json.dumps(record, separators=(",", ":"))
+
+
+class ReleaseEncoder:
+    """``encode(json_value) -> framed value`` for ``fmt`` on ``topic``."""
+
+    def __init__(self, fmt: str, client, topic: str):
+        if fmt not in RELEASE_FORMATS:
+            raise ValueError(f"release format must be one of {RELEASE_FORMATS}, got {fmt!r}")
+        self.format, self.topic = fmt, topic
+        self._ctx = SerializationContext(topic, MessageField.VALUE)
+        if fmt == "avro":
+            from confluent_kafka.schema_registry.avro import AvroSerializer
+
+            self._serialize = AvroSerializer(client, avro_schema(), conf=_CONF)
+        else:
+            from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+            self._serialize = JSONSerializer(release_json_schema(), client, conf=_CONF)
+
+    def encode(self, value: bytes) -> bytes:
+        return self._serialize(orjson.loads(value), self._ctx)
+
+    def register(self, sample: bytes) -> bytes:
+        """Register the schema now (serializing ``sample``, a valid release value)."""
+        return self.encode(sample)
+
+
+class ReleaseReader:
+    """``read(topic, framed value) -> JSON value`` of a release in any registry format."""
+
+    def __init__(self, client):
+        self.client = client
+        self._by_type: dict[str, object] = {}
+
+    def read(self, topic: str, value: bytes) -> bytes:
+        schema_id = int.from_bytes(value[1:5], "big")
+        kind = self.client.get_schema(schema_id).schema_type or "AVRO"
+        deserializer = self._by_type.get(kind)
+        if deserializer is None:
+            if kind == "AVRO":
+                from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+                deserializer = AvroDeserializer(self.client, conf=_CONF)
+            elif kind == "JSON":
+                from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+                deserializer = JSONDeserializer(None, schema_registry_client=self.client, conf=_CONF)
+            else:
+                raise ValueError(f"releases are never {kind}: schema {schema_id}")
+            self._by_type[kind] = deserializer
+        record = deserializer(value, SerializationContext(topic, MessageField.VALUE))
+        return orjson.dumps(record)
