@@ -213,10 +213,8 @@ class OnlineUnlearner(MeteredNoise):
         hashes ids straight from the record bytes); ``record_ids`` is then not read.
         """
         kernels = compiled()  # if there: vectorised hashing and label checks, same values and errors
-        if keys is None and kernels is not None:  # a clean batch: hashed and checked in one compiled call
-            batch = kernels.ingest_batch(self.loss, self.features, record_ids, X, y)
-            if batch is not None:
-                return self._learn_batch(*batch)
+        if keys is None and kernels is not None and (batch := kernels.ingest(self, record_ids, X, y)):
+            return self._learn_batch(*batch)  # a clean batch, hashed and checked in one compiled call
         if keys is not None:
             keys = np.asarray(keys, np.uint64)
         elif kernels is not None:

@@ -16,9 +16,14 @@ class CompiledKernels:
 
         self._jit = jit
         self.record_keys, self.check_labels = hashing.record_keys, ogd.check_labels
-        self.ingest_batch = hashing.ingest_batch
+        self._ingest_batch = hashing.ingest_batch
         self.plan_for, self.run_batch, self.ogd_steps = ogd.plan_for, ogd.run_batch, ogd.ogd_steps
         self.DONE, self.STEP_OVERFLOW = ogd.DONE, ogd.STEP_OVERFLOW
+
+    def ingest(self, model, record_ids, X, y):
+        """``learn_many``'s compiled front for ``model`` (``hashing.ingest_batch``): the batch's
+        (keys, X, labels) when it passes untouched, else None (the general path)."""
+        return self._ingest_batch(model.loss, model.features, record_ids, X, y)
 
     @property
     def force_reference(self) -> bool:
