@@ -86,6 +86,7 @@ class ModelRelease:
     privacy: Mapping[str, Any]
     released_at: float
     trigger: str | None = None  # Kafka header olu.trigger: deletion, events, interval, final
+    generation: int | None = None  # warm-standby rotation: the generation of the released model
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the value as received
     raw: bytes = field(default=b"", repr=False)
 
@@ -201,7 +202,11 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
         expected = release_key_text(record["topic"], record["partition"])
         if text != expected:
             raise InvalidRelease("key_mismatch", f"key {text!r} differs from {expected!r}")
+    generation = record.get("generation")
+    if generation is not None and not (_is_int(generation) and generation >= 0):
+        raise InvalidRelease("bad_field", f"generation must be an integer >= 0, got {generation!r}")
     return ModelRelease(
+        generation=generation,
         model=record["model"], topic=record["topic"], partition=record["partition"], version=record["version"],
         offset=record["offset"], t=record["t"], deletions=record["deletions"], epoch=record["epoch"],
         algorithm=record["algorithm"], loss=record["loss"], dim=dim,

@@ -17,6 +17,10 @@ from .. import __version__
 from ..wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGGER_HEADER, WORKER_VERSION_HEADER
 from .exceptions import UnreleasableState
 
+#: What a release adds to ``privacy`` for a rotation and for the planned split (schemas/release.schema.json).
+ROTATION_PRIVACY = ("rotation", "model_rho", "model_age", "rotations")
+PLANNED_PRIVACY = ("split", "capacity_planned", "capacity_used", "overflow_deletions")
+
 
 def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model) -> bytes:
     weights = model.weights
@@ -50,6 +54,11 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         },
         "released_at": max(0, event_time_ms) / 1000.0,
     }
+    if "rotation" in privacy:  # a warm-standby rotation: which model this is (docs/accounting.md 11.1)
+        record["generation"] = privacy["generation"]
+        record["privacy"].update({k: privacy[k] for k in ROTATION_PRIVACY})
+    if privacy.get("split") == "planned":
+        record["privacy"].update({k: privacy[k] for k in PLANNED_PRIVACY})
     return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
