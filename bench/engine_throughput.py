@@ -107,7 +107,7 @@ def deletion_plan(n: int, batch: int, frac: float, seed: int) -> list[list[str]]
 
 def new_model(d: int, reference: bool = False, rotation: str | None = None, lifetime: int = ROTATION_LIFETIME):
     kw = dict(dim=d, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
-    if rotation is not None:  # two models per stream (docs/accounting.md 11)
+    if rotation is not None:  # two models per stream (docs/accounting.md 12)
         return Rotation(PassiveOLU, lifetime_events=lifetime, variant=rotation, **kw)
     m = PassiveOLU(**kw)
     if reference:

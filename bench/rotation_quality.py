@@ -1,5 +1,5 @@
 """Accuracy of the released model on a long stream with deletions: today's weighted split, the
-planned split, and warm-standby rotation (docs/accounting.md 10, docs/accounting.md 11), against plain OGD.
+planned split, and warm-standby rotation (docs/accounting.md 11, docs/accounting.md 12), against plain OGD.
 
 Issue 19's acceptance run. Stream: N events (1e6) of a synthetic logistic task, d = 10, features
 uniform in the unit ball, true weights of norm 9, y ~ Bernoulli(sigmoid(w . x)) as +-1. A fraction p

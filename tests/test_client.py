@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from tests.infra.schema_samples import validate
 from worker.client import InvalidRelease, ModelRelease, ParamsSubscriber, parse_release, sigmoid
-from worker.olu import PassiveOLU
+from worker.olu import MemoryPair, PassiveOLU
 from worker.stream.releases import release_headers, release_value
 from worker.wire import release_key
 
@@ -81,6 +81,29 @@ def test_parse_release_accepts_what_the_worker_publishes():
     assert release.trigger == "deletion" and release.deletions == 1 and release.privacy["budget_used"] > 0
     np.testing.assert_array_equal(release.weights, model.weights)
     assert release.to_dict()["weights"] == orjson.loads(value)["weights"]
+
+
+def test_a_release_carries_the_noise_it_holds():
+    """privacy.noise_std / noise_to_signal: the model's own figures (docs/accounting.md 10), JSON-safe."""
+    _, value, model = _release(7, delete=True)
+    privacy = orjson.loads(value)["privacy"]
+    assert privacy["noise_std"] == model.release_noise_std() > 0.0
+    assert privacy["noise_to_signal"] == model.noise_to_signal() > 0.0
+    clean = orjson.loads(_release(7)[1])["privacy"]
+    assert clean["noise_std"] == 0.0 and clean["noise_to_signal"] == 0.0  # no deletion, no noise
+
+    def value_of(m) -> dict:
+        record = orjson.loads(release_value(model_name="ctr", topic=INPUT, partition=0, offset=8, event_time_ms=0,
+                                            model=m))
+        validate("release", record)
+        return record["privacy"]
+
+    model.z = np.zeros(3)  # noise on zero weights: an infinite ratio, sent as the largest double
+    assert value_of(model)["noise_to_signal"] == 1.7976931348623157e308
+    untracked = MemoryPair(dim=3, l2=0.1)
+    untracked.learn_one("a", X, 1)
+    untracked.unlearn_one("a")
+    assert value_of(untracked)["noise_std"] is None and value_of(untracked)["noise_to_signal"] is None
 
 
 def _good() -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
@@ -210,6 +211,30 @@ def test_a_restored_partition_exports_its_model_and_lag_before_any_input():
         assert value(m, name, topic="olu.events", partition=1) is None, name
     m.remove_partition("olu.events", 0)  # revoked: these go with the rest
     assert value(m, "olu_consumer_lag", **tp) is None and value(m, "olu_model_deletions", **tp) is None
+
+
+def test_noise_gauges_follow_the_published_release_and_the_restored_model():
+    m = Metrics()
+    tp = {"topic": "olu.events", "partition": 0}
+    m.record_release(runner(0), SimpleNamespace(trigger="deletion", version=4_001, noise_std=0.02,
+                                                noise_to_signal=0.75))
+    assert value(m, "olu_release_noise_std", **tp) == 0.02
+    assert value(m, "olu_noise_to_signal_ratio", **tp) == 0.75
+    m.record_release(runner(0), SimpleNamespace(trigger="events", version=4_002, noise_std=0.0,
+                                                noise_to_signal=float("inf")))  # zero weights, no signal
+    assert value(m, "olu_release_noise_std", **tp) == 0.0 and value(m, "olu_noise_to_signal_ratio", **tp) == math.inf
+    m.record_release(runner(0), SimpleNamespace(trigger="events", version=4_003, noise_std=None,
+                                                noise_to_signal=None))  # not tracked: no series
+    assert value(m, "olu_release_noise_std", **tp) is None and value(m, "olu_noise_to_signal_ratio", **tp) is None
+
+    restored = runner(1)
+    restored.model.release_noise_std = lambda: 0.5
+    restored.model.noise_to_signal = lambda: 0.25
+    m.record_restore(restored, 0.1)
+    assert value(m, "olu_release_noise_std", topic="olu.events", partition=1) == 0.5
+    assert value(m, "olu_noise_to_signal_ratio", topic="olu.events", partition=1) == 0.25
+    m.remove_partition("olu.events", 1)
+    assert value(m, "olu_release_noise_std", topic="olu.events", partition=1) is None
 
 
 def test_label_values_are_bounded():

@@ -1,4 +1,5 @@
-"""The ``olu-worker`` command line: ``run`` (the streaming worker) and ``demo`` (embedded defaults)."""
+"""The ``olu-worker`` command line: ``run`` (the streaming worker), ``demo`` (embedded defaults),
+``follow`` (the released versions) and ``plan`` (what deletions will cost, before deploying)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from .config import add_arguments, load_settings  # noqa: E402
 from .exceptions import ConfigError  # noqa: E402
 from .follow import add_parser as add_follow_parser  # noqa: E402
 from .logs import configure_logging, get_logger  # noqa: E402
+from .planning.command import PLAN_OPTIONS  # noqa: E402
+from .planning.command import add_parser as add_plan_parser  # noqa: E402
 
 log = get_logger("olu.cli")
 DEMO_OPTIONS = ("events", "delete_rate", "seed", "json", "state_dir")
@@ -152,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(d)
     d.set_defaults(func=demo)
     add_follow_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 
@@ -163,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func = args.__dict__.pop("func")
     args.__dict__.pop("command", None)
-    opts = argparse.Namespace(**{k: args.__dict__.pop(k) for k in DEMO_OPTIONS if k in args.__dict__})
+    opts = argparse.Namespace(**{k: args.__dict__.pop(k) for k in DEMO_OPTIONS + PLAN_OPTIONS
+                                 if k in args.__dict__})
     try:
         return func(args, opts)
     except ConfigError as exc:

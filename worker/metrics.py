@@ -9,7 +9,8 @@ takes a record id, a key or a feature value, so none can end up in a label.
 
 The loop-facing methods (``record_outcome``, ``record_release``, ``record_snapshot``,
 ``record_restore``) take the partition runner and read only its ``topic``, ``partition``,
-``model`` (``privacy()``, ``t``), ``released_version`` and ``prequential_loss``.
+``model`` (``privacy()``, ``t``, ``release_noise_std()``, ``noise_to_signal()``), ``released_version`` and
+``prequential_loss``, and of a release its ``trigger``, ``version``, ``noise_std`` and ``noise_to_signal``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ SNAPSHOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 RESTORE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TP = ("topic", "partition")
 _TPU = _TP + ("unit",)  # the privacy gauges: a partition's series carry its privacy unit
+#: Labels of the noise-in-the-release series: per partition, like olu_deletion_noise_sigma (a release
+#: carries one noise, whatever the unit). To label them by unit too, use _TPU here and pass the
+#: unit in :meth:`Metrics.set_noise`, nowhere else.
+_NOISE_LABELS = _TP
 
 
 def _code(value: str, allowed: Iterable[str] | None = None) -> str:
@@ -99,9 +104,17 @@ class Metrics:
                                          _TP, registry=r)
         self.deletion_noise_sigma = Gauge("olu_deletion_noise_sigma", "Noise standard deviation of the last "
                                           "noised deletion", _TP, registry=r)
+        # The noise the release carries (docs/accounting.md 10): public, from the constants and the ledger.
+        self.release_noise_std = Gauge("olu_release_noise_std", "Bound on the per-coordinate noise standard "
+                                       "deviation of the last release (accumulated deletion noise, contracted "
+                                       "by the public schedule); absent where the algorithm's noise is not "
+                                       "tracked (memory-pair, dp-tofw)", _NOISE_LABELS, registry=r)
+        self.noise_to_signal = Gauge("olu_noise_to_signal_ratio", "Noise norm expected in the last release "
+                                     "(olu_release_noise_std * sqrt(dim)) over the norm of its weights; above "
+                                     "about 1 the release is mostly noise", _NOISE_LABELS, registry=r)
         self.deletion_capacity_left = Gauge("olu_deletion_capacity_left", "Deletions left before the model's "
                                             "capacity (only where the algorithm has one)", _TP, registry=r)
-        # The planned split and the rotation (docs/accounting.md 10, docs/accounting.md 11): public counts.
+        # The planned split and the rotation (docs/accounting.md 11, docs/accounting.md 12): public counts.
         self.capacity_planned = Gauge("olu_deletion_capacity_planned", "Planned split: deletions planned per "
                                       "model lifetime", _TP, registry=r)
         self.capacity_used = Gauge("olu_deletion_capacity_used", "Planned split: deletions of the released "
@@ -244,6 +257,18 @@ class Metrics:
         with self._lock:
             self._privacy_known.add((str(topic), str(int(partition))))
 
+    def set_noise(self, topic: str, partition: int, std: float | None, ratio: float | None) -> None:
+        """Both noise gauges (labels :data:`_NOISE_LABELS`); None (not tracked, or a ratio undefined
+        for zero weights and no noise) drops the series rather than export a number that means nothing."""
+        for gauge, v in ((self.release_noise_std, std), (self.noise_to_signal, ratio)):
+            if v is not None:
+                self._child(gauge, topic, partition).set(v)
+                continue
+            try:
+                gauge.remove(str(topic), str(int(partition)))
+            except KeyError:
+                pass
+
     def record_deletion(self, topic: str, partition: int, outcome: str, sigma: float = 0.0) -> None:
         """One deletion by the engine's outcome code (``Deletion.outcome``)."""
         if outcome in CHANGED_OUTCOMES:
@@ -381,6 +406,8 @@ class Metrics:
 
     def record_release(self, runner, release) -> None:
         self.count_release(runner.topic, runner.partition, release.trigger, getattr(release, "version", None))
+        if hasattr(release, "noise_std"):  # the figures in the release's value, not the model's now
+            self.set_noise(runner.topic, runner.partition, release.noise_std, release.noise_to_signal)
 
     def record_snapshot(self, runner, kind: str, seconds: float, size: int) -> None:
         self.record_snapshot_success(runner.topic, runner.partition, kind, seconds, size)
@@ -390,6 +417,9 @@ class Metrics:
         so a worker with nothing left to consume still shows them."""
         self.observe_restore(seconds)
         self._update_model(runner, privacy=True)
+        model = getattr(runner, "model", None)
+        if hasattr(model, "release_noise_std"):
+            self.set_noise(runner.topic, runner.partition, model.release_noise_std(), model.noise_to_signal())
         if getattr(runner, "released_version", None) is None and getattr(runner, "next_offset", None) is not None:
             self._child(self.model_version, runner.topic, runner.partition).set(runner.next_offset)
 

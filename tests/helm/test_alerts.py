@@ -119,6 +119,12 @@ def test_alert_rules_cover_the_operators_questions():
     assert "increase(olu_snapshot_failures_total" in exprs["OluSnapshotFailing"]
     assert "rate(olu_dead_letters_total[5m])" in exprs["OluDeadLettersHigh"]
     assert "olu_consumer_lag" in exprs["OluConsumerLagHigh"] and rules["OluConsumerLagHigh"]["for"] == "10m"
+    noise = rules["OluNoiseToSignalHigh"]
+    # the chart substitutes its threshold value for exactly this text (templates/prometheusrule.yaml)
+    assert exprs["OluNoiseToSignalHigh"] == "olu_noise_to_signal_ratio > 0.5" and noise["for"] == "10m"
+    runbook = noise["annotations"]["runbook"]
+    for remedy in ("deletion rate", "privacy target", "per deletion request", "l2", "rotation"):
+        assert remedy in runbook, remedy
     for name, rule in rules.items():
         assert rule["labels"]["severity"] in ("warning", "critical"), name
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], name
@@ -163,6 +169,15 @@ def test_dashboard_is_valid_json_with_the_promised_panels():
         assert needed in exprs, needed
     per_partition = [p for p in board["panels"] if "budget used per partition" in p.get("title", "").lower()]
     assert per_partition and "by (topic, partition)" in per_partition[0]["targets"][0]["expr"]
+    noise = {}
+    for metric in ("olu_release_noise_std", "olu_noise_to_signal_ratio"):  # the noise in the releases
+        panels = [p for p in board["panels"] if metric in " ".join(t["expr"] for t in p.get("targets", []))]
+        assert panels and "by (topic, partition)" in panels[0]["targets"][0]["expr"], metric
+        noise[metric] = panels[0]
+    ratio = noise["olu_noise_to_signal_ratio"]
+    assert [s["value"] for s in ratio["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.5]
+    rows = [(p["gridPos"]["y"], p["gridPos"]["x"]) for p in board["panels"]]
+    assert len(rows) == len(set(rows)), "two panels in the same place"
 
 
 def test_dashboard_queries_use_only_exported_metrics_and_labels():

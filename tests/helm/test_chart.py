@@ -417,6 +417,17 @@ def test_prometheus_rule_options(chart):
     assert groups[-1] == extra
 
 
+def test_noise_to_signal_threshold_is_a_value(chart):
+    def expr(values):
+        groups = only(render(chart, merge(REQUIRED, {"metrics": {"prometheusRule": {"enabled": True, **values}}})),
+                      "PrometheusRule")["spec"]["groups"]
+        return {r["alert"]: r for g in groups for r in g["rules"]}["OluNoiseToSignalHigh"]["expr"]
+
+    assert expr({}) == "olu_noise_to_signal_ratio > 0.5"
+    assert expr({"noiseToSignalThreshold": 0.8}) == "olu_noise_to_signal_ratio > 0.8"
+    assert expr({"noiseToSignalThreshold": 2}) == "olu_noise_to_signal_ratio > 2"
+
+
 def test_autoscaling_on_consumer_lag(chart):
     objects = render(chart, VALUE_SETS["autoscaling"])
     hpa = only(objects, "HorizontalPodAutoscaler")
@@ -472,6 +483,8 @@ BAD_VALUES = {
     "autoscaling min zero": {"autoscaling": {"minReplicas": 0}},
     "pdb not a number": {"podDisruptionBudget": {"maxUnavailable": "one"}},
     "scrape interval": {"metrics": {"serviceMonitor": {"interval": "soon"}}},
+    "noise threshold zero": {"metrics": {"prometheusRule": {"noiseToSignalThreshold": 0}}},
+    "noise threshold string": {"metrics": {"prometheusRule": {"noiseToSignalThreshold": "0.5"}}},
     "unknown top-level key": {"replicas": 3},
 }
 

@@ -70,13 +70,16 @@ RELEASE = {
         "epsilon": 3.1,
         "delta": 1e-6,
         "deletions_capacity_left": None,
+        "noise_std": 0.004,
+        "noise_to_signal": 0.0032,
     },
     "released_at": 1763800000.25,
 }
 RELEASE_ACTIVE = copy.deepcopy(RELEASE) | {
     "algorithm": "active-anchor", "loss": "ridge", "epoch": 2,
 }
-RELEASE_ACTIVE["privacy"] = RELEASE["privacy"] | {"deletions_capacity_left": 7}
+RELEASE_ACTIVE["privacy"] = RELEASE["privacy"] | {"deletions_capacity_left": 7, "noise_std": None,
+                                                  "noise_to_signal": None}
 RELEASE_NO_CAPACITY_KEY = copy.deepcopy(RELEASE)
 del RELEASE_NO_CAPACITY_KEY["privacy"]["deletions_capacity_left"]
 
@@ -157,6 +160,9 @@ INVALID: list[tuple[str, str, Any]] = [
     ("release-privacy-missing-delta", "release",
      RELEASE | {"privacy": _without(RELEASE["privacy"], "delta")}),
     ("release-privacy-extra", "release", _privacy(sigma=0.3)),
+    ("release-noise-std-negative", "release", _privacy(noise_std=-0.1)),
+    ("release-noise-std-string", "release", _privacy(noise_std="0.1")),
+    ("release-noise-to-signal-negative", "release", _privacy(noise_to_signal=-1.0)),
     ("dlq-wrong-reason", "dead-letter", DEAD_LETTER | {"olu.error.reason": "bad_json"}),
     ("dlq-missing-reason", "dead-letter", _without(DEAD_LETTER, "olu.error.reason")),
     ("dlq-missing-topic", "dead-letter", _without(DEAD_LETTER, "olu.source.topic")),

@@ -1,4 +1,4 @@
-"""Warm-standby rotation (docs/accounting.md 11): schedule, budgets, charges, state, replay."""
+"""Warm-standby rotation (docs/accounting.md 12): schedule, budgets, charges, state, replay."""
 
 import math
 

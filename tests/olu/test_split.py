@@ -1,4 +1,4 @@
-"""The planned-capacity budget split (docs/accounting.md 10): its sigma, its total, its state."""
+"""The planned-capacity budget split (docs/accounting.md 11): its sigma, its total, its state."""
 
 import math
 
@@ -62,7 +62,7 @@ def _zeta(s: float) -> float:
 
 
 def test_the_even_split_is_the_cheapest_inside_the_plan():
-    """sum_i m_i**2 (the final noise variance, docs/accounting.md 10) for k = K deletions."""
+    """sum_i m_i**2 (the final noise variance, docs/accounting.md 11) for k = K deletions."""
     rho, K = 1.0, 1000
     planned = sum(planned_multiplier(i, rho, capacity=K) ** 2 for i in range(1, K + 1))
     weighted = sum(noise_multiplier(i, rho) ** 2 for i in range(1, K + 1))

@@ -1,4 +1,4 @@
-"""A rotating partition (docs/accounting.md 11) through PartitionRunner: deltas hold both models'
+"""A rotating partition (docs/accounting.md 12) through PartitionRunner: deltas hold both models'
 post-noise iterates, a crash at, before or after a promotion restores to the bit-identical state,
 and releases name their generation with versions monotone across promotions."""
 

@@ -52,11 +52,12 @@ def _events() -> list:
 
 
 def _series(text: str, topic: str) -> dict[str, float]:
-    """Every per-partition sample of partition 0 of ``topic``, by name."""
+    """Every per-partition sample of partition 0 of ``topic``, by name (privacy gauges also carry ``unit``)."""
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.labels.get("topic") == topic and s.labels.get("partition") == "0" and len(s.labels) == 2:
+            if (s.labels.get("topic") == topic and s.labels.get("partition") == "0"
+                    and set(s.labels) <= {"topic", "partition", "unit"}):
                 out[s.name] = s.value
     return out
 
@@ -106,6 +107,9 @@ def test_retrain_releases_count_the_deletions_they_honoured(first_run):
     assert (last["deletions"], last["t"], last["epoch"]) == (len(DELETED), 120, 0)
     assert first_run.metrics["olu_deletions_total"] == len(DELETED)
     assert first_run.metrics["olu_model_deletions"] == len(DELETED)
+    # exact deletions carry no noise: the release says so, and the gauges follow the release
+    assert last["privacy"]["noise_std"] == 0.0 == first_run.metrics["olu_release_noise_std"]
+    assert last["privacy"]["noise_to_signal"] == 0.0 == first_run.metrics["olu_noise_to_signal_ratio"]
 
 
 def test_a_worker_restarted_with_nothing_to_consume_exports_the_restored_state(first_run):
@@ -118,12 +122,15 @@ def test_a_worker_restarted_with_nothing_to_consume_exports_the_restored_state(f
         wait_for(lambda: worker.get("/readyz")[0] == 200, 30, "the assignment to finish", interval=0.2)
         restored = _series(worker.metrics(), topic)
         assert "olu_privacy_epsilon" in restored  # always set at assignment
-        for name in ("olu_model_version", "olu_consumer_lag", "olu_consumer_processing_lag", "olu_model_deletions"):
+        for name in ("olu_model_version", "olu_consumer_lag", "olu_consumer_processing_lag", "olu_model_deletions",
+                     "olu_release_noise_std", "olu_noise_to_signal_ratio"):
             assert name in restored, f"{name} is not exported after the restore"
         assert restored["olu_model_version"] == first_run.end
         assert restored["olu_consumer_lag"] == 0 and restored["olu_consumer_processing_lag"] == 0
         assert restored["olu_model_deletions"] == last["deletions"] == len(DELETED)
         assert restored["olu_model_steps"] == 120
+        assert restored["olu_release_noise_std"] == last["privacy"]["noise_std"]
+        assert restored["olu_noise_to_signal_ratio"] == last["privacy"]["noise_to_signal"]
         assert "olu_deletions_total" not in restored  # this process honoured none: the counter restarts
         assert worker.terminate() == 0, worker.log_text()[-3000:]
     finally:

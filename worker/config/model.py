@@ -41,7 +41,7 @@ def model_kwargs(settings: Any) -> dict[str, Any]:
 
 def deletion_capacity(settings: Any) -> int | None:
     """The planned split's capacity per model: given, or the expected deletion rate times the
-    lifetime (per model: half of it in the disjoint rotation, docs/accounting.md 11.2); None if neither."""
+    lifetime (per model: half of it in the disjoint rotation, docs/accounting.md 12.2); None if neither."""
     if settings.deletion_capacity is not None:
         return settings.deletion_capacity
     rate = settings.expected_deletion_rate

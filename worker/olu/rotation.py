@@ -1,4 +1,4 @@
-"""Warm-standby rotation: renewal of a stream's model under a lasting guarantee (docs/accounting.md 11).
+"""Warm-standby rotation: renewal of a stream's model under a lasting guarantee (docs/accounting.md 12).
 
 Two models of one algorithm per stream: the ACTIVE one (whose weights are released) and a STANDBY
 trained alongside it. Stream time is ``events``, the insert rows offered to the rotation (skipped
@@ -14,7 +14,7 @@ Variants. ``overlap``: every row trains both models. ``disjoint``: while two mod
 trains only the model whose generation has the parity of the record key's lowest bit (a hash of
 the record id, which is the partitioning key: the same id always goes to the same parity).
 
-Budgets (docs/accounting.md 11.2, 11.3). Under ``all-deletions`` each model gets half the slope in
+Budgets (docs/accounting.md 12.2, docs/accounting.md 12.3). Under ``all-deletions`` each model gets half the slope in
 both variants: a release history spanning a promotion shows both models, and the group of deleted
 records may have touched both. Under ``per-request`` the overlap variant halves it too (each record
 is in both models); the disjoint one gives each model the full slope, and a request whose records
@@ -46,7 +46,7 @@ _ARCHIVED = 16  # retired models' summaries kept in the state
 
 
 def model_budget(unit: str, variant: str, rho: float) -> float:
-    """Each model's slope: half of ``rho``, except per-request disjoint (docs/accounting.md 11.3).
+    """Each model's slope: half of ``rho``, except per-request disjoint (docs/accounting.md 12.3).
 
     >>> model_budget("all-deletions", "disjoint", 1.0), model_budget("per-request", "disjoint", 1.0)
     (0.5, 1.0)
@@ -84,7 +84,7 @@ class Rotation:
     def __init__(self, cls: type[OnlineUnlearner], *, lifetime_events: int, variant: str = "overlap",
                  noise_rng: np.random.Generator | None = None, **kwargs):
         if not getattr(cls, "rotates", False):
-            raise ConfigError(f"algorithm {cls.algorithm!r} does not rotate (docs/accounting.md 11.5)")
+            raise ConfigError(f"algorithm {cls.algorithm!r} does not rotate (docs/accounting.md 12.5)")
         if isinstance(lifetime_events, bool) or not isinstance(lifetime_events, int) or lifetime_events < 2:
             raise ConfigError(f"model_lifetime_events must be an integer >= 2, got {lifetime_events!r}")
         unit = kwargs.get("privacy_unit", "all-deletions")
@@ -115,6 +115,13 @@ class Rotation:
     epoch = property(lambda self: self.active.epoch)
     index = property(lambda self: self.active.index)
     models = property(lambda self: [m for m in (self.active, self.standby) if m is not None])
+
+    def release_noise_std(self) -> float | None:
+        """The released (active) model's noise bound (docs/accounting.md 10)."""
+        return self.active.release_noise_std()
+
+    def noise_to_signal(self) -> float | None:
+        return self.active.noise_to_signal()
 
     @property
     def model_age(self) -> int:
@@ -230,7 +237,7 @@ class Rotation:
 
     # -------------------------------------------------------------------- privacy
     def privacy(self) -> dict:
-        """The unit's figures over the two current models (docs/accounting.md 11.2): under
+        """The unit's figures over the two current models (docs/accounting.md 12.2): under
         all-deletions the slope spent by active and standby together, under per-request the slope
         of any charged request (``rho``, split over the models that held it)."""
         active = self.active.accountant

@@ -36,7 +36,7 @@ from ..wire import (
 from .decode import Delete, Insert, InsertRun, decode_event, decode_inserts
 from .exceptions import DeadLetter
 from .outbox import Outbox
-from .releases import budget_header, release_headers, release_value
+from .releases import budget_header, noise_figures, release_headers, release_value
 from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
@@ -51,6 +51,8 @@ class Release:
     version: int
     trigger: str
     deletion_started: float | None = None  # monotonic time the delete was handled (latency metric)
+    noise_std: float | None = None  # the value's privacy.noise_std and noise_to_signal, for the gauges
+    noise_to_signal: float | None = None
 
 
 @dataclass
@@ -313,13 +315,15 @@ class PartitionRunner:
 
     # ----------------------------------------------------------------- releases
     def _release(self, trigger: str, deletion_started: float | None = None) -> Release:
+        noise = noise_figures(self.model)
         value = release_value(model_name=self.model_name, topic=self.topic, partition=self.partition,
-                              offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model)
+                              offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model,
+                              noise=noise)
         self.released_version = self.next_offset
         self.events_since_release = 0
         self.last_release_at = time.monotonic()
         return Release(release_key(self.topic, self.partition), value, release_headers(trigger),
-                       self.next_offset, trigger, deletion_started)
+                       self.next_offset, trigger, deletion_started, *noise)
 
     def _release_if_due(self) -> None:
         every = self.settings.release_every_events

@@ -20,13 +20,27 @@ from .exceptions import UnreleasableState
 #: What a release adds to ``privacy`` for a rotation and for the planned split (schemas/release.schema.json).
 ROTATION_PRIVACY = ("rotation", "model_rho", "model_age", "rotations")
 PLANNED_PRIVACY = ("split", "capacity_planned", "capacity_used", "overflow_deletions")
+_MAX_DOUBLE = 1.7976931348623157e308  # JSON has no infinity: the largest double stands for it
 
 
-def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model) -> bytes:
+def _json_number(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else _MAX_DOUBLE
+
+
+def noise_figures(model) -> tuple[float | None, float | None]:
+    """(noise std bound, noise-to-signal ratio) of the model's current release, from public constants
+    and the ledger (docs/accounting.md 10); None where the algorithm's noise is not tracked."""
+    return model.release_noise_std(), model.noise_to_signal()
+
+
+def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model,
+                  noise: tuple[float | None, float | None] | None = None) -> bytes:
+    """The release's JSON value; ``noise`` is :func:`noise_figures` when the caller has it already."""
     weights = model.weights
     if not np.all(np.isfinite(weights)):
         raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
     privacy = model.privacy()
+    noise_std, noise_to_signal = noise_figures(model) if noise is None else noise
     record = {
         "schema_version": RELEASE_SCHEMA_VERSION,
         "model": model_name,
@@ -48,13 +62,15 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
             "requests": privacy["requests"],
             "eps_rdp_slope": privacy["eps_rdp_slope"],
             "budget_used": min(1.0, privacy["budget_used"]),
-            "epsilon": privacy["epsilon"] if math.isfinite(privacy["epsilon"]) else 1.7976931348623157e308,
+            "epsilon": _json_number(privacy["epsilon"]),
             "delta": privacy["delta"],
             "deletions_capacity_left": privacy["deletions_capacity_left"],
+            "noise_std": _json_number(noise_std),
+            "noise_to_signal": _json_number(noise_to_signal),
         },
         "released_at": max(0, event_time_ms) / 1000.0,
     }
-    if "rotation" in privacy:  # a warm-standby rotation: which model this is (docs/accounting.md 11.1)
+    if "rotation" in privacy:  # a warm-standby rotation: which model this is (docs/accounting.md 12.1)
         record["generation"] = privacy["generation"]
         record["privacy"].update({k: privacy[k] for k in ROTATION_PRIVACY})
     if privacy.get("split") == "planned":

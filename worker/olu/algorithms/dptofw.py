@@ -211,6 +211,11 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         return Deletion("dp_covered", 0, 0.0, 0.0, tuple(steps))
 
     # ------------------------------------------------------------------ privacy
+    def release_noise_std(self) -> None:
+        """Not tracked (docs/accounting.md 10): the release carries the tree's noise, through the
+        nonlinear Frank-Wolfe map, not deletion noise (a deletion adds none)."""
+        return None
+
     def _tree_rho(self) -> float:
         return record_levels(self.tree.t) * self.rho_node
 

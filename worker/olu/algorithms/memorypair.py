@@ -333,6 +333,11 @@ class MemoryPair(OnlineUnlearner):
         return Deletion("retrained", 0, 0.0, 0.0, tuple(steps))
 
     # ------------------------------------------------------------- privacy
+    def release_noise_std(self) -> None:
+        """Not tracked (docs/accounting.md 10): the quasi-Newton steps after a deletion's noise are
+        not the schedule's contractions, so the ledger bounds no noise left in the release."""
+        return None
+
     def privacy(self) -> dict:
         out = super().privacy()
         k, odo = self.accountant.deletions, self.odometer

@@ -66,7 +66,7 @@ class PassiveRestartOLU(PassiveOLU):
     algorithm = "passive-restart"
     settings = {"restart_c": "restart_c", "max_deletions": "max_deletions"}
     privacy_units = ("all-deletions",)  # the restart test's k~ is a lifetime plan: not per request
-    rotates = False  # it renews itself by its restart test (docs/accounting.md 11.5)
+    rotates = False  # it renews itself by its restart test (docs/accounting.md 12.5)
 
     def __init__(self, dim: int, *, restart_c: float = 1.0, max_deletions: int = 1000, **kwargs):
         if not (isinstance(restart_c, (int, float)) and math.isfinite(restart_c) and restart_c > 0):

@@ -350,6 +350,26 @@ class RewindToDelete(OnlineUnlearner):
             self.base = self.z.copy()
 
     # ------------------------------------------------------------------ privacy
+    def release_noise_std(self) -> float | None:
+        """The one noise the release carries, uncontracted (docs/accounting.md 10).
+
+        A rewind restarts from the noiseless checkpoint (earlier noises are gone) and draws sigma
+        if its shift Delta(K, m_cum) > 0; a retraining draws none (sigma with ``noise_at_fit``).
+        After it come the projection and OGD steps u > t_fit, replayed over the retained rows only
+        (a deleted row is the identity, so the schedule's Gamma would overstate the contraction):
+        once every such step is non-expansive, sigma itself bounds the std. The schedules' steps
+        only shrink, so that holds from gamma_{t_fit+1} <= 1 on; before it, None.
+        """
+        if self.noise_sigma <= 0.0 or self.fit is None:
+            return 0.0
+        if self.m_cum:
+            noised = self.shift(self.m_cum) > 0.0
+        else:
+            noised = bool(self.config["noise_at_fit"])
+        if not noised:
+            return 0.0
+        return self.noise_sigma if self.schedule.gamma(self.t_fit + 1) <= 1.0 else None
+
     def privacy(self) -> dict:
         """docs/accounting.md 4: epsilon(m_cum) of the current generation (not additive), its capacity and K/T."""
         fit, delta = self.fit, self.accountant.delta

@@ -19,6 +19,7 @@ from ..privacy.analysis.rdp import rho_for_epsilon
 from ..privacy.analysis.split import DEFAULT_RESERVE
 from ..privacy.analysis.units import UNITS
 from ..privacy.ledger import Ledger
+from ..privacy.meter import MeteredNoise, NoiseMeter
 from .deletion import Deletion
 from .domain import Ball, FeatureBound
 from .index import AppliedIndex, KeySet, record_key
@@ -61,7 +62,7 @@ def _schedule(name, constants, ball, t0, step) -> Schedule:
     raise ConfigError(f"schedule must be auto, strongly-convex, convex or constant, got {name!r}")
 
 
-class OnlineUnlearner:
+class OnlineUnlearner(MeteredNoise):
     """Projected OGD on one stream with an unlearning rule; subclasses choose the rule."""
 
     algorithm = "base"
@@ -85,7 +86,7 @@ class OnlineUnlearner:
     #: unlearned one after another, each with its own noise and charge.
     groups_requests = False
     #: True when two models of the class may run in a warm-standby rotation (worker.olu.rotation):
-    #: every deletion is one Gaussian charge of the model's own Rényi accountant (docs/accounting.md 11.5).
+    #: every deletion is one Gaussian charge of the model's own Rényi accountant (docs/accounting.md 12.5).
     rotates = False
 
     def __init__(
@@ -140,7 +141,7 @@ class OnlineUnlearner:
         self._noise_rng = noise_rng
         self._replaying = False
         # The share of the slope one deletion may spend in this model (< 1 only while a rotation
-        # charges a per-request request held by two of its models: docs/accounting.md 11.3).
+        # charges a per-request request held by two of its models: docs/accounting.md 12.3).
         self.noise_share = 1.0
         self.z = np.zeros(dim)  # data-independent start in K
         self.t = 0
@@ -148,6 +149,7 @@ class OnlineUnlearner:
         self.index = AppliedIndex()
         self.tombstones = KeySet()
         self.ledger = Ledger()
+        self.noise_meter = NoiseMeter(self.schedule)  # the release's accumulated noise (docs/accounting.md 10)
         self.counters = {"applied": 0, "skipped_deleted": 0}
         # Deletions that changed the model, over its whole life (every epoch): the release's
         # ``deletions``. The accountant counts only those it charged, so exact, restarted and
@@ -423,6 +425,7 @@ class OnlineUnlearner:
             "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
             **({"share": self.noise_share} if self.noise_share != 1.0 else {}),
         })
+        self.noise_meter.add(self.epoch, self.t, sigma)
         return Deletion("noised", i, sigma, shift, tuple(steps))
 
     def sensitivity(self, u: int) -> float:
@@ -582,6 +585,7 @@ def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
         if model.index.max_step > model.t:
             raise InvalidState("applied index holds a step after the step counter")
         model._import(meta, arrays)
+        model.noise_meter.restore(model.ledger, model.epoch, model.t)
         model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))
         return model
     except InvalidState:

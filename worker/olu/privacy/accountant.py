@@ -207,7 +207,7 @@ class PerRequestAccountant(PrivacyAccountant):
 
 
 class PlannedAccountant(PrivacyAccountant):
-    """Unit ``all-deletions`` with the planned-capacity split (docs/accounting.md 10): the first
+    """Unit ``all-deletions`` with the planned-capacity split (docs/accounting.md 11): the first
     ``planned`` deletions of an epoch share ``(1 - reserve) budget`` evenly, later ones draw from
     ``reserve budget`` with the omega weights over the overflow index (:mod:`.analysis.split`).
     The calibrated total stays below ``budget`` for any number of deletions, so none is refused.

@@ -11,13 +11,16 @@ uint8 array holding the JSON of its entries (~110 bytes per entry), exported as 
 applied-index runs. Only the open segment's entries travel in the snapshot header. Which entries
 share a segment depends only on their count, so a replay seals exactly the same bytes.
 
-Reading is lazy: ``len`` is free, ``ledger[-1]`` and iteration decode sealed segments on demand.
+Reading is lazy: ``len`` is free, ``ledger[-1]`` and iteration (either way) decode sealed segments
+on demand.
 
 >>> ledger = Ledger(segment_entries=2)
 >>> for i in range(1, 6):
 ...     ledger.append({"i": i})
 >>> len(ledger), ledger.sealed, ledger[-1], ledger[0], [e["i"] for e in ledger]
 (5, 2, {'i': 5}, {'i': 1}, [1, 2, 3, 4, 5])
+>>> [e["i"] for e in reversed(ledger)]
+[5, 4, 3, 2, 1]
 >>> open_entries, sealed, shared = ledger.export()
 >>> Ledger.load(open_entries, sealed, shared, segment_entries=2) == ledger
 True
@@ -95,6 +98,13 @@ class Ledger(Sequence):
         for segment in self._segments:
             yield from _unseal(segment, self.segment_entries)
         yield from self._open
+
+    def __reversed__(self) -> Iterator[dict]:
+        """Newest first, decoding each sealed segment once (``Sequence``'s default would decode
+        one per entry); a reader of the tail stops early and leaves older segments sealed."""
+        yield from reversed(self._open)
+        for segment in reversed(self._segments):
+            yield from reversed(_unseal(segment, self.segment_entries))
 
     def __eq__(self, other) -> bool:
         if isinstance(other, Ledger):

@@ -75,10 +75,30 @@ from .rdp import noise_multiplier
 from .units import UNITS, per_request_sigma
 from .zcdp import gaussian_sigma
 
-__all__ = ["SPLITS", "noise_to_signal", "plan_deletions", "predicted_noise_growth", "predicted_noise_std",
-           "release_noise_std"]
+__all__ = ["SPLITS", "contract_variance", "noise_to_signal", "plan_deletions", "predicted_noise_growth",
+           "predicted_noise_std", "release_noise_std"]
 
 SPLITS = ("weighted", "even")
+
+
+def contract_variance(var: float, log_factor: float) -> float:
+    """``var * exp(2 log_factor)``, without an OverflowError: ``inf`` beyond the float range.
+
+    The factor is taken in log space when ``exp`` alone would overflow (a long run of expansive
+    steps); an underflow gives 0.0 (the noise contracted below anything a float can show).
+
+    >>> contract_variance(4.0, math.log(0.5)), contract_variance(1e-300, 400.0) > 1e40
+    (1.0, True)
+    >>> contract_variance(1.0, 400.0), contract_variance(0.0, 400.0), contract_variance(1.0, -1e4)
+    (inf, 0.0, 0.0)
+    """
+    x = 2.0 * log_factor
+    if var == 0.0:
+        return 0.0
+    if x <= 709.0:
+        return var * math.exp(x)
+    y = math.log(var) + x
+    return math.exp(y) if y < 709.0 else math.inf
 
 
 def _accumulated_std(noises: list[tuple[int, float]], log_contraction, t: int) -> float:
@@ -91,10 +111,10 @@ def _accumulated_std(noises: list[tuple[int, float]], log_contraction, t: int) -
     var, last = 0.0, None
     for tau, sigma in noises:
         if last is not None and tau > last:
-            var *= math.exp(2.0 * log_contraction(last, tau))
+            var = contract_variance(var, log_contraction(last, tau))
         var, last = var + sigma * sigma, tau
     if last is not None and t > last:
-        var *= math.exp(2.0 * log_contraction(last, t))
+        var = contract_variance(var, log_contraction(last, t))
     return math.sqrt(var)
 
 
@@ -105,7 +125,8 @@ def release_noise_std(entries: Iterable[Mapping], schedule, t: int, *, epoch: in
     ``epoch`` only, when given: t is epoch-relative), each with its ``tau`` and ``sigma``. A rigorous
     upper bound of the pooled per-coordinate std ``sqrt(tr Cov / d)``; exact for ridge along the
     directions no later feature moves (module doc). Entries with sigma 0 (exact deletions) add
-    nothing.
+    nothing and are skipped; :class:`worker.olu.privacy.meter.NoiseMeter` keeps the same value
+    incrementally.
 
     >>> class Halving:  # every step halves distances
     ...     def log_contraction(self, u, tau): return (tau - u) * math.log(0.5)
@@ -121,7 +142,9 @@ def release_noise_std(entries: Iterable[Mapping], schedule, t: int, *, epoch: in
         if epoch is not None and entry.get("epoch") != epoch:
             continue
         tau = count(f"entries[{j}].tau", entry.get("tau"), minimum=0, maximum=t)
-        noises.append((tau, real(f"entries[{j}].sigma", entry.get("sigma"), lo=0.0)))
+        sigma = real(f"entries[{j}].sigma", entry.get("sigma"), lo=0.0)
+        if sigma > 0.0:  # skipped, not added as 0: the same operations as NoiseMeter, bit for bit
+            noises.append((tau, sigma))
     noises.sort(key=lambda pair: pair[0])
     return _accumulated_std(noises, schedule.log_contraction, t)
 

@@ -1,4 +1,4 @@
-"""The planned-capacity budget split of the all-deletions unit (docs/accounting.md 10). Pure math.
+"""The planned-capacity budget split of the all-deletions unit (docs/accounting.md 11). Pure math.
 
 A model lifetime plans ``K`` deletions (its capacity). Deletion ``i`` of the epoch spends the
 fraction ``w_i`` of the lifetime slope ``rho``:
@@ -15,7 +15,7 @@ sum from j = 2 is below the integral of ``x**-omega`` from 1), so
 No deletion is ever refused, whatever the number of overflow deletions.
 
 Why even over the plan: the release's noise variance is proportional to ``sum_i m_i**2`` with
-``m_i = sigma_i / a_i`` (docs/accounting.md 10), ``sum 1 / (2 rho w_i)`` under ``sum w_i <= 1 - r``
+``m_i = sigma_i / a_i`` (docs/accounting.md 11), ``sum 1 / (2 rho w_i)`` under ``sum w_i <= 1 - r``
 is smallest for equal weights (Cauchy-Schwarz), so ``K**2 / (2 rho (1 - r))`` for K deletions, against
 about ``1.36 k**2.2 / rho`` for the lifetime omega-weighted split.
 

@@ -1,0 +1,85 @@
+"""The predicted noise of a plan: pure math on the engine's public constants, no data.
+
+A plan is ``events`` stream events of which a fraction ``deletion_rate`` are deletion requests,
+spread uniformly (:func:`worker.olu.privacy.analysis.noise.plan_deletions`), each naming one
+record inserted ``age`` steps before it. From the engine's schedule (its contraction), its
+Lipschitz constant L and the domain's diameter, and the target (unit, rho), this module gives:
+
+* the sigma of the first, the median ("typical") and the last deletion: ``sigma_j = a_j m_j``
+  with the shift ``a_j = Gamma_{u,tau} min(eta_u L, D)`` and the multiplier ``m_j`` of the unit
+  (``1 / sqrt(2 rho)`` per request; the omega weights' ``sqrt(omega j**omega / (2 (omega - 1)
+  rho))`` over all deletions, docs/calibration.md 5.1);
+* the predicted per-coordinate noise std of the release after the stream
+  (:func:`~worker.olu.privacy.analysis.noise.predicted_noise_std`, derivation in its module
+  doc): an upper bound of the std of the engine's release on the same plan, exact up to a few
+  percent for ridge with small feature norms, pessimistic for logistic (the data's curvature
+  contracts the noise faster than l2 alone), and its growth with the stream length;
+* ``noise_to_radius``: the expected noise norm ``std sqrt(d)`` over the radius of the parameter
+  ball. No released weights are longer than the radius, so this is a lower bound of the
+  noise-to-signal ratio whatever the data.
+
+Under the strongly convex schedule ``age`` changes no number (every shift contracts to
+``L / (mu (tau + t0))`` at its deletion); it matters for the other schedules.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..olu.privacy.analysis.noise import plan_deletions, predicted_noise_growth, predicted_noise_std
+from ..olu.privacy.analysis.rdp import noise_multiplier
+from ..olu.privacy.analysis.units import per_request_sigma
+
+__all__ = ["GROWTH_LENGTHS", "deletion_sigmas", "noise_std", "predict"]
+
+#: Stream lengths at which the growth of the noise is shown.
+GROWTH_LENGTHS = (10**5, 10**6, 10**7)
+
+
+def _plan_kwargs(model, target, deletion_rate: float, omega: float, age: int) -> dict:
+    kwargs = dict(unit=target.unit, L=model.constants.L, rho=target.rho, deletion_rate=deletion_rate,
+                  schedule=model.schedule, diameter=model.ball.diameter, age=age)
+    if target.unit == "all-deletions":
+        kwargs["omega"] = omega
+    return kwargs
+
+
+def noise_std(model, target, *, deletion_rate: float, events: int, omega: float, age: int) -> float:
+    """Predicted per-coordinate noise std of ``model``'s release after ``events`` events."""
+    return predicted_noise_std(events=events, **_plan_kwargs(model, target, deletion_rate, omega, age))
+
+
+def deletion_sigmas(model, target, *, deletion_rate: float, events: int, omega: float,
+                    age: int) -> dict[str, float] | None:
+    """sigma of the first, the median and the last deletion of the plan (None: no deletion)."""
+    _, taus = plan_deletions(events, deletion_rate)
+    if not taus:
+        return None
+    schedule, L, cap = model.schedule, model.constants.L, model.ball.diameter
+
+    def sigma(j: int) -> float:
+        tau = taus[j - 1]
+        u = max(1, tau - age)
+        shift = math.exp(schedule.log_contraction(u, tau)) * min(schedule.eta(u) * L, cap)
+        if target.unit == "per-request":
+            return per_request_sigma([shift], target.rho)
+        return shift * noise_multiplier(j, target.rho, omega)
+
+    k = len(taus)
+    return {"first": sigma(1), "typical": sigma((k + 1) // 2), "last": sigma(k)}
+
+
+def predict(model, target, *, deletion_rate: float, events: int, omega: float, age: int,
+            lengths=GROWTH_LENGTHS) -> dict:
+    """The noise figures of a plan (JSON-able; the fields are described in worker/planning/render.py)."""
+    std = noise_std(model, target, deletion_rate=deletion_rate, events=events, omega=omega, age=age)
+    kwargs = _plan_kwargs(model, target, deletion_rate, omega, age)
+    growth = predicted_noise_growth(sorted(set(lengths)), **kwargs)
+    _, taus = plan_deletions(events, deletion_rate)
+    return {
+        "deletions": len(taus),
+        "sigma": deletion_sigmas(model, target, deletion_rate=deletion_rate, events=events, omega=omega, age=age),
+        "noise_std": std,
+        "noise_growth": {str(n): v for n, v in growth.items()},
+        "noise_to_radius": std * math.sqrt(model.dim) / model.ball.radius,
+    }

@@ -1,0 +1,144 @@
+"""Simulating a plan on a sample of the operator's events: the released model against plain OGD.
+
+The sample's inserts are replayed in order (cycled, with fresh ids per pass, when the simulated
+stream is longer than the sample) through the real engine, with synthetic deletion requests at
+the plan's rate placed as the prediction places them
+(:func:`~worker.olu.privacy.analysis.noise.plan_deletions`). Deletion j, at step tau_j, names a
+record drawn uniformly (seeded) among the still-present records of the last ``age`` steps.
+
+Scoring is prequential on releases: the stream is cut into blocks, and each block's events are
+predicted by the model released before the block (a release every block), then learned. The
+score of a run is over the last quarter of the stream (the steady state the deployment lives in):
+accuracy for logistic (sign of w.x against the label), RMSE for ridge. Plain OGD is the same engine
+on the same inserts with no deletion (hence no noise): what the data allows without unlearning.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..olu.privacy.analysis.noise import plan_deletions
+
+__all__ = ["L2_FACTORS", "TAIL", "deletion_steps", "metric_name", "replay", "simulate", "stream"]
+
+#: The l2 values compared: the configured one and these multiples of it.
+L2_FACTORS = (0.3, 1.0, 3.0, 10.0)
+#: Share of the stream (its end) over which a run's score is taken.
+TAIL = 0.25
+BLOCKS = 100
+WINDOWS = 20
+
+
+def metric_name(loss: str) -> str:
+    return "rmse" if loss == "ridge" else "accuracy"
+
+
+def stream(sample, steps: int):
+    """(ids, X, y) of ``steps`` inserts: the sample cycled, ids suffixed ``#<pass>`` after the first pass."""
+    n = len(sample)
+    rows = np.arange(steps) % n
+    ids = [sample.ids[r] if j < n else f"{sample.ids[r]}#{j // n}" for j, r in enumerate(rows)]
+    return ids, sample.X[rows], sample.y[rows]
+
+
+def deletion_steps(taus: list[int], age: int, seed: int) -> list[int]:
+    """The 1-based insert step each deletion names: uniform over the still-present records of the
+    ``age`` steps up to its time (widened to all earlier steps if those are all deleted)."""
+    rng = np.random.default_rng(seed)
+    used: set[int] = set()
+    out = []
+    for tau in taus:
+        lo = max(1, tau - max(age, 1) + 1)
+        for _ in range(64):
+            u = int(rng.integers(lo, tau + 1))
+            if u not in used:
+                break
+        else:
+            free = [v for v in range(tau, 0, -1) if v not in used]
+            if not free:
+                raise ValueError(f"no record left to delete at step {tau}")
+            u = free[0]
+        used.add(u)
+        out.append(u)
+    return out
+
+
+def replay(model, ids, X, y, taus, victims, *, loss: str, delete, blocks: int = BLOCKS):
+    """Run ``model`` over the inserts with the deletions (victim ids at steps ``taus``, each after
+    that step); returns (final released weights, per-block (count, score sum) array).
+
+    The score sum is correct predictions (logistic) or squared errors (ridge) of the block's
+    inserts under the release before the block. ``delete(model, record_id)`` honours a request.
+    """
+    steps = len(ids)
+    size = max(1, math.ceil(steps / blocks))
+    edges = list(range(0, steps, size)) + [steps]
+    by_step: dict[int, list[str]] = {}
+    for tau, victim in zip(taus, victims):
+        by_step.setdefault(tau, []).append(victim)
+    due = sorted(by_step)
+    scores = np.zeros((len(edges) - 1, 2))
+    nxt = 0
+    for b, (lo, hi) in enumerate(zip(edges, edges[1:])):
+        w = np.array(model.weights, np.float64)
+        pred = X[lo:hi] @ w
+        if loss == "ridge":
+            scores[b] = (hi - lo, float(np.sum((pred - y[lo:hi]) ** 2)))
+        else:
+            scores[b] = (hi - lo, float(np.sum(np.where(pred >= 0.0, 1.0, -1.0) == y[lo:hi])))
+        start = lo
+        while nxt < len(due) and due[nxt] <= hi:
+            tau = due[nxt]
+            if tau > start:
+                model.learn_many(ids[start:tau], X[start:tau], y[start:tau])
+                start = tau
+            for victim in by_step[tau]:
+                delete(model, victim)
+            nxt += 1
+        if hi > start:
+            model.learn_many(ids[start:hi], X[start:hi], y[start:hi])
+    return np.array(model.weights, np.float64), scores
+
+
+def _score(scores: np.ndarray, loss: str) -> float:
+    count, total = scores.sum(axis=0)
+    return float(math.sqrt(total / count) if loss == "ridge" else total / count)
+
+
+def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate: float, events: int,
+             age: int, seed: int, delete) -> dict:
+    """Score plain OGD and each unit's released model for every l2 (JSON-able result).
+
+    ``make_engine(l2, unit, noise_rng)`` builds a fresh engine (unit None: any, it sees no deletion).
+    """
+    steps, taus = plan_deletions(events, deletion_rate)
+    ids, X, y = stream(sample, steps)
+    victims = [ids[u - 1] for u in deletion_steps(taus, age, seed)]
+    size = max(1, math.ceil(steps / BLOCKS))
+    n_blocks = math.ceil(steps / size)
+    tail = slice(min(n_blocks - 1, int(n_blocks * (1 - TAIL))), None)
+    per_window = max(1, math.ceil(n_blocks / WINDOWS))
+    ends = [min(steps, (j + per_window) * size) for j in range(0, n_blocks, per_window)]
+    deleted_by = np.searchsorted(np.array(taus, np.int64), np.array(ends), side="right")
+    curve_events = [int(e + d) for e, d in zip(ends, deleted_by)]
+
+    def window_scores(scores):
+        return [_score(scores[j:j + per_window], loss) for j in range(0, n_blocks, per_window)]
+
+    runs = []
+    for l2 in l2_values:
+        weights, scores = replay(make_engine(l2, None, np.random.default_rng(seed)), ids, X, y, [], [],
+                                 loss=loss, delete=delete)
+        run = {"l2": l2, "ogd": _score(scores[tail], loss), "ogd_weights_norm": float(np.linalg.norm(weights)),
+               "units": {}, "curves": {"ogd": window_scores(scores)}}
+        for unit in units:
+            model = make_engine(l2, unit, np.random.default_rng(seed + 1))
+            _, scores = replay(model, ids, X, y, taus, victims, loss=loss, delete=delete)
+            run["units"][unit] = _score(scores[tail], loss)
+            run["curves"][unit] = window_scores(scores)
+        runs.append(run)
+    return {"metric": metric_name(loss), "events": events, "steps": steps, "deletions": len(taus),
+            "records": len(sample), "dropped": sample.dropped, "passes": math.ceil(steps / len(sample)),
+            "seed": seed, "tail": TAIL, "curve_events": curve_events, "runs": runs}

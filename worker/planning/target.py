@@ -1,0 +1,95 @@
+"""The privacy target of a plan and the engine it is planned for: the one place that knows how
+the settings become a unit, a Rényi slope and an engine instance.
+
+:func:`resolve_target` reads the unit (``all-deletions`` or ``per-request``), the slope ``rho``
+(given, or the exact inversion of the reported conversion for ``target_epsilon`` at ``delta``) and
+the delta from the settings. :func:`build_engine` builds the engine those settings run, optionally
+with another ``l2`` or unit (the plan compares them), and :func:`delete` honours one deletion
+request naming one record on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..config.model import engine_class, model_kwargs
+from ..exceptions import ConfigError
+from ..olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
+from ..olu.privacy.analysis.units import UNITS
+
+__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "delete", "resolve_target"]
+
+#: Algorithms whose noise the planner models (one calibrated Gaussian per deletion).
+PLANNED_ALGORITHMS = ("passive",)
+DEFAULT_RHO = 1.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one guarantee protects (``unit``), its Rényi slope and the (epsilon, delta) it reports.
+
+    ``rho`` is the lifetime budget of a model (all-deletions) or the charge of one request
+    (per-request); ``epsilon`` is ``rdp_to_dp(rho, delta)``, at most ``target_epsilon`` when one
+    was given.
+    """
+
+    unit: str
+    rho: float
+    delta: float
+    target_epsilon: float | None = None
+
+    @property
+    def epsilon(self) -> float:
+        return rdp_to_dp(self.rho, self.delta)
+
+    def with_unit(self, unit: str) -> Target:
+        return Target(unit, self.rho, self.delta, self.target_epsilon)
+
+
+def resolve_target(settings, *, unit: str | None = None, rho: float | None = None,
+                   target_epsilon: float | None = None) -> Target:
+    """The target from the settings; ``unit`` and one of ``rho`` / ``target_epsilon`` given here
+    take precedence (the plan compares units and slopes on the same settings).
+
+    ``rho`` and ``target_epsilon`` are mutually exclusive; the settings hold exactly one of them
+    (the loader enforces it, with the default target epsilon 1 unless a rho is set).
+    """
+    unit = unit or settings.privacy_unit
+    if unit not in UNITS:
+        raise ConfigError(f"--privacy-unit must be one of {', '.join(UNITS)}, got {unit!r}")
+    if rho is not None and target_epsilon is not None:
+        raise ConfigError(f"give --rho or --target-epsilon, not both (got {rho!r} and {target_epsilon!r})")
+    if rho is None and target_epsilon is None:
+        rho, target_epsilon = settings.rho, settings.target_epsilon
+    delta = settings.delta
+    if target_epsilon is not None:
+        if not (math.isfinite(target_epsilon) and target_epsilon > 0):
+            raise ConfigError(f"--target-epsilon must be a number > 0, got {target_epsilon!r}")
+        rho = rho_for_epsilon(target_epsilon, delta)
+    elif rho is None:
+        rho = DEFAULT_RHO
+    if not (math.isfinite(rho) and rho > 0):
+        raise ConfigError(f"--rho must be a number > 0, got {rho!r}")
+    if unit == "per-request" and settings.algorithm not in PLANNED_ALGORITHMS:
+        raise ConfigError(f"the per-request unit needs algorithm passive, got {settings.algorithm!r}")
+    return Target(unit, float(rho), float(delta), target_epsilon)
+
+
+def build_engine(settings, target: Target, *, l2: float | None = None, noise_rng=None):
+    """A fresh engine of ``settings.algorithm`` calibrated for ``target`` (``l2`` overriding the
+    setting); ``noise_rng`` seeds its noise (None: OS entropy, as in production)."""
+    if settings.algorithm not in PLANNED_ALGORITHMS:
+        raise ConfigError(f"plan models the passive algorithm only, got algorithm {settings.algorithm!r}")
+    kwargs = model_kwargs(settings)
+    if l2 is not None:
+        kwargs["l2"] = l2
+    for key in ("rho", "target_epsilon", "privacy_unit"):
+        kwargs.pop(key, None)
+    kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta)
+    return engine_class(settings.algorithm)(**kwargs, noise_rng=noise_rng)
+
+
+def delete(model, record_id: str):
+    """Honour one deletion request naming ``record_id`` (a request of one record)."""
+    return model.unlearn_request([record_id])
