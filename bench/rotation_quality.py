@@ -1,13 +1,15 @@
 """Accuracy of the released model on a long stream with deletions: today's weighted split, the
 planned split, and warm-standby rotation (docs/accounting.md 11, docs/accounting.md 12), against plain OGD.
 
-Issue 19's acceptance run. Stream: N events (1e6) of a synthetic logistic task, d = 10, features
-uniform in the unit ball, true weights of norm 9, y ~ Bernoulli(sigmoid(w . x)) as +-1. A fraction p
-of the events are deletions (p = 0.1% or 1%), placed uniformly over the stream; each deletes a
-record drawn uniformly among the last 1e5 inserted ones not yet deleted. Unit all-deletions, budget
-rho = 1 or epsilon 1 at delta 1e-5 (rho = 0.0306). The released model's accuracy on 50,000 fresh
-test points at 1e5, 5e5 and 1e6 events, mean over the seeds (5). Every configuration sees the same
-stream per seed; OGD is ``ogd`` (it ignores deletions: the ceiling).
+Issue 19's acceptance run, on the stream, deletion plan and held-out set of
+bench/privacy_quality.py (bench/_privacy_runs.py): N = 1e6 events of the synthetic logistic task
+(d = 10, directions uniform, norms uniform in [0, 1], true weights of norm 9, y ~
+Bernoulli(sigmoid(w . x)); plain OGD reaches the Bayes accuracy, about 0.71), deletion requests at
+0.1% or 1% of the events at times uniform over the stream, each naming a record drawn uniformly
+among the last 1e5 inserted ones. Unit all-deletions, budget rho = 1 or epsilon 1 at delta 1e-5
+(rho = 0.0306). The released model's accuracy on 100,000 held-out rows at 1e5, 5e5 and 1e6 events,
+mean over 5 seeds; every configuration sees the same stream and plan per seed. OGD is ``ogd`` (fed
+no deletions: the ceiling).
 
 Configurations: ``weighted`` (one model, the lifetime omega split: today), ``planned`` (one model,
 capacity = the stream's deletions, an oracle plan, no renewal), ``overlap`` / ``disjoint`` (rotation
@@ -31,9 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
+import _privacy_runs as R  # noqa: E402
 
 from worker.olu import PassiveOLU, PlainOGD  # noqa: E402
-from worker.olu.core.index import record_key  # noqa: E402
 from worker.olu.core.kernels.loader import compiled  # noqa: E402
 from worker.olu.rotation import Rotation, planned_capacity  # noqa: E402
 
@@ -42,55 +44,14 @@ SERVICES = ()
 CONFIGS = ("weighted", "planned", "overlap", "disjoint")
 BUDGETS = {"rho 1": dict(rho=1.0), "eps 1": dict(target_epsilon=1.0)}
 RATES = (0.001, 0.01)
-WINDOW = 100_000  # deleted records are drawn among the last WINDOW inserted
 # (rate, budget) -> (checkpoints judged, tolerance in points below OGD); None: reported only
 GOALS = {(0.001, "rho 1"): ("all", 0.5), (0.001, "eps 1"): ("late", 1.5), (0.01, "rho 1"): ("late", 2.5),
          (0.01, "eps 1"): None}
 
 
-def stream(n: int, seed: int, d: int = 10, norm: float = 9.0, features: str = "ball"):
-    """``ball``: uniform in the unit ball (norm U**(1/d)); ``radial``: uniform direction, norm
-    uniform in [0, 1] (the convention of bench/_streams.py, a harder task: smaller margins)."""
-    rng = np.random.default_rng([19, seed])
-    w = rng.normal(size=d)
-    w *= norm / np.linalg.norm(w)
-    power = 1.0 / d if features == "ball" else 1.0
-
-    def draw(m):
-        g = rng.normal(size=(m, d))
-        X = g / np.linalg.norm(g, axis=1, keepdims=True) * rng.random(m)[:, None] ** power
-        y = np.where(rng.random(m) < 1.0 / (1.0 + np.exp(-X @ w)), 1.0, -1.0)
-        return X, y
-
-    X, y = draw(n)
-    Xt, yt = draw(50_000)
-    return X, y, Xt, yt
-
-
-def plan(n_events: int, rate: float, seed: int):
-    """(event kind array: -1 insert or the inserted index to delete, inserts), deletions uniform."""
-    k = int(round(rate * n_events))
-    rng = np.random.default_rng([23, seed, k])
-    at = set(int(round((j - 0.5) * n_events / k)) for j in range(1, k + 1)) if k else set()
-    kinds = np.full(n_events, -1, np.int64)
-    inserted, deleted = 0, set()
-    for e in range(n_events):
-        if e in at and inserted:
-            lo = max(0, inserted - WINDOW)
-            while True:
-                r = int(rng.integers(lo, inserted))
-                if r not in deleted:
-                    break
-            deleted.add(r)
-            kinds[e] = r
-        else:
-            kinds[e] = -1
-            inserted += 1
-    return kinds
-
-
-def build(config: str, rate: float, budget: dict, n_events: int, lifetime: int, l2: float, seed: int):
-    kw = dict(dim=10, l2=l2, noise_rng=np.random.default_rng([29, seed]), **budget)
+def build(config: str, rate: float, budget: dict, n_events: int, lifetime: int, l2: float, noise_seed):
+    kw = dict(dim=R.DIM, **{**R.SETTINGS, "l2": l2}, delta=R.DELTA, noise_rng=np.random.default_rng(noise_seed),
+              **budget)
     if config == "ogd":
         return PlainOGD(**{k: v for k, v in kw.items() if k not in ("rho", "target_epsilon")})
     if config == "weighted":
@@ -101,23 +62,11 @@ def build(config: str, rate: float, budget: dict, n_events: int, lifetime: int, 
                     deletion_capacity=planned_capacity(rate, lifetime, config), **kw)
 
 
-def run(config, rate, budget, data, kinds, keys, checkpoints, lifetime, l2, seed):
+def run(config, rate, budget, data, plan, keys, checkpoints, lifetime, l2, seed, noise_seed):
     X, y, Xt, yt = data
-    model = build(config, rate, budget, len(kinds), lifetime, l2, seed)
-    acc, ins, e = {}, 0, 0
-    deletes = np.flatnonzero(kinds >= 0)
-    stops = sorted(set(deletes.tolist()) | set(checkpoints))
-    for stop in stops:
-        if stop > e:  # inserts of events e .. stop - 1
-            n = stop - e
-            model.learn_many(None, X[ins:ins + n], y[ins:ins + n], keys=keys[ins:ins + n])
-            ins, e = ins + n, stop
-        if e in checkpoints:
-            acc[e] = float(np.mean(np.where(Xt @ model.weights >= 0, 1.0, -1.0) == yt))
-        if e < len(kinds) and kinds[e] >= 0:
-            model.unlearn_one(f"r{kinds[e]}")
-            e += 1
-    return acc, model
+    model = build(config, rate, budget, len(y), lifetime, l2, noise_seed)
+    got = R.run_checkpoints(model, X, y, keys, plan if config != "ogd" else None, checkpoints, Xt, yt)
+    return dict(zip(checkpoints, got["accuracy"])), model
 
 
 def main(argv=None) -> int:
@@ -127,12 +76,12 @@ def main(argv=None) -> int:
     ap.add_argument("--lifetime", type=int, default=400_000, help="rotation lifetime E in events")
     ap.add_argument("--l2", type=float, default=0.01)
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--features", choices=("ball", "radial"), default="ball")
     ap.add_argument("--rates", default=",".join(map(str, RATES)))
     ap.add_argument("--budgets", default=",".join(BUDGETS))
-    args = h.arguments(ap, argv, quick="2e4 events, 1 seed, lifetime 8e3")
+    args = h.arguments(ap, argv, quick="2e4 events, 1 seed, lifetime 8e3, 20,000 held-out rows")
+    test_n = 100_000
     if args.quick:
-        args.events, args.seeds, args.lifetime = 20_000, 1, 8_000
+        args.events, args.seeds, args.lifetime, test_n = 20_000, 1, 8_000, 20_000
     info = h.machine()
     print(h.machine_line(info))
     n = args.events
@@ -141,23 +90,21 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     results = {}  # (rate, budget, config) -> {checkpoint: [acc per seed]}
     seconds = {}
+    Xt, yt = R.synthetic(test_n, R.TEST_SEED)
+    keys = compiled().record_keys([f"r-{j}" for j in range(n)])
     for seed in range(args.seeds):
-        X, y, Xt, yt = stream(n, seed, features=args.features)
-        ids = [f"r{i}" for i in range(n)]
-        kernels = compiled()
-        keys = kernels.record_keys(ids) if kernels is not None else np.array([record_key(r) for r in ids], np.uint64)
-        for rate in [float(r) for r in args.rates.split(",")]:
-            kinds = plan(n, rate, seed)
-            inserts = int(np.sum(kinds < 0))
-            data = (X[:inserts], y[:inserts], Xt, yt)
+        X, y = R.synthetic(n, [seed, 0])
+        data = (X, y, Xt, yt)
+        for ri, rate in enumerate(float(r) for r in args.rates.split(",")):
+            plan = R.plan_deletions(n, rate, np.random.default_rng([seed, 1, ri]), R.WINDOW)
             budgets = args.budgets.split(",")
-            for bname in budgets:
-                for config in configs:
+            for bi, bname in enumerate(budgets):
+                for ci, config in enumerate(configs):
                     if config == "ogd" and bname != budgets[0]:
-                        continue  # deletions change nothing in OGD: one run per seed and rate
+                        continue  # OGD is fed no deletions: one run per seed and rate
                     t = time.perf_counter()
-                    acc, _ = run(config, rate, BUDGETS[bname], data, kinds, keys, checkpoints, args.lifetime,
-                                 args.l2, seed)
+                    acc, _ = run(config, rate, BUDGETS[bname], data, plan, keys, checkpoints, args.lifetime,
+                                 args.l2, seed, [seed, 2, ri, bi, ci])
                     took = time.perf_counter() - t
                     for b in (budgets if config == "ogd" else [bname]):
                         seconds[(rate, b, config)] = seconds.get((rate, b, config), 0.0) + took
@@ -176,9 +123,8 @@ def main(argv=None) -> int:
     for line in table:
         print(line["line"])
     report = dict(machine=info, wall_s=time.perf_counter() - started,
-                  setup=dict(events=n, seeds=args.seeds, lifetime=args.lifetime, l2=args.l2, dim=10,
-                             features=args.features,
-                             true_norm=9.0, window=WINDOW, reserve=0.1, unit="all-deletions",
+                  setup=dict(events=n, seeds=args.seeds, lifetime=args.lifetime, l2=args.l2, dim=R.DIM,
+                             true_norm=R.W_NORM, window=R.WINDOW, reserve=0.1, unit="all-deletions", test_n=test_n,
                              checkpoints=checkpoints),
                   rows=rows, checks_table=table)
     return h.finish("rotation_quality", report, args.out, plot=lambda path: plot(rows, path))
