@@ -1,5 +1,5 @@
-"""Warm-standby rotation against the real broker (docs/accounting.md 12): SIGKILL while promotions
-happen every 100 inserts, then an in-process replay of the same input that adopts the stored deletion
+"""Warm-standby rotation against the real broker (docs/accounting.md 12), state on disk or on the S3
+server: SIGKILL while promotions happen every 100 inserts, then an in-process replay of the same input that adopts the stored deletion
 states (both models' post-noise iterates) must equal every release and the final snapshot bit for bit.
 """
 
@@ -29,6 +29,7 @@ from tests.stream.kafka_harness import (
     topics_for,
     wait_for,
     worker_env,
+    worker_on_s3,
 )
 from worker.olu import load_model
 from worker.olu.exceptions import InvalidExample
@@ -70,13 +71,25 @@ def _replay(settings, records, deltas: dict[int, dict], start):
     return model, trace
 
 
-def test_sigkill_around_promotions_restarts_to_bit_identical_state(kafka_bootstrap, kafka_topic, tmp_path):
-    topics = topics_for(kafka_topic, partitions=1)
-    group = f"rot-{uuid.uuid4().hex[:8]}"
-    env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state",
-                     OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0", OLU_BATCH_SIZE="40", OLU_ROTATION="on",
-                     OLU_ROTATION_VARIANT="disjoint", OLU_MODEL_LIFETIME_EVENTS="200",
-                     OLU_BUDGET_SPLIT="planned", OLU_EXPECTED_DELETION_RATE="0.1")
+ROTATING = dict(OLU_BATCH_SIZE="40", OLU_ROTATION="on", OLU_MODEL_LIFETIME_EVENTS="200", OLU_BUDGET_SPLIT="planned",
+                OLU_EXPECTED_DELETION_RATE="0.1")
+
+
+@pytest.mark.parametrize("store", ["file", pytest.param("s3", marks=pytest.mark.s3)])
+def test_sigkill_around_promotions_restarts_to_bit_identical_state(store, kafka_bootstrap, kafka_topic, tmp_path,
+                                                                   request):
+    variant = "disjoint" if store == "file" else "overlap"
+    if store == "s3":
+        topics, group, env, snapshots = worker_on_s3(
+            kafka_bootstrap, kafka_topic, request.getfixturevalue("s3_server"), "rot", stoppable=False,
+            OLU_ROTATION_VARIANT=variant, **ROTATING)
+        env["OLU_KAFKA_GROUP_INSTANCE_ID"] = f"{group}-0"
+    else:
+        topics = topics_for(kafka_topic, partitions=1)
+        group = f"rot-{uuid.uuid4().hex[:8]}"
+        env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state",
+                         OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0", OLU_ROTATION_VARIANT=variant, **ROTATING)
+        snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
     stream = event_stream(3000, seed=19, delete_rate=0.1)
     feeder = BackgroundProducer(kafka_bootstrap, topics.input, stream[200:], chunk=40, pause=0.2, limit=1200)
     worker = WorkerProcess(env, tmp_path / "worker.log")
@@ -110,7 +123,6 @@ def test_sigkill_around_promotions_restarts_to_bit_identical_state(kafka_bootstr
     published = releases(kafka_bootstrap, topics.params)
     assert_identical_duplicates(published)
     values = releases_by_partition(published)[0]
-    snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
     objects = stored_objects(snapshots, topics.input, 0)
     deltas = {o.offset: {**{k: v for k, v in o.header.items() if k not in ("kind", "offset", "event_time_ms")},
                          **o.arrays} for o in objects if o.kind == "delta"}
