@@ -9,6 +9,8 @@ import orjson
 import pytest
 from confluent_kafka import Message
 
+from tests.infra.schema_samples import validate
+from worker import follow as follow_mod
 from worker.client import parse_release
 from worker.config import load_settings
 from worker.config.model import build_model
@@ -94,7 +96,11 @@ def test_releases_name_their_generation_and_versions_stay_monotone():
         out += runner.process(msgs[j:j + 13]).releases
     runner.final_release()
     out += runner.ready_releases()
+    for r in out:  # the wire contract, with the rotation's and the planned split's fields
+        validate("release", orjson.loads(r.value))
     parsed = [parse_release(r.value, key=r.key) for r in out]
+    line = follow_mod._text_line(parsed[-1], None)  # what olu-worker follow prints
+    assert f"generation={parsed[-1].generation} epoch=" in line and "model_age=" in line
     versions = [p.version for p in parsed]
     assert versions == sorted(versions) and len(set(versions)) == len(versions)
     generations = [p.generation for p in parsed]
