@@ -135,7 +135,7 @@ def test_states_and_choices():
         load_accountant({**state, "split": "nope"})
     with pytest.raises(InvalidAccountantState):
         load_accountant({**state, "reserve": 1.0})
-    with pytest.raises(ValueError, match="all-deletions unit only"):
+    with pytest.raises(ValueError, match="all-deletions privacy_unit only"):
         make_accountant("per-request", 1.0, split="planned", planned=5)
     with pytest.raises(ValueError, match="deletion capacity"):
         make_accountant("all-deletions", 1.0, split="planned")

@@ -114,6 +114,9 @@ def test_a_planned_split_without_a_plan_is_refused_at_start():
     from worker.exceptions import ConfigError
     with pytest.raises(ConfigError, match="OLU_DELETION_CAPACITY"):
         load_settings([], env={"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "k:1", "OLU_BUDGET_SPLIT": "planned"})
+    with pytest.raises(ConfigError, match="OLU_PRIVACY_UNIT.*budget_split planned applies"):
+        load_settings([], env={"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "k:1", "OLU_BUDGET_SPLIT": "planned",
+                               "OLU_DELETION_CAPACITY": "5", "OLU_PRIVACY_UNIT": "per-request"})
     with pytest.raises(ConfigError, match="rotate"):
         load_settings([], env={"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "k:1", "OLU_ROTATION": "on",
                                "OLU_ALGORITHM": "memory-pair"})

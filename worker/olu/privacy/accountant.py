@@ -277,7 +277,8 @@ def make_accountant(unit: str, budget: float, *, split: str = "weighted", planne
         raise ValueError(f"budget split must be one of {', '.join(SPLITS)}, got {split!r}")
     if split == PlannedAccountant.split:
         if unit != PlannedAccountant.unit:
-            raise ValueError(f"the planned split applies to the {PlannedAccountant.unit} unit only, not {unit!r}")
+            raise ValueError(f"budget_split planned applies to the {PlannedAccountant.unit} privacy_unit only, "
+                             f"not {unit!r}")
         if planned is None:
             raise ValueError("the planned split needs a deletion capacity (planned)")
         return PlannedAccountant(budget, planned=planned, reserve=reserve, **kwargs)
