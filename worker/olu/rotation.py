@@ -136,7 +136,8 @@ class Rotation:
 
     # ----------------------------------------------------------------- learning
     def learn_one(self, record_id: str, x, y) -> bool:
-        return self.learn_many([record_id], np.asarray([x], dtype=np.float64), [y]) == 1
+        xv = self.active.features.check(x)  # the one-row checks and errors of OnlineUnlearner.learn_one
+        return self.learn_many([record_id], xv[None, :], [y]) == 1
 
     def learn_many(self, record_ids, X, y, *, keys=None) -> int:
         """Rows in stream order, split at the rotation points; the whole batch is checked first."""
