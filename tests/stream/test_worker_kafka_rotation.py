@@ -63,7 +63,7 @@ def _replay(settings, records, deltas: dict[int, dict], start):
                 pass
         elif event is not None:
             post = deltas.get(offset + 1)
-            if model.unlearn_one(event.id, post_state=post).changed_model:
+            if model.unlearn_request(list(event.ids), post_state=post).changed_model:
                 assert post is not None, f"deletion at {offset} changed a model without a stored state"
                 used.add(offset + 1)
         trace[offset + 1] = (model.generation, model.t, model.z.tobytes())
