@@ -99,8 +99,13 @@ RESTORE_1M_S = Target(
     "restore_1m_s", "restore of a partition with 1,000,000 applied records <= 2 s", "<=", 2.0, "s",
     "streaming worker")
 
-ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS, LEARN_MANY_EVENTS_PER_S,
-       LEDGER_BYTES_PER_DELETION, MERGE_STALL_MS,
+# --------------------------------------------------------------------------- issue 19 (rotation)
+ROTATION_X_ONE_MODEL = Target(
+    "rotation_x_one_model", "with rotation on, learn_many >= 0.45x one model's rate", ">=", 0.45, "x",
+    "issue 19")
+
+ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS, ROTATION_X_ONE_MODEL,
+       LEARN_MANY_EVENTS_PER_S, LEDGER_BYTES_PER_DELETION, MERGE_STALL_MS,
        WORKER_EVENTS_PER_S, WORKER_X_CEILING, DELETE_TO_RELEASE_P99_S, RESTORE_1M_S)
 
 

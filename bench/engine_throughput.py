@@ -60,12 +60,16 @@ from _targets import (  # noqa: E402
     ENGINE_X_RIVER,
     INDEX_BYTES_PER_RECORD,
     LEARN_MANY_EVENTS_PER_S,
+    ROTATION_X_ONE_MODEL,
     Checks,
 )
 
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 from worker.olu.core.index import record_key  # noqa: E402
 from worker.olu.core.kernels import hashing, ogd, warmup  # noqa: E402
+from worker.olu.rotation import Rotation  # noqa: E402
+
+ROTATION_LIFETIME = 400_000  # events; promotions every 200,000 (the quick run's 100,000 events: one birth)
 
 TARGET_EVENTS_PER_S = ENGINE_EVENTS_PER_S.threshold
 TARGET_RIVER_RATIO = ENGINE_X_RIVER.threshold
@@ -105,8 +109,11 @@ def deletion_plan(n: int, batch: int, frac: float, seed: int) -> list[list[str]]
     return plan
 
 
-def new_model(d: int, reference: bool = False) -> PassiveOLU:
-    m = PassiveOLU(dim=d, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
+def new_model(d: int, reference: bool = False, rotation: str | None = None, lifetime: int = ROTATION_LIFETIME):
+    kw = dict(dim=d, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
+    if rotation is not None:  # two models per stream (docs/accounting.md 12)
+        return Rotation(PassiveOLU, lifetime_events=lifetime, variant=rotation, **kw)
+    m = PassiveOLU(**kw)
     if reference:
         m.use_kernel = False
     return m
@@ -134,8 +141,9 @@ def timed_merges(m: PassiveOLU) -> list[float]:
     return acc
 
 
-def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10) -> dict:
-    m = new_model(d, reference=path == "reference")
+def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10, rotation: str | None = None,
+        lifetime: int = ROTATION_LIFETIME) -> dict:
+    m = new_model(d, reference=path == "reference", rotation=rotation, lifetime=lifetime)
     merges = timed_merges(m)
     learn_s = delete_s = cpu_s = 0.0
     deletes = 0
@@ -170,7 +178,8 @@ def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10) 
         "delete_us_mean": 1e6 * delete_s / deletes if deletes else None,
         "stream_ops_per_s": (n + deletes) / (learn_s + delete_s) if deletes else None,
         "merge_s": merges[0], "merges": merges[1],
-        "applied": m.counters["applied"], "skipped_deleted": m.counters["skipped_deleted"],
+        "applied": m.active.counters["applied"] if rotation else m.counters["applied"],
+        "skipped_deleted": m.active.counters["skipped_deleted"] if rotation else m.counters["skipped_deleted"],
         "delete_outcomes": outcomes, "_model": m,
     }
 
@@ -301,6 +310,10 @@ def main(argv=None) -> int:
         "kernel": best_of(R, lambda: run("kernel", ids, X, y, keys, batch, n, d=d)),
         "kernel+deletes": best_of(R, lambda: run("kernel", ids, X, y, keys, batch, n, plan, d=d)),
     }
+    lifetime = min(ROTATION_LIFETIME, max(2, n // 2))  # at least one promotion in every run
+    for variant in ("overlap", "disjoint"):
+        res[f"rotation {variant}"] = best_of(R, lambda v=variant: run("learn_many", ids, X, y, keys, batch, n, d=d,
+                                                                      rotation=v, lifetime=lifetime))
     ref_n = min(args.ref_n, n)
     res["numpy reference"] = best_of(R, lambda: run("reference", ids, X, y, keys, batch, ref_n, d=d))
     same = run("learn_many", ids, X, y, keys, batch, ref_n, d=d)["_model"]
@@ -321,6 +334,8 @@ def main(argv=None) -> int:
         ("ours kernel only (pre-hashed)", "kernel"),
         ("ours kernel only + 1% deletes", "kernel+deletes"),
         ("numpy reference learn_many", "numpy reference"),
+        ("rotation overlap learn_many", "rotation overlap"),
+        ("rotation disjoint learn_many", "rotation disjoint"),
         ("River LogisticRegression.learn_one", "river"),
     ]
     print()
@@ -364,6 +379,12 @@ def main(argv=None) -> int:
                  note=f"{lm['events_per_cpu_s']:,.0f} per CPU-second, load average {os.getloadavg()[0]:.1f}")
     checks.check(INDEX_BYTES_PER_RECORD, max(idx["bytes_per_record"], idx["bytes_per_record_after_merge"]),
                  where=f"{idx['records']:,} records, before and after merge")
+    for variant in ("overlap", "disjoint"):
+        r = res[f"rotation {variant}"]
+        ratio = r["events_per_s"] / res["learn_many"]["events_per_s"]
+        targets[f"rotation {variant}"] = {"events_per_s": r["events_per_s"], "x_one_model": ratio}
+        checks.check(ROTATION_X_ONE_MODEL, ratio, where=f"{variant}, lifetime {lifetime:,} events: "
+                     f"{r['events_per_s']:,.0f} events/s")
 
     bars = [
         ("ours learn_many", res["learn_many"]["events_per_s"], "tab:blue"),
@@ -414,6 +435,15 @@ def render(report: dict) -> str:
             target += f", >= 6 M {'MET' if LEARN_MANY_EVENTS_PER_S.met(r['events_per_s']) else 'NOT MET'}"
         cpu = rate(r["events_per_cpu_s"]) if "events_per_cpu_s" in r else ""
         lines.append(f"| {label} | {value} | {cpu} | {r['events_per_s'] / river:.1f} | {target} |")
+    one = res["learn_many"]["events_per_s"]
+    for variant in ("overlap", "disjoint"):  # absent from reports written before the rotation existed
+        r = res.get(f"rotation {variant}")
+        if r is not None:
+            ratio = r["events_per_s"] / one
+            cpu = rate(r["events_per_cpu_s"]) if "events_per_cpu_s" in r else ""
+            lines.append(f"| rotation {variant} `learn_many` (two models) | {rate(r['events_per_s'])} | {cpu} | "
+                         f"{r['events_per_s'] / river:.1f} | {ratio:.2f}x one model, >= 0.45x "
+                         f"{'MET' if ROTATION_X_ONE_MODEL.met(ratio) else 'NOT MET'} |")
     idx = report["index"]["at_index_n"]
     worst = max(idx["bytes_per_record"], idx["bytes_per_record_after_merge"])
     lines += ["", f"Applied index: {idx['bytes_per_record']:.1f} bytes per record at {idx['records']:,} records "

@@ -95,6 +95,7 @@ class ModelRelease:
     #: the deletion request this release published (deletion releases only): ids, applied,
     #: not_applied (the ids the partition never applied), duplicates; None on other releases
     request: Mapping[str, Any] | None = None
+    generation: int | None = None  # warm-standby rotation: the generation of the released model
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the value as received
     raw: bytes = field(default=b"", repr=False)
 
@@ -214,7 +215,11 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
         expected = release_key_text(record["topic"], record["partition"])
         if text != expected:
             raise InvalidRelease("key_mismatch", f"key {text!r} differs from {expected!r}")
+    generation = record.get("generation")
+    if generation is not None and not (_is_int(generation) and generation >= 0):
+        raise InvalidRelease("bad_field", f"generation must be an integer >= 0, got {generation!r}")
     return ModelRelease(
+        generation=generation,
         model=record["model"], topic=record["topic"], partition=record["partition"], version=record["version"],
         offset=record["offset"], t=record["t"], deletions=record["deletions"], epoch=record["epoch"],
         algorithm=record["algorithm"], loss=record["loss"], dim=dim,

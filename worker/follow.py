@@ -113,6 +113,8 @@ def _text_line(release: ModelRelease, prediction: float | str | None) -> str:
     line = (f"{release.topic}/{release.partition} v{release.version} model={release.model} "
             f"algorithm={release.algorithm} t={release.t} deletions={release.deletions} "
             f"unit={p.get('unit', 'all-deletions')} epsilon={p['epsilon']:.4g} budget_used={p['budget_used']:.2%}")
+    if release.generation is not None:  # a rotation: which model, and how old
+        line += f" generation={release.generation} epoch={release.epoch} model_age={p.get('model_age')}"
     if release.trigger:
         line += f" trigger={release.trigger}"
     if release.request is not None:

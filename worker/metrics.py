@@ -114,6 +114,19 @@ class Metrics:
                                      "about 1 the release is mostly noise", _NOISE_LABELS, registry=r)
         self.deletion_capacity_left = Gauge("olu_deletion_capacity_left", "Deletions left before the model's "
                                             "capacity (only where the algorithm has one)", _TP, registry=r)
+        # The planned split and the rotation (docs/accounting.md 11, docs/accounting.md 12): public counts.
+        self.capacity_planned = Gauge("olu_deletion_capacity_planned", "Planned split: deletions planned per "
+                                      "model lifetime", _TP, registry=r)
+        self.capacity_used = Gauge("olu_deletion_capacity_used", "Planned split: deletions of the released "
+                                   "model's epoch inside the plan", _TP, registry=r)
+        self.overflow_deletions = Gauge("olu_deletion_overflow", "Planned split: deletions of the released "
+                                        "model's epoch beyond the plan, paid from the reserve", _TP, registry=r)
+        self.model_generation = Gauge("olu_model_generation", "Rotation: generation of the released model",
+                                      _TP, registry=r)
+        self.model_rotations = Gauge("olu_model_rotations", "Rotation: promotions of a standby so far", _TP,
+                                     registry=r)
+        self.model_age = Gauge("olu_model_age_events", "Rotation: input events since the released model was "
+                               "born", _TP, registry=r)
         # The DP tree mechanism (dp-tofw, docs/accounting.md 7): public schedule figures, not data.
         self.dp_noise_sigma = Gauge("olu_dp_noise_sigma", "dp-tofw: Gaussian noise standard deviation per "
                                     "tree node", _TP, registry=r)
@@ -223,6 +236,15 @@ class Metrics:
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._child(gauge, topic, partition).set(value)
 
+    def set_split_and_rotation(self, topic: str, partition: int, privacy: dict) -> None:
+        """Capacity and overflow of the planned split, generation and age of a rotation, where present."""
+        for gauge, name in ((self.capacity_planned, "capacity_planned"), (self.capacity_used, "capacity_used"),
+                            (self.overflow_deletions, "overflow_deletions"), (self.model_generation, "generation"),
+                            (self.model_rotations, "rotations"), (self.model_age, "model_age")):
+            value = privacy.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self._child(gauge, topic, partition).set(value)
+
     def update_privacy(self, topic: str, partition: int, model) -> None:
         """Privacy gauges from the engine's ``model.privacy()`` dict."""
         p = model.privacy()
@@ -231,6 +253,7 @@ class Metrics:
                          unit=_code(p.get("unit", "all-deletions"), UNITS), rho=p.get("rho"),
                          requests=p.get("requests"))
         self.set_dp_tree(topic, partition, p)
+        self.set_split_and_rotation(topic, partition, p)
         with self._lock:
             self._privacy_known.add((str(topic), str(int(partition))))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .exceptions import BadValue, ConfigError
 from .kafka import KAFKA_ENV_PREFIX, check_key, env_to_kafka_key
-from .model import engine_class
+from .model import build_model
 from .options import (
     BOOTSTRAP_ENV,
     BOOTSTRAP_FALLBACK_ENV,
@@ -271,9 +271,8 @@ def _check_registry(values: dict[str, Any]) -> None:
 
 def _check_model(settings: Settings) -> None:
     """Build the model once, so a combination the engine refuses fails now, naming the settings."""
-    cls = engine_class(settings.algorithm)
     try:
-        cls(**settings.model_kwargs())
+        build_model(settings)
     except ValueError as exc:
         message = str(exc)
         named = [_label(n) for n in OPTION_BY_NAME if re.search(rf"\b{re.escape(n)}\b", message)]

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..exceptions import ConfigError
+from ..olu.privacy.analysis.split import capacity_for_rate
 from ..olu.registry import ALGORITHMS as _REGISTRY
+from ..olu.rotation import Rotation, planned_capacity
 
 ALGORITHMS = tuple(_REGISTRY)
 
 # Settings every algorithm takes, under the same keyword (OnlineUnlearner.__init__).
 BASE_MODEL_SETTINGS = ("dim", "loss", "l2", "label_bound", "radius", "feature_bound", "feature_policy",
-                       "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega", "delta")
+                       "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega", "delta",
+                       "budget_split", "budget_reserve")
 
 
 def model_kwargs(settings: Any) -> dict[str, Any]:
@@ -30,7 +34,33 @@ def model_kwargs(settings: Any) -> dict[str, Any]:
     cls = engine_class(settings.algorithm)
     kwargs = {name: getattr(settings, name) for name in BASE_MODEL_SETTINGS}
     kwargs.update({keyword: getattr(settings, name) for name, keyword in cls.settings.items()})
+    if getattr(settings, "budget_split", None) == "planned":
+        kwargs["deletion_capacity"] = deletion_capacity(settings)
     return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def deletion_capacity(settings: Any) -> int | None:
+    """The planned split's capacity per model: given, or the expected deletion rate times the
+    lifetime (per model: half of it in the disjoint rotation, docs/accounting.md 12.2); None if neither."""
+    if settings.deletion_capacity is not None:
+        return settings.deletion_capacity
+    rate = settings.expected_deletion_rate
+    if rate is None:
+        raise ConfigError("budget_split planned needs deletion_capacity (OLU_DELETION_CAPACITY) or "
+                          "expected_deletion_rate (OLU_EXPECTED_DELETION_RATE)")
+    if settings.rotation == "on":
+        return planned_capacity(rate, settings.model_lifetime_events, settings.rotation_variant)
+    return capacity_for_rate(rate, settings.model_lifetime_events)
+
+
+def build_model(settings: Any):
+    """The partition's model as the settings ask: one engine model, or a rotation of two."""
+    cls = engine_class(settings.algorithm)
+    kwargs = model_kwargs(settings)
+    if getattr(settings, "rotation", "off") == "on":
+        return Rotation(cls, lifetime_events=settings.model_lifetime_events, variant=settings.rotation_variant,
+                        **kwargs)
+    return cls(**kwargs)
 
 
 def engine_class(algorithm: str):

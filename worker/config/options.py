@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..olu.privacy.analysis.split import SPLIT_NAMES
 from ..olu.privacy.analysis.units import UNITS
+from ..olu.rotation import VARIANTS
 from .model import ALGORITHMS
 from .parsers import (
     boolean,
@@ -46,6 +48,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("json", "text")
 INPUT_FORMATS = ("json", "avro", "json-schema", "protobuf")
 RELEASE_FORMATS = ("json", "avro", "json-schema")
+ROTATION_CHOICES = ("off", "on")
 
 GROUP_TITLES = {"kafka": "Kafka", "registry": "Schema Registry", "model": "model", "state": "releases and state",
                 "http": "HTTP and logging"}
@@ -135,6 +138,25 @@ OPTIONS: tuple[Option, ...] = (
            "alpha > 1); excludes target_epsilon", "model"),
     Option("omega", number(1, lo_open=True), "budget split exponent (> 1)", "model"),
     Option("delta", number(0, 1, lo_open=True, hi_open=True), "delta at which epsilon is reported", "model"),
+    Option("budget_split", choice(SPLIT_NAMES),
+           "all-deletions: weighted (omega weights over the model's lifetime) or planned (an even share "
+           "for each of deletion_capacity deletions, a reserve beyond)", "model"),
+    Option("deletion_capacity", number(1, integer=True),
+           "planned split: deletions planned per model lifetime (default: expected_deletion_rate x "
+           "model_lifetime_events)", "model"),
+    Option("expected_deletion_rate", number(0, 1, hi_open=True),
+           "planned split: expected deletions per event, to derive deletion_capacity", "model"),
+    Option("budget_reserve", number(0, 1, lo_open=True, hi_open=True),
+           "planned split: share of the budget kept for deletions beyond the capacity", "model"),
+    Option("rotation", choice(ROTATION_CHOICES),
+           "warm-standby rotation: on (an active and a standby model per partition, renewed every "
+           "model_lifetime_events / 2 events) or off", "model"),
+    Option("rotation_variant", choice(VARIANTS),
+           "rotation: overlap (every event trains both models) or disjoint (each record trains one, "
+           "by a hash of its key)", "model"),
+    Option("model_lifetime_events", number(2, integer=True),
+           "rotation: events a model lives (half as standby, half released); also the lifetime the "
+           "planned capacity is derived for", "model"),
     Option("max_deletions", number(1, integer=True),
            "deletion capacity (per epoch; k for the restart and active algorithms)", "model"),
     Option("restart_c", positive, "passive-restart: constant c of the restart test", "model"),

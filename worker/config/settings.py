@@ -76,6 +76,13 @@ class Settings:
     rho: float | None = None  # given: the Renyi slope per unit, and target_epsilon is unset
     omega: float = 1.2
     delta: float = 1e-5
+    budget_split: str = "weighted"
+    deletion_capacity: int | None = None  # None: from expected_deletion_rate and the lifetime
+    expected_deletion_rate: float | None = None
+    budget_reserve: float = 0.1
+    rotation: str = "off"
+    rotation_variant: str = "overlap"
+    model_lifetime_events: int = 400_000
     max_deletions: int | None = None
     restart_c: float = 1.0
     order_fallback: str = "retrain"

@@ -124,4 +124,21 @@ class ReleaseReader:
                 raise ValueError(f"releases are never {kind}: schema {schema_id}")
             self._by_type[kind] = deserializer
         record = deserializer(value, SerializationContext(topic, MessageField.VALUE))
-        return orjson.dumps(record)
+        return orjson.dumps(_without_absent(record, json.loads(release_json_schema())))
+
+
+def _without_absent(record, schema: dict):
+    """The record as the JSON writer wrote it. Avro has no absent field: an optional field the writer
+    left out reads back as null. A field whose schema does not allow null can only be null that
+    way, so drop it; a nullable one (``target_epsilon``, the noise figures) keeps its null, which
+    the writer always writes (schemas/README.md)."""
+    if not isinstance(record, dict) or not isinstance(schema, dict):
+        return record
+    props = schema.get("properties", {})
+    return {k: _without_absent(v, props.get(k, {})) for k, v in record.items()
+            if v is not None or _nullable(props.get(k, {}))}
+
+
+def _nullable(spec: dict) -> bool:
+    kinds = spec.get("type")
+    return kinds == "null" or (isinstance(kinds, list) and "null" in kinds) or None in spec.get("enum", ())

@@ -19,6 +19,7 @@ from .algorithms.retrain import Retrain
 from .algorithms.rewind import RewindToDelete
 from .core.base import OnlineUnlearner
 from .exceptions import InvalidState
+from .rotation import Rotation
 
 ALGORITHMS: dict[str, type[OnlineUnlearner]] = {
     cls.algorithm: cls
@@ -32,8 +33,9 @@ ALGORITHMS: dict[str, type[OnlineUnlearner]] = {
 }
 
 
-def load_model(state: dict, noise_rng: np.random.Generator | None = None) -> OnlineUnlearner:
-    """Rebuild any registered algorithm's model from ``export_state()``; ``InvalidState`` otherwise.
+def load_model(state: dict, noise_rng: np.random.Generator | None = None) -> OnlineUnlearner | Rotation:
+    """Rebuild any registered algorithm's model, or a rotation of one, from ``export_state()``;
+    ``InvalidState`` otherwise.
 
     >>> from worker.olu import PassiveOLU
     >>> m = PassiveOLU(dim=2)
@@ -45,6 +47,8 @@ def load_model(state: dict, noise_rng: np.random.Generator | None = None) -> Onl
         name = state["meta"]["algorithm"]
     except (KeyError, TypeError) as exc:
         raise InvalidState(f"malformed model state: {exc!r}") from None
+    if name == Rotation.state_name:  # two models of one algorithm (worker.olu.rotation)
+        return Rotation.from_state(state, noise_rng)
     cls = ALGORITHMS.get(name)
     if cls is None:
         raise InvalidState(f"unknown algorithm {name!r} (this build knows {sorted(ALGORITHMS)})")

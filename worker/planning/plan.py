@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..olu.privacy.analysis.units import UNITS
 from .advice import assess
-from .predict import noise_std, predict
+from .predict import noise_std, predict, renewal
 from .simulate import L2_FACTORS, simulate
 from .target import PLANNED_ALGORITHMS, build_engine, delete
 
@@ -39,6 +39,7 @@ def make_plan(settings, target, *, deletion_rate: float, events: int, age: int, 
         "target_epsilon": target.target_epsilon,
         "deletion_rate": deletion_rate, "events": events, "deletion_age": age, **pred,
         "other_unit": other, "l2_candidates": candidates, "simulation": None,
+        "renewal": renewal(model, target, events=events, **figures) if type(model).rotates else None,
     }
     if sample is not None:
         sim_events = min(events, 100_000) if sim_events is None else sim_events

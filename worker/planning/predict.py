@@ -28,12 +28,16 @@ import math
 
 from ..olu.privacy.analysis.noise import plan_deletions, predicted_noise_growth, predicted_noise_std
 from ..olu.privacy.analysis.rdp import noise_multiplier
+from ..olu.privacy.analysis.split import DEFAULT_RESERVE, capacity_for_rate
 from ..olu.privacy.analysis.units import per_request_sigma
+from ..olu.rotation import model_budget, planned_capacity
 
-__all__ = ["GROWTH_LENGTHS", "deletion_sigmas", "noise_std", "predict"]
+__all__ = ["GROWTH_LENGTHS", "LIFETIMES", "deletion_sigmas", "noise_std", "predict", "renewal"]
 
 #: Stream lengths at which the growth of the noise is shown.
 GROWTH_LENGTHS = (10**5, 10**6, 10**7)
+#: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS) the renewal figures compare.
+LIFETIMES = (10**5, 2 * 10**5, 4 * 10**5, 10**6)
 
 
 def _plan_kwargs(model, target, deletion_rate: float, omega: float, age: int) -> dict:
@@ -83,3 +87,36 @@ def predict(model, target, *, deletion_rate: float, events: int, omega: float, a
         "noise_growth": {str(n): v for n, v in growth.items()},
         "noise_to_radius": std * math.sqrt(model.dim) / model.ball.radius,
     }
+
+
+def renewal(model, target, *, deletion_rate: float, events: int, omega: float, age: int,
+            reserve: float = DEFAULT_RESERVE, lifetimes=LIFETIMES) -> dict | None:
+    """Planned split and warm-standby rotation (docs/accounting.md 11, docs/accounting.md 12) under the
+    all-deletions unit: the capacity K to plan and the predicted noise std of the release.
+
+    ``planned``: one model planned for exactly ``events`` (K = rate x events; it needs the horizon).
+    ``rotation``: per lifetime E, the overlap variant's per-model K and rho / 2, and the noise of the
+    released model when it is youngest (E/2 events old, just promoted) and oldest (E). Under the
+    shifted strongly convex schedule these hardly depend on E (docs/accounting.md 11.1: about 2 and 4
+    times the single model's variance), so ``recommended`` is the longest lifetime whose youngest
+    release is within 1% of the least noise (fewer renewals). None under per-request or without
+    deletions. Upper bounds: every deletion is counted as charged, also those of records older than
+    the model.
+    """
+    if target.unit != "all-deletions" or deletion_rate <= 0:
+        return None
+    base = _plan_kwargs(model, target, deletion_rate, omega, age)
+    k = capacity_for_rate(deletion_rate, events)
+    single = predicted_noise_std(**base, events=events, split="planned", capacity=k, reserve=reserve)
+    rows = []
+    for lifetime in lifetimes:
+        cap = planned_capacity(deletion_rate, lifetime, "overlap")
+        kw = {**base, "rho": model_budget(target.unit, "overlap", target.rho), "split": "planned",
+              "capacity": cap, "reserve": reserve}
+        rows.append({"lifetime": lifetime, "capacity": cap,
+                     "noise_std_young": predicted_noise_std(**kw, events=lifetime // 2),
+                     "noise_std_old": predicted_noise_std(**kw, events=lifetime)})
+    least = min(r["noise_std_young"] for r in rows)  # within 1% of it counts as a tie: the longest wins
+    best = max((r for r in rows if r["noise_std_young"] <= 1.01 * least), key=lambda r: r["lifetime"])
+    return {"reserve": reserve, "planned": {"capacity": k, "noise_std": single}, "rotation": rows,
+            "recommended": {"lifetime": best["lifetime"], "capacity": best["capacity"]}}

@@ -23,6 +23,11 @@ Fields of the JSON object (``olu-worker plan --json``)
   ``predicted_noise_std`` per unit at the simulated length, ``runs``: ``[{l2, ogd, ogd_weights_norm,
   units: {unit: score}, curves: {ogd | unit: [score per window]}}]`` and ``curve_events`` (the
   events at the end of each window).
+* ``renewal`` (null under per-request, without deletions or for an algorithm that does not
+  rotate): ``reserve``; ``planned``: ``{capacity, noise_std}`` of one model with the planned split
+  for exactly ``events``; ``rotation``: ``[{lifetime, capacity, noise_std_young, noise_std_old}]``
+  (overlap variant, rho / 2 per model; the released model just promoted, E/2 old, and about to
+  retire, E old); ``recommended``: ``{lifetime, capacity}``.
 * ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, l2
   (null without a sample), target_useful, text: [sentences]}``.
 """
@@ -68,6 +73,17 @@ def to_text(plan: dict) -> str:
         lines.append(f"  {o['unit']} at the same rho: {o['noise_std']:.4g}")
     by_l2 = ", ".join(f"{c['l2']:g}: {c['noise_std']:.4g}" for c in plan["l2_candidates"])
     lines.append(f"  {plan['unit']} by l2: {by_l2}")
+    ren = plan.get("renewal")
+    if ren:
+        p = ren["planned"]
+        lines.append(f"planned split (OLU_BUDGET_SPLIT=planned, reserve {ren['reserve']:g}): one model planned for "
+                     f"{_n(plan['events'])} events, capacity {_n(p['capacity'])}: noise std {p['noise_std']:.4g}")
+        for r in ren["rotation"]:
+            lines.append(f"  rotation, lifetime {_n(r['lifetime'])}: capacity {_n(r['capacity'])} per model, released "
+                         f"noise std {r['noise_std_young']:.4g} (just promoted) to {r['noise_std_old']:.4g} (retiring)")
+        rec = ren["recommended"]
+        lines.append(f"  recommended: OLU_ROTATION=on, OLU_MODEL_LIFETIME_EVENTS={rec['lifetime']}, "
+                     f"OLU_DELETION_CAPACITY={rec['capacity']} (steady noise, no horizon needed)")
     sim = plan["simulation"]
     if sim:
         units = list(sim["runs"][0]["units"])

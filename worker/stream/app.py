@@ -21,8 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from ..config.model import build_model
 from ..logs import get_logger
-from ..olu import ALGORITHMS
 from ..state.exceptions import StorageUnavailable
 from ..state.store import SnapshotStore, open_store
 from . import scan
@@ -109,7 +109,7 @@ class Worker:
 
     # ----------------------------------------------------------------- lifecycle
     def _new_model(self):
-        return ALGORITHMS[self.settings.algorithm](**self.settings.model_kwargs())
+        return build_model(self.settings)
 
     def stop(self, *_args) -> None:
         self.stopping.set()

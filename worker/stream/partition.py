@@ -318,19 +318,22 @@ class PartitionRunner:
         return self.outbox.retry()
 
     def _delta_payload(self, after: int) -> tuple[dict, dict]:
-        m = self.model
-        # "deletions" counts charged deletions (the accountant's), "deletions_applied" all of them
-        # (the release's "deletions"); a replay checks both (OnlineUnlearner._adopt).
+        # The model's deletion state: its arrays (the post-noise iterate ``z``; a rotation's standby
+        # ``z_standby`` too) and its counters. "deletions" counts charged deletions (the
+        # accountant's), "deletions_applied" all of them (the release's "deletions"); a replay
+        # checks both (OnlineUnlearner._adopt), a rotation also its generation and event count.
+        state = self.model.deletion_state()
+        arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
         header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms,
-                  "t": m.t, "epoch": m.epoch, "deletions": m.accountant.lifetime_deletions,
-                  "deletions_applied": m.deletions_applied}
-        return header, {"z": m.z.copy()}
+                  **{k: v for k, v in state.items() if k not in arrays}}
+        return header, arrays
 
     @staticmethod
     def _post_state(stored) -> dict:
         header, arrays = stored
-        return {"z": arrays["z"], "t": header["t"], "epoch": header["epoch"], "deletions": header["deletions"],
-                "deletions_applied": header.get("deletions_applied")}  # absent from older deltas
+        state = {k: v for k, v in header.items() if k not in ("kind", "offset", "event_time_ms")}
+        state.setdefault("deletions_applied", None)  # absent from older deltas
+        return {**state, **arrays}
 
     # ----------------------------------------------------------------- releases
     def _request_here(self) -> dict | None:

@@ -17,6 +17,9 @@ from .. import __version__
 from ..wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGGER_HEADER, WORKER_VERSION_HEADER
 from .exceptions import UnreleasableState
 
+#: What a release adds to ``privacy`` for a rotation and for the planned split (schemas/release.schema.json).
+ROTATION_PRIVACY = ("rotation", "model_rho", "model_age", "rotations")
+PLANNED_PRIVACY = ("split", "capacity_planned", "capacity_used", "overflow_deletions")
 _MAX_DOUBLE = 1.7976931348623157e308  # JSON has no infinity: the largest double stands for it
 
 
@@ -79,6 +82,11 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
     }
     if request is not None:
         record["request"] = request
+    if "rotation" in privacy:  # a warm-standby rotation: which model this is (docs/accounting.md 12.1)
+        record["generation"] = privacy["generation"]
+        record["privacy"].update({k: privacy[k] for k in ROTATION_PRIVACY})
+    if privacy.get("split") == "planned":
+        record["privacy"].update({k: privacy[k] for k in PLANNED_PRIVACY})
     return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
 
 

@@ -309,6 +309,7 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
     algorithm = "active-d2d"
     calibration = "gaussian"
     keeps_examples = True
+    rotates = True
     settings = {"max_deletions": "max_deletions", "order_fallback": "order_fallback"}
 
     def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain", **kwargs):
@@ -418,6 +419,7 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
     algorithm = "active-anchor"
     calibration = "gaussian"
     keeps_examples = True
+    rotates = True
     settings = {"max_deletions": "max_deletions", "order_fallback": "order_fallback"}
 
     def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain",

@@ -40,6 +40,7 @@ class PassiveOLU(OnlineUnlearner):
     # request's public metadata, which the shift below is; and the shifts of a request add.
     privacy_units = ("all-deletions", "per-request")
     groups_requests = True
+    rotates = True
 
     def shift(self, steps, tau: int) -> float:
         """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice, docs/guarantee.md 1.3)."""
@@ -65,6 +66,7 @@ class PassiveRestartOLU(PassiveOLU):
     algorithm = "passive-restart"
     settings = {"restart_c": "restart_c", "max_deletions": "max_deletions"}
     privacy_units = ("all-deletions",)  # the restart test's k~ is a lifetime plan: not per request
+    rotates = False  # it renews itself by its restart test (docs/accounting.md 12.5)
 
     def __init__(self, dim: int, *, restart_c: float = 1.0, max_deletions: int = 1000, **kwargs):
         if not (isinstance(restart_c, (int, float)) and math.isfinite(restart_c) and restart_c > 0):

@@ -9,16 +9,18 @@ is applied with step eta_t, z_{t+1} = Proj_K(z_t - eta_t grad f_t(z_t)) (docs/gu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
 from ..privacy.accountant import load_accountant, make_accountant
 from ..privacy.analysis.rdp import rho_for_epsilon
+from ..privacy.analysis.split import DEFAULT_RESERVE
 from ..privacy.analysis.units import UNITS
 from ..privacy.ledger import Ledger
 from ..privacy.meter import MeteredNoise, NoiseMeter
+from .deletion import Deletion
 from .domain import Ball, FeatureBound
 from .index import AppliedIndex, KeySet, record_key
 from .kernels.loader import compiled
@@ -41,34 +43,6 @@ def _positive(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < value < float("inf")):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
-
-
-@dataclass(frozen=True)
-class Deletion:
-    """What ``unlearn_one`` did.
-
-    outcome: ``noised`` (calibrated Gaussian added), ``exact`` (the model no longer depends on the
-    record; nothing to hide), ``restarted`` (new epoch from a data-independent point),
-    ``retrained`` (budget exhausted: rebuilt from the retained examples, new epoch; memory-pair),
-    ``not_applied`` (the model never used the record: no noise, no budget), ``duplicate`` (already
-    deleted: no-op), ``ignored`` (a baseline that does not unlearn), ``dp_covered`` (dp-tofw: no-op on
-    the state, honoured by the DP guarantee of every release; no noise, no budget, no release).
-    """
-
-    outcome: str
-    index: int = 0  # deletion counter i of the epoch after this deletion (0: no budget used)
-    sigma: float = 0.0
-    shift: float = 0.0
-    steps: tuple[int, ...] = ()
-    # A request (``unlearn_request``): how many of its ids the model had applied, and the ids it
-    # never applied (no noise, no charge for them) or had already deleted (a no-op).
-    records: int = 0
-    not_applied: tuple[str, ...] = ()
-    duplicates: tuple[str, ...] = ()
-
-    @property
-    def changed_model(self) -> bool:
-        return self.outcome in ("noised", "exact", "restarted", "retrained")
 
 
 def _schedule(name, constants, ball, t0, step) -> Schedule:
@@ -111,6 +85,9 @@ class OnlineUnlearner(MeteredNoise):
     #: (passive: the shifts add, docs/accounting.md 8.3); otherwise the records of a request are
     #: unlearned one after another, each with its own noise and charge.
     groups_requests = False
+    #: True when two models of the class may run in a warm-standby rotation (worker.olu.rotation):
+    #: every deletion is one Gaussian charge of the model's own Rényi accountant (docs/accounting.md 12.5).
+    rotates = False
 
     def __init__(
         self,
@@ -131,29 +108,41 @@ class OnlineUnlearner(MeteredNoise):
         omega: float = 1.2,
         delta: float = 1e-5,
         capacity: int | None = None,
+        budget_split: str = "weighted",
+        deletion_capacity: int | None = None,
+        budget_reserve: float = DEFAULT_RESERVE,
         noise_rng: np.random.Generator | None = None,
         eps: object = _REMOVED,
     ):
         if eps is not _REMOVED:
             raise ConfigError(_EPS_REMOVED)
-        rho = self._resolve_rho(rho, target_epsilon, delta, privacy_unit)
+        rho = self.resolve_rho(rho, target_epsilon, delta, privacy_unit)
         self.target_epsilon = target_epsilon
         self.config = dict(
             dim=dim, loss=loss, l2=l2, label_bound=label_bound, radius=radius,
             feature_bound=feature_bound, feature_policy=feature_policy, schedule=schedule,
             t0=t0, step=step, rho=rho, target_epsilon=target_epsilon, privacy_unit=privacy_unit, omega=omega,
-            delta=delta, capacity=capacity,
+            delta=delta, capacity=capacity, budget_split=budget_split, deletion_capacity=deletion_capacity,
+            budget_reserve=budget_reserve,
         )
         self.features = FeatureBound(dim, feature_bound, feature_policy)
         self.ball = Ball(radius)
         self.loss = make_loss(loss, l2, label_bound)
         self.constants = self.loss.constants(self.ball.radius, self.features.bound)
         self.schedule = _schedule(schedule, self.constants, self.ball, t0, step)
-        self.accountant = make_accountant(privacy_unit, rho, omega=omega, delta=delta, capacity=capacity)
+        try:
+            self.accountant = make_accountant(privacy_unit, rho, omega=omega, delta=delta, capacity=capacity,
+                                              split=budget_split, planned=deletion_capacity,
+                                              reserve=budget_reserve)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         # Tests inject a seeded generator; production draws every noise vector from OS entropy
         # through a fresh generator that is never stored (invariant 1).
         self._noise_rng = noise_rng
         self._replaying = False
+        # The share of the slope one deletion may spend in this model (< 1 only while a rotation
+        # charges a per-request request held by two of its models: docs/accounting.md 12.3).
+        self.noise_share = 1.0
         self.z = np.zeros(dim)  # data-independent start in K
         self.t = 0
         self.epoch = 0
@@ -168,7 +157,7 @@ class OnlineUnlearner(MeteredNoise):
         self.deletions_applied = 0
 
     @classmethod
-    def _resolve_rho(cls, rho, target_epsilon, delta, unit) -> float:
+    def resolve_rho(cls, rho, target_epsilon, delta, unit) -> float:
         """The Rényi slope per unit: ``rho`` as given, or the largest one whose reported epsilon at
         ``delta`` is at most ``target_epsilon`` (the exact inverse of the accountant's conversion)."""
         if unit not in UNITS:
@@ -212,9 +201,14 @@ class OnlineUnlearner(MeteredNoise):
         ``keys``: ``record_key`` of each id when the caller has them already (the stream decoder
         hashes ids straight from the record bytes); ``record_ids`` is then not read.
         """
+        return self._learn_batch(*self.prepare_batch(record_ids, X, y, keys=keys))
+
+    def prepare_batch(self, record_ids, X, y, *, keys=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The checked batch of :meth:`learn_many`: (keys uint64, features, labels); raises a subclass
+        of ``InvalidExample`` (or ``ConfigError`` for unequal lengths) and changes no state."""
         kernels = compiled()  # if there: vectorised hashing and label checks, same values and errors
         if keys is None and kernels is not None and (batch := kernels.ingest(self, record_ids, X, y)):
-            return self._learn_batch(*batch)  # a clean batch, hashed and checked in one compiled call
+            return batch  # a clean batch, hashed and checked in one compiled call
         if keys is not None:
             keys = np.asarray(keys, np.uint64)
         elif kernels is not None:
@@ -228,7 +222,11 @@ class OnlineUnlearner(MeteredNoise):
         Xv = self.features.check_many(X)
         if not (len(keys) == len(Xv) == len(yv)):
             raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, {len(yv)} labels")
-        return self._learn_batch(keys, Xv, yv)
+        return keys, Xv, yv
+
+    def learn_prepared(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
+        """Apply a batch :meth:`prepare_batch` returned (of this model or one with the same checks)."""
+        return self._learn_batch(keys, X, y)
 
     def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
         """Apply validated rows (keys uint64): the compiled kernel, or ``_learn`` in a loop."""
@@ -422,13 +420,14 @@ class OnlineUnlearner(MeteredNoise):
         if shift == 0.0:  # every influence of the record has contracted away exactly
             self.z = z_hat
             return Deletion("exact", self.accountant.deletions, 0.0, 0.0, tuple(steps))
-        sigma = self.accountant.sigma_for_next(shift)
+        sigma = self.accountant.sigma_for_next(shift) / math.sqrt(self.noise_share)
         self.accountant.charge(shift, sigma)  # raises BudgetExhausted before any change
         self.z = self.ball.project(z_hat + self._noise(sigma))
         i = self.accountant.deletions
         self.ledger.append({
             "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
             "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
+            **({"share": self.noise_share} if self.noise_share != 1.0 else {}),
         })
         self.noise_meter.add(self.epoch, self.t, sigma)
         return Deletion("noised", i, sigma, shift, tuple(steps))
@@ -467,6 +466,7 @@ class OnlineUnlearner(MeteredNoise):
             "epsilon": acc.epsilon(),
             "delta": acc.delta,
             "deletions_capacity_left": acc.capacity_left,
+            **acc.split_facts(),
         }
 
     # -------------------------------------------------------------------- state

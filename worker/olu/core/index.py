@@ -173,6 +173,15 @@ class AppliedIndex:
             self._tail_len = m
         return sorted(found)
 
+    def holds(self, key: int) -> bool:
+        """Whether a live step is applied under ``key`` (read-only :meth:`pop`)."""
+        k = np.uint64(key)
+        for run in self.runs:
+            lo, hi = np.searchsorted(run.keys, k, "left"), np.searchsorted(run.keys, k, "right")
+            if any(pos not in run.dead for pos in range(int(lo), int(hi))):
+                return True
+        return bool((self._tail_keys[:self._tail_len] == k).any())
+
     def begin_pops(self) -> None:
         """Forget the undo records of earlier pops: the pops from here on may be undone together."""
         self._undo.clear()

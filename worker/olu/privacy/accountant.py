@@ -28,10 +28,12 @@ import math
 from ..exceptions import BudgetExhausted, InvalidAccountantState
 from .analysis.checks import count, real
 from .analysis.rdp import METHODS, budget_weight, dp_delta, noise_multiplier, optimal_order, rdp_to_dp
+from .analysis.split import DEFAULT_RESERVE, SPLIT_NAMES, planned_multiplier
 from .analysis.units import UNITS, per_request_sigma
 
 __all__ = [
-    "ACCOUNTANTS", "BudgetExhausted", "InvalidAccountantState", "PerRequestAccountant", "PrivacyAccountant",
+    "ACCOUNTANTS", "BudgetExhausted", "InvalidAccountantState", "PerRequestAccountant", "PlannedAccountant",
+    "PrivacyAccountant", "SPLITS",
     "METHODS", "UNITS", "budget_weight", "noise_multiplier", "rdp_to_dp", "optimal_order", "dp_delta",
     "load_accountant", "make_accountant",
 ]
@@ -57,6 +59,7 @@ class PrivacyAccountant:
     """
 
     unit = "all-deletions"
+    split = "weighted"
 
     def __init__(self, budget: float, omega: float = 1.2, delta: float = 1e-5,
                  capacity: int | None = None) -> None:
@@ -131,7 +134,7 @@ class PrivacyAccountant:
                 raise ValueError(f"state must be a dict with exactly the keys {sorted(keys)}")
             if state["unit"] != cls.unit:
                 raise ValueError(f"state is for the unit {state['unit']!r}, not {cls.unit!r}")
-            acc = cls(state["budget"], state["omega"], state["delta"], state["capacity"])
+            acc = cls._build(state)
             cap = math.inf if acc.capacity is None else acc.capacity
             limit = acc._charge_limit()
             rows = state["history"]
@@ -147,6 +150,14 @@ class PrivacyAccountant:
             return acc
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidAccountantState(f"invalid accountant state: {exc}") from exc
+
+    @classmethod
+    def _build(cls, state: dict) -> PrivacyAccountant:
+        return cls(state["budget"], state["omega"], state["delta"], state["capacity"])
+
+    def split_facts(self) -> dict:
+        """How the lifetime slope is split over deletions (shown by ``privacy()``)."""
+        return {"split": self.split}
 
     def _charge_limit(self) -> float:
         return self.budget * (1.0 + _SLACK)
@@ -195,27 +206,95 @@ class PerRequestAccountant(PrivacyAccountant):
         return rho in (0.0, self.budget)
 
 
-#: The accountant of each privacy unit (analysis.units.UNITS).
+class PlannedAccountant(PrivacyAccountant):
+    """Unit ``all-deletions`` with the planned-capacity split (docs/accounting.md 11): the first
+    ``planned`` deletions of an epoch share ``(1 - reserve) budget`` evenly, later ones draw from
+    ``reserve budget`` with the omega weights over the overflow index (:mod:`.analysis.split`).
+    The calibrated total stays below ``budget`` for any number of deletions, so none is refused.
+
+    >>> acc = PlannedAccountant(budget=1.0, planned=4, reserve=0.2)
+    >>> for _ in range(6):
+    ...     acc.charge(0.5, acc.sigma_for_next(0.5))
+    >>> acc.capacity_used, acc.overflow, round(acc.rho, 6)  # 0.8 + 0.2 (1/6 + 1/(6 2^1.2))
+    (4, 2, 0.847843)
+    """
+
+    split = "planned"
+
+    def __init__(self, budget: float, omega: float = 1.2, delta: float = 1e-5, capacity: int | None = None,
+                 planned: int = 1, reserve: float = DEFAULT_RESERVE) -> None:
+        super().__init__(budget, omega, delta, capacity)
+        self.planned = count("planned", planned, minimum=1)
+        self.reserve = real("reserve", reserve, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+
+    capacity_used = property(lambda self: min(self._deletions, self.planned),
+                             doc="Deletions of this epoch inside the planned capacity.")
+    overflow = property(lambda self: max(0, self._deletions - self.planned),
+                        doc="Deletions of this epoch beyond the plan (paid from the reserve).")
+
+    def sigma_for_next(self, shift: float) -> float:
+        """``shift * planned_multiplier(deletions + 1)``: even inside the plan, reserve beyond it."""
+        shift = real("shift", shift, lo=0.0)
+        return shift * planned_multiplier(self._deletions + 1, self.budget, capacity=self.planned,
+                                          reserve=self.reserve, omega=self.omega)
+
+    def split_facts(self) -> dict:
+        return {"split": self.split, "capacity_planned": self.planned, "capacity_used": self.capacity_used,
+                "overflow_deletions": self.overflow, "reserve": self.reserve}
+
+    def to_state(self) -> dict:
+        return {**super().to_state(), "split": self.split, "planned": self.planned, "reserve": self.reserve}
+
+    @classmethod
+    def _build(cls, state: dict) -> PlannedAccountant:
+        if state["split"] != cls.split:
+            raise ValueError(f"state is for the split {state['split']!r}, not {cls.split!r}")
+        return cls(state["budget"], state["omega"], state["delta"], state["capacity"], state["planned"],
+                   state["reserve"])
+
+
+#: The accountant of each privacy unit (analysis.units.UNITS), with its default split.
 ACCOUNTANTS: dict[str, type[PrivacyAccountant]] = {
     PrivacyAccountant.unit: PrivacyAccountant,
     PerRequestAccountant.unit: PerRequestAccountant,
 }
 assert tuple(ACCOUNTANTS) == UNITS
+#: The all-deletions accountant of each budget split (analysis.split.SPLIT_NAMES).
+SPLITS: dict[str, type[PrivacyAccountant]] = {
+    PrivacyAccountant.split: PrivacyAccountant,
+    PlannedAccountant.split: PlannedAccountant,
+}
+assert tuple(SPLITS) == SPLIT_NAMES
 
 
-def make_accountant(unit: str, budget: float, **kwargs) -> PrivacyAccountant:
-    """The accountant for ``unit``; ``ValueError`` names the units for anything else."""
+def make_accountant(unit: str, budget: float, *, split: str = "weighted", planned: int | None = None,
+                    reserve: float = DEFAULT_RESERVE, **kwargs) -> PrivacyAccountant:
+    """The accountant for ``unit`` and ``split``; ``ValueError`` names the choices for anything else.
+    ``planned`` (the capacity K) and ``reserve`` are the planned split's, which only ``all-deletions`` has."""
     if unit not in ACCOUNTANTS:
         raise ValueError(f"privacy unit must be one of {', '.join(UNITS)}, got {unit!r}")
+    if split not in SPLITS:
+        raise ValueError(f"budget split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split == PlannedAccountant.split:
+        if unit != PlannedAccountant.unit:
+            raise ValueError(f"budget_split planned applies to the {PlannedAccountant.unit} privacy_unit only, "
+                             f"not {unit!r}")
+        if planned is None:
+            raise ValueError("the planned split needs a deletion capacity (planned)")
+        return PlannedAccountant(budget, planned=planned, reserve=reserve, **kwargs)
     return ACCOUNTANTS[unit](budget, **kwargs)
 
 
 def load_accountant(state: dict) -> PrivacyAccountant:
-    """Rebuild whichever accountant :meth:`PrivacyAccountant.to_state` wrote (any unit, any version)."""
+    """Rebuild whichever accountant :meth:`PrivacyAccountant.to_state` wrote (any unit, split, version)."""
     unit = state.get("unit", PrivacyAccountant.unit) if isinstance(state, dict) else None
     cls = ACCOUNTANTS.get(unit)
     if cls is None:
         raise InvalidAccountantState(f"invalid accountant state: unknown privacy unit {unit!r}")
+    if "split" in state:
+        cls = SPLITS.get(state["split"]) if unit == PlannedAccountant.unit else None
+        if cls is None:
+            raise InvalidAccountantState(f"invalid accountant state: unknown split {state['split']!r} for {unit!r}")
     return cls.from_state(state)
 
 

@@ -72,13 +72,14 @@ from collections.abc import Iterable, Mapping
 
 from .checks import count, positive, real
 from .rdp import noise_multiplier
+from .split import DEFAULT_RESERVE, planned_multiplier
 from .units import UNITS, per_request_sigma
 from .zcdp import gaussian_sigma
 
 __all__ = ["SPLITS", "contract_variance", "noise_to_signal", "plan_deletions", "predicted_noise_growth",
            "predicted_noise_std", "release_noise_std"]
 
-SPLITS = ("weighted", "even")
+SPLITS = ("weighted", "even", "planned")
 
 
 def contract_variance(var: float, log_factor: float) -> float:
@@ -202,7 +203,8 @@ class _ShiftedStronglyConvex:
         return 0.0 if tau <= u else math.log(u + self.t0) - math.log(tau + self.t0)
 
 
-def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity: int | None, k: int):
+def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity: int | None, k: int,
+                reserve: float = DEFAULT_RESERVE):
     """sigma_j as a function of (j, a_j) for the unit and split."""
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
@@ -214,11 +216,14 @@ def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity
     split = "weighted" if split is None else split
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if capacity is not None and split != "even":
-        raise ValueError(f"capacity applies to the even split only, got split {split!r}")
+    if capacity is not None and split == "weighted":
+        raise ValueError(f"capacity applies to the even split and the planned one only, got split {split!r}")
     if split == "weighted":
         omega = real("omega", omega, lo=1.0, lo_open=True)
         return lambda j, a: a * noise_multiplier(j, rho, omega)
+    if split == "planned":  # docs/accounting.md 11.2: even over the capacity, the reserve beyond it
+        capacity = k if capacity is None else count("capacity", capacity, minimum=1)
+        return lambda j, a: a * planned_multiplier(j, rho, capacity=capacity, reserve=reserve, omega=omega)
     capacity = k if capacity is None else count("capacity", capacity, minimum=1)
     if k > capacity:
         raise ValueError(f"capacity {capacity} is below the {k} deletions the plan expects")
@@ -228,15 +233,17 @@ def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity
 def predicted_noise_std(*, unit: str, L: float, rho: float, deletion_rate: float, events: int,
                         mu: float | None = None, t0: float | None = None, schedule=None,
                         split: str | None = None, omega: float = 1.2, capacity: int | None = None,
-                        diameter: float | None = None, age: int = 0) -> float:
+                        diameter: float | None = None, age: int = 0, reserve: float = DEFAULT_RESERVE) -> float:
     """Predicted per-coordinate noise std of the release after ``events`` events (module doc).
 
     The contraction is ``schedule``'s, or, without one, the shifted strongly convex schedule of
     ``mu`` and ``t0``. ``rho`` is the Rényi slope: the lifetime budget (all-deletions) or the
-    charge per request (per-request). ``split``: "weighted" (default) or "even" over ``capacity``
-    (default: the plan's deletion count), all-deletions only. ``diameter`` caps each shift's
-    Delta_u (None: no cap, a larger or equal prediction). ``age``: steps between a deleted
-    record's insert and its deletion (no effect under the shifted strongly convex schedule).
+    charge per request (per-request). ``split``: "weighted" (default), "even" over ``capacity``
+    (default: the plan's deletion count), or "planned" (the engine's planned split, even over
+    ``capacity`` with ``reserve`` beyond it, docs/accounting.md 11.2), all-deletions only.
+    ``diameter`` caps each shift's Delta_u (None: no cap, a larger or equal prediction). ``age``:
+    steps between a deleted record's insert and its deletion (no effect under the shifted strongly
+    convex schedule).
     The value bounds the std of the engine's release on the same plan (same bound as
     :func:`release_noise_std`, which it equals on the same ledger).
 
@@ -245,6 +252,8 @@ def predicted_noise_std(*, unit: str, L: float, rho: float, deletion_rate: float
     7.071068
     >>> round(predicted_noise_std(unit="all-deletions", split="even", events=10**4, **kw) * 9900, 6)
     70.710678
+    >>> round(predicted_noise_std(unit="all-deletions", split="planned", events=10**4, **kw) * 9900, 6)
+    74.535599
     >>> round(predicted_noise_std(unit="all-deletions", events=10**4, **kw) * 9900, 3)  # sqrt(3 sum j^1.2)
     186.092
     """
@@ -256,7 +265,7 @@ def predicted_noise_std(*, unit: str, L: float, rho: float, deletion_rate: float
             raise ValueError("predicted_noise_std needs a schedule, or mu and t0")
         schedule = _ShiftedStronglyConvex(mu, t0)
     steps, taus = plan_deletions(events, deletion_rate)
-    rule = _sigma_rule(unit, split, rho, omega, capacity, len(taus))
+    rule = _sigma_rule(unit, split, rho, omega, capacity, len(taus), reserve)
     noises = []
     for j, tau in enumerate(taus, 1):
         u = max(1, tau - age)

@@ -1,0 +1,215 @@
+"""Accuracy of the released model on a long stream with deletions: today's weighted split, the
+planned split, and warm-standby rotation (docs/accounting.md 11, docs/accounting.md 12), against plain OGD.
+
+Issue 19's acceptance run, on the stream, deletion plan and held-out set of
+bench/privacy_quality.py (bench/_privacy_runs.py): N = 1e6 events of the synthetic logistic task
+(d = 10, directions uniform, norms uniform in [0, 1], true weights of norm 9, y ~
+Bernoulli(sigmoid(w . x)); plain OGD reaches the Bayes accuracy, about 0.71), deletion requests at
+0.1% or 1% of the events at times uniform over the stream, each naming a record drawn uniformly
+among the last 1e5 inserted ones. Unit all-deletions, budget rho = 1 or epsilon 1 at delta 1e-5
+(rho = 0.0306). The released model's accuracy on 100,000 held-out rows at 1e5, 5e5 and 1e6 events,
+mean over 5 seeds; every configuration sees the same stream and plan per seed. OGD is ``ogd`` (fed
+no deletions: the ceiling).
+
+Configurations: ``weighted`` (one model, the lifetime omega split: today), ``planned`` (one model,
+capacity = the stream's deletions, an oracle plan, no renewal), ``overlap`` / ``disjoint`` (rotation
+with lifetime E, planned capacity ``planned_capacity(p, E, variant)`` per model, reserve 0.1).
+
+    .venv/bin/python bench/rotation_quality.py            # 1e6 events x 5 seeds: ~25 min on 2 busy cores
+    .venv/bin/python bench/rotation_quality.py --quick    # 2e4 events, 1 seed: seconds
+
+Writes ``rotation_quality.json`` and ``.png`` into ``--out`` (bench/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h  # noqa: E402
+import _privacy_runs as R  # noqa: E402
+
+from worker.olu import PassiveOLU, PlainOGD  # noqa: E402
+from worker.olu.core.kernels.loader import compiled  # noqa: E402
+from worker.olu.rotation import Rotation, planned_capacity  # noqa: E402
+
+REPORT_KEYS = ("setup", "rows", "checks_table")
+SERVICES = ()
+CONFIGS = ("weighted", "planned", "overlap", "disjoint")
+BUDGETS = {"rho 1": dict(rho=1.0), "eps 1": dict(target_epsilon=1.0)}
+RATES = (0.001, 0.01)
+# (rate, budget) -> (checkpoints judged, tolerance in points below OGD); None: reported only
+GOALS = {(0.001, "rho 1"): ("all", 0.5), (0.001, "eps 1"): ("late", 1.5), (0.01, "rho 1"): ("late", 2.5),
+         (0.01, "eps 1"): None}
+
+
+def build(config: str, rate: float, budget: dict, n_events: int, lifetime: int, l2: float, noise_seed):
+    kw = dict(dim=R.DIM, **{**R.SETTINGS, "l2": l2}, delta=R.DELTA, noise_rng=np.random.default_rng(noise_seed),
+              **budget)
+    if config == "ogd":
+        return PlainOGD(**{k: v for k, v in kw.items() if k not in ("rho", "target_epsilon")})
+    if config == "weighted":
+        return PassiveOLU(**kw)
+    if config == "planned":
+        return PassiveOLU(**kw, budget_split="planned", deletion_capacity=max(1, int(round(rate * n_events))))
+    return Rotation(PassiveOLU, lifetime_events=lifetime, variant=config, budget_split="planned",
+                    deletion_capacity=planned_capacity(rate, lifetime, config), **kw)
+
+
+def run(config, rate, budget, data, plan, keys, checkpoints, lifetime, l2, seed, noise_seed):
+    X, y, Xt, yt = data
+    model = build(config, rate, budget, len(y), lifetime, l2, noise_seed)
+    got = R.run_checkpoints(model, X, y, keys, plan if config != "ogd" else None, checkpoints, Xt, yt)
+    return dict(zip(checkpoints, got["accuracy"])), model
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--lifetime", type=int, default=400_000, help="rotation lifetime E in events")
+    ap.add_argument("--l2", type=float, default=0.01)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--rates", default=",".join(map(str, RATES)))
+    ap.add_argument("--budgets", default=",".join(BUDGETS))
+    args = h.arguments(ap, argv, quick="2e4 events, 1 seed, lifetime 8e3, 20,000 held-out rows")
+    test_n = 100_000
+    if args.quick:
+        args.events, args.seeds, args.lifetime, test_n = 20_000, 1, 8_000, 20_000
+    info = h.machine()
+    print(h.machine_line(info))
+    n = args.events
+    checkpoints = [n // 10, n // 2, n]
+    configs = ["ogd"] + args.configs.split(",")
+    started = time.perf_counter()
+    results = {}  # (rate, budget, config) -> {checkpoint: [acc per seed]}
+    seconds = {}
+    Xt, yt = R.synthetic(test_n, R.TEST_SEED)
+    keys = compiled().record_keys([f"r-{j}" for j in range(n)])
+    for seed in range(args.seeds):
+        X, y = R.synthetic(n, [seed, 0])
+        data = (X, y, Xt, yt)
+        for ri, rate in enumerate(float(r) for r in args.rates.split(",")):
+            plan = R.plan_deletions(n, rate, np.random.default_rng([seed, 1, ri]), R.WINDOW)
+            budgets = args.budgets.split(",")
+            for bi, bname in enumerate(budgets):
+                for ci, config in enumerate(configs):
+                    if config == "ogd" and bname != budgets[0]:
+                        continue  # OGD is fed no deletions: one run per seed and rate
+                    t = time.perf_counter()
+                    acc, _ = run(config, rate, BUDGETS[bname], data, plan, keys, checkpoints, args.lifetime,
+                                 args.l2, seed, [seed, 2, ri, bi, ci])
+                    took = time.perf_counter() - t
+                    for b in (budgets if config == "ogd" else [bname]):
+                        seconds[(rate, b, config)] = seconds.get((rate, b, config), 0.0) + took
+                        cell = results.setdefault((rate, b, config), {c: [] for c in checkpoints})
+                        for c in checkpoints:
+                            cell[c].append(acc[c])
+                    print(f"seed {seed} p {rate:g} {bname} {config:9s} "
+                          + " ".join(f"{acc[c]:.4f}" for c in checkpoints) + f"  ({took:.1f} s)", flush=True)
+    rows = []
+    for (rate, bname, config), cell in results.items():
+        rows.append(dict(rate=rate, budget=bname, config=config, checkpoints=checkpoints,
+                         mean=[float(np.mean(cell[c])) for c in checkpoints],
+                         per_seed=[cell[c] for c in checkpoints], seconds=seconds.get((rate, bname, config), 0.0)))
+    table = judge(rows, configs)
+    print_table(rows, configs)
+    for line in table:
+        print(line["line"])
+    report = dict(machine=info, wall_s=time.perf_counter() - started,
+                  setup=dict(events=n, seeds=args.seeds, lifetime=args.lifetime, l2=args.l2, dim=R.DIM,
+                             true_norm=R.W_NORM, window=R.WINDOW, reserve=0.1, unit="all-deletions", test_n=test_n,
+                             checkpoints=checkpoints),
+                  rows=rows, checks_table=table)
+    return h.finish("rotation_quality", report, args.out, plot=lambda path: plot(rows, path))
+
+
+def _combos(rows) -> list[tuple[float, str]]:
+    return list(dict.fromkeys((r["rate"], r["budget"]) for r in rows))
+
+
+def _mean(rows, rate, budget, config):
+    return next(r["mean"] for r in rows if (r["rate"], r["budget"], r["config"]) == (rate, budget, config))
+
+
+def judge(rows, configs) -> list[dict]:
+    """The issue's goals per (rate, budget, config): the gap to OGD, monotone checkpoints, and at
+    least as good as today's weighted split; each as a line MET / NOT MET (or 'reported')."""
+    out = []
+    for rate, budget in _combos(rows):
+        goal = GOALS[(rate, budget)]
+        ogd = _mean(rows, rate, budget, "ogd")
+        weighted = _mean(rows, rate, budget, "weighted") if "weighted" in configs else None
+        for config in configs:
+            if config in ("ogd", "weighted"):
+                continue
+            acc = _mean(rows, rate, budget, config)
+            gaps = [100 * (o - a) for o, a in zip(ogd, acc)]
+            drops = [100 * (acc[i - 1] - acc[i]) for i in range(1, len(acc))]
+            if goal is None:
+                ok, text = None, "reported only"
+            else:
+                which, tol = goal
+                judged = gaps if which == "all" else gaps[1:]
+                ok = (max(judged) <= tol and max(drops) <= 0.5
+                      and (weighted is None or all(a >= w - 0.001 for a, w in zip(acc, weighted))))
+                text = f"within {tol} points of OGD at {'every checkpoint' if which == 'all' else '5e5 and 1e6'}"
+            verdict = "reported" if ok is None else ("met" if ok else "NOT met")
+            out.append(dict(rate=rate, budget=budget, config=config, gaps=gaps, drops=drops, goal=text, met=ok,
+                            line=f"  p {rate:g}, {budget}, {config}: gaps to OGD "
+                                 + " ".join(f"{g:+.2f}" for g in gaps) + f" points; {text}: {verdict}"))
+    return out
+
+
+def print_table(rows, configs):
+    print(f"\n{'deletions, budget':20s} | " + " | ".join(f"{c:>20s}" for c in configs))
+    for rate, budget in _combos(rows):
+        cells = [" ".join(f"{a:.3f}" for a in _mean(rows, rate, budget, c)) for c in configs]
+        print(f"{f'{rate:.1%}, {budget}':20s} | " + " | ".join(f"{c:>20s}" for c in cells))
+
+
+def render(report: dict) -> str:
+    rows, setup = report["rows"], report["setup"]
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    cps = " / ".join(f"{c:,}" for c in setup["checkpoints"])
+    lines = [f"Accuracy of the released model at {cps} events (mean of {setup['seeds']} seeds), "
+             f"lifetime E = {setup['lifetime']:,}, l2 {setup['l2']}:", "",
+             "| deletions, budget | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    for rate, budget in _combos(rows):
+        cells = [" ".join(f"{a:.3f}" for a in _mean(rows, rate, budget, c)) for c in configs]
+        lines.append(f"| {rate:.1%}, {budget} | " + " | ".join(cells) + " |")
+    lines += ["", "| deletions, budget | config | points below OGD | goal | verdict |", "|---|---|---|---|---|"]
+    for c in report["checks_table"]:
+        verdict = "reported" if c["met"] is None else ("met" if c["met"] else "**not met**")
+        lines.append(f"| {c['rate']:.1%}, {c['budget']} | {c['config']} | "
+                     + " ".join(f"{g:+.2f}" for g in c["gaps"]) + f" | {c['goal']} | {verdict} |")
+    return "\n".join(lines)
+
+
+def plot(rows, path: Path) -> None:
+    plt = h.plt()
+    combos = _combos(rows)
+    fig, axes = plt.subplots(1, len(combos), figsize=(4.5 * len(combos), 4), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, (rate, budget) in zip(axes, combos):
+        for r in rows:
+            if (r["rate"], r["budget"]) == (rate, budget):
+                ax.plot(r["checkpoints"], r["mean"], marker="o", label=r["config"])
+        ax.set_title(f"{rate:.1%} deletions, {budget}")
+        ax.set_xlabel("events")
+        ax.set_xscale("log")
+    axes[0].set_ylabel("accuracy of the released model")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

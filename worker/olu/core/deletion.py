@@ -1,0 +1,33 @@
+"""What one deletion request did to a model: the engine's answer to ``unlearn_request``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What ``unlearn_one`` did.
+
+    outcome: ``noised`` (calibrated Gaussian added), ``exact`` (the model no longer depends on the
+    record; nothing to hide), ``restarted`` (new epoch from a data-independent point),
+    ``retrained`` (budget exhausted: rebuilt from the retained examples, new epoch; memory-pair),
+    ``not_applied`` (the model never used the record: no noise, no budget), ``duplicate`` (already
+    deleted: no-op), ``ignored`` (a baseline that does not unlearn), ``dp_covered`` (dp-tofw: no-op on
+    the state, honoured by the DP guarantee of every release; no noise, no budget, no release).
+    """
+
+    outcome: str
+    index: int = 0  # deletion counter i of the epoch after this deletion (0: no budget used)
+    sigma: float = 0.0
+    shift: float = 0.0
+    steps: tuple[int, ...] = ()
+    # A request (``unlearn_request``): how many of its ids the model had applied, and the ids it
+    # never applied (no noise, no charge for them) or had already deleted (a no-op).
+    records: int = 0
+    not_applied: tuple[str, ...] = ()
+    duplicates: tuple[str, ...] = ()
+
+    @property
+    def changed_model(self) -> bool:
+        return self.outcome in ("noised", "exact", "restarted", "retrained")
