@@ -19,7 +19,7 @@ from worker.config import load_settings
 from worker.olu.privacy.analysis.noise import plan_deletions
 from worker.planning.plan import make_plan
 from worker.planning.simulate import deletion_steps, replay
-from worker.planning.target import build_engine, delete, resolve_target
+from worker.planning.target import build_engine, resolve_target
 
 EVENTS, RATE, SEEDS = 2000, 0.01, range(200)
 SETTINGS = ["--dim", "10", "--loss", "ridge", "--l2", "1", "--radius", "10", "--feature-bound", "1"]
@@ -36,7 +36,7 @@ def measure(unit: str):
     finals, largest = [], 0.0
     for seed in SEEDS:
         model = build_engine(settings, target, noise_rng=np.random.default_rng(seed))
-        weights, _ = replay(model, ids, X, y, taus, victims, loss="ridge", delete=delete, blocks=1)
+        weights, _ = replay(model, ids, X, y, taus, victims, loss="ridge", blocks=1)
         assert model.ledger and len(model.ledger) == len(taus)
         finals.append(weights)
         largest = max(largest, float(np.linalg.norm(weights)) / model.ball.radius)

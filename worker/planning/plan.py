@@ -8,7 +8,7 @@ from ..olu.privacy.analysis.units import UNITS
 from .advice import assess
 from .predict import noise_std, predict, renewal
 from .simulate import L2_FACTORS, simulate
-from .target import PLANNED_ALGORITHMS, build_engine, delete
+from .target import PLANNED_ALGORITHMS, build_engine
 
 __all__ = ["make_plan"]
 
@@ -49,8 +49,7 @@ def make_plan(settings, target, *, deletion_rate: float, events: int, age: int, 
             return build_engine(settings, target.with_unit(unit or target.unit), l2=l2, noise_rng=noise_rng)
 
         sim = simulate(sample, make_engine, loss=settings.loss, l2_values=[c["l2"] for c in candidates],
-                       units=units, deletion_rate=deletion_rate, events=sim_events, age=age, seed=seed,
-                       delete=delete)
+                       units=units, deletion_rate=deletion_rate, events=sim_events, age=age, seed=seed)
         sim["sample"] = sample_path
         sim["predicted_noise_std"] = {u: noise_std(model, target.with_unit(u), events=sim_events, **figures)
                                       for u in units}

@@ -65,12 +65,12 @@ def deletion_steps(taus: list[int], age: int, seed: int) -> list[int]:
     return out
 
 
-def replay(model, ids, X, y, taus, victims, *, loss: str, delete, blocks: int = BLOCKS):
+def replay(model, ids, X, y, taus, victims, *, loss: str, blocks: int = BLOCKS):
     """Run ``model`` over the inserts with the deletions (victim ids at steps ``taus``, each after
     that step); returns (final released weights, per-block (count, score sum) array).
 
     The score sum is correct predictions (logistic) or squared errors (ridge) of the block's
-    inserts under the release before the block. ``delete(model, record_id)`` honours a request.
+    inserts under the release before the block. Each victim is one deletion request naming it.
     """
     steps = len(ids)
     size = max(1, math.ceil(steps / blocks))
@@ -95,7 +95,7 @@ def replay(model, ids, X, y, taus, victims, *, loss: str, delete, blocks: int = 
                 model.learn_many(ids[start:tau], X[start:tau], y[start:tau])
                 start = tau
             for victim in by_step[tau]:
-                delete(model, victim)
+                model.unlearn_request([victim])
             nxt += 1
         if hi > start:
             model.learn_many(ids[start:hi], X[start:hi], y[start:hi])
@@ -108,7 +108,7 @@ def _score(scores: np.ndarray, loss: str) -> float:
 
 
 def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate: float, events: int,
-             age: int, seed: int, delete) -> dict:
+             age: int, seed: int) -> dict:
     """Score plain OGD and each unit's released model for every l2 (JSON-able result).
 
     ``make_engine(l2, unit, noise_rng)`` builds a fresh engine (unit None: any, it sees no deletion).
@@ -129,13 +129,12 @@ def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate:
 
     runs = []
     for l2 in l2_values:
-        weights, scores = replay(make_engine(l2, None, np.random.default_rng(seed)), ids, X, y, [], [],
-                                 loss=loss, delete=delete)
+        weights, scores = replay(make_engine(l2, None, np.random.default_rng(seed)), ids, X, y, [], [], loss=loss)
         run = {"l2": l2, "ogd": _score(scores[tail], loss), "ogd_weights_norm": float(np.linalg.norm(weights)),
                "units": {}, "curves": {"ogd": window_scores(scores)}}
         for unit in units:
             model = make_engine(l2, unit, np.random.default_rng(seed + 1))
-            _, scores = replay(model, ids, X, y, taus, victims, loss=loss, delete=delete)
+            _, scores = replay(model, ids, X, y, taus, victims, loss=loss)
             run["units"][unit] = _score(scores[tail], loss)
             run["curves"][unit] = window_scores(scores)
         runs.append(run)

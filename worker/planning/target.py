@@ -4,8 +4,7 @@ the settings become a unit, a Rényi slope and an engine instance.
 :func:`resolve_target` reads the unit (``all-deletions`` or ``per-request``), the slope ``rho``
 (given, or the exact inversion of the reported conversion for ``target_epsilon`` at ``delta``) and
 the delta from the settings. :func:`build_engine` builds the engine those settings run, optionally
-with another ``l2`` or unit (the plan compares them), and :func:`delete` honours one deletion
-request naming one record on it.
+with another ``l2`` or unit (the plan compares them).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from ..exceptions import ConfigError
 from ..olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
 from ..olu.privacy.analysis.units import UNITS
 
-__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "delete", "resolve_target"]
+__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "resolve_target"]
 
 #: Algorithms whose noise the planner models (one calibrated Gaussian per deletion).
 PLANNED_ALGORITHMS = ("passive",)
@@ -88,8 +87,3 @@ def build_engine(settings, target: Target, *, l2: float | None = None, noise_rng
         kwargs.pop(key, None)
     kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta)
     return engine_class(settings.algorithm)(**kwargs, noise_rng=noise_rng)
-
-
-def delete(model, record_id: str):
-    """Honour one deletion request naming ``record_id`` (a request of one record)."""
-    return model.unlearn_request([record_id])
