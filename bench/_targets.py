@@ -84,6 +84,18 @@ MERGE_STALL_MS = Target(
 LEDGER_BYTES_PER_DELETION = Target(
     "ledger_bytes_per_deletion", "deletion ledger <= 64 bytes per deletion (memory and snapshot) at 100,000",
     "<=", 64.0, "bytes/deletion", "issue 23")
+DELETION_IN_PLACE_US = Target(
+    "deletion_in_place_us", "each deletion costs the partition's loop at most 50 us in place (1% deletions)",
+    "<=", 50.0, "us", "issue 23")
+DELETE_RATE_X_INSERTS_1PCT = Target(
+    "delete_rate_x_inserts_1pct", "worker with 1% deletions >= 0.7x its insert-only rate", ">=", 0.7, "x",
+    "issue 23")
+DELETE_RATE_X_INSERTS_01PCT = Target(
+    "delete_rate_x_inserts_01pct", "worker with 0.1% deletions >= 0.9x its insert-only rate", ">=", 0.9, "x",
+    "issue 23")
+BURST_100K_S = Target(
+    "burst_100k_s", "a burst of 100,000 deletions on one partition honoured within 15 s", "<=", 15.0, "s",
+    "issue 23")
 
 # --------------------------------------------------------------------------- streaming-worker issue
 WORKER_EVENTS_PER_S = Target(
@@ -106,6 +118,7 @@ ROTATION_X_ONE_MODEL = Target(
 
 ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS, ROTATION_X_ONE_MODEL,
        LEARN_MANY_EVENTS_PER_S, LEDGER_BYTES_PER_DELETION, MERGE_STALL_MS,
+       DELETION_IN_PLACE_US, DELETE_RATE_X_INSERTS_1PCT, DELETE_RATE_X_INSERTS_01PCT, BURST_100K_S,
        WORKER_EVENTS_PER_S, WORKER_X_CEILING, DELETE_TO_RELEASE_P99_S, RESTORE_1M_S)
 
 

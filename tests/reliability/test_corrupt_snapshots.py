@@ -31,7 +31,7 @@ import numpy as np
 import obstore
 import pytest
 
-from tests.reliability.fake_messages import messages
+from worker.devtools.messages import messages
 from tests.stream.kafka_harness import (
     Topics,
     WorkerProcess,

@@ -31,7 +31,7 @@ from obstore.store import MemoryStore
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.infra.schema_samples import decode_headers, validate
-from tests.reliability.fake_messages import messages
+from worker.devtools.messages import messages
 from tests.reliability.hostile import BUILDERS, DIM, expected_outcomes, hostile_batch, new_engine
 from tests.stream.kafka_harness import (
     WorkerProcess,

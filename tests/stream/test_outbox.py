@@ -94,7 +94,7 @@ def test_a_failed_delta_blocks_and_later_deltas_are_not_written_before_it(execut
     box.settle(None)
     assert box.ready() == [] and box.failed is not None and box.failed.offset == 10
     assert store.written == []  # 12 was not attempted: 10 is not durable
-    assert isinstance(box._items[-1].future.exception(), NotAttempted)
+    assert isinstance(box._items[-2].future.exception(), NotAttempted)
     assert box.retry() == ["d10", "r11", "d12"]
     assert store.written == [10, 12] and box.failed is None and not box.pending
 
@@ -179,7 +179,7 @@ def test_a_failed_group_stores_none_of_it_and_retry_writes_the_same_group(execut
     box.settle(None)
     assert store.written == [1] and store.calls == [[1], [2, 3]]
     assert box.ready() == ["d1"] and box.failed.offset == 2
-    assert isinstance(box._items[-1].future.exception(), NotAttempted)  # 3: its predecessor is not durable
+    assert isinstance(box._items[-2].future.exception(), NotAttempted)  # 3: its predecessor is not durable
     assert box.retry() == ["d2", "d3"]
     assert store.calls[2:] == [[2, 3]] and store.written == [1, 2, 3]  # the same object again
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.infra.schema_samples import validate
-from tests.reliability.fake_messages import messages
+from worker.devtools.messages import messages
 from worker.config import load_settings
 from worker.olu import PassiveOLU
 from worker.state.store import SnapshotStore, open_store
@@ -24,6 +24,9 @@ from worker.stream.partition import PartitionRunner
 DIM = 3
 SETTINGS = load_settings([], env={"OLU_DIM": str(DIM), "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1",
                                   "OLU_RELEASE_EVERY_EVENTS": "100000"})
+# one release per deletion request (each reports its request); the default coalesces per poll batch
+EACH = load_settings([], env={"OLU_DIM": str(DIM), "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1",
+                              "OLU_RELEASE_EVERY_EVENTS": "100000", "OLU_DELETION_RELEASES": "each"})
 
 
 def _insert(rid: str, subject: str, rng) -> tuple[bytes, bytes]:
@@ -60,9 +63,9 @@ def _records() -> tuple[list, dict]:
     return records, expected
 
 
-def _runner(snapshots, seed: int) -> PartitionRunner:
+def _runner(snapshots, seed: int, settings=EACH) -> PartitionRunner:
     return PartitionRunner("t", 0, PassiveOLU(dim=DIM, noise_rng=np.random.default_rng(seed)), snapshots=snapshots,
-                           settings=SETTINGS, model_name="m")
+                           settings=settings, model_name="m")
 
 
 def _deletion_releases(outs) -> list:
@@ -98,7 +101,7 @@ def test_each_request_is_one_deletion_one_delta_and_one_release_reporting_it(com
     assert requests == {off: {**r, "not_applied": len(r["not_applied"])} for off, r in expected.items()}
 
     # replay after a crash: a fresh runner with other noise adopts the stored states, bit for bit
-    again, _ = PartitionRunner.restore("t", 0, snapshots=snapshots, settings=SETTINGS, model_name="m",
+    again, _ = PartitionRunner.restore("t", 0, snapshots=snapshots, settings=EACH, model_name="m",
                                        model_factory=lambda: PassiveOLU(dim=DIM, noise_rng=np.random.default_rng(99)),
                                        on_corrupt="fail")
     outs_again = [again.process(msgs[j:j + 23]) for j in range(0, len(msgs), 23)]
@@ -106,6 +109,67 @@ def test_each_request_is_one_deletion_one_delta_and_one_release_reporting_it(com
     assert [r.value for r in _deletion_releases(outs_again)] == [r.value for r in released]
     assert again.model.z.tobytes() == model.z.tobytes()
     assert list(again.model.ledger) == list(model.ledger)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-decoder", "python-decoder"])
+def test_a_poll_batch_of_deletions_makes_one_release_behind_all_their_deltas(compiled):
+    """OLU_DELETION_RELEASES=batch (the default): each request still has its own noise draw, ledger
+    entry and delta; the batch has one deletion release, after its last deletion, reporting it."""
+    records, expected = _records()
+    msgs = messages("t", 0, records)
+    snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
+    runner = _runner(snapshots, seed=7, settings=SETTINGS)
+    if compiled:
+        outs = [runner.process(msgs)]
+    else:
+        with scan.python_decoder():
+            outs = [runner.process(msgs)]
+    (release,) = _deletion_releases(outs)
+    last = max(expected)  # the version after the batch's last deletion that changed the model
+    value = orjson.loads(release.value)
+    validate("release", value)
+    assert value["deletions"] == 4
+    if compiled:  # the scan knows where the batch's last delete is: the release directly follows it
+        assert release.version == last and value["request"] == expected[last]
+    else:  # the Python decoder cannot look ahead: the release follows the batch, reporting no request
+        assert release.version == len(msgs) and "request" not in value
+    assert len(list(runner.model.ledger)) == runner.model.accountant.lifetime_deletions == 4
+    restored = snapshots.restore("t", 0)
+    assert sorted(off for off, _, _ in restored.deltas) == sorted(expected)  # one delta per request
+
+    # the state does not depend on how the input is batched: smaller batches, same noise, same z
+    other = _runner(SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3), seed=7,
+                    settings=SETTINGS)
+    outs_small = [other.process(msgs[j:j + 16]) for j in range(0, len(msgs), 16)]
+    assert other.model.z.tobytes() == runner.model.z.tobytes()
+    assert len(_deletion_releases(outs_small)) == 2  # the requests fall into two batches of 16
+
+
+def test_a_deletion_release_waits_for_every_delta_of_its_batch():
+    """A delta whose write has not finished holds the batch's release (invariant 2)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    records, expected = _records()
+    msgs = messages("t", 0, records)
+    snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
+    gate, write = threading.Event(), snapshots.write_deltas
+
+    def gated(*args):
+        gate.wait(10)
+        return write(*args)
+
+    snapshots.write_deltas = gated
+    with ThreadPoolExecutor(1) as pool:
+        runner = PartitionRunner("t", 0, PassiveOLU(dim=DIM, noise_rng=np.random.default_rng(7)),
+                                 snapshots=snapshots, settings=SETTINGS, model_name="m", delta_writer=pool.submit)
+        out = runner.process(msgs)
+        assert not _deletion_releases([out])  # held: no delta is durable yet
+        gate.set()
+        assert runner.outbox.settle(10)
+        (release,) = [r for r in runner.ready_releases() if r.trigger == "deletion"]
+        assert release.version == max(expected)
+        assert len(snapshots.restore("t", 0).deltas) == 4
 
 
 def test_a_request_naming_10000_records_is_one_noise_draw():

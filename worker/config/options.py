@@ -31,7 +31,7 @@ from .parsers import (
     topics,
     user_info,
 )
-from .settings import DEFAULTS
+from .settings import DEFAULTS, DELETION_RELEASES
 
 ENV_PREFIX = "OLU_"
 BOOTSTRAP_ENV = "OLU_KAFKA_BOOTSTRAP_SERVERS"
@@ -177,6 +177,9 @@ OPTIONS: tuple[Option, ...] = (
            "rewind: Gaussian noise sigma of a rewind deletion, fixed in advance (sets the rewind depth K)", "model"),
     Option("model_name", text, "model name in releases (default: group_id)", "model"),
     # Releases and state
+    Option("deletion_releases", choice(DELETION_RELEASES),
+           "batch (one release after the last deletion of each poll batch) or each (one release per "
+           "deletion request, reporting it)", "state"),
     Option("release_every_events", number(0, integer=True), "release after N events (0 disables)", "state"),
     Option("release_every_seconds", non_negative, "release every T seconds if changed (0 disables)", "state"),
     Option("snapshot_every_events", number(0, integer=True), "full snapshot after N events (0 disables)", "state"),

@@ -32,6 +32,8 @@ from .kafka import (
 
 #: Fields that are not options: the pass-through (``--kafka``, ``OLU_KAFKA_<KEY>``) and facts
 #: recorded for the start-up log line.
+#: OLU_DELETION_RELEASES: one release per poll batch of deletions, or one per deletion request
+DELETION_RELEASES = ("batch", "each")
 NOT_OPTIONS = ("kafka_overrides", "storage_credentials_present", "origins")
 
 
@@ -94,6 +96,7 @@ class Settings:
     noise_sigma: float = 0.05
     model_name: str | None = None  # None: group_id
     # Releases and state
+    deletion_releases: str = "batch"  # DELETION_RELEASES
     release_every_events: int = 10_000
     release_every_seconds: float = 5.0
     snapshot_every_events: int = 100_000

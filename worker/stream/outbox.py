@@ -31,7 +31,7 @@ from .exceptions import NotAttempted
 
 #: Deltas a partition may have in flight before a new deletion waits for the oldest (backpressure:
 #: the delta writer is one thread, so a burst of deletions cannot queue without bound).
-MAX_DELTAS_IN_FLIGHT = 64
+MAX_DELTAS_IN_FLIGHT = 4096
 MAX_GROUP = 256  # deltas per stored object at most
 MAX_GROUP_BYTES = 8 << 20  # and the bytes of their arrays (a group of one may exceed it)
 
@@ -91,22 +91,49 @@ class Outbox:
 
     def delta(self, offset: int, header: dict, arrays: dict, release) -> bool:
         """Queue a deletion's delta and its release; False if the write already failed."""
+        ok = self.deltas([(offset, header, arrays)])
+        self._items.append(release)
+        return ok
+
+    def deltas(self, entries: list[tuple[int, dict, dict]]) -> bool:
+        """Queue consecutive deletions' deltas ``[(offset, header, arrays), ...]`` with one
+        hand-off to the writer (a poll batch's deletions: one task, group-committed in objects of
+        up to ``MAX_GROUP``); each is still its own entry and durable before any later release.
+        False if the write already failed (a writer on the calling thread)."""
+        if not entries:
+            return True
         in_flight = [d for d in self._deltas() if not d.written]
-        if len(in_flight) >= self._max_in_flight:
+        if len(in_flight) + len(entries) > self._max_in_flight and in_flight:
             in_flight[0].future.exception()  # wait for the oldest: its outcome is read by ready()
-        item = DeltaWrite(offset, header, arrays, release)
-        previous, self._last = self._last, item
+        items = [DeltaWrite(offset, header, arrays, None) for offset, header, arrays in entries]
+        previous, self._last = self._last, items[-1]
         with self._lock:
-            self._queued.append(item)
-        item.future = self._submit(self._write_after, previous, item)
-        self._items.append(item)
-        return not (item.future.done() and not item.written)
+            self._queued.extend(items)
+        future = self._submit(self._write_chain, previous, items)
+        for item in items:
+            item.future = future
+        self._items.extend(items)
+        return not (future.done() and not items[-1].written)
 
     def seal(self) -> None:
         """No delta queued so far is grouped with a later one (a full snapshot is being captured)."""
         with self._lock:
             if self._last is not None:
                 self._last.sealed = True
+
+    def _write_chain(self, previous: DeltaWrite | None, items: list[DeltaWrite]) -> None:
+        """Write ``items`` in order (writer thread); after a failure the rest leave the queue
+        unattempted, for :meth:`retry` to write in order."""
+        try:
+            for item in items:
+                self._write_after(previous, item)
+                previous = item
+        except BaseException:
+            with self._lock:
+                for item in items:
+                    if not item.written:
+                        self._unqueue_locked(item)
+            raise
 
     def _write_after(self, previous: DeltaWrite | None, item: DeltaWrite) -> None:
         if item.written:
@@ -166,8 +193,9 @@ class Outbox:
                     if not head.written:
                         self.failed = head
                         break
-                head = head.release
-            out.append(head)
+                head = head.release  # None: a deletion whose release is a later one (coalesced)
+            if head is not None:
+                out.append(head)
             items.popleft()
         return out
 

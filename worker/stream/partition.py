@@ -36,7 +36,7 @@ from ..wire import (
 from .decode import Delete, Insert, InsertRun, decode_inserts, insert_ids
 from .exceptions import DeadLetter, PartialRequest
 from .framed import decode_message
-from .outbox import Outbox
+from .outbox import MAX_GROUP, Outbox
 from .releases import budget_header, noise_figures, release_headers, release_value, request_report
 from .scan import compiled_decoder, scan_batch
 
@@ -116,6 +116,12 @@ class PartitionRunner:
         # (offset after it, report) of the newest deletion request that changed the model: every
         # release at exactly that offset carries the report, so all of them are byte-identical.
         self.request_at: tuple[int, dict] | None = None
+        # Coalescing (one release per poll batch for its deletions): the deltas of this batch's
+        # deletions not yet handed to the outbox, and the release they owe, as (when the first of
+        # them was handled, whether one of them retrained). Both are settled before any release.
+        self._batch_deltas: list[tuple[int, dict, dict]] = []
+        self._owed: tuple[float, bool] | None = None
+        self._last_candidate = -1  # index in the batch of the last message that may be a delete
 
     # ----------------------------------------------------------------- restore
     @classmethod
@@ -146,6 +152,7 @@ class PartitionRunner:
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
         scan = scan_batch(messages, dim=dim, max_bytes=max_bytes) if compiled_decoder() else None
         stretches = scan.stretches() if scan is not None else [(0, len(messages), False)]
+        self._last_candidate = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
         for start, stop, accepted in stretches:
             if accepted:  # common inserts, already decoded by the compiled path
                 run = InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
@@ -153,6 +160,7 @@ class PartitionRunner:
                 self._apply_inserts(run, messages, start, out)
             elif not self._process_each(messages, start, stop, out):
                 break
+        self._settle_batch()
         if not self.blocked:
             self._release_if_due()
         out.releases = self.outbox.ready()
@@ -184,7 +192,8 @@ class PartitionRunner:
                                    ts if kind else 0)
                 self._apply_inserts(single, messages, i - 1, out)
                 continue
-            if not self._delete(msg, event, out):
+            last = i - 1 >= self._last_candidate or self.settings.deletion_releases == "each"
+            if not self._delete(msg, event, out, last=last):
                 return False
         return True
 
@@ -251,9 +260,11 @@ class PartitionRunner:
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
 
-    def _delete(self, msg, event: Delete, out: Outcome) -> bool:
+    def _delete(self, msg, event: Delete, out: Outcome, last: bool = True) -> bool:
         """One deletion request (every id of the event in one engine call: one noise draw, one
-        charge, one ledger entry, one delta, one release)."""
+        charge, one ledger entry, one delta). Its release is coalesced: the poll batch's last
+        deletion (``last``: no later message of the batch can be one) releases for all of them,
+        after their deltas (docs/worker.md 4.4)."""
         started = time.monotonic()
         after = msg.offset() + 1
         stored = self.replay_deltas.pop(after, None)
@@ -284,18 +295,46 @@ class PartitionRunner:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
         self.request_at = (after, request)
-        release = self._release(TRIGGER_DELETION, deletion_started=started)
-        if deletion.outcome == "retrained":  # the budget ran out: said in a header, the value stays pure
-            release.headers.append(budget_header(BUDGET_RETRAINED))
+        retrained = deletion.outcome == "retrained"
+        if retrained:  # the budget ran out: said in a header, the value stays pure
             log.warning("deletion budget exhausted; model retrained on the retained data", extra={
                 "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
                 "algorithm": self.settings.algorithm, "epoch": self.model.epoch})
-        if stored is not None:  # replaying: this exact post-noise state is already durable
+        first_started, any_retrained = self._owed or (started, False)
+        self._owed = (first_started, any_retrained or retrained)
+        ok = True
+        if stored is None:  # replaying: this exact post-noise state is already durable
+            header, arrays = self._delta_payload(after)
+            header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
+            self._batch_deltas.append((after, header, arrays))
+            if len(self._batch_deltas) >= MAX_GROUP:
+                ok = self._hand_over_deltas()
+        if last:
+            ok = self._release_owed() and ok
+        return ok
+
+    def _hand_over_deltas(self) -> bool:
+        """Queue the batch's deltas for the writer; False if the write already failed."""
+        batch, self._batch_deltas = self._batch_deltas, []
+        return self.outbox.deltas(batch)
+
+    def _release_owed(self) -> bool:
+        """The release that follows the batch's deletions, behind their deltas."""
+        ok = self._hand_over_deltas()
+        if self._owed is not None:
+            started, retrained = self._owed
+            self._owed = None
+            release = self._release(TRIGGER_DELETION, deletion_started=started)
+            if retrained:
+                release.headers.append(budget_header(BUDGET_RETRAINED))
             self.outbox.release(release)
-            return True
-        header, arrays = self._delta_payload(after)
-        header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
-        return self.outbox.delta(after, header, arrays, release)
+        return ok
+
+    def _settle_batch(self) -> None:
+        """End of a poll batch: no delta waits to be handed over, no deletion waits for its release
+        (one owed after a later non-delete candidate turned out to be a dead letter, say)."""
+        if self._batch_deltas or self._owed is not None:
+            self._release_owed()
 
     def _write_deltas(self, deltas: list[tuple[int, dict, dict]]) -> None:
         self.snapshots.write_deltas(self.topic, self.partition, deltas)
@@ -392,6 +431,7 @@ class PartitionRunner:
     # A snapshot has three steps so the slow middle one can leave the loop thread:
     # begin (loop thread: a consistent copy), write (any thread: store I/O only), finish (loop).
     def begin_snapshot(self) -> PendingSnapshot:
+        self._settle_batch()  # nothing is pending between batches; never let a delta miss the seal
         self.outbox.seal()  # no delta group spans this snapshot's offset
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,

@@ -150,27 +150,28 @@ class AppliedIndex:
 
     def pop(self, key: int) -> list[int]:
         """Remove and return every step applied under ``key`` (ascending)."""
+        from .kernels.merge import tail_count, tail_take
+
         found: list[int] = []
         marked: list[tuple[Run, int]] = []
         k = np.uint64(key)
         for run in self.runs:
-            lo, hi = np.searchsorted(run.keys, k, "left"), np.searchsorted(run.keys, k, "right")
-            for pos in range(int(lo), int(hi)):
+            keys = run.keys
+            pos, end = int(keys.searchsorted(k)), len(keys)
+            while pos < end and keys[pos] == k:  # usually no entry, or one
                 if pos not in run.dead:
                     found.append(int(run.steps[pos]))
                     run.dead.add(pos)
                     marked.append((run, pos))
+                pos += 1
         n = self._tail_len
-        hits = np.flatnonzero(self._tail_keys[:n] == k)
-        self._undo.append((marked, (self._tail_keys[:n].copy(), self._tail_steps[:n].copy()) if len(hits) else None))
-        if len(hits):
-            found.extend(int(s) for s in self._tail_steps[hits])
-            keep = np.ones(n, bool)
-            keep[hits] = False
-            m = n - len(hits)
-            self._tail_keys[:m] = self._tail_keys[:n][keep]
-            self._tail_steps[:m] = self._tail_steps[:n][keep]
-            self._tail_len = m
+        count = tail_count(self._tail_keys, n, k) if n else 0
+        taken = None
+        if count:
+            taken = (k, np.empty(count, np.int64), np.empty(count, np.uint32))
+            self._tail_len = tail_take(self._tail_keys, self._tail_steps, n, k, taken[1], taken[2])
+            found.extend(int(s) for s in taken[2])
+        self._undo.append((marked, taken))
         return sorted(found)
 
     def holds(self, key: int) -> bool:
@@ -180,7 +181,9 @@ class AppliedIndex:
             lo, hi = np.searchsorted(run.keys, k, "left"), np.searchsorted(run.keys, k, "right")
             if any(pos not in run.dead for pos in range(int(lo), int(hi))):
                 return True
-        return bool((self._tail_keys[:self._tail_len] == k).any())
+        from .kernels.merge import tail_count
+
+        return bool(self._tail_len and tail_count(self._tail_keys, self._tail_len, k))
 
     def begin_pops(self) -> None:
         """Forget the undo records of earlier pops: the pops from here on may be undone together."""
@@ -194,9 +197,14 @@ class AppliedIndex:
         marked, tail = self._undo.pop()
         for run, pos in marked:
             run.dead.discard(pos)
-        if tail is not None:
-            n = len(tail[0])
-            self._tail_keys[:n], self._tail_steps[:n], self._tail_len = tail[0], tail[1], n
+        if tail is not None:  # the removed entries back at their positions
+            k, positions, steps = tail
+            m = self._tail_len
+            at = positions - np.arange(len(positions))  # where each goes among the entries left
+            keys = np.insert(self._tail_keys[:m], at, k)
+            steps = np.insert(self._tail_steps[:m], at, steps)
+            n = len(keys)
+            self._tail_keys[:n], self._tail_steps[:n], self._tail_len = keys, steps, n
 
     def merge(self, paced: bool = False) -> None:
         """Sort the tail into a new run, then merge runs of similar size (see the module doc).
@@ -465,6 +473,8 @@ class KeySet:
 
     def __init__(self, keys: np.ndarray | None = None, *, recent_keys: int | None = None):
         self.recent_keys = recent_keys or RECENT_KEYS
+        self._recent = np.zeros(self.recent_keys, np.uint64)  # ``recent`` is its first _n keys
+        self._n = 0
         keys = np.zeros(0, np.uint64) if keys is None else np.asarray(keys, np.uint64).copy()
         if len(keys) > 1 and not np.all(keys[1:] > keys[:-1]):
             raise ValueError("tombstone keys are not strictly sorted")
@@ -472,6 +482,19 @@ class KeySet:
         big = len(keys) >= self.recent_keys
         self.base = _frozen(keys if big else np.zeros(0, np.uint64))
         self.recent = np.zeros(0, np.uint64) if big else keys
+
+    @property
+    def recent(self) -> np.ndarray:
+        """The sorted keys added since the last merge (a view: copy it to keep it)."""
+        return self._recent[:self._n]
+
+    @recent.setter
+    def recent(self, keys) -> None:
+        keys = np.asarray(keys, np.uint64)
+        if len(keys) >= len(self._recent):  # an older state's array, longer than our buffer
+            self._recent = np.zeros(len(keys) + 1, np.uint64)
+        self._recent[:len(keys)] = keys
+        self._n = len(keys)
 
     @property
     def keys(self) -> np.ndarray:
@@ -490,11 +513,14 @@ class KeySet:
         k = np.uint64(key)
         if _in_sorted(self.base, k):
             return False
-        pos = np.searchsorted(self.recent, k)
-        if pos < len(self.recent) and self.recent[pos] == k:
+        n, buf = self._n, self._recent
+        pos = int(buf[:n].searchsorted(k))
+        if pos < n and buf[pos] == k:
             return False
-        self.recent = np.insert(self.recent, pos, k)
-        if len(self.recent) >= self.recent_keys:
+        buf[pos + 1:n + 1] = buf[pos:n]  # in place, no new array (numpy copies overlapping slices safely)
+        buf[pos] = k
+        self._n = n + 1
+        if self._n >= self.recent_keys:
             # one pass (~4 ms at a million keys), not a sort of both (~20 ms)
             self.base = _frozen(np.insert(self.base, np.searchsorted(self.base, self.recent), self.recent))
             self.recent = np.zeros(0, np.uint64)

@@ -99,3 +99,34 @@ def sort_tail(keys, steps):
         out_keys[j] = k
         out_steps[j] = s
     return out_keys, out_steps
+
+
+@jit
+def tail_count(keys, n, k):
+    """How many of ``keys[:n]`` (the index's unsorted tail) equal ``k``."""
+    m = 0
+    for i in range(n):
+        if keys[i] == k:
+            m += 1
+    return m
+
+
+@jit
+def tail_take(keys, steps, n, k, taken_pos, taken_steps):
+    """Remove every entry of key ``k`` from ``keys[:n]`` / ``steps[:n]`` in place, the others' order
+    kept; their positions and steps go to ``taken_*`` (sized by :func:`tail_count`). Returns the
+    new length. One pass over the tail, no temporary arrays (a deletion's lookup in the tail was
+    a comparison, a mask and two copies of the whole tail)."""
+    m = 0
+    j = 0
+    for i in range(n):
+        if keys[i] == k:
+            taken_pos[m] = i
+            taken_steps[m] = steps[i]
+            m += 1
+        else:
+            if m:
+                keys[j] = keys[i]
+                steps[j] = steps[i]
+            j += 1
+    return j
