@@ -201,3 +201,36 @@ def test_active_algorithms_rotate_and_the_others_refuse():
 def test_planned_capacity_per_model():
     assert planned_capacity(0.01, 200_000, "overlap") == 2000
     assert planned_capacity(0.01, 200_000, "disjoint") == 1000
+
+
+def test_planned_capacity_counts_only_records_the_model_holds():
+    """With the deletion age, a model younger than it is charged only for requests naming records
+    inserted since its birth: rate E^2 / (2 age) up to the age, rate (E - age/2) beyond."""
+    from worker.olu.rotation import charged_deletions
+
+    assert charged_deletions(0.01, 20_000, None) == 200
+    assert charged_deletions(0.01, 20_000, 100_000) == 20
+    assert charged_deletions(0.01, 400_000, 100_000) == 3500
+    assert planned_capacity(0.01, 20_000, "overlap", age=100_000) == 20
+    assert planned_capacity(0.01, 20_000, "disjoint", age=100_000) == 10
+    assert planned_capacity(0.001, 2_000, "overlap", age=100_000) == 1  # at least one
+    assert planned_capacity(0.01, 200_000, "overlap", age=None) == 2000  # unchanged without an age
+
+
+def test_a_short_lifetime_is_charged_about_its_planned_capacity():
+    """The engine agrees with charged_deletions: requests naming records older than both models
+    are not_applied there and charge nothing (docs/accounting.md 12.2)."""
+    from worker.olu.rotation import charged_deletions
+
+    rate, age, E, n = 0.01, 20_000, 4_000, 60_000
+    rng = np.random.default_rng(3)
+    r = Rotation(PassiveOLU, lifetime_events=E, dim=2, rho=1.0, budget_split="planned",
+                 deletion_capacity=planned_capacity(rate, E, "overlap", age=age), noise_rng=rng)
+    every = round(1 / rate)
+    for i in range(n):
+        r.learn_one(f"r{i}", [0.6, 0.8] if i % 2 else [0.8, -0.6], 1 if i % 2 else -1)
+        if (i + 1) % every == 0:
+            r.unlearn_request([f"r{int(rng.integers(max(0, i + 1 - age), i + 1))}"])
+    # the retiring models' charges: each about rate E^2 / (2 age) = 4 over its whole life
+    lives = [s["deletions"] for s in r.retired[1:]]
+    assert lives and abs(np.mean(lives) - charged_deletions(rate, E, age)) < 1.5

@@ -40,3 +40,18 @@ def test_recommendation_switches_unit_and_picks_the_best_l2():
     warnings, advice = assess(plan)
     assert len(warnings) == 1 and warnings[0].startswith("the all-deletions target epsilon 1 at delta 1e-05")
     assert advice["unit"] == "per-request" and advice["l2"] == 0.01 and advice["target_useful"] is False
+
+
+@pytest.mark.parametrize("score,warned", [(0.86, False), (0.84, True)])
+def test_renewal_warns_when_the_best_rotation_is_more_than_three_points_below_ogd(score, warned):
+    from worker.planning.advice import renewal_advice
+
+    ren = {"simulated": {"metric": "accuracy"},
+           "recommended": {"source": "simulation", "variant": "overlap", "lifetime": 5000, "capacity": 2, "l2": 0.03,
+                           "score": score, "ogd": 0.88}}
+    warning, sentence = renewal_advice(ren)
+    assert "OLU_MODEL_LIFETIME_EVENTS=5000" in sentence and "OLU_L2=0.03" in sentence
+    assert (warning is not None) is warned
+    if warned:
+        assert "4.0 points below plain OGD's 0.88" in warning
+    assert renewal_advice(None) is None

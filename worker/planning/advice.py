@@ -14,7 +14,7 @@ the recommended l2 is the one whose released model scores best on the sample.
 
 from __future__ import annotations
 
-__all__ = ["ACCURACY_GAP", "NOISE_TO_SIGNAL_LIMIT", "RMSE_RATIO", "assess", "problems"]
+__all__ = ["ACCURACY_GAP", "NOISE_TO_SIGNAL_LIMIT", "RMSE_RATIO", "assess", "problems", "renewal_advice"]
 
 NOISE_TO_SIGNAL_LIMIT = 0.5
 ACCURACY_GAP = 0.03
@@ -90,4 +90,39 @@ def assess(plan: dict) -> tuple[list[str], dict]:
                     + (" (the configured value)" if best_l2 == l2 else f" (configured: {l2:g})"))
     else:
         text.append("give --sample FILE to compare l2 values and the released model's accuracy with plain OGD")
+    renewal = renewal_advice(plan.get("renewal"))
+    if renewal is not None:
+        warning, sentence = renewal
+        text.append(sentence)
+        if warning:
+            warnings.append(warning)
     return warnings, {"unit": best_unit, "l2": best_l2, "target_useful": not mine, "text": text}
+
+
+def renewal_advice(ren: dict | None) -> tuple[str | None, str] | None:
+    """(warning or None, sentence) on the rotation the plan recommends; None without one.
+
+    With a simulation the sentence gives the predicted steady-state score of the recommended
+    (l2, lifetime, capacity), and the warning fires when it is more than :data:`ACCURACY_GAP`
+    below plain OGD (logistic) or :data:`RMSE_RATIO` times its RMSE (ridge).
+    """
+    if not ren:
+        return None
+    rec = ren["recommended"]
+    setting = (f"OLU_ROTATION=on OLU_ROTATION_VARIANT={rec['variant']} OLU_MODEL_LIFETIME_EVENTS={rec['lifetime']} "
+               f"OLU_BUDGET_SPLIT=planned OLU_DELETION_CAPACITY={rec['capacity']}")
+    if rec.get("source") != "simulation":
+        return None, (f"renewal: {setting} (from the noise formula; give --sample to choose the lifetime and l2 "
+                      "by simulation)")
+    metric = ren["simulated"]["metric"]
+    score, ogd = rec["score"], rec["ogd"]
+    sentence = (f"renewal: {setting} OLU_L2={rec['l2']:g}: predicted steady-state {metric} of the release "
+                f"{score:.4g} (plain OGD {ogd:.4g} at that l2)")
+    bad = score < ogd - ACCURACY_GAP if metric == "accuracy" else score > ogd * RMSE_RATIO
+    if not bad:
+        return None, sentence
+    gap = f"{100 * (ogd - score):.1f} points below" if metric == "accuracy" else f"{score / ogd:.2f}x"
+    warning = (f"even the best simulated rotation (l2 {rec['l2']:g}, lifetime {rec['lifetime']:,}) predicts a "
+               f"steady-state {metric} of {score:.4g}, {gap} plain OGD's {ogd:.4g}: relax the target or lower the "
+               "deletion rate")
+    return warning, sentence

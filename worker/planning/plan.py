@@ -5,10 +5,11 @@ l2 candidates, the optional simulation on a sample, and the advice. Returns one 
 from __future__ import annotations
 
 from ..olu.privacy.analysis.units import UNITS
+from ..olu.rotation import planned_capacity
 from .advice import assess
 from .predict import noise_std, predict, renewal
-from .simulate import L2_FACTORS, simulate
-from .target import PLANNED_ALGORITHMS, build_engine
+from .simulate import L2_FACTORS, RENEWAL_L2_FACTORS, RENEWAL_LIFETIMES, renewal_events, simulate, simulate_renewal
+from .target import PLANNED_ALGORITHMS, build_engine, build_rotation
 
 __all__ = ["make_plan"]
 
@@ -54,5 +55,33 @@ def make_plan(settings, target, *, deletion_rate: float, events: int, age: int, 
         sim["predicted_noise_std"] = {u: noise_std(model, target.with_unit(u), events=sim_events, **figures)
                                       for u in units}
         plan["simulation"] = sim
+        if plan["renewal"] is not None:
+            plan["renewal"] = _simulated_renewal(plan["renewal"], settings, target, sample,
+                                                 deletion_rate=deletion_rate, events=events, age=age, seed=seed)
     plan["warnings"], plan["recommendation"] = assess(plan)
     return plan
+
+
+def _simulated_renewal(ren: dict, settings, target, sample, *, deletion_rate: float, events: int,
+                       age: int, seed: int) -> dict:
+    """The rotation's (l2, lifetime) chosen by simulating it on the sample (the recommendation and
+    the predicted steady-state score replace the noise formula's)."""
+    reserve = ren["reserve"]
+
+    def make_rotation(l2, lifetime, noise_rng):
+        capacity = planned_capacity(deletion_rate, lifetime, "overlap", age=age)
+        return build_rotation(settings, target, lifetime=lifetime, capacity=capacity, l2=l2, reserve=reserve,
+                              noise_rng=noise_rng), capacity
+
+    def make_ogd(l2):
+        return build_engine(settings, target, l2=l2)
+
+    l2_values = [settings.l2] if settings.l2 == 0 else [float(f"{settings.l2 * f:.6g}") for f in RENEWAL_L2_FACTORS]
+    sim = simulate_renewal(sample, make_rotation, make_ogd, loss=settings.loss, l2_values=l2_values,
+                           lifetimes=RENEWAL_LIFETIMES, deletion_rate=deletion_rate,
+                           events=renewal_events(events, age), age=age, seed=seed)
+    best = sim["best"]
+    configured = next((run["ogd"] for run in sim["runs"] if run["l2"] == settings.l2), best["ogd"])
+    recommended = {"lifetime": best["lifetime"], "capacity": best["capacity"], "l2": best["l2"], "variant": "overlap",
+                   "source": "simulation", "score": best["score"], "ogd": best["ogd"], "ogd_configured_l2": configured}
+    return {**ren, "simulated": sim, "recommended": recommended}

@@ -30,14 +30,19 @@ from ..olu.privacy.analysis.noise import plan_deletions, predicted_noise_growth,
 from ..olu.privacy.analysis.rdp import noise_multiplier
 from ..olu.privacy.analysis.split import DEFAULT_RESERVE, capacity_for_rate
 from ..olu.privacy.analysis.units import per_request_sigma
-from ..olu.rotation import model_budget, planned_capacity
+from ..olu.rotation import charged_deletions, model_budget, planned_capacity
 
-__all__ = ["GROWTH_LENGTHS", "LIFETIMES", "deletion_sigmas", "noise_std", "predict", "renewal"]
+__all__ = ["GROWTH_LENGTHS", "LIFETIMES", "NO_SAMPLE_MIN_LIFETIME", "deletion_sigmas", "noise_std", "predict",
+           "renewal"]
 
 #: Stream lengths at which the growth of the noise is shown.
 GROWTH_LENGTHS = (10**5, 10**6, 10**7)
 #: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS) the renewal figures compare.
-LIFETIMES = (10**5, 2 * 10**5, 4 * 10**5, 10**6)
+LIFETIMES = (5_000, 10_000, 20_000, 50_000, 10**5, 2 * 10**5, 4 * 10**5, 10**6)
+#: Without a sample the recommendation is taken among lifetimes of at least this many events: the
+#: noise formula favours ever shorter lifetimes, and only a simulation weighs what a young model
+#: loses by having seen fewer records.
+NO_SAMPLE_MIN_LIFETIME = 10**5
 
 
 def _plan_kwargs(model, target, deletion_rate: float, omega: float, age: int) -> dict:
@@ -96,12 +101,15 @@ def renewal(model, target, *, deletion_rate: float, events: int, omega: float, a
 
     ``planned``: one model planned for exactly ``events`` (K = rate x events; it needs the horizon).
     ``rotation``: per lifetime E, the overlap variant's per-model K and rho / 2, and the noise of the
-    released model when it is youngest (E/2 events old, just promoted) and oldest (E). Under the
-    shifted strongly convex schedule these hardly depend on E (docs/accounting.md 11.1: about 2 and 4
-    times the single model's variance), so ``recommended`` is the longest lifetime whose youngest
-    release is within 1% of the least noise (fewer renewals). None under per-request or without
-    deletions. Upper bounds: every deletion is counted as charged, also those of records older than
-    the model.
+    released model when it is youngest (E/2 events old, just promoted) and oldest (E). K counts only
+    the requests naming records the model holds (:func:`worker.olu.rotation.planned_capacity` with
+    the deletion ``age``): a model younger than ``age`` holds a fraction of the records requests
+    name, so short lifetimes are charged for few deletions (docs/accounting.md 12.6). The noise rows
+    use the charged rate at that age (``charged_deletions(T) / T``): an approximation, which
+    counts the charged requests as spread evenly over the model's life. ``recommended``: the
+    longest lifetime of at least :data:`NO_SAMPLE_MIN_LIFETIME` whose youngest release is within
+    1% of the least noise among those; with a sample the plan replaces it with the simulation's
+    best (worker/planning/plan.py). None under per-request or without deletions.
     """
     if target.unit != "all-deletions" or deletion_rate <= 0:
         return None
@@ -110,13 +118,19 @@ def renewal(model, target, *, deletion_rate: float, events: int, omega: float, a
     single = predicted_noise_std(**base, events=events, split="planned", capacity=k, reserve=reserve)
     rows = []
     for lifetime in lifetimes:
-        cap = planned_capacity(deletion_rate, lifetime, "overlap")
+        cap = planned_capacity(deletion_rate, lifetime, "overlap", age=age)
         kw = {**base, "rho": model_budget(target.unit, "overlap", target.rho), "split": "planned",
               "capacity": cap, "reserve": reserve}
-        rows.append({"lifetime": lifetime, "capacity": cap,
-                     "noise_std_young": predicted_noise_std(**kw, events=lifetime // 2),
-                     "noise_std_old": predicted_noise_std(**kw, events=lifetime)})
-    least = min(r["noise_std_young"] for r in rows)  # within 1% of it counts as a tie: the longest wins
-    best = max((r for r in rows if r["noise_std_young"] <= 1.01 * least), key=lambda r: r["lifetime"])
+
+        def at(t: int, kw=kw) -> float:
+            rate = min(deletion_rate, charged_deletions(deletion_rate, t, age) / t)
+            return predicted_noise_std(**{**kw, "deletion_rate": rate}, events=t) if rate > 0 else 0.0
+
+        rows.append({"lifetime": lifetime, "capacity": cap, "noise_std_young": at(lifetime // 2),
+                     "noise_std_old": at(lifetime)})
+    pool = [r for r in rows if r["lifetime"] >= NO_SAMPLE_MIN_LIFETIME] or rows
+    least = min(r["noise_std_young"] for r in pool)  # within 1% of it counts as a tie: the longest wins
+    best = max((r for r in pool if r["noise_std_young"] <= 1.01 * least), key=lambda r: r["lifetime"])
     return {"reserve": reserve, "planned": {"capacity": k, "noise_std": single}, "rotation": rows,
-            "recommended": {"lifetime": best["lifetime"], "capacity": best["capacity"]}}
+            "recommended": {"lifetime": best["lifetime"], "capacity": best["capacity"], "l2": None,
+                            "variant": "overlap", "source": "noise formula"}}

@@ -27,7 +27,12 @@ Fields of the JSON object (``olu-worker plan --json``)
   rotate): ``reserve``; ``planned``: ``{capacity, noise_std}`` of one model with the planned split
   for exactly ``events``; ``rotation``: ``[{lifetime, capacity, noise_std_young, noise_std_old}]``
   (overlap variant, rho / 2 per model; the released model just promoted, E/2 old, and about to
-  retire, E old); ``recommended``: ``{lifetime, capacity}``.
+  retire, E old; capacity counts only requests naming records the model holds, given the deletion
+  age); ``recommended``: ``{lifetime, capacity, l2, variant, source}``, ``source`` ``noise formula``
+  (without a sample: l2 null, lifetimes of at least 100,000 only) or ``simulation`` (then also
+  ``score``: the predicted steady-state accuracy or RMSE of the release, ``ogd`` at that l2 and
+  ``ogd_configured_l2``); ``simulated`` (with a sample): ``{metric, events, steps, deletions, seed,
+  tail, variant, runs: [{l2, ogd, lifetimes: [{lifetime, capacity, score}]}], best}``.
 * ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, l2
   (null without a sample), target_useful, text: [sentences]}``.
 """
@@ -81,9 +86,21 @@ def to_text(plan: dict) -> str:
         for r in ren["rotation"]:
             lines.append(f"  rotation, lifetime {_n(r['lifetime'])}: capacity {_n(r['capacity'])} per model, released "
                          f"noise std {r['noise_std_young']:.4g} (just promoted) to {r['noise_std_old']:.4g} (retiring)")
+        sim = ren.get("simulated")
+        if sim:
+            lifetimes = [c["lifetime"] for c in sim["runs"][0]["lifetimes"]]
+            lines.append(f"  rotation simulated on the sample ({_n(sim['events'])} events, {_n(sim['deletions'])} "
+                         f"deletions, {sim['variant']}): {sim['metric']} over the last {int(100 * sim['tail'])}% by "
+                         "l2 and lifetime")
+            lines.append("  " + f"{'l2':>10}  {'plain OGD':>10}" + "".join(f"  {_n(e):>9}" for e in lifetimes))
+            for run in sim["runs"]:
+                lines.append("  " + f"{run['l2']:>10g}  {run['ogd']:>10.4f}"
+                             + "".join(f"  {c['score']:>9.4f}" for c in run["lifetimes"]))
         rec = ren["recommended"]
         lines.append(f"  recommended: OLU_ROTATION=on, OLU_MODEL_LIFETIME_EVENTS={rec['lifetime']}, "
-                     f"OLU_DELETION_CAPACITY={rec['capacity']} (steady noise, no horizon needed)")
+                     f"OLU_DELETION_CAPACITY={rec['capacity']}"
+                     + (f", OLU_L2={rec['l2']:g}: predicted {ren['simulated']['metric']} {rec['score']:.4f}"
+                        if rec.get("source") == "simulation" else " (noise formula)"))
     sim = plan["simulation"]
     if sim:
         units = list(sim["runs"][0]["units"])

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..olu.privacy.analysis.noise import plan_deletions
 
-__all__ = ["L2_FACTORS", "TAIL", "deletion_steps", "metric_name", "replay", "simulate", "stream"]
+__all__ = ["L2_FACTORS", "RENEWAL_L2_FACTORS", "RENEWAL_LIFETIMES", "TAIL", "deletion_steps", "metric_name",
+           "renewal_events", "replay", "simulate", "simulate_renewal", "stream"]
 
 #: The l2 values compared: the configured one and these multiples of it.
 L2_FACTORS = (0.3, 1.0, 3.0, 10.0)
@@ -141,3 +142,60 @@ def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate:
     return {"metric": metric_name(loss), "events": events, "steps": steps, "deletions": len(taus),
             "records": len(sample), "dropped": sample.dropped, "passes": math.ceil(steps / len(sample)),
             "seed": seed, "tail": TAIL, "curve_events": curve_events, "runs": runs}
+
+
+#: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS) the renewal simulation compares.
+RENEWAL_LIFETIMES = (2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000)
+#: The l2 values the renewal simulation compares: the configured one and 3x it (a larger l2 shrinks
+#: the deletion noise as 1/mu and the weights less; smaller values only added noise in
+#: bench/rotation_quality.py's runs).
+RENEWAL_L2_FACTORS = (1.0, 3.0)
+#: The renewal simulation runs ``min(events, max(RENEWAL_MIN, 3 x age))`` events, at most RENEWAL_MAX:
+#: long enough for requests to name records older than a short-lived model (the steady state).
+RENEWAL_MIN = 100_000
+RENEWAL_MAX = 300_000
+
+
+def renewal_events(events: int, age: int) -> int:
+    """Stream length of the renewal simulation (see :data:`RENEWAL_MIN`).
+
+    >>> renewal_events(1_000_000, 100_000), renewal_events(50_000, 100_000)
+    (300000, 50000)
+    """
+    return min(events, RENEWAL_MAX, max(RENEWAL_MIN, 3 * age))
+
+
+def simulate_renewal(sample, make_rotation, make_ogd, *, loss: str, l2_values, lifetimes, deletion_rate: float,
+                     events: int, age: int, seed: int) -> dict:
+    """Score warm-standby rotation (docs/accounting.md 12) on the sample for every (l2, lifetime),
+    with plain OGD at each l2 for reference, as :func:`simulate` scores one model (the same
+    deletion plan, victims and tail). Lifetimes longer than two thirds of the simulated stream are
+    skipped (no steady state to score). ``make_rotation(l2, lifetime, noise_rng)`` returns
+    ``(rotation, capacity)``; ``make_ogd(l2)`` a plain engine fed no deletion.
+
+    ``best`` is the (l2, lifetime) whose released model scores best: the planner's recommendation,
+    and its score the predicted steady-state accuracy (RMSE for ridge).
+    """
+    steps, taus = plan_deletions(events, deletion_rate)
+    ids, X, y = stream(sample, steps)
+    victims = [ids[u - 1] for u in deletion_steps(taus, age, seed)]
+    size = max(1, math.ceil(steps / BLOCKS))
+    n_blocks = math.ceil(steps / size)
+    tail = slice(min(n_blocks - 1, int(n_blocks * (1 - TAIL))), None)
+    usable = [e for e in lifetimes if 3 * e <= 2 * steps] or [min(lifetimes)]
+    better = max if metric_name(loss) == "accuracy" else min
+    runs = []
+    for l2 in l2_values:
+        _, scores = replay(make_ogd(l2), ids, X, y, [], [], loss=loss)
+        run = {"l2": l2, "ogd": _score(scores[tail], loss), "lifetimes": []}
+        for lifetime in usable:
+            model, capacity = make_rotation(l2, lifetime, np.random.default_rng(seed + 2))
+            _, scores = replay(model, ids, X, y, taus, victims, loss=loss)
+            run["lifetimes"].append({"lifetime": lifetime, "capacity": capacity, "score": _score(scores[tail], loss)})
+        runs.append(run)
+    cells = [(run, cell) for run in runs for cell in run["lifetimes"]]
+    run, cell = better(cells, key=lambda rc: rc[1]["score"])
+    best = {"l2": run["l2"], "lifetime": cell["lifetime"], "capacity": cell["capacity"], "score": cell["score"],
+            "ogd": run["ogd"]}
+    return {"metric": metric_name(loss), "events": events, "steps": steps, "deletions": len(taus), "seed": seed,
+            "tail": TAIL, "variant": "overlap", "runs": runs, "best": best}

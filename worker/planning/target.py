@@ -17,7 +17,7 @@ from ..exceptions import ConfigError
 from ..olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
 from ..olu.privacy.analysis.units import UNITS
 
-__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "resolve_target"]
+__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "resolve_target"]
 
 #: Algorithms whose noise the planner models (one calibrated Gaussian per deletion).
 PLANNED_ALGORITHMS = ("passive",)
@@ -87,3 +87,25 @@ def build_engine(settings, target: Target, *, l2: float | None = None, noise_rng
         kwargs.pop(key, None)
     kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta)
     return engine_class(settings.algorithm)(**kwargs, noise_rng=noise_rng)
+
+
+def build_rotation(settings, target: Target, *, lifetime: int, capacity: int, l2: float | None = None,
+                   variant: str = "overlap", reserve: float | None = None, noise_rng=None):
+    """A warm-standby rotation (docs/accounting.md 12) of the settings' engine with the planned
+    split over ``capacity`` per model, each model given its share of ``target.rho``
+    (:func:`worker.olu.rotation.model_budget`: the Rotation itself halves it)."""
+    from ..olu.rotation import Rotation
+
+    if settings.algorithm not in PLANNED_ALGORITHMS:
+        raise ConfigError(f"plan models the passive algorithm only, got algorithm {settings.algorithm!r}")
+    kwargs = model_kwargs(settings)
+    if l2 is not None:
+        kwargs["l2"] = l2
+    for key in ("rho", "target_epsilon", "privacy_unit", "budget_split", "deletion_capacity"):
+        kwargs.pop(key, None)
+    if reserve is not None:
+        kwargs["budget_reserve"] = reserve
+    kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta, budget_split="planned",
+                  deletion_capacity=capacity)
+    return Rotation(engine_class(settings.algorithm), lifetime_events=lifetime, variant=variant,
+                    noise_rng=noise_rng, **kwargs)
