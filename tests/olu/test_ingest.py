@@ -168,3 +168,24 @@ def test_record_key_reads_the_content_of_str_subclasses():
 
     assert record_key(Loud("r-1")) == record_key("r-1")
     assert np.array_equal(fast([Loud("r-1"), "r-2"])[0], expected_keys(["r-1", "r-2"]))
+
+
+def test_checked_rows_gives_what_the_general_checks_give_or_leaves_the_batch_to_them():
+    """The stream's batches come with their keys: one compiled pass checks the rows and labels."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(50, 4))
+    X *= (rng.random(50) / np.linalg.norm(X, axis=1))[:, None]
+    y = rng.choice([0.0, 1.0, -1.0], size=50)
+    keys = rng.integers(1, 2**63, size=50, dtype=np.uint64)
+    features, loss = FeatureBound(4, 1.0), Logistic(0.01)
+    got = hashing.checked_rows(loss, features, keys, X, y)
+    assert got is not None
+    assert np.array_equal(got[0], keys) and got[1] is X
+    assert np.array_equal(got[2], np.where(y == 0.0, -1.0, y))
+    bad_rows = X.copy()
+    bad_rows[7] = [1.0, 0.0, 0.0, 0.0]  # on the bound: the general path decides (it may clip)
+    assert hashing.checked_rows(loss, features, keys, bad_rows, y) is None
+    assert hashing.checked_rows(loss, features, keys, X, np.where(y == 0.0, 2.0, y)) is None
+    assert hashing.checked_rows(loss, features, keys, X.tolist(), y) is None  # not an array
+    assert hashing.checked_rows(loss, features, keys, np.asfortranarray(X), y) is None
+    assert hashing.checked_rows(loss, features, keys[:3], X, y) is None

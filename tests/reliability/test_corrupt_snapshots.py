@@ -31,7 +31,6 @@ import numpy as np
 import obstore
 import pytest
 
-from worker.devtools.messages import messages
 from tests.stream.kafka_harness import (
     Topics,
     WorkerProcess,
@@ -49,6 +48,7 @@ from tests.stream.kafka_harness import (
     worker_env,
 )
 from worker.config import load_settings
+from worker.devtools.messages import messages
 from worker.olu import ALGORITHMS
 from worker.state.codec import FORMAT_VERSION, MAGIC, encode
 from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt

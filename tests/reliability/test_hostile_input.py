@@ -31,7 +31,6 @@ from obstore.store import MemoryStore
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.infra.schema_samples import decode_headers, validate
-from worker.devtools.messages import messages
 from tests.reliability.hostile import BUILDERS, DIM, expected_outcomes, hostile_batch, new_engine
 from tests.stream.kafka_harness import (
     WorkerProcess,
@@ -47,6 +46,7 @@ from tests.stream.kafka_harness import (
     worker_env,
 )
 from worker.config import load_settings
+from worker.devtools.messages import messages
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.deadletter import DETAIL_MAX_CHARS, REASONS, dead_letter_headers
 from worker.stream.decode import MAX_ID_CHARS, Delete, Insert, decode_event

@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from tests.infra.schema_samples import validate
-from worker.devtools.messages import messages
 from worker.config import load_settings
+from worker.devtools.messages import messages
 from worker.olu import PassiveOLU
 from worker.state.store import SnapshotStore, open_store
 from worker.stream import scan

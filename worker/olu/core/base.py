@@ -214,6 +214,8 @@ class OnlineUnlearner(MeteredNoise):
         kernels = compiled()  # if there: vectorised hashing and label checks, same values and errors
         if keys is None and kernels is not None and (batch := kernels.ingest(self, record_ids, X, y)):
             return batch  # a clean batch, hashed and checked in one compiled call
+        if keys is not None and kernels is not None and (batch := kernels.checked(self, keys, X, y)):
+            return batch  # a clean batch, checked in one compiled call
         if keys is not None:
             keys = np.asarray(keys, np.uint64)
         elif kernels is not None:

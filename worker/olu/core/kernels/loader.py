@@ -16,7 +16,7 @@ class CompiledKernels:
 
         self._jit = jit
         self.record_keys, self.check_labels = hashing.record_keys, ogd.check_labels
-        self._ingest_batch = hashing.ingest_batch
+        self._ingest_batch, self._checked_rows = hashing.ingest_batch, hashing.checked_rows
         self.plan_for, self.run_batch, self.ogd_steps = ogd.plan_for, ogd.run_batch, ogd.ogd_steps
         self.DONE, self.STEP_OVERFLOW = ogd.DONE, ogd.STEP_OVERFLOW
 
@@ -24,6 +24,10 @@ class CompiledKernels:
         """``learn_many``'s compiled front for ``model`` (``hashing.ingest_batch``): the batch's
         (keys, X, labels) when it passes untouched, else None (the general path)."""
         return self._ingest_batch(model.loss, model.features, record_ids, X, y)
+
+    def checked(self, model, keys, X, y):
+        """The same for a batch with its keys: (keys, X, labels) when it passes untouched, else None."""
+        return self._checked_rows(model.loss, model.features, keys, X, y)
 
     @property
     def force_reference(self) -> bool:

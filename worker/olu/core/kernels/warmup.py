@@ -9,7 +9,7 @@ import numpy as np
 from ..domain import FeatureBound
 from ..index import AppliedIndex, KeySet, Run, merge_pair
 from ..losses import Logistic, Ridge
-from .hashing import blake2b64_many, ingest_batch
+from .hashing import blake2b64_many, checked_rows, ingest_batch
 from .ogd import LOSS_LOGISTIC, SCHED_STRONGLY_CONVEX, run_batch
 
 compile_seconds: float | None = None  # set by warm_up()
@@ -45,5 +45,6 @@ def warm_up() -> float:
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
     for loss in (Logistic(0.1), Ridge(0.1)):  # learn_many's front: both label kinds
         ingest_batch(loss, FeatureBound(2, 1.0), ["r-1", "r-2"], X[:2], y[:2])
+        checked_rows(loss, FeatureBound(2, 1.0), keys[:2], X[:2], y[:2])  # the stream's batches (keys known)
     compile_seconds = time.perf_counter() - start
     return compile_seconds
