@@ -234,3 +234,16 @@ def test_a_release_after_a_restore_at_a_requests_offset_is_byte_identical():
     again.final_release()
     later = more.releases + again.outbox.ready()
     assert later and all("request" not in orjson.loads(r.value) for r in later)
+
+
+def test_the_compiled_prequential_loss_equals_numpy():
+    from worker.stream.loss_kernel import batch_mean_loss
+
+    rng = np.random.default_rng(0)
+    X, z = rng.normal(size=(40, 5)), rng.normal(size=5) * 30  # large margins: the stable branches
+    y = rng.choice([0.0, 1.0, -1.0], size=40)
+    logistic = np.mean(np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * (X @ z)))
+    assert batch_mean_loss(X, y, z, False) == pytest.approx(logistic, rel=1e-12)
+    assert batch_mean_loss(X, y, z, True) == pytest.approx(np.mean(0.5 * (X @ z - y) ** 2), rel=1e-12)
+    X[3, 1] = np.nan  # not finite: the caller skips the batch
+    assert np.isnan(batch_mean_loss(X, y, z, False)) and np.isnan(batch_mean_loss(X, y, z, True))

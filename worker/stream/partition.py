@@ -17,6 +17,7 @@ are bit-identical, so how the broker batches messages cannot change the result.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ from ..wire import (
 from .decode import Delete, Insert, InsertRun, decode_inserts, insert_ids
 from .exceptions import DeadLetter, PartialRequest
 from .framed import decode_message
+from .loss_kernel import batch_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .releases import budget_header, noise_figures, release_headers, release_value, request_report
 from .scan import compiled_decoder, scan_batch
@@ -249,14 +251,11 @@ class PartitionRunner:
 
     def _observe_loss(self, X: np.ndarray, y: np.ndarray) -> None:
         """Prequential (test-then-train) loss of the current model on the incoming batch."""
-        with np.errstate(over="ignore", invalid="ignore"):  # raw features may be huge: then skipped below
-            margin = X @ self.model.z
-            if self.model.loss.name == "ridge":
-                losses = 0.5 * (margin - y) ** 2
-            else:
-                losses = np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * margin)
-            mean = float(np.mean(losses))
-        if np.isfinite(mean):
+        if len(y) == 0:
+            return
+        X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)
+        mean = batch_mean_loss(X, y, np.ascontiguousarray(self.model.z, np.float64), self.model.loss.name == "ridge")
+        if math.isfinite(mean):
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
 

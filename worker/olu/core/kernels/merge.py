@@ -117,16 +117,18 @@ def tail_take(keys, steps, n, k, taken_pos, taken_steps):
     kept; their positions and steps go to ``taken_*`` (sized by :func:`tail_count`). Returns the
     new length. One pass over the tail, no temporary arrays (a deletion's lookup in the tail was
     a comparison, a mask and two copies of the whole tail)."""
+    first = 0
+    while keys[first] != k:  # a tight search first (usually one hit, often none in most of the tail)
+        first += 1
     m = 0
-    j = 0
-    for i in range(n):
+    j = first
+    for i in range(first, n):
         if keys[i] == k:
             taken_pos[m] = i
             taken_steps[m] = steps[i]
             m += 1
         else:
-            if m:
-                keys[j] = keys[i]
-                steps[j] = steps[i]
+            keys[j] = keys[i]
+            steps[j] = steps[i]
             j += 1
     return j

@@ -1,0 +1,32 @@
+"""The prequential (test-then-train) loss of a batch in one compiled pass (a metric only).
+
+The numpy form (a matrix product, logaddexp, a select, a mean, under errstate) cost ~15 us of
+fixed price per insert run, and a stream with 1% deletes has one run per deletion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..olu.core.kernels.jit import jit
+
+
+@jit
+def batch_mean_loss(X, y, z, ridge):
+    """Mean loss of the model ``z`` on rows ``X`` with labels ``y`` (logistic labels -1/+1 or 0/1);
+    NaN when a value is not finite (raw features may be huge: the caller skips the batch)."""
+    n, d = X.shape
+    total = 0.0
+    for j in range(n):
+        margin = 0.0
+        for i in range(d):
+            margin += X[j, i] * z[i]
+        if ridge:
+            r = margin - y[j]
+            total += 0.5 * r * r
+        else:
+            m = -(-1.0 if y[j] == 0.0 else y[j]) * margin  # log(1 + e^m), stable for either sign
+            total += (m + math.log1p(math.exp(-m))) if m > 0.0 else math.log1p(math.exp(m))
+    return total / n if n else np.nan
