@@ -67,6 +67,8 @@ VARIANTS = {
     "transactional-file": Variant(events=60_000, kills=20, transactional=True, state="file", seed=2002),
 }
 
+BURST = 400  # deletes in a row before each mid-stream kill point
+
 # Transactional variant: every this many events one poison record, dead-lettered exactly once.
 POISON_EVERY = 997
 POISON = (b"poison", b"{not json", "poison")
@@ -139,11 +141,15 @@ def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstra
                                                                    tmp_path, variant):
     v = VARIANTS[variant]
     topics, group, env, snapshots = _setup(v, kafka_bootstrap, kafka_topic, s3_server_if_needed, tmp_path, "crash")
-    stream = event_stream(v.events, seed=v.seed, delete_rate=0.03)
-    if v.transactional:
-        stream = [POISON if j and j % POISON_EVERY == 0 else event for j, event in enumerate(stream)]
     chunk = 250
     plan = kill_points(v, chunk)
+    # A burst of deletes (an account purge) right before each mid-stream kill point: the kill then
+    # tends to land while the worker is inside it, with a poll batch's deletions coalesced into
+    # one release and some of their deltas not yet durable.
+    bursts = {p.position - BURST: BURST for p in plan if p.kind == "mid-stream"}
+    stream = event_stream(v.events, seed=v.seed, delete_rate=0.03, bursts=bursts)
+    if v.transactional:
+        stream = [POISON if j and j % POISON_EVERY == 0 else event for j, event in enumerate(stream)]
     assert len(plan) >= 20
     feeder = BackgroundProducer(kafka_bootstrap, topics.input, stream, chunk=chunk, pause=0.05, limit=plan[0].limit)
     worker = WorkerProcess(env, tmp_path / "worker.log")

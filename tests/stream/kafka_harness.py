@@ -233,11 +233,13 @@ def delete(rid: str, tombstone: bool = False) -> tuple[bytes, bytes | None, str]
 
 
 def event_stream(n: int, *, seed: int, prefix: str = "r", delete_rate: float = 0.08, dim: int = DIM,
-                 start: int = 0, deletable: list[str] | None = None):
+                 start: int = 0, deletable: list[str] | None = None, bursts: dict[int, int] | None = None):
     """``n`` events: inserts of a noisy linear rule and deletes of earlier ids (JSON or tombstone),
     plus duplicate deletes, deletes of ids never seen, and deletes that arrive before their insert.
 
     ``deletable`` (optional, shared between calls) is the pool of live ids deletes pick from.
+    ``bursts`` {position: count}: from that position on, ``count`` deletes of live ids in a row (an
+    account purge), in place of the events that would have been there.
     (``tests/stream/subjects.py`` has the same stream keyed by data subject, deleting by requests.)
     """
     rng = np.random.default_rng(seed)
@@ -246,9 +248,16 @@ def event_stream(n: int, *, seed: int, prefix: str = "r", delete_rate: float = 0
     deleted: list[str] = []
     early: list[str] = []
     out = []
+    burst_left = 0
     for j in range(start, start + n):
+        burst_left = max(burst_left, (bursts or {}).get(j, 0))
         r = rng.random()
-        if live and r < delete_rate:
+        if live and burst_left:
+            burst_left -= 1
+            victim = live.pop(int(rng.integers(len(live))))
+            deleted.append(victim)
+            out.append(delete(victim, tombstone=bool(rng.random() < 0.4)))
+        elif live and r < delete_rate:
             victim = live.pop(int(rng.integers(len(live))))
             deleted.append(victim)
             out.append(delete(victim, tombstone=bool(rng.random() < 0.4)))
@@ -585,8 +594,12 @@ class Replayed:
     from_delta: int = 0
     from_release: int = 0
     pre_noise: dict = field(default_factory=dict)  # delete offset -> pre-noise iterate (if asked)
-    # offset + 1 -> (t, epoch, deletions applied, z bytes, deletions charged by the accountant) after it
+    # offset + 1 -> (t, epoch, deletions applied, z bytes, deletions charged by the accountant) after
+    # it; None while the iterate is unknown (see replay_partition's ``anchors``)
     trace: dict = field(default_factory=dict)
+    z_unknown: bool = False
+    gc_floor: int | None = None  # the oldest stored full snapshot's offset (replay_partition)
+    unknown_spans: int = 0  # deletions whose noise no object held, resynced at an anchor
 
 
 def post_states_from_releases(values: list[dict]) -> dict[int, dict]:
@@ -605,7 +618,8 @@ def post_states_from_deltas(objects: list[Stored]) -> dict[int, dict]:
 
 
 def replay_partition(settings, records, *, deltas: dict[int, dict], released: dict[int, dict],
-                     pre_noise_at: set[int] = frozenset()) -> Replayed:
+                     pre_noise_at: set[int] = frozenset(), anchors: dict[int, np.ndarray] | None = None,
+                     gc_floor: int | None = None) -> Replayed:
     """Feed ``records`` ((offset, key, value) in offset order) to a fresh engine like the worker.
 
     A deletion that changes the model must find its post-noise state in ``deltas`` (keyed by
@@ -613,14 +627,24 @@ def replay_partition(settings, records, *, deltas: dict[int, dict], released: di
     snapshot, in ``released`` (release version == delete offset + 1). Where both exist they
     must agree bit for bit. ``pre_noise_at``: delete offsets whose pre-noise iterate to record
     (computed on a copy of the model with the noise patched to zeros).
+
+    Deletion releases are coalesced per poll batch (``OLU_DELETION_RELEASES=batch``), so a deletion
+    before ``gc_floor`` (the oldest stored full snapshot) may have neither: its noise is then
+    unknown, and so is the iterate until the next ``anchors`` entry (offset -> the iterate a release
+    or full snapshot holds there) or the next stored deletion state; everything else (counters,
+    ledger, index) stays exact, and the trace holds None over that span.
     """
     model = ALGORITHMS[settings.algorithm](**settings.model_kwargs())
     out = Replayed(model)
     used: set[int] = set()
+    out.gc_floor = gc_floor
     for offset, key, value in records:
         _apply(model, settings, out, used, offset, key, value, deltas, released, pre_noise_at)
-        out.trace[offset + 1] = (model.t, model.epoch, model.deletions_applied, model.z.tobytes(),
-                                 model.accountant.lifetime_deletions)
+        if out.z_unknown and anchors is not None and offset + 1 in anchors:
+            model.z = np.array(anchors[offset + 1], np.float64)
+            out.z_unknown = False
+        out.trace[offset + 1] = None if out.z_unknown else (
+            model.t, model.epoch, model.deletions_applied, model.z.tobytes(), model.accountant.lifetime_deletions)
     unused = set(deltas) - used
     assert not unused, f"deltas that match no deletion that changed the model: {sorted(unused)}"
     return out
@@ -661,8 +685,14 @@ def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas
         out.dead += 1
         return
     if deletion.changed_model:
+        if post is None and out.gc_floor is not None and after <= out.gc_floor:
+            out.z_unknown = True  # garbage-collected and released only after later deletions
+            out.unknown_spans += 1
+            out.noised_deletes.append(offset)
+            return
         assert post is not None, (f"deletion at offset {offset} changed the model but neither a delta "
                                   f"nor a release holds its post-noise state")
+        out.z_unknown = False
         out.noised_deletes.append(offset)
         out.from_delta += delta is not None
         out.from_release += delta is None
@@ -707,10 +737,18 @@ def verify_against_oracle(bootstrap: str, topics: Topics, snapshots: SnapshotSto
     results = {}
     for p in range(topics.partitions):
         objects = stored_objects(snapshots, topics.input, p)
+        fulls = [o for o in objects if o.kind == "full"]
+        anchors = {v["version"]: v["weights"] for v in by_part.get(p, [])}
+        anchors.update({o.offset: o.arrays["z"] for o in fulls})
+        gc_floor = min((o.offset for o in fulls), default=None)
         replayed = replay_partition(settings, inputs.get(p, []), deltas=post_states_from_deltas(objects),
-                                    released=post_states_from_releases(by_part.get(p, [])))
+                                    released=post_states_from_releases(by_part.get(p, [])), anchors=anchors,
+                                    gc_floor=gc_floor)
         trace = replayed.trace
         for v in by_part.get(p, []):
+            if trace[v["version"]] is None:  # the anchor that ends an unknown span (the iterate is its own)
+                assert gc_floor is not None and v["version"] <= gc_floor
+                continue
             t, epoch, deletions, z, _ = trace[v["version"]]
             assert (v["t"], v["epoch"], v["deletions"]) == (t, epoch, deletions), f"release {p}@{v['version']}"
             assert np.array(v["weights"], np.float64).tobytes() == z, f"release {p}@{v['version']} weights"

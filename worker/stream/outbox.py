@@ -29,7 +29,7 @@ from concurrent.futures import Future, wait
 from ..state.exceptions import StorageUnavailable
 from .exceptions import NotAttempted
 
-#: Deltas a partition may have in flight before a new deletion waits for the oldest (backpressure:
+#: Deltas a partition may have in flight before new deletions wait for the oldest (backpressure:
 #: the delta writer is one thread, so a burst of deletions cannot queue without bound).
 MAX_DELTAS_IN_FLIGHT = 4096
 MAX_GROUP = 256  # deltas per stored object at most

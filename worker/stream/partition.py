@@ -263,7 +263,7 @@ class PartitionRunner:
         """One deletion request (every id of the event in one engine call: one noise draw, one
         charge, one ledger entry, one delta). Its release is coalesced: the poll batch's last
         deletion (``last``: no later message of the batch can be one) releases for all of them,
-        after their deltas (docs/worker.md 4.4)."""
+        after their deltas (docs/worker.md 3.4 and 5.3)."""
         started = time.monotonic()
         after = msg.offset() + 1
         stored = self.replay_deltas.pop(after, None)
