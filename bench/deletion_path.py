@@ -107,9 +107,13 @@ class Timers:
         setattr(obj, attr, timed)
 
 
+DELETION_RELEASES = "batch"  # --deletion-releases
+
+
 def settings_for(state_dir: str):
     return h.worker_settings("127.0.0.1:9", topic=TOPIC, params="params", dlq="dlq", group="bench",
-                             state_url=Path(state_dir).as_uri(), release_every_events=10_000)
+                             state_url=Path(state_dir).as_uri(), release_every_events=10_000,
+                             deletion_releases=DELETION_RELEASES)
 
 
 def wire_messages(plan, records: h.Records) -> list:
@@ -302,8 +306,12 @@ def main(argv=None) -> int:
     p.add_argument("--burst-after", type=int, default=200_000, help="inserts before the burst")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="also profile the deletion-heaviest stream")
+    p.add_argument("--deletion-releases", choices=("batch", "each"), default="batch",
+                   help="the worker's OLU_DELETION_RELEASES (each: one release per deletion, as before issue 23)")
     args = h.arguments(p, argv, "20,000 events, a burst of 2,000")
     args.delete_fracs = [float(v) for v in args.delete_fracs.split(",") if v.strip()]
+    global DELETION_RELEASES
+    DELETION_RELEASES = args.deletion_releases
     if args.quick:
         args.events, args.burst, args.burst_after, args.repeat = 20_000, 2_000, 5_000, 1
     info = h.machine()
@@ -323,6 +331,7 @@ def main(argv=None) -> int:
         checks.check(BURST_100K_S, burst["seconds"])
     report = {"machine": info, "config": {"events": args.events, "delete_fracs": args.delete_fracs,
                                           "repeat": args.repeat, "batch_size": 2000, "state": "file://",
+                                          "deletion_releases": args.deletion_releases,
                                           "seed": args.seed},
               "streams": rows, "breakdown": breakdown, "burst": burst, "targets": checks.results,
               "wall_s": time.perf_counter() - started}

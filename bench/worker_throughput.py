@@ -86,6 +86,7 @@ from _targets import (  # noqa: E402
     DELETE_RATE_X_INSERTS_01PCT,
     DELETE_RATE_X_INSERTS_1PCT,
     DELETION_IN_PLACE_US,
+    ROTATION_WORKER_X,
     WORKER_EVENTS_PER_S,
     WORKER_X_CEILING,
     Checks,
@@ -311,6 +312,12 @@ def measure_stream(bootstrap: str, n: int, delete_frac: float, args, sets: dict,
               f"{w['events_per_s']:,.0f} events/s (join+restore {w['join_and_restore_s']:.2f} s and "
               f"shutdown {w['shutdown_s']:.2f} s not timed; {w['snapshots']} snapshots "
               f"{sum(w['snapshot_s']):.2f} s in total)")
+        for lifetime in args.rotation_lifetimes:  # issue 19: the same stream with warm-standby rotation
+            r = run_worker(bootstrap, topic, params, dlq, n,
+                           overrides={**sets, "rotation": "on", "model_lifetime_events": lifetime})
+            keep(f"worker_rotation_{lifetime}", r)
+            print(f"worker, rotation E={lifetime:<7}: {r['events']:,} events in {r['seconds']:.2f} s = "
+                  f"{r['events_per_s']:,.0f} events/s")
     for key, values in samples.items():
         res[key]["samples_events_per_s"] = values
     prof = None
@@ -407,6 +414,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=1,
                    help="alternate ceiling and worker runs this many times; best of each is reported")
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile run of the worker")
+    p.add_argument("--rotation-lifetimes", default="",
+                   help="comma-separated model lifetimes: also run the worker with rotation on, each lifetime, "
+                        "in the same rounds (issue 19: >= 0.8x the rate without rotation), e.g. 400000,5000")
     p.add_argument("--s3", action="store_true",
                    help="the worker's state on a local S3 server (SeaweedFS) instead of file://")
     p.add_argument("--formats", default=",".join(FORMATS),
@@ -428,6 +438,7 @@ def main(argv=None) -> int:
     if not fracs or any(not 0 <= f < 1 for f in fracs):
         p.error(f"--delete-fracs: shares in [0, 1) expected, got {args.delete_fracs!r}")
     sets = h.parse_sets(args.set)
+    args.rotation_lifetimes = [int(v) for v in args.rotation_lifetimes.split(",") if v.strip()]
     wall = time.perf_counter()
 
     info = h.machine()
@@ -458,6 +469,13 @@ def main(argv=None) -> int:
     checks.check(WORKER_X_CEILING, weps / ceil, where=f"ceiling {ceil:,.0f} events/s")
     print(f"  (per CPU-second of this process, less sensitive to other load on the machine: ratio "
           f"{target['cpu_ratio_to_ceiling']:.2f})")
+    for stream in streams:
+        for lifetime in args.rotation_lifetimes:
+            rot = stream["results"][f"worker_rotation_{lifetime}"]["events_per_s"]
+            plain = stream["results"]["worker"]["events_per_s"]
+            stream.setdefault("rotation_x", {})[lifetime] = rot / plain
+            checks.check(ROTATION_WORKER_X, rot / plain,
+                         where=f"delete share {stream['delete_frac']:g}, lifetime {lifetime:,}")
     for stream, other in zip(streams[1:], judged[1:]):
         print(f"  with delete share {stream['delete_frac']:g}: worker {other['events_per_s']:,.0f} events/s, "
               f"{other['ratio_to_ceiling']:.2f} x its ceiling of {other['ceiling_events_per_s']:,.0f}")

@@ -150,14 +150,13 @@ class AppliedIndex:
 
     def pop(self, key: int) -> list[int]:
         """Remove and return every step applied under ``key`` (ascending)."""
-        from .kernels.merge import tail_count, tail_take
-
+        lower_bound, tail_count, tail_take = _kernels().lower_bound, _kernels().tail_count, _kernels().tail_take
         found: list[int] = []
         marked: list[tuple[Run, int]] = []
         k = np.uint64(key)
         for run in self.runs:
             keys = run.keys
-            pos, end = int(keys.searchsorted(k)), len(keys)
+            pos, end = lower_bound(keys, k), len(keys)
             while pos < end and keys[pos] == k:  # usually no entry, or one
                 if pos not in run.dead:
                     found.append(int(run.steps[pos]))
@@ -181,9 +180,7 @@ class AppliedIndex:
             lo, hi = np.searchsorted(run.keys, k, "left"), np.searchsorted(run.keys, k, "right")
             if any(pos not in run.dead for pos in range(int(lo), int(hi))):
                 return True
-        from .kernels.merge import tail_count
-
-        return bool(self._tail_len and tail_count(self._tail_keys, self._tail_len, k))
+        return bool(self._tail_len and _kernels().tail_count(self._tail_keys, self._tail_len, k))
 
     def begin_pops(self) -> None:
         """Forget the undo records of earlier pops: the pops from here on may be undone together."""
@@ -514,7 +511,7 @@ class KeySet:
         if _in_sorted(self.base, k):
             return False
         n, buf = self._n, self._recent
-        pos = int(buf[:n].searchsorted(k))
+        pos = _kernels().lower_bound(buf[:n], k)
         if pos < n and buf[pos] == k:
             return False
         buf[pos + 1:n + 1] = buf[pos:n]  # in place, no new array (numpy copies overlapping slices safely)
@@ -552,8 +549,22 @@ class KeySet:
 
 
 def _in_sorted(keys: np.ndarray, k: np.uint64) -> bool:
-    pos = np.searchsorted(keys, k)
-    return bool(pos < len(keys) and keys[pos] == k)
+    pos = _kernels().lower_bound(keys, k)
+    return pos < len(keys) and keys[pos] == k
+
+
+_MERGE_KERNELS = None
+
+
+def _kernels():
+    """kernels.merge, imported on first use (importing numba takes ~0.2 s), then one global read
+    (an import statement in a function costs ~1 us a call, and a deletion makes a dozen)."""
+    global _MERGE_KERNELS
+    if _MERGE_KERNELS is None:
+        from .kernels import merge
+
+        _MERGE_KERNELS = merge
+    return _MERGE_KERNELS
 
 
 def _frozen(keys: np.ndarray) -> np.ndarray:

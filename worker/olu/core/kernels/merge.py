@@ -132,3 +132,17 @@ def tail_take(keys, steps, n, k, taken_pos, taken_steps):
             steps[j] = steps[i]
             j += 1
     return j
+
+
+@jit
+def lower_bound(keys, k):
+    """The first position of ``keys`` (sorted) whose key is not below ``k``: a binary search without
+    numpy's per-call overhead (a deletion searches every run of the index and the tombstones)."""
+    lo, hi = 0, keys.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < k:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -38,9 +38,16 @@ def warm_up() -> float:
     run_batch(plan, np.zeros(2), 0, index, tombstones, keys, X, y)
     index.merge()
     merge_pair(Run(keys[:2].copy(), np.array([1, 2], np.uint32), dead=(0,)), None)  # a run reclaimed alone
-    deleting = AppliedIndex(tail_size=4)  # a deletion's lookup in the tail
+    deleting = AppliedIndex(tail_size=4)  # a deletion's lookups: in a frozen run and in the tail
     deleting.add(7, 1)
-    deleting.pop(7)
+    deleting.add(8, 2)
+    deleting.merge()
+    deleting.add(9, 3)
+    for key in (7, 9):
+        deleting.pop(key)
+    deleting.holds(8)
+    for key in (2, 9):  # the recent keys (a writable buffer) and the frozen base
+        _ = key in tombstones
     raw = b"r-1"
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
     for loss in (Logistic(0.1), Ridge(0.1)):  # learn_many's front: both label kinds
