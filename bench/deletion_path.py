@@ -75,7 +75,7 @@ STEPS = (
     ("    tombstone add", "tombstones", "add"),
     ("    noise generator", "model", "_entropy"),
     ("  delta payload", "runner", "_delta_payload"),
-    ("  delta hand-off (outbox)", "outbox", "delta"),
+    ("  delta hand-off (outbox)", "outbox", "deltas"),
     ("  release (JSON)", "runner", "_release"),
     ("inserts (learn_many runs)", "runner", "_apply_inserts"),
     ("metrics per release", "metrics", "record_release"),
@@ -354,7 +354,7 @@ def render(report: dict) -> str:
         out += (f"\n\nBreakdown at share {b['delete_frac']:g} (wall clock, inclusive, per deletion):\n\n"
                 "| step | us per deletion | calls |\n|---|---:|---:|\n")
         out += "\n".join(f"| {'&nbsp;' * 4 * s['depth']}{s['step']} | {s['us_per_deletion']:.1f} | {s['calls']:,} |"
-                         for s in b["steps"])
+                         for s in b["steps"] if s["calls"])
     if report.get("burst"):
         b = report["burst"]
         out += (f"\n\nBurst: {b['deletions']:,} deletions after {b['inserts_before']:,} inserts honoured in "

@@ -548,9 +548,13 @@ def render(report: dict) -> str:
     lines += ["", f"Target 1, on the first stream: >= 150,000 events/s "
                   f"{'MET' if t['>=150000'] else 'NOT MET'} ({t['events_per_s']:,.0f}), >= 0.5x the ceiling "
                   f"{'MET' if t['>=0.5x_ceiling'] else 'NOT MET'} ({t['ratio_to_ceiling']:.2f})."]
-    per_delete = [s["loop_s_per_deletion"] for s in report["streams"] if s.get("loop_s_per_deletion")]
-    if per_delete:
-        lines[-1] += f" Each deletion costs the run {per_delete[0] * 1e3:.2f} ms of loop time in place."
+    for s in report["streams"]:
+        if s.get("loop_s_per_deletion"):
+            lines[-1] += (f" With {s['delete_frac']:.1%} deletes: {s['x_inserts_only']:.2f}x the inserts-only rate, "
+                          f"{s['loop_s_per_deletion'] * 1e6:,.0f} us of loop time per deletion in place.")
+        for lifetime, ratio in (s.get("rotation_x") or {}).items():
+            lines[-1] += (f" Rotation (lifetime {int(lifetime):,}) on the {s['delete_frac']:.1%} stream: "
+                          f"{ratio:.2f}x the rate without.")
     by_format = report.get("formats")
     if by_format:
         lines += ["", f"Input formats, the worker end to end on the first {by_format['events']:,} events of the "
