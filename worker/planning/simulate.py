@@ -108,18 +108,25 @@ def _score(scores: np.ndarray, loss: str) -> float:
     return float(math.sqrt(total / count) if loss == "ridge" else total / count)
 
 
-def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate: float, events: int,
-             age: int, seed: int) -> dict:
-    """Score plain OGD and each unit's released model for every l2 (JSON-able result).
-
-    ``make_engine(l2, unit, noise_rng)`` builds a fresh engine (unit None: any, it sees no deletion).
-    """
+def _setup(sample, events: int, deletion_rate: float, age: int, seed: int):
+    """What every simulation shares: the deletion plan, the stream, the victims and the scoring
+    blocks (steps, taus, ids, X, y, victims, block size, blocks, the tail's slice of blocks)."""
     steps, taus = plan_deletions(events, deletion_rate)
     ids, X, y = stream(sample, steps)
     victims = [ids[u - 1] for u in deletion_steps(taus, age, seed)]
     size = max(1, math.ceil(steps / BLOCKS))
     n_blocks = math.ceil(steps / size)
     tail = slice(min(n_blocks - 1, int(n_blocks * (1 - TAIL))), None)
+    return steps, taus, ids, X, y, victims, size, n_blocks, tail
+
+
+def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate: float, events: int,
+             age: int, seed: int) -> dict:
+    """Score plain OGD and each unit's released model for every l2 (JSON-able result).
+
+    ``make_engine(l2, unit, noise_rng)`` builds a fresh engine (unit None: any, it sees no deletion).
+    """
+    steps, taus, ids, X, y, victims, size, n_blocks, tail = _setup(sample, events, deletion_rate, age, seed)
     per_window = max(1, math.ceil(n_blocks / WINDOWS))
     ends = [min(steps, (j + per_window) * size) for j in range(0, n_blocks, per_window)]
     deleted_by = np.searchsorted(np.array(taus, np.int64), np.array(ends), side="right")
@@ -176,12 +183,7 @@ def simulate_renewal(sample, make_rotation, make_ogd, *, loss: str, l2_values, l
     ``best`` is the (l2, lifetime) whose released model scores best: the planner's recommendation,
     and its score the predicted steady-state accuracy (RMSE for ridge).
     """
-    steps, taus = plan_deletions(events, deletion_rate)
-    ids, X, y = stream(sample, steps)
-    victims = [ids[u - 1] for u in deletion_steps(taus, age, seed)]
-    size = max(1, math.ceil(steps / BLOCKS))
-    n_blocks = math.ceil(steps / size)
-    tail = slice(min(n_blocks - 1, int(n_blocks * (1 - TAIL))), None)
+    steps, taus, ids, X, y, victims, size, n_blocks, tail = _setup(sample, events, deletion_rate, age, seed)
     usable = [e for e in lifetimes if 3 * e <= 2 * steps] or [min(lifetimes)]
     better = max if metric_name(loss) == "accuracy" else min
     runs = []
