@@ -194,14 +194,14 @@ def test_noise_comes_from_fresh_os_entropy_and_is_never_in_state():
 
 
 def test_the_os_entropy_generator_is_renewed_every_64_draws_and_in_a_forked_child(monkeypatch):
-    from worker.olu.core import base
+    from worker.olu.core import entropy
 
     m = PassiveOLU(**BASE)
     first = m._entropy()
-    assert all(m._entropy() is first for _ in range(base.ENTROPY_DRAWS - 1))
+    assert all(m._entropy() is first for _ in range(entropy.ENTROPY_DRAWS - 1))
     second = m._entropy()  # the 65th draw: a new generator, seeded from OS entropy again
     assert second is not first
-    monkeypatch.setattr(base.os, "getpid", lambda: -1)  # a forked child must not repeat the parent's noise
+    monkeypatch.setattr(entropy.os, "getpid", lambda: -1)  # a forked child must not repeat the parent's noise
     assert m._entropy() is not second
 
 

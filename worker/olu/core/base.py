@@ -10,7 +10,6 @@ is applied with step eta_t, z_{t+1} = Proj_K(z_t - eta_t grad f_t(z_t)) (docs/gu
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from ..privacy.ledger import Ledger
 from ..privacy.meter import MeteredNoise, NoiseMeter
 from .deletion import Deletion
 from .domain import Ball, FeatureBound
+from .entropy import OsEntropy
 from .index import AppliedIndex, KeySet, record_key
 from .kernels.loader import compiled
 from .losses import make_loss
@@ -32,8 +32,6 @@ from .schedules import Constant, Convex, Schedule, StronglyConvex
 # 2: the applied index as runs + tail (index.py).
 # Older formats are still read.
 STATE_FORMAT = 4
-#: Noise draws per generator seeded from OS entropy (see OnlineUnlearner._entropy).
-ENTROPY_DRAWS = 64
 READABLE_FORMATS = (1, 2, 3, 4)
 
 
@@ -139,11 +137,8 @@ class OnlineUnlearner(MeteredNoise):
                                               reserve=budget_reserve)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        # Tests inject a seeded generator; production draws noise from generators seeded from OS
-        # entropy, each used for at most ENTROPY_DRAWS draws, never stored (invariant 1).
-        self._noise_rng = noise_rng
-        self._os_entropy: tuple[np.random.Generator, int] | None = None  # (generator, owning pid)
-        self._os_draws_left = 0
+        self._noise_rng = noise_rng  # tests only: production draws from OS entropy (invariant 1)
+        self._os_entropy = OsEntropy()
         self._replaying = False
         # The share of the slope one deletion may spend in this model (< 1 only while a rotation
         # charges a per-request request held by two of its models: docs/accounting.md 12.3).
@@ -212,10 +207,8 @@ class OnlineUnlearner(MeteredNoise):
         """The checked batch of :meth:`learn_many`: (keys uint64, features, labels); raises a subclass
         of ``InvalidExample`` (or ``ConfigError`` for unequal lengths) and changes no state."""
         kernels = compiled()  # if there: vectorised hashing and label checks, same values and errors
-        if keys is None and kernels is not None and (batch := kernels.ingest(self, record_ids, X, y)):
-            return batch  # a clean batch, hashed and checked in one compiled call
-        if keys is not None and kernels is not None and (batch := kernels.checked(self, keys, X, y)):
-            return batch  # a clean batch, checked in one compiled call
+        if kernels is not None and (batch := kernels.front(self, record_ids, X, y, keys)):
+            return batch  # a clean batch, hashed (unless keyed) and checked in one compiled call
         if keys is not None:
             keys = np.asarray(keys, np.uint64)
         elif kernels is not None:
@@ -411,17 +404,8 @@ class OnlineUnlearner(MeteredNoise):
         raise NotImplementedError
 
     def _entropy(self) -> np.random.Generator:
-        """The test generator, or one seeded from OS entropy and never stored, renewed every
-        ``ENTROPY_DRAWS`` draws (seeding costs ~20 us, a third of a deletion's own work) and in a
-        forked child (which must never repeat its parent's noise)."""
-        if self._noise_rng is not None:
-            return self._noise_rng
-        held, pid = self._os_entropy or (None, -1)
-        if held is None or self._os_draws_left <= 0 or pid != os.getpid():
-            held = np.random.default_rng()  # SeedSequence from os.urandom: never reproducible
-            self._os_entropy, self._os_draws_left = (held, os.getpid()), ENTROPY_DRAWS
-        self._os_draws_left -= 1
-        return held
+        """The test generator, or one seeded from OS entropy and never stored (entropy.py)."""
+        return self._noise_rng if self._noise_rng is not None else self._os_entropy.generator()
 
     def _noise(self, sigma: float) -> np.ndarray:
         if self._replaying:  # the stored post-noise iterate replaces whatever would be drawn

@@ -20,13 +20,12 @@ class CompiledKernels:
         self.plan_for, self.run_batch, self.ogd_steps = ogd.plan_for, ogd.run_batch, ogd.ogd_steps
         self.DONE, self.STEP_OVERFLOW = ogd.DONE, ogd.STEP_OVERFLOW
 
-    def ingest(self, model, record_ids, X, y):
-        """``learn_many``'s compiled front for ``model`` (``hashing.ingest_batch``): the batch's
-        (keys, X, labels) when it passes untouched, else None (the general path)."""
-        return self._ingest_batch(model.loss, model.features, record_ids, X, y)
-
-    def checked(self, model, keys, X, y):
-        """The same for a batch with its keys: (keys, X, labels) when it passes untouched, else None."""
+    def front(self, model, record_ids, X, y, keys=None):
+        """``learn_many``'s compiled front for ``model``: the batch's (keys, X, labels) when it
+        passes untouched, else None (the general path). Ids are hashed (``hashing.ingest_batch``)
+        unless the caller has their ``keys`` (``hashing.checked_rows``: checks only)."""
+        if keys is None:
+            return self._ingest_batch(model.loss, model.features, record_ids, X, y)
         return self._checked_rows(model.loss, model.features, keys, X, y)
 
     @property
