@@ -6,7 +6,8 @@
   uniformly among the last ``window`` inserted and never deleted before.
 - :func:`build_model`: every policy's model, built in this one place with the same settings.
 - :func:`run_checkpoints` (synthetic: the released weights at checkpoints, scored on a held-out
-  set) and :func:`run_prequential` (Phishing: test-then-train accuracy at the stream's end).
+  set) and :func:`run_prequential` (Phishing: test-then-train accuracy at the stream's end, or at
+  checkpoints).
 """
 
 from __future__ import annotations
@@ -150,18 +151,23 @@ def run_checkpoints(model, X, y, keys, plan: Plan | None, checkpoints, X_test, y
     return out
 
 
-def run_prequential(model, X, y, plan: Plan | None) -> dict:
+def run_prequential(model, X, y, plan: Plan | None, checkpoints=None) -> dict:
     """Test-then-train, one record at a time, the deletions due after each insert in between;
-    returns the prequential accuracy over the whole stream."""
+    returns the prequential accuracy over the whole stream, or with ``checkpoints`` (event
+    counts) the prequential accuracy over the first c events for each c."""
     n = len(y)
+    cps = set(checkpoints) if checkpoints is not None else {n}
     correct = di = 0
+    acc = []
     for j in range(n):
         correct += (1.0 if float(X[j] @ model.z) >= 0.0 else -1.0) == y[j]
         model.learn_one(f"r-{j}", X[j], y[j])
         while plan is not None and di < plan.k and plan.times[di] == j + 1:
             _delete(model, f"r-{plan.records[di]}")
             di += 1
-    return {"accuracy": [correct / n], "requests": plan.k if plan else 0}
+        if j + 1 in cps:
+            acc.append(correct / (j + 1))
+    return {"accuracy": acc, "requests": plan.k if plan else 0}
 
 
 def privacy_summary(model) -> dict | None:
