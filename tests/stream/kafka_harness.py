@@ -723,6 +723,20 @@ def assert_same_state(model, full: Stored) -> None:
         assert np.asarray(arr).tobytes() == theirs.tobytes(), f"array {name} differs"
 
 
+def oracle_replay(settings, records, objects: list, release_values: list[dict], *,
+                  pre_noise_at: set[int] = frozenset()) -> Replayed:
+    """:func:`replay_partition` over one partition's ``records`` with what the worker stored
+    (``objects``: :func:`stored_objects`) and published (``release_values``: parsed releases):
+    the post-noise states of deltas and releases, and the releases and full snapshots as anchors
+    over deletions whose noise no object holds any more."""
+    fulls = [o for o in objects if o.kind == "full"]
+    anchors = {v["version"]: v["weights"] for v in release_values}
+    anchors.update({o.offset: o.arrays["z"] for o in fulls})
+    return replay_partition(settings, records, deltas=post_states_from_deltas(objects),
+                            released=post_states_from_releases(release_values), pre_noise_at=pre_noise_at,
+                            anchors=anchors, gc_floor=min((o.offset for o in fulls), default=None))
+
+
 def verify_against_oracle(bootstrap: str, topics: Topics, snapshots: SnapshotStore, env: dict[str, str],
                           release_records: list[Record]) -> dict[int, Replayed]:
     """Replay every partition in process; compare with every release and stored object of the worker.
@@ -737,13 +751,8 @@ def verify_against_oracle(bootstrap: str, topics: Topics, snapshots: SnapshotSto
     results = {}
     for p in range(topics.partitions):
         objects = stored_objects(snapshots, topics.input, p)
-        fulls = [o for o in objects if o.kind == "full"]
-        anchors = {v["version"]: v["weights"] for v in by_part.get(p, [])}
-        anchors.update({o.offset: o.arrays["z"] for o in fulls})
-        gc_floor = min((o.offset for o in fulls), default=None)
-        replayed = replay_partition(settings, inputs.get(p, []), deltas=post_states_from_deltas(objects),
-                                    released=post_states_from_releases(by_part.get(p, [])), anchors=anchors,
-                                    gc_floor=gc_floor)
+        replayed = oracle_replay(settings, inputs.get(p, []), objects, by_part.get(p, []))
+        gc_floor = replayed.gc_floor
         trace = replayed.trace
         for v in by_part.get(p, []):
             if trace[v["version"]] is None:  # the anchor that ends an unknown span (the iterate is its own)

@@ -33,13 +33,12 @@ from tests.stream.kafka_harness import (
     event_stream,
     input_by_partition,
     newest_full,
+    oracle_replay,
     post_states_from_deltas,
-    post_states_from_releases,
     produce,
     read_topic,
     releases,
     releases_by_partition,
-    replay_partition,
     settings_of,
     stored_objects,
     verify_against_oracle,
@@ -209,8 +208,12 @@ def test_twin_worker_draws_independent_noise_but_is_deterministic_until_then(kaf
         assert a.noised_deletes == b.noised_deletes and a.noop_deletes == b.noop_deletes
         first = a.noised_deletes[0] + 1  # the first offset whose state holds noise
         assert all(a.trace[v] == b.trace[v] for v in a.trace if v < first)
-        assert a.trace[first] != b.trace[first]
-        assert all(a.trace[v][3] != b.trace[v][3] for v in a.trace if v >= first)
+        # From there on every state both oracles know differs (an early deletion whose delta was
+        # garbage-collected and whose release was coalesced leaves the iterate unknown until the
+        # next release or snapshot: None in the trace).
+        known = [v for v in sorted(a.trace) if v >= first and a.trace[v] is not None and b.trace[v] is not None]
+        assert known and known[0] - first < 2_000
+        assert all(a.trace[v][3] != b.trace[v][3] for v in known)
         common = {v["version"] for v in a_values[p]} & {v["version"] for v in b_values[p]}
         assert any(v >= first for v in common)
         for v in common:  # same position, same counters; weights differ exactly after the first deletion
@@ -309,12 +312,12 @@ def test_no_pre_noise_iterate_or_noise_is_persisted_logged_or_released(kafka_boo
     checked = 0
     for p in (0, 1):
         objects = stored_objects(e2e.snapshots, e2e.topics.input, p)
-        deltas, released = post_states_from_deltas(objects), post_states_from_releases(by_part[p])
-        first = replay_partition(settings, inputs[p], deltas=deltas, released=released)
-        chosen = _candidates(e2e, p, first.noised_deletes, inputs[p])
+        deltas = post_states_from_deltas(objects)
+        first = oracle_replay(settings, inputs[p], objects, by_part[p])
+        # deletions whose own delta holds their noise (earlier ones may have left the store)
+        chosen = [d for d in _candidates(e2e, p, first.noised_deletes, inputs[p]) if d + 1 in deltas]
         assert chosen, f"partition {p}: no deletion to check"
-        replayed = replay_partition(settings, inputs[p], deltas=deltas, released=released,
-                                    pre_noise_at=set(chosen))
+        replayed = oracle_replay(settings, inputs[p], objects, by_part[p], pre_noise_at=set(chosen))
         stored_float_arrays = [a for o in objects for a in o.arrays.values() if a.dtype == np.float64]
         for d in chosen:
             z_hat = replayed.pre_noise[d]
@@ -402,8 +405,7 @@ def test_every_insert_is_applied_skipped_or_dead_lettered(kafka_bootstrap, e2e):
     for p in (0, 1):
         inserts = sum(1 for off, key, value in inputs[p] if value and b'"op":"insert"' in value.replace(b" ", b""))
         objects = stored_objects(e2e.snapshots, e2e.topics.input, p)
-        replayed = replay_partition(settings, inputs[p], deltas=post_states_from_deltas(objects),
-                                    released=post_states_from_releases(releases_by_partition(e2e.releases)[p]))
+        replayed = oracle_replay(settings, inputs[p], objects, releases_by_partition(e2e.releases)[p])
         t = newest_full(e2e.snapshots, e2e.topics.input, p).header["model"]["t"]
         assert t == replayed.inserts_applied
         assert skipped_metric.get(str(p), 0.0) == replayed.inserts_skipped > 0

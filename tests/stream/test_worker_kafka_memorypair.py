@@ -53,7 +53,8 @@ def test_memory_pair_budget_policy(policy, kafka_bootstrap, kafka_topic, tmp_pat
     topics = topics_for(kafka_topic, partitions=1)
     group = f"mp-{policy}-{uuid.uuid4().hex[:8]}"
     env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state", OLU_ALGORITHM="memory-pair",
-                     OLU_MAX_DELETIONS=str(CAPACITY), OLU_ON_BUDGET=policy, OLU_L2="0.1", OLU_RADIUS="5")
+                     OLU_MAX_DELETIONS=str(CAPACITY), OLU_ON_BUDGET=policy, OLU_L2="0.1", OLU_RADIUS="5",
+                     OLU_DELETION_RELEASES="each")  # the three deletions in a row: a release each
     snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
     records, victims = _stream()
     produced = produce(kafka_bootstrap, topics.input, records)

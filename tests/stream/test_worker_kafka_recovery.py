@@ -111,7 +111,11 @@ def test_sigkill_mid_stream_restarts_to_bit_identical_state(kafka_bootstrap, kaf
     # Transactional: the restarted process has the same transactional.id and fences the dead one.
     env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state",
                      OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0", OLU_BATCH_SIZE="50",
-                     OLU_TRANSACTIONAL=str(transactional).lower(), OLU_TRANSACTIONAL_ID=f"{group}-0")
+                     OLU_TRANSACTIONAL=str(transactional).lower(), OLU_TRANSACTIONAL_ID=f"{group}-0",
+                     # at least once (plain): one release per deletion, so the replay's republished
+                     # deletion releases can be found below; coalesced releases (the default) are
+                     # SIGKILLed in tests/reliability/test_crash_equivalence.py and transactionally here
+                     OLU_DELETION_RELEASES="batch" if transactional else "each")
     if subjects:
         stream = subject_stream(5000, seed=31, subjects=subjects, delete_rate=0.1)
     else:
@@ -244,7 +248,9 @@ def test_deletion_counter_and_ledger_continue_after_restart(kafka_bootstrap, kaf
     records = releases(kafka_bootstrap, topics.params)
     values = releases_by_partition(records)[0]
     phase2_deletions = [v for v in values if v["version"] > end1[0] and v["deletions"] > k1]
-    assert phase2_deletions[0]["deletions"] == k1 + 1
+    # the count goes on from k1 (a poll batch's deletions share one release, so the first one
+    # after the restart may already count several)
+    assert phase2_deletions and min(v["deletions"] for v in values if v["version"] > end1[0]) >= k1
     assert phase2_deletions[0]["privacy"]["eps_rdp_slope"] > max(
         v["privacy"]["eps_rdp_slope"] for v in values if v["version"] <= end1[0])
     assert [v["deletions"] for v in values] == sorted(v["deletions"] for v in values)

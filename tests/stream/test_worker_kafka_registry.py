@@ -51,7 +51,9 @@ SAME = ("version", "offset", "t", "deletions", "epoch", "algorithm", "loss", "di
 def _env(kafka_bootstrap, topics: Topics, tmp_path, name: str, **extra) -> dict[str, str]:
     return worker_env(kafka_bootstrap, topics, f"g-{name}-{uuid.uuid4().hex[:6]}", f"file://{tmp_path / name}",
                       OLU_ALGORITHM="retrain", OLU_MODEL_NAME="m", OLU_RELEASE_EVERY_SECONDS="0.5",
-                      OLU_RELEASE_EVERY_EVENTS="100", **extra)
+                      # one release per deletion: the formats batch differently, and the test
+                      # compares every deletion's own release across them
+                      OLU_RELEASE_EVERY_EVENTS="100", OLU_DELETION_RELEASES="each", **extra)
 
 
 def _framed(records, serialize, topic: str) -> list:

@@ -118,7 +118,8 @@ def run(kafka_bootstrap, tmp_path_factory):
     names = {topics.input: 2, topics.params: 1, topics.dlq: 1}
     create_topics(kafka_bootstrap, names)
     root = tmp_path_factory.mktemp("requests")
-    env = worker_env(kafka_bootstrap, topics, f"req-{tag}", f"file://{root}/state")
+    # one release per request, each reporting it (the default coalesces a poll batch's deletions)
+    env = worker_env(kafka_bootstrap, topics, f"req-{tag}", f"file://{root}/state", OLU_DELETION_RELEASES="each")
     worker = WorkerProcess(env, root / "worker.log")
     try:
         worker.start()
