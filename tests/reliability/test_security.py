@@ -83,7 +83,9 @@ def tapped(kafka_bootstrap, tmp_path_factory):
     group = f"sec-{tag}"
     env = worker_env(kafka_bootstrap, topics, group, f"file://{root}/state", OLU_ALGORITHM="active-d2d",
                      OLU_MAX_DELETIONS="200", OLU_LOG_LEVEL="DEBUG", OLU_SNAPSHOT_EVERY_EVENTS="100",
-                     OLU_TEST_NOISE_TAP=str(tap))
+                     OLU_TEST_NOISE_TAP=str(tap),
+                     # a release after every deletion: the most released states to search for noise
+                     OLU_DELETION_RELEASES="each")
     # Ids that could not turn up anywhere by chance, and two poison records (dead letters).
     stream = event_stream(700, seed=71, delete_rate=0.1, prefix=f"secret-{tag}")
     stream += [insert(f"secret-{tag}-norm", [NORM_FEATURE, 0.0, 0.0, 0.0], 1),

@@ -79,7 +79,9 @@ def first_run(kafka_bootstrap, tmp_path_factory):
     name = f"restart-metrics-{uuid.uuid4().hex[:8]}"
     topics = Topics(f"{name}.events", f"{name}.params", f"{name}.dlq", 1)
     create_topics(kafka_bootstrap, {topics.input: 1, topics.params: 1, topics.dlq: 1})
-    env = worker_env(kafka_bootstrap, topics, name, f"file://{tmp}/state", OLU_ALGORITHM="retrain")
+    # a release per deletion (not one per poll batch): the test reads each deletion's count
+    env = worker_env(kafka_bootstrap, topics, name, f"file://{tmp}/state", OLU_ALGORITHM="retrain",
+                     OLU_DELETION_RELEASES="each")
     worker = WorkerProcess(env, tmp / "worker.log")
     try:
         worker.start()
