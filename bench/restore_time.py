@@ -142,7 +142,8 @@ def write_partition(snapshots: SnapshotStore, settings, built: dict, deltas: int
     t0 = time.perf_counter()
     out = runner.process(msgs)
     delta_s = time.perf_counter() - t0
-    if out.resume_at is not None or len(out.releases) != deltas:
+    # one delta per deletion; their release is one for the batch (OLU_DELETION_RELEASES=batch)
+    if out.resume_at is not None or len(out.deletions) != deltas or not out.releases:
         raise RuntimeError(f"writing deltas failed: {out}")
     return {"full_bytes": ref.size, "full_write_s": ref.duration, "early_full_bytes": ref_early.size,
             "deltas": deltas, "deltas_write_s": delta_s, "objects": len(snapshots.list(TOPIC, 0)),
