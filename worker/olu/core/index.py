@@ -150,25 +150,21 @@ class AppliedIndex:
 
     def pop(self, key: int) -> list[int]:
         """Remove and return every step applied under ``key`` (ascending)."""
-        lower_bound, tail_count, tail_take = _kernels().lower_bound, _kernels().tail_count, _kernels().tail_take
+        kernels = _kernels()
         found: list[int] = []
         marked: list[tuple[Run, int]] = []
         k = np.uint64(key)
         for run in self.runs:
-            keys = run.keys
-            pos, end = lower_bound(keys, k), len(keys)
-            while pos < end and keys[pos] == k:  # usually no entry, or one
-                if pos not in run.dead:
-                    found.append(int(run.steps[pos]))
-                    run.dead.add(pos)
-                    marked.append((run, pos))
-                pos += 1
+            for pos in _live_positions(run, k):
+                found.append(int(run.steps[pos]))
+                run.dead.add(pos)
+                marked.append((run, pos))
         n = self._tail_len
-        count = tail_count(self._tail_keys, n, k) if n else 0
+        count = kernels.tail_count(self._tail_keys, n, k) if n else 0
         taken = None
         if count:
             taken = (k, np.empty(count, np.int64), np.empty(count, np.uint32))
-            self._tail_len = tail_take(self._tail_keys, self._tail_steps, n, k, taken[1], taken[2])
+            self._tail_len = kernels.tail_take(self._tail_keys, self._tail_steps, n, k, taken[1], taken[2])
             found.extend(int(s) for s in taken[2])
         self._undo.append((marked, taken))
         return sorted(found)
@@ -176,10 +172,8 @@ class AppliedIndex:
     def holds(self, key: int) -> bool:
         """Whether a live step is applied under ``key`` (read-only :meth:`pop`)."""
         k = np.uint64(key)
-        for run in self.runs:
-            lo, hi = np.searchsorted(run.keys, k, "left"), np.searchsorted(run.keys, k, "right")
-            if any(pos not in run.dead for pos in range(int(lo), int(hi))):
-                return True
+        if any(_live_positions(run, k) for run in self.runs):
+            return True
         return bool(self._tail_len and _kernels().tail_count(self._tail_keys, self._tail_len, k))
 
     def begin_pops(self) -> None:
@@ -546,6 +540,16 @@ class KeySet:
         keyset = cls()
         keyset.base, keyset.recent = _frozen(base), recent.copy()
         return keyset
+
+
+def _live_positions(run: Run, k: np.uint64) -> list[int]:
+    """The positions of ``run`` holding key ``k`` and not dead (usually none, or one)."""
+    keys, pos, out = run.keys, _kernels().lower_bound(run.keys, k), []
+    while pos < len(keys) and keys[pos] == k:
+        if pos not in run.dead:
+            out.append(pos)
+        pos += 1
+    return out
 
 
 def _in_sorted(keys: np.ndarray, k: np.uint64) -> bool:
