@@ -123,7 +123,6 @@ class PartitionRunner:
         # them was handled, whether one of them retrained). Both are settled before any release.
         self._batch_deltas: list[tuple[int, dict, dict]] = []
         self._owed: tuple[float, bool] | None = None
-        self._last_candidate = -1  # index in the batch of the last message that may be a delete
 
     # ----------------------------------------------------------------- restore
     @classmethod
@@ -154,13 +153,14 @@ class PartitionRunner:
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
         scan = scan_batch(messages, dim=dim, max_bytes=max_bytes) if compiled_decoder() else None
         stretches = scan.stretches() if scan is not None else [(0, len(messages), False)]
-        self._last_candidate = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
+        # the batch's last message that may be a delete: its deletion releases for the batch's
+        last_candidate = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
         for start, stop, accepted in stretches:
             if accepted:  # common inserts, already decoded by the compiled path
                 run = InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
                                 scan.keys[start:stop])
                 self._apply_inserts(run, messages, start, out)
-            elif not self._process_each(messages, start, stop, out, scanned=scan is not None):
+            elif not self._process_each(messages, start, stop, out, last_candidate, scanned=scan is not None):
                 break
         self._settle_batch()
         if not self.blocked:
@@ -170,7 +170,8 @@ class PartitionRunner:
             out.resume_at = self.next_offset
         return out
 
-    def _process_each(self, messages: list, i: int, stop: int, out: Outcome, scanned: bool = False) -> bool:
+    def _process_each(self, messages: list, i: int, stop: int, out: Outcome, last_candidate: int,
+                      scanned: bool = False) -> bool:
         """The Python decoder over ``messages[i:stop]``; False once processing must stop.
 
         ``scanned``: the compiled scan took every valid JSON insert already, so these are deletes,
@@ -198,7 +199,7 @@ class PartitionRunner:
                                    ts if kind else 0)
                 self._apply_inserts(single, messages, i - 1, out)
                 continue
-            last = i - 1 >= self._last_candidate or self.settings.deletion_releases == "each"
+            last = i - 1 >= last_candidate or self.settings.deletion_releases == "each"
             if not self._delete(msg, event, out, last=last):
                 return False
         return True
