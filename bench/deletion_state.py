@@ -54,7 +54,7 @@ import orjson  # noqa: E402
 from _targets import LEDGER_BYTES_PER_DELETION, Checks  # noqa: E402
 
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
-from worker.olu.core.index import KeySet  # noqa: E402
+from worker.olu.core.tombstones import KeySet  # noqa: E402
 from worker.olu.privacy.ledger import SEGMENT_ENTRIES  # noqa: E402
 from worker.state.codec import encode  # noqa: E402
 

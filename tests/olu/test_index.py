@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.olu.core import index as index_module
-from worker.olu.core.index import AppliedIndex, KeySet, merge_runs_reference
+from worker.olu.core.index import AppliedIndex, merge_runs_reference
 from worker.olu.core.kernels import merge
+from worker.olu.core.tombstones import KeySet
 
 
 def small_index():

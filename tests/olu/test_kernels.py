@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import worker.olu.core.index as index_module
+import worker.olu.core.tombstones as tombstones_module
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.index import MAX_ID_BYTES, record_key
 from worker.olu.core.kernels import hashing, jit, ogd
@@ -120,7 +121,7 @@ def tiny_tail(monkeypatch):
     and tombstones that move from recent to the base every 5 deletions (both arrays are searched)."""
     monkeypatch.setattr(index_module, "TAIL_SIZE", 8)
     monkeypatch.setattr(index_module, "MAX_RUN", 128)
-    monkeypatch.setattr(index_module, "RECENT_KEYS", 5)
+    monkeypatch.setattr(tombstones_module, "RECENT_KEYS", 5)
 
 
 # ------------------------------------------------------------------ kernel vs reference
@@ -346,6 +347,7 @@ WARM_UP_COVERS = textwrap.dedent("""
     import numpy as np
     import numba
     import worker.olu.core.index as index_module
+    import worker.olu.core.tombstones as tombstones_module
     from worker.olu import load_model
     from worker.olu.core.kernels import hashing, merge, ogd, warmup
     from worker.olu.algorithms.active import ActiveD2D
@@ -357,7 +359,7 @@ WARM_UP_COVERS = textwrap.dedent("""
 
     warmup.warm_up()
     before = versions()
-    index_module.TAIL_SIZE, index_module.MAX_RUN, index_module.RECENT_KEYS = 8, 128, 5
+    index_module.TAIL_SIZE, index_module.MAX_RUN, tombstones_module.RECENT_KEYS = 8, 128, 5
 
     def frozen_copy(state):  # as read back from a store: every array read-only
         def ro(a):

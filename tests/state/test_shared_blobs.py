@@ -18,6 +18,7 @@ from tests.state.test_snapshots import raw, snaps  # noqa: F401  (fixtures)
 from worker.olu import load_model
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core import index as index_module
+from worker.olu.core import tombstones as tombstones_module
 from worker.olu.privacy import ledger as ledger_module
 from worker.state import store as store_module
 from worker.state.exceptions import SnapshotCorrupt
@@ -131,7 +132,7 @@ def test_sealed_ledger_segments_are_written_once(snaps, monkeypatch):
 def test_the_tombstone_base_is_written_once(snaps, monkeypatch):
     """One tombstone per deletion for the model's whole life: a full snapshot carries the recent
     ones; the base they are merged into is a blob, written again only when it changes."""
-    monkeypatch.setattr(index_module, "RECENT_KEYS", 4)
+    monkeypatch.setattr(tombstones_module, "RECENT_KEYS", 4)
     s = Stream()
     s.advance(630, delete=range(0, 90, 9))  # ten deletions: a base of 8, two recent
     s.snapshot(snaps)

@@ -34,7 +34,8 @@ import numpy as np
 
 from .core.base import OnlineUnlearner
 from .core.deletion import Deletion
-from .core.index import KeySet, record_key
+from .core.index import record_key
+from .core.tombstones import KeySet
 from .exceptions import BudgetExhausted, ConfigError, InvalidState
 from .privacy.accountant import rdp_to_dp
 from .privacy.analysis.split import capacity_for_rate
@@ -172,7 +173,14 @@ class Rotation:
 
     def learn_many(self, record_ids, X, y, *, keys=None) -> int:
         """Rows in stream order, split at the rotation points; the whole batch is checked first."""
-        keys, X, y = self.active.prepare_batch(record_ids, X, y, keys=keys)
+        return self.learn_prepared(*self.prepare_batch(record_ids, X, y, keys=keys))
+
+    def prepare_batch(self, record_ids, X, y, *, keys=None):
+        """The checked batch (``OnlineUnlearner.prepare_batch``: every model of a rotation has the same checks)."""
+        return self.active.prepare_batch(record_ids, X, y, keys=keys)
+
+    def learn_prepared(self, keys, X, y) -> int:
+        """:meth:`learn_many` of a batch :meth:`prepare_batch` returned."""
         applied, start, n = 0, 0, len(keys)
         while start < n:
             stop = min(n, start + self.half - self.events % self.half)
@@ -222,11 +230,15 @@ class Rotation:
         ids = list(record_ids)
         keys = [record_key(r) for r in ids] if ids and all(isinstance(r, str) for r in ids) else []
         models = self.models
-        holding = [m for m in models if any(k not in m.tombstones and m.index.holds(k) for k in keys)]
-        for m in holding:  # nothing changes unless every holding model can take the charge
-            if m.accountant.capacity_left == 0:
+
+        def holds(m) -> bool:  # an index lookup: asked only where the answer matters
+            return any(k not in m.tombstones and m.index.holds(k) for k in keys)
+
+        for m in models:  # nothing changes unless every holding model can take the charge
+            if m.accountant.capacity_left == 0 and holds(m):
                 raise BudgetExhausted(f"deletion capacity {m.accountant.capacity} of a rotated model is used up")
-        share = 0.5 if (self.unit == "per-request" and self.variant == "disjoint" and len(holding) == 2) else 1.0
+        split = self.unit == "per-request" and self.variant == "disjoint" and len(models) == 2
+        share = 0.5 if split and all(holds(m) for m in models) else 1.0
         posts = self._post_states(post_state, len(models))
         before = [m.deletions_applied for m in models]
         results = []
@@ -251,7 +263,7 @@ class Rotation:
         state = {"t": self.t, "epoch": self.epoch, "generation": self.generation, "events": self.events,
                  "deletions": sum(m.accountant.lifetime_deletions for m in self.models),
                  "deletions_applied": self.deletions_applied, "z": self.active.z.copy(),
-                 "models": [{k: v for k, v in m.deletion_state().items() if k != "z"} for m in self.models]}
+                 "models": [m.deletion_counters() for m in self.models]}
         if self.standby is not None:
             state["z_standby"] = self.standby.z.copy()
         return state

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
-from ..privacy.accountant import load_accountant, make_accountant
+from ..privacy.accountant import make_accountant
 from ..privacy.analysis.rdp import rho_for_epsilon
 from ..privacy.analysis.split import DEFAULT_RESERVE
 from ..privacy.analysis.units import UNITS
@@ -23,16 +23,17 @@ from ..privacy.meter import MeteredNoise, NoiseMeter
 from .deletion import Deletion
 from .domain import Ball, FeatureBound
 from .entropy import OsEntropy
-from .index import AppliedIndex, KeySet, record_key
+from .index import AppliedIndex, record_key
 from .kernels.loader import compiled
 from .losses import make_loss
+from .rebuild import rebuild, subclass_named
 from .schedules import Constant, Convex, Schedule, StronglyConvex
+from .tombstones import KeySet
 
 # 4: sealed ledger segments in columns; 3: the ledger in sealed segments, tombstones as base + recent;
 # 2: the applied index as runs + tail (index.py).
 # Older formats are still read.
 STATE_FORMAT = 4
-READABLE_FORMATS = (1, 2, 3, 4)
 
 
 _REMOVED = object()
@@ -316,9 +317,10 @@ class OnlineUnlearner(MeteredNoise):
         """
         ids = _request_ids(record_ids)
         keys = [record_key(r) for r in ids]
-        fresh = [j for j, k in enumerate(keys) if k not in self.tombstones]
-        seen = set(fresh)
-        duplicates = tuple(ids[j] for j in range(len(ids)) if j not in seen)
+        tombstones = self.tombstones
+        fresh = [j for j, k in enumerate(keys) if k not in tombstones]
+        seen = set(fresh) if len(fresh) < len(ids) else None
+        duplicates = () if seen is None else tuple(ids[j] for j in range(len(ids)) if j not in seen)
         self._replaying = post_state is not None
         try:
             if self.groups_requests:
@@ -383,8 +385,12 @@ class OnlineUnlearner(MeteredNoise):
     def deletion_state(self) -> dict:
         """What must be durable after a deletion: the post-noise iterate and checkable counters
         (``deletions``: the accountant's charged deletions; ``deletions_applied``: all of them)."""
-        return {"z": self.z.copy(), "t": self.t, "epoch": self.epoch,
-                "deletions": self.accountant.lifetime_deletions, "deletions_applied": self.deletions_applied}
+        return {"z": self.z.copy(), **self.deletion_counters()}
+
+    def deletion_counters(self) -> dict:
+        """:meth:`deletion_state` without the iterate."""
+        return {"t": self.t, "epoch": self.epoch, "deletions": self.accountant.lifetime_deletions,
+                "deletions_applied": self.deletions_applied}
 
     def _adopt(self, post_state: dict) -> None:
         # Either counter may be missing: deltas stored before deletions_applied existed have only
@@ -424,11 +430,14 @@ class OnlineUnlearner(MeteredNoise):
         self.accountant.charge(shift, sigma)  # raises BudgetExhausted before any change
         self.z = self.ball.project(z_hat + self._noise(sigma))
         i = self.accountant.deletions
-        self.ledger.append({
-            "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
-            "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
-            **({"share": self.noise_share} if self.noise_share != 1.0 else {}),
-        })
+        if len(steps) == 1 and not extra and self.noise_share == 1.0:  # the common entry: stored as columns
+            self.ledger.append_core(i, self.epoch, self.t, int(steps[0]), shift, sigma, self.accountant.rho)
+        else:
+            self.ledger.append({
+                "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
+                "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
+                **({"share": self.noise_share} if self.noise_share != 1.0 else {}),
+            })
         self.noise_meter.add(self.epoch, self.t, sigma)
         return Deletion("noised", i, sigma, shift, tuple(steps))
 
@@ -512,45 +521,10 @@ class OnlineUnlearner(MeteredNoise):
             name = state["meta"]["algorithm"]
         except (KeyError, TypeError) as exc:
             raise InvalidState(f"malformed model state: {exc!r}") from None
-        found = _subclass_named(cls, name)
+        found = subclass_named(cls, name)
         if found is None:
             raise InvalidState(f"state is for {name!r}, not {cls.algorithm!r}")
-        return _rebuild(found, state, noise_rng)
-
-
-def _subclass_named(cls: type, name: str) -> type | None:
-    """``cls`` or the subclass of it whose ``algorithm`` is ``name``."""
-    if cls.algorithm == name:
-        return cls
-    for sub in cls.__subclasses__():
-        if (found := _subclass_named(sub, name)) is not None:
-            return found
-    return None
-
-
-def _deletions_applied(model: OnlineUnlearner, stored) -> int:
-    """The stored count, checked against what the ledger and accountant prove happened."""
-    floor = max(len(model.ledger), model.accountant.lifetime_deletions)
-    if stored is None:  # written before the count was stored (it is optional in the state)
-        return max(floor, model._legacy_deletions_applied())
-    if isinstance(stored, bool) or not isinstance(stored, int) or stored < floor:
-        raise InvalidState(f"deletions_applied {stored!r} is not an integer >= {floor} (ledger and accountant)")
-    return stored
-
-
-def _constructor_config(cls: type, config: dict) -> dict:
-    """The stored config as constructor arguments. A target epsilon is re-derived (the inversion is
-    deterministic, so the same rho); configs saved before units had ``eps``: the slope (rho) for
-    every algorithm but rewind, where it was the (epsilon, delta) target."""
-    config = dict(config)
-    if "eps" in config:
-        key = "target_epsilon" if cls.calibration == "rewind" else "rho"
-        config[key] = config.pop("eps")
-    if config.get("target_epsilon") is not None:
-        config.pop("rho", None)
-    else:
-        config.pop("target_epsilon", None)
-    return config
+        return rebuild(found, state, noise_rng)
 
 
 def _request_ids(record_ids) -> list[str]:
@@ -564,36 +538,3 @@ def _request_ids(record_ids) -> list[str]:
     if len(set(ids)) != len(ids):
         raise ValueError("a deletion request names each record id once")
     return ids
-
-
-def _rebuild(cls: type, state: dict, noise_rng) -> OnlineUnlearner:
-    try:
-        meta, arrays = state["meta"], state["arrays"]
-        if meta["format"] not in READABLE_FORMATS:
-            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
-        model = cls(**_constructor_config(cls, meta["config"]), noise_rng=noise_rng)
-        z = np.asarray(arrays["z"], np.float64)
-        if z.shape != (model.dim,) or not np.all(np.isfinite(z)):
-            raise InvalidState(f"iterate has shape {z.shape}, expected ({model.dim},) and finite")
-        if float(np.linalg.norm(z)) > model.ball.radius * (1 + 1e-12):
-            raise InvalidState("iterate lies outside the domain K")
-        model.z = z.copy()
-        model.t, model.epoch = int(meta["t"]), int(meta["epoch"])
-        model.counters = {k: int(v) for k, v in meta["counters"].items()}
-        model.accountant = load_accountant(meta["accountant"])
-        sealed = meta.get("ledger_sealed", {"segments": 0})
-        model.ledger = Ledger.load(meta["ledger"], sealed["segments"], state.get("shared"),
-                                   stored_segment_entries=sealed.get("segment_entries"))
-        model.index = AppliedIndex.load(arrays, state.get("shared"))
-        model.tombstones = KeySet.load(arrays["tombstones"], state.get("shared"))
-        if model.index.max_step > model.t:
-            raise InvalidState("applied index holds a step after the step counter")
-        model._import(meta, arrays)
-        model.noise_meter.restore(model.ledger, model.epoch, model.t)
-        model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))
-        return model
-    except InvalidState:
-        raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidState(f"malformed model state: {exc!r}") from None
-

@@ -15,8 +15,8 @@ import numpy as np
 from ..exceptions import InvalidState
 from .base import OnlineUnlearner
 from .examples import ExampleStore
-from .index import KeySet
 from .kernels.loader import compiled
+from .tombstones import KeySet
 
 _STORE_PREFIX = "examples_"
 

@@ -99,6 +99,24 @@ class _Columns:
                 self.side[j] = {k: v for k, v in entry.items() if k not in CORE}
         self.count = j + 1
 
+    def append_core(self, i: int, epoch: int, tau: int, u0: int, shift: float, sigma: float, rho: float) -> bool:
+        """:meth:`append` of a CORE_ONLY entry given as its fields (a deletion's common case, without
+        building and inspecting a dict); False, nothing stored, if one does not fit its column."""
+        if not (type(i) is int and type(epoch) is int and type(tau) is int and type(u0) is int
+                and 0 <= i < _U32 and 0 <= epoch < _U32 and 0 <= tau < _U32 and 0 <= u0 < _U32
+                and type(shift) is float and type(sigma) is float and type(rho) is float):
+            return False
+        j = self.count
+        if j == len(self.cols["kind"]):
+            size = min(2 * j, self.capacity)
+            self.cols = {c: np.concatenate([a, np.zeros(size - j, a.dtype)]) for c, a in self.cols.items()}
+        cols = self.cols
+        cols["kind"][j] = CORE_ONLY
+        cols["i"][j], cols["epoch"][j], cols["tau"][j], cols["u0"][j] = i, epoch, tau, u0
+        cols["shift"][j], cols["sigma"][j], cols["rho"][j] = shift, sigma, rho
+        self.count = j + 1
+        return True
+
     def entries(self) -> list[dict]:
         return _entries(self.cols, self.side, self.count)
 
@@ -184,6 +202,17 @@ class Ledger(Sequence):
     # ------------------------------------------------------------------ writing
     def append(self, entry: dict) -> None:
         self._open.append(entry)
+        self._seal_if_full()
+
+    def append_core(self, i: int, epoch: int, tau: int, u: int, shift: float, sigma: float, rho: float) -> None:
+        """``append({"i": i, "epoch": epoch, "tau": tau, "u": [u], "shift": shift, "sigma": sigma,
+        "rho": rho})``, the same stored bytes, without the dict (a deletion's hot path)."""
+        if not self._open.append_core(i, epoch, tau, u, shift, sigma, rho):
+            self._open.append({"i": i, "epoch": epoch, "tau": tau, "u": [u], "shift": shift, "sigma": sigma,
+                               "rho": rho})
+        self._seal_if_full()
+
+    def _seal_if_full(self) -> None:
         if self._open.count == self.segment_entries:
             self._segments.append(self._open.seal())
             self._open = _Columns(self.segment_entries)

@@ -102,47 +102,83 @@ def sort_tail(keys, steps):
 
 
 @jit
-def tail_count(keys, n, k):
-    """How many of ``keys[:n]`` (the index's unsorted tail) equal ``k``."""
+def find_key(runs, k, tail_keys, tail_len, bloom, bloom_upto, out_run, out_pos, out_tail):
+    """Every position of key ``k`` in the sorted ``runs`` (a typed list of key arrays) and how many
+    entries of the unsorted tail ``tail_keys[:tail_len]`` hold it, in one call: a deletion searched
+    each run with its own call (~2 us of dispatch apiece, eight runs and more).
+
+    The tail is scanned only if ``bloom`` (a bit per key hash, over the tail's entries) has the
+    key's bit: a scan reads up to 512 KB, mostly out of cache by the time a deletion comes.
+    Entries ``bloom_upto..tail_len`` are added to the bloom first (those appended since the last
+    call). Hits go to ``out_run``/``out_pos`` in run order, the tail's positions to ``out_tail``;
+    returns (hits, tail hits). More hits than the buffers hold are counted but not written (the
+    caller retries with larger buffers)."""
     m = 0
-    for i in range(n):
-        if keys[i] == k:
+    for r in range(len(runs)):
+        keys = runs[r]
+        n = keys.shape[0]
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if keys[mid] < k:
+                lo = mid + 1
+            else:
+                hi = mid
+        while lo < n and keys[lo] == k:
+            if m < out_run.shape[0]:
+                out_run[m] = r
+                out_pos[m] = lo
             m += 1
-    return m
+            lo += 1
+    mask = np.uint64(bloom.shape[0] - 1)
+    one = np.uint64(1)
+    six, sixty_three = np.uint64(6), np.uint64(63)
+    for i in range(bloom_upto, tail_len):
+        key = tail_keys[i]
+        bloom[(key >> six) & mask] |= one << (key & sixty_three)
+    count = 0
+    if bloom[(k >> six) & mask] & (one << (k & sixty_three)):
+        for i in range(tail_len):
+            if tail_keys[i] == k:
+                if count < out_tail.shape[0]:
+                    out_tail[count] = i
+                count += 1
+    return m, count
 
 
 @jit
-def tail_take(keys, steps, n, k, taken_pos, taken_steps):
-    """Remove every entry of key ``k`` from ``keys[:n]`` / ``steps[:n]`` in place, the others' order
-    kept; their positions and steps go to ``taken_*`` (sized by :func:`tail_count`). Returns the
-    new length. One pass over the tail, no temporary arrays (a deletion's lookup in the tail was
-    a comparison, a mask and two copies of the whole tail)."""
-    first = 0
-    while keys[first] != k:  # a tight search first (usually one hit, often none in most of the tail)
-        first += 1
-    m = 0
-    j = first
-    for i in range(first, n):
-        if keys[i] == k:
-            taken_pos[m] = i
-            taken_steps[m] = steps[i]
-            m += 1
-        else:
-            keys[j] = keys[i]
-            steps[j] = steps[i]
-            j += 1
-    return j
-
-
-@jit
-def lower_bound(keys, k):
-    """The first position of ``keys`` (sorted) whose key is not below ``k``: a binary search without
-    numpy's per-call overhead (a deletion searches every run of the index and the tombstones)."""
-    lo, hi = 0, keys.shape[0]
+def keyset_find(base, recent, n, k):
+    """Where key ``k`` is in a tombstone set: 1 in the frozen ``base``, 2 in ``recent[:n]``, else 0."""
+    lo, hi = 0, base.shape[0]
     while lo < hi:
         mid = (lo + hi) >> 1
-        if keys[mid] < k:
+        if base[mid] < k:
             lo = mid + 1
         else:
             hi = mid
-    return lo
+    if lo < base.shape[0] and base[lo] == k:
+        return 1
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if recent[mid] < k:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < n and recent[lo] == k:
+        return 2
+    return 0
+
+
+@jit
+def keyset_insert(base, recent, n, k):
+    """Insert ``k`` into the sorted ``recent[:n]`` in place (room for one more is the caller's); the
+    new length, or -1 if ``k`` is in ``base`` or ``recent`` already."""
+    if keyset_find(base, recent, n, k) != 0:
+        return -1
+    pos = n
+    while pos > 0 and recent[pos - 1] > k:
+        recent[pos] = recent[pos - 1]
+        pos -= 1
+    recent[pos] = k
+    return n + 1

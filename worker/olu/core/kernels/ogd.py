@@ -22,9 +22,10 @@ import numpy as np
 
 from ...exceptions import InvalidLabel
 from ..domain import Ball
-from ..index import AppliedIndex, KeySet
+from ..index import AppliedIndex
 from ..losses import Logistic, Ridge
 from ..schedules import Constant, Convex, StronglyConvex
+from ..tombstones import KeySet
 from .jit import jit
 
 LOSS_LOGISTIC, LOSS_RIDGE = 0, 1

@@ -7,8 +7,9 @@ import time
 import numpy as np
 
 from ..domain import FeatureBound
-from ..index import AppliedIndex, KeySet, Run, merge_pair
+from ..index import AppliedIndex, Run, merge_pair
 from ..losses import Logistic, Ridge
+from ..tombstones import KeySet
 from .hashing import blake2b64_many, checked_rows, ingest_batch
 from .ogd import LOSS_LOGISTIC, SCHED_STRONGLY_CONVEX, run_batch
 

@@ -21,6 +21,8 @@ import math
 def real(name: str, x, *, lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False,
          hi_open: bool = False, allow_inf: bool = False, error: type[Exception] = ValueError) -> float:
     """``x`` as a float in the interval (open or closed ends); +inf only when ``allow_inf``."""
+    if type(x) is float and lo < x < hi:  # the common case, checked first: finite and inside both ends
+        return x
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise error(f"{name} must be a real number, got {x!r}")
     value = float(x)

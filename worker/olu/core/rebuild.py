@@ -1,0 +1,82 @@
+"""A model rebuilt from its exported state (``OnlineUnlearner.from_state``), every part checked."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..exceptions import InvalidState
+from ..privacy.accountant import load_accountant
+from ..privacy.ledger import Ledger
+from .index import AppliedIndex
+from .tombstones import KeySet
+
+READABLE_FORMATS = (1, 2, 3, 4)
+
+
+def subclass_named(cls: type, name: str) -> type | None:
+    """``cls`` or the subclass of it whose ``algorithm`` is ``name``."""
+    if cls.algorithm == name:
+        return cls
+    for sub in cls.__subclasses__():
+        if (found := subclass_named(sub, name)) is not None:
+            return found
+    return None
+
+
+def _deletions_applied(model, stored) -> int:
+    """The stored count, checked against what the ledger and accountant prove happened."""
+    floor = max(len(model.ledger), model.accountant.lifetime_deletions)
+    if stored is None:  # written before the count was stored (it is optional in the state)
+        return max(floor, model._legacy_deletions_applied())
+    if isinstance(stored, bool) or not isinstance(stored, int) or stored < floor:
+        raise InvalidState(f"deletions_applied {stored!r} is not an integer >= {floor} (ledger and accountant)")
+    return stored
+
+
+def _constructor_config(cls: type, config: dict) -> dict:
+    """The stored config as constructor arguments. A target epsilon is re-derived (the inversion is
+    deterministic, so the same rho); configs saved before units had ``eps``: the slope (rho) for
+    every algorithm but rewind, where it was the (epsilon, delta) target."""
+    config = dict(config)
+    if "eps" in config:
+        key = "target_epsilon" if cls.calibration == "rewind" else "rho"
+        config[key] = config.pop("eps")
+    if config.get("target_epsilon") is not None:
+        config.pop("rho", None)
+    else:
+        config.pop("target_epsilon", None)
+    return config
+
+
+def rebuild(cls: type, state: dict, noise_rng):
+    """A model of class ``cls`` from ``export_state()`` (``OnlineUnlearner.from_state``), or InvalidState."""
+    try:
+        meta, arrays = state["meta"], state["arrays"]
+        if meta["format"] not in READABLE_FORMATS:
+            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
+        model = cls(**_constructor_config(cls, meta["config"]), noise_rng=noise_rng)
+        z = np.asarray(arrays["z"], np.float64)
+        if z.shape != (model.dim,) or not np.all(np.isfinite(z)):
+            raise InvalidState(f"iterate has shape {z.shape}, expected ({model.dim},) and finite")
+        if float(np.linalg.norm(z)) > model.ball.radius * (1 + 1e-12):
+            raise InvalidState("iterate lies outside the domain K")
+        model.z = z.copy()
+        model.t, model.epoch = int(meta["t"]), int(meta["epoch"])
+        model.counters = {k: int(v) for k, v in meta["counters"].items()}
+        model.accountant = load_accountant(meta["accountant"])
+        sealed = meta.get("ledger_sealed", {"segments": 0})
+        model.ledger = Ledger.load(meta["ledger"], sealed["segments"], state.get("shared"),
+                                   stored_segment_entries=sealed.get("segment_entries"))
+        model.index = AppliedIndex.load(arrays, state.get("shared"))
+        model.tombstones = KeySet.load(arrays["tombstones"], state.get("shared"))
+        if model.index.max_step > model.t:
+            raise InvalidState("applied index holds a step after the step counter")
+        model._import(meta, arrays)
+        model.noise_meter.restore(model.ledger, model.epoch, model.t)
+        model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))
+        return model
+    except InvalidState:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidState(f"malformed model state: {exc!r}") from None
+

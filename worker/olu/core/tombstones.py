@@ -1,0 +1,100 @@
+"""The tombstones: a compact set of the 64-bit keys of every deleted record id (index.py keys)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .index import frozen, merge_kernels
+
+RECENT_KEYS = 1 << 14  # tombstones added before they are merged into the base (128 KB): see KeySet
+
+
+class KeySet:
+    """A set of 64-bit keys (the tombstones of deleted record ids): a large sorted immutable
+    ``base`` plus a small sorted ``recent`` array (the two never share a key).
+
+    One key per deletion, for the model's whole life: in one sorted array each add rewrote all
+    of it (0.9 ms at a million keys) and every full snapshot copied and stored all of it. Now an
+    add rewrites at most ``RECENT_KEYS`` keys; when ``recent`` fills it is merged into a new base,
+    which a snapshot exports as the shared group ``tombstones_base`` (stored once, like the
+    applied-index runs); only ``recent`` goes into each snapshot. The layout depends only on the
+    sequence of adds, so a replay rebuilds it exactly.
+
+    >>> s = KeySet(recent_keys=2)
+    >>> s.add(5), s.add(3), s.add(5), s.add(9)
+    (True, True, False, True)
+    >>> 3 in s, 4 in s, len(s), s.base.tolist(), s.recent.tolist(), s.keys.tolist()
+    (True, False, 3, [3, 5], [9], [3, 5, 9])
+    """
+
+    def __init__(self, keys: np.ndarray | None = None, *, recent_keys: int | None = None):
+        self.recent_keys = recent_keys or RECENT_KEYS
+        self._recent = np.zeros(self.recent_keys, np.uint64)  # ``recent`` is its first _n keys
+        self._n = 0
+        keys = np.zeros(0, np.uint64) if keys is None else np.asarray(keys, np.uint64).copy()
+        if len(keys) > 1 and not np.all(keys[1:] > keys[:-1]):
+            raise ValueError("tombstone keys are not strictly sorted")
+        # one sorted array (state formats 1 and 2, tests): the base if it is too big to be recent
+        big = len(keys) >= self.recent_keys
+        self.base = frozen(keys if big else np.zeros(0, np.uint64))
+        self.recent = np.zeros(0, np.uint64) if big else keys
+
+    @property
+    def recent(self) -> np.ndarray:
+        """The sorted keys added since the last merge (a view: copy it to keep it)."""
+        return self._recent[:self._n]
+
+    @recent.setter
+    def recent(self, keys) -> None:
+        keys = np.asarray(keys, np.uint64)
+        if len(keys) >= len(self._recent):  # an older state's array, longer than our buffer
+            self._recent = np.zeros(len(keys) + 1, np.uint64)
+        self._recent[:len(keys)] = keys
+        self._n = len(keys)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """All keys, sorted (a new array)."""
+        return np.sort(np.concatenate([self.base, self.recent]))
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.recent)
+
+    def __contains__(self, key: int) -> bool:
+        return merge_kernels().keyset_find(self.base, self._recent, self._n, np.uint64(key)) != 0
+
+    def add(self, key: int) -> bool:
+        """Insert; False if it was already there."""
+        n = merge_kernels().keyset_insert(self.base, self._recent, self._n, np.uint64(key))  # in place, no new array
+        if n < 0:
+            return False
+        self._n = n
+        if self._n >= self.recent_keys:
+            # one pass (~4 ms at a million keys), not a sort of both (~20 ms)
+            self.base = frozen(np.insert(self.base, np.searchsorted(self.base, self.recent), self.recent))
+            self.recent = np.zeros(0, np.uint64)
+        return True
+
+    def export(self) -> tuple[np.ndarray, dict[str, dict[str, np.ndarray]]]:
+        """(a copy of ``recent``, shared group ``tombstones_base`` if the base is not empty)."""
+        shared = {"tombstones_base": {"keys": self.base}} if len(self.base) else {}
+        return self.recent.copy(), shared
+
+    @classmethod
+    def load(cls, recent, shared: dict | None = None) -> KeySet:
+        """Inverse of :meth:`export` (``recent`` alone: the one sorted array of older states).
+        The base is adopted, not copied; ValueError if the two are inconsistent."""
+        group = (shared or {}).get("tombstones_base")
+        if group is None:
+            return cls(recent)
+        base, recent = np.asarray(group["keys"], np.uint64), np.asarray(recent, np.uint64)
+        for name, arr in (("base", base), ("recent", recent)):
+            if arr.ndim != 1 or (len(arr) > 1 and not np.all(arr[1:] > arr[:-1])):
+                raise ValueError(f"tombstone {name} keys are not 1-D and strictly sorted")
+        if len(recent) and len(base):  # a binary search per recent key (np.isin would sort the base)
+            pos = np.minimum(np.searchsorted(base, recent), len(base) - 1)
+            if (base[pos] == recent).any():
+                raise ValueError("a tombstone key is both in the base and recent")
+        keyset = cls()
+        keyset.base, keyset.recent = frozen(base), recent.copy()
+        return keyset
