@@ -78,6 +78,7 @@ STEPS = (
     ("  delta hand-off (outbox)", "outbox", "deltas"),
     ("  release (JSON)", "runner", "_release"),
     ("inserts (learn_many runs)", "runner", "_apply_inserts"),
+    ("inserts (learn_many runs)", "runner", "_apply_checked"),  # stretches between deletes
     ("metrics per release", "metrics", "record_release"),
 )
 
@@ -235,7 +236,7 @@ def measure_shares(args, records: h.Records) -> tuple[list[dict], dict | None, s
     n = timed["deletions"]
     print(f"\nbreakdown (share {heaviest:g}, wall clock, inclusive, per deletion; timers add ~0.3 us a call):")
     breakdown = {"delete_frac": heaviest, "deletions": n, "seconds": timed["seconds"], "steps": []}
-    for label, _, _ in STEPS:
+    for label in dict.fromkeys(label for label, _, _ in STEPS):  # a label may time several steps
         step = timed["steps"].get(label)
         if step is None:
             continue
