@@ -245,7 +245,7 @@ class Rotation:
         for m, post in zip(models, posts):
             m.noise_share = share
             try:
-                results.append(m.unlearn_request(ids, post_state=post))
+                results.append(m.unlearn_request(ids, post_state=post, keys=keys or None))
             finally:
                 m.noise_share = 1.0
         changed = [r for r in results if r.changed_model]

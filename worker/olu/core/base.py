@@ -301,7 +301,7 @@ class OnlineUnlearner(MeteredNoise):
         """Honour the deletion of ``record_id``: ``unlearn_request([record_id])``."""
         return self.unlearn_request([record_id], post_state=post_state)
 
-    def unlearn_request(self, record_ids, *, post_state: dict | None = None) -> Deletion:
+    def unlearn_request(self, record_ids, *, post_state: dict | None = None, keys=None) -> Deletion:
         """Honour one deletion request naming ``record_ids``; the next release must be ``self.weights``.
 
         Ids the model never applied cost nothing and add no noise; ids deleted before are no-ops.
@@ -313,10 +313,11 @@ class OnlineUnlearner(MeteredNoise):
         ``post_state`` replays a request whose result is already durable (restore after a
         crash): the deterministic bookkeeping runs as usual, but the stored post-noise iterate
         is adopted instead of drawing fresh noise, so one deletion never yields two independent
-        noisy views (docs/worker.md 4.2). It must come from :meth:`deletion_state`.
+        noisy views (docs/worker.md 4.2). It must come from :meth:`deletion_state`. ``keys``: the
+        ``record_key`` of each id, when the caller has them (a rotation hashes once for its models).
         """
         ids = _request_ids(record_ids)
-        keys = [record_key(r) for r in ids]
+        keys = [record_key(r) for r in ids] if keys is None else keys
         tombstones = self.tombstones
         fresh = [j for j, k in enumerate(keys) if k not in tombstones]
         seen = set(fresh) if len(fresh) < len(ids) else None

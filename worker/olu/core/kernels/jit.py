@@ -34,10 +34,16 @@ FORCE_REFERENCE = os.environ.get("OLU_REFERENCE_KERNEL", "").strip().lower() in 
 CACHE_ENABLED = True
 
 
-def jit(func):
-    """njit(cache=True, nogil=True, fastmath=False), without the disk cache if no dir is writable."""
+def jit(func=None, *, nogil: bool = True):
+    """njit(cache=True, nogil=True, fastmath=False), without the disk cache if no dir is writable.
+
+    ``@jit(nogil=False)`` for kernels of a few microseconds called once per deletion: releasing
+    the GIL there only hands it to a busy thread (the delta writer), and the loop then waits for
+    it to come back (up to the 5 ms switch interval) for no parallel work worth having."""
+    if func is None:
+        return lambda f: jit(f, nogil=nogil)
     global CACHE_ENABLED
-    opts = dict(nogil=True, fastmath=False)
+    opts = dict(nogil=nogil, fastmath=False)
     if CACHE_ENABLED:
         try:
             return numba.njit(cache=True, **opts)(func)

@@ -101,7 +101,7 @@ def sort_tail(keys, steps):
     return out_keys, out_steps
 
 
-@jit
+@jit(nogil=False)
 def find_key(runs, k, tail_keys, tail_len, bloom, bloom_upto, out_run, out_pos, out_tail):
     """Every position of key ``k`` in the sorted ``runs`` (a typed list of key arrays) and how many
     entries of the unsorted tail ``tail_keys[:tail_len]`` hold it, in one call: a deletion searched
@@ -146,7 +146,7 @@ def find_key(runs, k, tail_keys, tail_len, bloom, bloom_upto, out_run, out_pos, 
     return m, count
 
 
-@jit
+@jit(nogil=False)
 def keyset_find(base, recent, n, k):
     """Where key ``k`` is in a tombstone set: 1 in the frozen ``base``, 2 in ``recent[:n]``, else 0."""
     lo, hi = 0, base.shape[0]
@@ -170,7 +170,7 @@ def keyset_find(base, recent, n, k):
     return 0
 
 
-@jit
+@jit(nogil=False)
 def keyset_insert(base, recent, n, k):
     """Insert ``k`` into the sorted ``recent[:n]`` in place (room for one more is the caller's); the
     new length, or -1 if ``k`` is in ``base`` or ``recent`` already."""
