@@ -52,7 +52,7 @@ from worker.devtools.messages import messages
 from worker.olu import ALGORITHMS
 from worker.state.codec import FORMAT_VERSION, MAGIC, encode
 from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt
-from worker.state.store import GROUP_LAYOUT_VERSION, LAYOUT_VERSION, SnapshotStore, open_store
+from worker.state.store import GROUP_LAYOUTS, LAYOUT_VERSION, SnapshotStore, open_store
 from worker.stream.partition import PartitionRunner
 
 T = "events"
@@ -144,7 +144,7 @@ def _format(version):
 
 def _future_layout(blob, *, kind, offset, **_):
     header, arrays = full_state(offset) if kind == "full" else delta_state(offset)
-    envelope = {"layout": max(LAYOUT_VERSION, GROUP_LAYOUT_VERSION) + 1, "kind": kind, "group": "g1", "topic": T, "partition": 0,
+    envelope = {"layout": max(LAYOUT_VERSION, *GROUP_LAYOUTS) + 1, "kind": kind, "group": "g1", "topic": T, "partition": 0,
                 "offset": offset, "created_at": "2030-01-01T00:00:00+00:00"}
     return encode({"snapshot": envelope, "meta": header}, arrays)
 

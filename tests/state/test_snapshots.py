@@ -21,6 +21,7 @@ from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt, StorageUn
 from worker.state.store import (
     GROUP_LAYOUT_VERSION,
     LAYOUT_VERSION,
+    STACKED_GROUP_LAYOUT_VERSION,
     SnapshotStore,
     open_store,
 )
@@ -189,9 +190,152 @@ def test_a_delta_group_is_one_object_named_by_its_first_delta_and_restores_as_ea
     assert single.write_delta(T, 0, 12, *delta(12)).key == snaps.key(T, 0, "delta", 12)  # same bytes: no conflict
     # A group has its own layout version: a build from before group commit refuses it (unknown
     # layout, so the partition stops) instead of reading it as one delta without its fields.
-    stored, _ = decode(raw_get(raw, group.key))
-    assert stored["snapshot"]["layout"] == GROUP_LAYOUT_VERSION != LAYOUT_VERSION
+    # Members alike (same names, dtypes, shapes): the stacked layout, one array per name.
+    stored, stored_arrays = decode(raw_get(raw, group.key))
+    assert stored["snapshot"]["layout"] == STACKED_GROUP_LAYOUT_VERSION not in (LAYOUT_VERSION, GROUP_LAYOUT_VERSION)
+    assert {k: a.shape for k, a in stored_arrays.items()} == {"all.z": (3, 8)}
     assert decode(raw_get(raw, snaps.key(T, 0, "delta", 12)))[0]["snapshot"]["layout"] == LAYOUT_VERSION
+
+
+def deltas_alike(offsets, seed: int = 0) -> list[tuple[int, dict, dict]]:
+    """Deltas whose arrays agree in names, dtypes and shapes (so they are stacked), with edge
+    floats: -0.0, NaNs with distinct payloads, a subnormal, infinities."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for j, off in enumerate(offsets):
+        z = rng.normal(size=10)
+        z[:3] = [-0.0, 5e-324, -np.inf]
+        z.view(np.uint64)[3:5] = [0x7FF8_0000_0000_0000 + j + 1, 0xFFF0_0000_0000_0001 + j]  # NaN payloads
+        out.append((off, {"kind": "delta", "offset": off, "event_time_ms": 1, "t": 5 + j, "epoch": 0,
+                          "deletions": j, "deletions_applied": j, "request": {"ids": 1, "not_applied": 0,
+                                                                             "duplicates": 0}},
+                    {"z": z, "z_standby": rng.normal(size=(2, 3)), "counts": rng.integers(0, 9, 4, dtype=np.uint32),
+                     "scalar": np.array(j, dtype=np.int64), "none": np.zeros((0, 2), dtype=np.uint8)}))
+    return out
+
+
+def assert_restores_as(snaps, deltas, first_full: int = 10) -> None:
+    got = SnapshotStore(snaps.store, prefix=snaps.prefix, group=snaps.group).restore(T, 0)  # nothing cached
+    assert [off for off, _, _ in got.deltas] == [off for off, _, _ in deltas]
+    for (off, header, arrays), (want_off, want_header, want_arrays) in zip(got.deltas, deltas):
+        assert (off, header) == (want_off, {**want_header, "offset": want_off})
+        assert_bit_exact(arrays, want_arrays)
+        assert all(a.flags.c_contiguous for a in arrays.values())
+
+
+def test_a_stacked_group_round_trips_bit_exactly(snaps, raw):
+    snaps.write_full(T, 0, 10, *state(10))
+    deltas = deltas_alike([12, 13, 17, 18])
+    ref = snaps.write_deltas(T, 0, deltas)
+    stored, arrays = decode(raw_get(raw, ref.key))
+    assert stored["snapshot"]["layout"] == STACKED_GROUP_LAYOUT_VERSION and stored["meta"]["kind"] == "delta-group"
+    assert {k: a.shape for k, a in arrays.items()} == {"all.z": (4, 10), "all.z_standby": (4, 2, 3),
+                                                       "all.counts": (4, 4), "all.scalar": (4,), "all.none": (4, 0, 2)}
+    assert_restores_as(snaps, deltas)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), members=st.integers(2, 5),
+       specs=st.dictionaries(st.text("abz_.", min_size=0, max_size=4),
+                             st.tuples(array_dtypes, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)),
+                             max_size=3))
+def test_any_alike_members_stack_and_round_trip_bit_exactly(data, members, specs):
+    deltas = [(off, {"j": off}, {name: data.draw(hnp.arrays(dtype, shape)) for name, (dtype, shape) in specs.items()})
+              for off in range(5, 5 + members)]
+    snaps = SnapshotStore(MemoryStore(), group="g")
+    ref = snaps.write_deltas(T, 0, deltas)
+    stored, _ = decode(raw_get(snaps.store, ref.key))
+    assert stored["snapshot"]["layout"] == STACKED_GROUP_LAYOUT_VERSION
+    snaps.write_deltas(T, 0, [(off, h, {k: a.copy() for k, a in arrs.items()}) for off, h, arrs in deltas])  # no conflict
+    assert_restores_as(snaps, deltas)
+
+
+@pytest.mark.parametrize("differ", ["extra array", "missing array", "dtype", "shape"])
+def test_members_that_differ_are_stored_one_array_each(snaps, raw, differ):
+    """A group whose members' arrays do not line up keeps layout 2 (d{j}.{name}), as before."""
+    snaps.write_full(T, 0, 10, *state(10))
+    deltas = deltas_alike([12, 13, 14])
+    arrays = deltas[1][2]
+    if differ == "extra array":
+        arrays["w"] = np.ones(3)
+    elif differ == "missing array":
+        del arrays["z_standby"]
+    elif differ == "dtype":
+        arrays["counts"] = arrays["counts"].astype(np.uint64)
+    else:
+        arrays["z"] = arrays["z"][:9]
+    ref = snaps.write_deltas(T, 0, deltas)
+    stored, stored_arrays = decode(raw_get(raw, ref.key))
+    assert stored["snapshot"]["layout"] == GROUP_LAYOUT_VERSION
+    assert {name.split(".")[0] for name in stored_arrays} == {"d0", "d1", "d2"}
+    assert_restores_as(snaps, deltas)
+
+
+def test_a_layout_2_group_of_an_older_build_still_restores(snaps, raw):
+    """Groups written before stacking (one array per member, even when they are alike) restore."""
+    snaps.write_full(T, 0, 10, *state(10))
+    deltas = deltas_alike([12, 14, 15], seed=3)
+    header = {"kind": "delta-group", "deltas": [{**h, "offset": off} for off, h, _ in deltas]}
+    arrays = {f"d{j}.{name}": a for j, (_, _, arrs) in enumerate(deltas) for name, a in arrs.items()}
+    ref = snaps._write("delta", T, 0, 12, header, arrays, layout=GROUP_LAYOUT_VERSION)  # as the older build did
+    assert decode(raw_get(raw, ref.key))[0]["snapshot"]["layout"] == GROUP_LAYOUT_VERSION
+    later = deltas_alike([16, 17], seed=4)
+    snaps.write_deltas(T, 0, later)  # this build's next group: stacked
+    assert_restores_as(snaps, deltas + later)
+
+
+def test_rewriting_a_stacked_group_is_idempotent_and_a_different_one_conflicts(snaps, raw):
+    deltas = deltas_alike([20, 21, 22])
+    first = snaps.write_deltas(T, 0, deltas)
+    before = raw_get(raw, first.key)
+    replay = SnapshotStore(raw, prefix="olu", group="g1")  # after a crash: a later created_at, same content
+    again = replay.write_deltas(T, 0, [(off, dict(h), {k: a.copy() for k, a in arrs.items()})
+                                       for off, h, arrs in deltas])
+    assert (again.key, again.size) == (first.key, first.size) and raw_get(raw, first.key) == before
+    for change in ("one ulp", "header", "fewer members", "-0.0 as 0.0"):
+        other = [(off, dict(h), {k: a.copy() for k, a in arrs.items()}) for off, h, arrs in deltas]
+        if change == "one ulp":
+            other[1][2]["z"][7] = np.nextafter(other[1][2]["z"][7], np.inf)  # another noise draw
+        elif change == "header":
+            other[2][1]["deletions"] += 1
+        elif change == "fewer members":
+            other = other[:2]
+        else:
+            other[0][2]["z"][0] = 0.0
+        with pytest.raises(SnapshotConflict, match="another writer"):
+            replay.write_deltas(T, 0, other)
+        assert raw_get(raw, first.key) == before
+
+
+@pytest.mark.parametrize(("bad", "reason"), [
+    ("one row short", "'all.z' has shape (1, 8), not one row per each of the group's 2 deltas"),
+    ("one row too many", "'all.t' has shape (3, 8)"),
+    ("0-d stacked array", "'all.t' has shape ()"),
+    ("stray array name", "array 'z' of a stacked delta group is not named all.<name>"),
+    ("member array name", "array 'd1.z' of a stacked delta group"),  # layout 2's naming in layout 3
+    ("not a group header", "corrupt: layout 3 with a 'delta' header"),
+])
+def test_a_malformed_stacked_group_is_corrupt(snaps, bad, reason):
+    snaps.write_full(T, 0, 10, *state(10))
+    members = [{**delta(off)[0], "offset": off} for off in (12, 13)]
+    header = {"kind": "delta-group", "deltas": members}
+    arrays = {"all.z": np.zeros((2, 8))}
+    if bad == "one row short":
+        arrays["all.z"] = np.zeros((1, 8))
+    elif bad == "one row too many":
+        arrays["all.t"] = np.zeros((3, 8))
+    elif bad == "0-d stacked array":
+        arrays["all.t"] = np.zeros(())
+    elif bad == "stray array name":
+        arrays["z"] = np.zeros((2, 8))
+    elif bad == "member array name":
+        arrays["d1.z"] = np.zeros(8)
+    else:
+        header = {**delta(12)[0], "offset": 12}
+    snaps._write("delta", T, 0, 12, header, arrays, layout=STACKED_GROUP_LAYOUT_VERSION)
+    with pytest.raises(SnapshotCorrupt, match="must not be redrawn") as info:
+        snaps.restore(T, 0)
+    assert info.value.reason.startswith("corrupt: ") and reason in info.value.reason
 
 
 def test_write_deltas_refuses_nothing_and_unordered_offsets(snaps):

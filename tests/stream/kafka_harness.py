@@ -45,6 +45,7 @@ from worker.config import load_settings
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.exceptions import BudgetExhausted, InvalidExample
 from worker.state.codec import decode
+from worker.state.groups import GROUP_KIND, unpack_group
 from worker.state.store import SnapshotStore
 from worker.stream.decode import Insert, decode_event
 from worker.stream.exceptions import DeadLetter
@@ -557,11 +558,10 @@ def stored_objects(snapshots: SnapshotStore, topic: str, partition: int) -> list
     for ref in snapshots.list(topic, partition):
         blob = bytes(obstore.get(snapshots.store, ref.key).bytes())
         head, arrays = decode(blob)
-        if head["meta"].get("kind") == "delta-group":
-            for j, member in enumerate(head["meta"]["deltas"]):
-                prefix = f"d{j}."
-                member_arrays = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-                out.append(Stored(ref.key, "delta", member["offset"], blob, head["snapshot"], member, member_arrays))
+        if head["meta"].get("kind") == GROUP_KIND:  # either group layout (stacked or one array each)
+            for offset, member, member_arrays in unpack_group(ref.offset, head["snapshot"]["layout"],
+                                                              head["meta"], arrays):
+                out.append(Stored(ref.key, "delta", offset, blob, head["snapshot"], member, member_arrays))
             continue
         stored = Stored(ref.key, ref.kind, ref.offset, blob, head["snapshot"], head["meta"], arrays)
         for group, blob_ref in (head.get("shared") or {}).items():

@@ -43,6 +43,14 @@ Decisions:
   capture), so restore, ``gc`` and ``purge_before`` go by the name's offset as for single
   deltas. Restore expands groups; two different stored states for one deletion are a
   :class:`SnapshotConflict`.
+* **Stacked groups** (layout 3, :mod:`.groups`). The delta writer is a background thread, and
+  every microsecond of CPU it spends is taken from the loop, which needs the same GIL. The codec
+  works per array, so a group stored one array per member (``d{j}.{name}``, layout 2) cost the
+  loop ~20 us per delta in a burst of deletions (bench/README.md). When every member has the same
+  array names and, per name, the same dtype and shape (the normal case: one ``z`` each), each
+  name is stored once, the members' arrays stacked: ``all.{name}`` of shape (members, *shape).
+  Members that differ keep layout 2. Restore reads layouts 1, 2 and 3 and gives each member its
+  own row, with the dtype, shape and bytes it was written with.
 * **Corrupt deltas** always raise :class:`SnapshotCorrupt`: the post-noise state of
   that deletion is lost, and replaying it would draw a second, independent noise sample for a
   deletion whose release may already be public (invariant 2). An older full snapshot does not
@@ -93,16 +101,20 @@ from .blobs import (
 )
 from .codec import decode, encode
 from .exceptions import CorruptSnapshot, SnapshotConflict, SnapshotCorrupt, StorageUnavailable
+from .groups import (  # noqa: F401  (GROUP_LAYOUT_VERSION, STACKED_...: the state API)
+    GROUP_KIND,
+    GROUP_LAYOUT_VERSION,
+    GROUP_LAYOUTS,
+    STACKED_GROUP_LAYOUT_VERSION,
+    pack_group,
+    unpack_group,
+)
 from .objects import misplaced, newer_format, same_arrays
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = 1
-# Delta groups carry their own layout version: a build from before group commit then refuses one
-# as an unknown layout (a delta it cannot read stops the partition) instead of misreading it.
-GROUP_LAYOUT_VERSION = 2
+LAYOUT_VERSION = 1  # delta groups have their own layout versions (.groups)
 FULL, DELTA = "full", "delta"
-GROUP_KIND = "delta-group"  # header kind of a delta object holding several deletions' deltas
 _NAME = re.compile(r"(full|delta)-(\d{20})\.snap")
 _RELIST_ATTEMPTS = 3
 
@@ -286,9 +298,8 @@ class SnapshotStore:
             raise ValueError(f"delta offsets must increase: {offsets}")
         if len(deltas) == 1:
             return self.write_delta(topic, partition, *deltas[0])
-        header = {"kind": GROUP_KIND, "deltas": [{**h, "offset": off} for off, h, _ in deltas]}
-        arrays = {f"d{j}.{name}": a for j, (_, _, arrs) in enumerate(deltas) for name, a in arrs.items()}
-        return self._write(DELTA, topic, partition, offsets[0], header, arrays, layout=GROUP_LAYOUT_VERSION)
+        header, arrays, layout = pack_group(deltas)  # stacked arrays unless the members differ
+        return self._write(DELTA, topic, partition, offsets[0], header, arrays, layout=layout)
 
     def _write(self, kind, topic, partition, offset, header, arrays, shared_refs=None,
                layout: int = LAYOUT_VERSION) -> SnapshotRef:
@@ -372,7 +383,7 @@ class SnapshotStore:
         skipped: list[tuple[str, str]] = []
         for ref in fulls:
             try:
-                header, arrays, created_at = self._load(ref, topic, partition)
+                header, arrays, envelope = self._load(ref, topic, partition)
                 shared = self._load_shared(self.directory(topic, partition), self._blob_refs[ref.key])
             except _Invalid as bad:
                 if on_corrupt == "fail":
@@ -380,7 +391,8 @@ class SnapshotStore:
                 skipped.append((ref.key, bad.args[0]))
                 continue
             deltas = self._deltas(refs, ref.offset, topic, partition)
-            return Restored(ref.key, ref.offset, header, arrays, shared, deltas, skipped, created_at)
+            return Restored(ref.key, ref.offset, header, arrays, shared, deltas, skipped,
+                            envelope.get("created_at"))
         if fulls:
             raise SnapshotCorrupt(fulls[0].key, f"no valid full snapshot among {len(fulls)} "
                                   f"({'; '.join(r for _, r in skipped)}); starting fresh would reset "
@@ -397,8 +409,8 @@ class SnapshotStore:
         out: dict[int, tuple[dict, dict]] = {}
         for ref in (r for r in refs if r.kind == DELTA and r.offset > after):
             try:
-                header, arrays, _ = self._load(ref, topic, partition)
-                entries = _delta_entries(ref.offset, header, arrays)
+                header, arrays, envelope = self._load(ref, topic, partition)
+                entries = _delta_entries(ref.offset, envelope["layout"], header, arrays)
             except _Invalid as bad:
                 raise SnapshotCorrupt(ref.key, f"{bad.args[0]}; this deletion's post-noise state is lost "
                                       "and must not be redrawn (invariant 2)") from None
@@ -411,8 +423,8 @@ class SnapshotStore:
                 out[offset] = (entry, entry_arrays)
         return [(offset, *out[offset]) for offset in sorted(out)]
 
-    def _load(self, ref: SnapshotRef, topic, partition) -> tuple[dict, dict, str]:
-        """(caller header, arrays, created_at); _Invalid naming what is wrong; _Vanished if gone."""
+    def _load(self, ref: SnapshotRef, topic, partition) -> tuple[dict, dict, dict]:
+        """(caller header, arrays, envelope); _Invalid naming what is wrong; _Vanished if gone."""
         try:
             blob = self._get(ref.key)
         except FileNotFoundError:
@@ -430,7 +442,7 @@ class SnapshotStore:
         self._blob_refs[ref.key] = blob_refs
         self._blob_names[ref.key] = frozenset(n for names in blob_refs.values() for n in names)
         self._good[ref.key] = ref.size
-        return stored["meta"], arrays, stored["snapshot"].get("created_at")
+        return stored["meta"], arrays, stored["snapshot"]
 
     def _load_shared(self, where: str, blob_refs: dict) -> dict[str, dict[str, np.ndarray]]:
         """Every shared group a full snapshot names, its pieces fetched in parallel and checked
@@ -473,10 +485,10 @@ class SnapshotStore:
         env = stored.get("snapshot")
         if not isinstance(env, dict) or not isinstance(stored.get("meta"), dict):
             return "corrupt: no snapshot envelope in the header"
-        layouts = (LAYOUT_VERSION, GROUP_LAYOUT_VERSION) if ref.kind == DELTA else (LAYOUT_VERSION,)
+        layouts = (LAYOUT_VERSION, *GROUP_LAYOUTS) if ref.kind == DELTA else (LAYOUT_VERSION,)
         if env.get("layout") not in layouts:
             return f"unknown snapshot layout version {env.get('layout')!r} (this build reads {layouts})"
-        if (env["layout"] == GROUP_LAYOUT_VERSION) != (stored["meta"].get("kind") == GROUP_KIND):
+        if (env["layout"] in GROUP_LAYOUTS) != (stored["meta"].get("kind") == GROUP_KIND):
             return f"corrupt: layout {env['layout']} with a {stored['meta'].get('kind')!r} header"
         ours = self._envelope(ref.kind, topic, partition, ref.offset, env["layout"])
         theirs = {k: env.get(k) for k in ours}
@@ -577,21 +589,9 @@ class SnapshotStore:
         return len(keys)
 
 
-def _delta_entries(first: int, header: dict, arrays: dict) -> list[tuple[int, dict, dict]]:
+def _delta_entries(first: int, layout: int, header: dict, arrays: dict) -> list[tuple[int, dict, dict]]:
     """[(offset, header, arrays)] of one delta object: itself, or the members of a group."""
-    if header.get("kind") != GROUP_KIND:
-        return [(first, header, arrays)]
-    members = header.get("deltas")
-    if not isinstance(members, list) or not members or not all(
-            isinstance(m, dict) and type(m.get("offset")) is int for m in members):
-        raise _Invalid("corrupt: malformed delta group")
-    offsets = [m["offset"] for m in members]
-    if offsets[0] != first or offsets != sorted(set(offsets)):
-        raise _Invalid(f"corrupt: delta group offsets {offsets} do not start at {first} and increase")
-    split: list[dict] = [{} for _ in members]
-    for name, array in arrays.items():
-        index, dot, rest = name.partition(".")
-        if not (dot and index[:1] == "d" and index[1:].isdigit() and int(index[1:]) < len(members)):
-            raise _Invalid(f"corrupt: array {name!r} belongs to no delta of the group")
-        split[int(index[1:])][rest] = array
-    return list(zip(offsets, members, split))
+    try:
+        return unpack_group(first, layout, header, arrays)
+    except CorruptSnapshot as exc:
+        raise _Invalid(f"corrupt: {exc}") from None
