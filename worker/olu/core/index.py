@@ -29,10 +29,10 @@ immutable, so a snapshot refers to them without copying, and the state store wri
 once and shares it between snapshots (``export`` marks them ``shared``); only the tail, the dead
 positions and the runs built since the last snapshot are new.
 
-Lookups are a binary search per run plus a scan of the tail, all in one compiled call; the scan
-is skipped when a bloom filter over the tail's keys (2^20 bits) says the key is not there. A pop
-from the tail clears the entry's key to 0 (a *hole*, never a record key) instead of moving the
-entries after it (a 65,536-entry tail made that a ~40 us memmove per deletion); holes are
+Lookups are a binary search per run plus a look into a hash table of the tail's positions
+(filled as the tail fills), all in one compiled call: a deletion used to scan the whole tail. A
+pop from the tail clears the entry's key to 0 (a *hole*, never a record key) instead of moving
+the entries after it (a 65,536-entry tail made that a ~40 us memmove per deletion); holes are
 exported as they are, so a restored index has the very same layout, and dropped when the tail
 is sorted into a run.
 
@@ -59,7 +59,6 @@ MAX_RUN = 1 << 21  # runs stop growing by merges here (24 MB; the largest merge 
 # new run a snapshot writes in full, so the fan-in sets the write amplification: an entry is
 # rewritten log_F(n / TAIL_SIZE) times (F = 2, a binary counter, wrote ~2x the bytes of F = 4).
 MERGE_FANIN = 4
-TAIL_BLOOM_WORDS = 1 << 14  # 2^20 bits: the tail's membership filter (see AppliedIndex._find)
 MERGE_SLICE = 1 << 14  # entries of the largest run per slice of a paced merge (~0.3 ms of work)
 _RUN_GROUP = re.compile(r"applied_run(\d+)")
 
@@ -123,20 +122,20 @@ class AppliedIndex:
         self._lookup_runs: tuple | None = None  # the runs ``_lookup_keys`` was built from
         self._lookup_keys = None
         self._hit_buffers = (np.empty(8, np.int64), np.empty(8, np.int64), np.empty(8, np.int64))
-        # A bit per key hash over the tail's first ``_bloom_upto`` entries (``find_key``): 128 KB,
-        # about 3% false hits at a half-full tail. Stale bits (removed entries) only cost a scan.
-        self._tail_bloom = np.zeros(TAIL_BLOOM_WORDS, np.uint64)
-        self._bloom_upto = 0
+        # The tail's first ``_slotted`` positions by key hash (``kernels.merge.find_key``): twice
+        # the tail's length, a power of two, so at most half full (512 KB for the default tail).
+        self._tail_slots = np.zeros(1 << (2 * len(self._tail_keys) - 1).bit_length(), np.int32)
+        self._slotted = 0
 
     def __len__(self) -> int:
         return sum(r.live for r in self.runs) + self._tail_len - self._tail_holes
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the runs and the tail with its bloom (a paced merge in progress also holds the merged copy of
+        """Bytes of the runs and the tail with its slot table (a paced merge in progress also holds the merged copy of
         its four runs until it is adopted, as an immediate merge does for the length of the call)."""
         return (sum(r.keys.nbytes + r.steps.nbytes for r in self.runs)
-                + self._tail_keys.nbytes + self._tail_steps.nbytes + self._tail_bloom.nbytes)
+                + self._tail_keys.nbytes + self._tail_steps.nbytes + self._tail_slots.nbytes)
 
     def add(self, key: int, step: int) -> None:
         if not 0 < key < 2**64:
@@ -204,9 +203,9 @@ class AppliedIndex:
         kernels = merge_kernels()
         while True:
             out_run, out_pos, out_tail = self._hit_buffers
-            m, count = kernels.find_key(self._lookup_keys, k, self._tail_keys, self._tail_len, self._tail_bloom,
-                                        self._bloom_upto, out_run, out_pos, out_tail)
-            self._bloom_upto = self._tail_len
+            m, count = kernels.find_key(self._lookup_keys, k, self._tail_keys, self._tail_len, self._tail_slots,
+                                        self._slotted, out_run, out_pos, out_tail)
+            self._slotted = self._tail_len
             if m <= len(out_run) and count <= len(out_tail):
                 break
             size = 2 * max(m, count)
@@ -226,7 +225,7 @@ class AppliedIndex:
         marked, k, in_tail = self._undo.pop()
         for run, pos in marked:
             run.dead.discard(pos)
-        for pos in in_tail:  # the key back in its hole (the bloom still has its bit)
+        for pos in in_tail:  # the key back in its hole (its slot still points there)
             self._tail_keys[pos] = k
         self._tail_holes -= len(in_tail)
 
@@ -287,8 +286,8 @@ class AppliedIndex:
 
     def _empty_tail(self) -> None:
         self._tail_len = self._tail_holes = 0
-        self._tail_bloom[:] = 0
-        self._bloom_upto = 0
+        self._tail_slots[:] = 0
+        self._slotted = 0
 
     def live_steps(self) -> np.ndarray:
         """Every live entry's step, ascending (int64)."""

@@ -101,18 +101,26 @@ def sort_tail(keys, steps):
     return out_keys, out_steps
 
 
-@jit(nogil=False)
-def find_key(runs, k, tail_keys, tail_len, bloom, bloom_upto, out_run, out_pos, out_tail):
-    """Every position of key ``k`` in the sorted ``runs`` (a typed list of key arrays) and how many
-    entries of the unsorted tail ``tail_keys[:tail_len]`` hold it, in one call: a deletion searched
-    each run with its own call (~2 us of dispatch apiece, eight runs and more).
+@jit
+def _slot(key, mask):
+    """Where a key's chain starts in the tail's slot table (Fibonacci hashing: test keys are small
+    integers, record keys are random; both spread)."""
+    return np.int64(((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask)
 
-    The tail is scanned only if ``bloom`` (a bit per key hash, over the tail's entries) has the
-    key's bit: a scan reads up to 512 KB, mostly out of cache by the time a deletion comes.
-    Entries ``bloom_upto..tail_len`` are added to the bloom first (those appended since the last
-    call). Hits go to ``out_run``/``out_pos`` in run order, the tail's positions to ``out_tail``;
-    returns (hits, tail hits). More hits than the buffers hold are counted but not written (the
-    caller retries with larger buffers)."""
+
+@jit(nogil=False)
+def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out_tail):
+    """Every position of key ``k`` in the sorted ``runs`` (a typed list of key arrays) and in the
+    unsorted tail ``tail_keys[:tail_len]``, in one call: a deletion searched each run with its own
+    call (~2 us of dispatch apiece, eight runs and more) and scanned the whole tail (up to 512 KB,
+    mostly out of cache by the time a delete comes).
+
+    The tail's positions come from ``slots``, an open-addressing table (position + 1, 0 empty;
+    linear probing, at most half full) over its entries: those from ``indexed`` on (appended since
+    the last call) are added first. A removed entry keeps its slot: its key is 0 then (a hole),
+    which never matches. Hits go to ``out_run``/``out_pos`` in run order, the tail's positions to
+    ``out_tail``; returns (hits, tail hits). More hits than the buffers hold are counted but not
+    written (the caller retries with larger buffers)."""
     m = 0
     for r in range(len(runs)):
         keys = runs[r]
@@ -130,19 +138,27 @@ def find_key(runs, k, tail_keys, tail_len, bloom, bloom_upto, out_run, out_pos, 
                 out_pos[m] = lo
             m += 1
             lo += 1
-    mask = np.uint64(bloom.shape[0] - 1)
-    one = np.uint64(1)
-    six, sixty_three = np.uint64(6), np.uint64(63)
-    for i in range(bloom_upto, tail_len):
+    mask = np.uint64(slots.shape[0] - 1)
+    for i in range(indexed, tail_len):
         key = tail_keys[i]
-        bloom[(key >> six) & mask] |= one << (key & sixty_three)
+        if key == 0:
+            continue
+        h = _slot(key, mask)
+        while slots[h] != 0:
+            h = (h + 1) & np.int64(mask)
+        slots[h] = i + 1
     count = 0
-    if bloom[(k >> six) & mask] & (one << (k & sixty_three)):
-        for i in range(tail_len):
-            if tail_keys[i] == k:
-                if count < out_tail.shape[0]:
-                    out_tail[count] = i
-                count += 1
+    h = _slot(k, mask)
+    while slots[h] != 0:
+        pos = slots[h] - 1
+        if tail_keys[pos] == k:
+            if count < out_tail.shape[0]:
+                out_tail[count] = pos
+            count += 1
+        h = (h + 1) & np.int64(mask)
+    if count > 1:  # probing order is not position order
+        top = min(count, out_tail.shape[0])
+        out_tail[:top].sort()
     return m, count
 
 
