@@ -205,6 +205,37 @@ def test_the_os_entropy_generator_is_renewed_every_64_draws_and_in_a_forked_chil
     assert m._entropy() is not second
 
 
+def test_deletion_noise_comes_from_os_entropy_blocks_one_row_each(monkeypatch):
+    """Each deletion's noise is its own standard-normal row of a block drawn from a new OS-seeded
+    generator, scaled by its sigma; never a row twice, and a forked child draws a new block."""
+    from worker.olu.core import entropy
+
+    ids, X, y = synthetic_stream(300, BASE["dim"], 0, BASE["loss"])
+    m = PassiveOLU(**BASE)  # no test generator: production's noise source
+    m.learn_many(ids, X, y)
+    rows = []
+    real = entropy.OsEntropy.gaussian
+
+    def spy(self, dim):
+        row = real(self, dim)
+        rows.append(row.copy())
+        return row
+
+    monkeypatch.setattr(entropy.OsEntropy, "gaussian", spy)
+    for r in ids[:entropy.ENTROPY_DRAWS + 2]:  # into a second block
+        d = m.unlearn_one(r)
+        assert d.outcome == "noised" and d.sigma > 0
+    noise = np.array(rows)
+    assert len(noise) == entropy.ENTROPY_DRAWS + 2 and len({r.tobytes() for r in noise}) == len(noise)
+    assert abs(noise.mean()) < 0.2 and 0.8 < noise.std() < 1.2  # N(0, 1) rows, scaled by each sigma
+    source = entropy.OsEntropy()
+    source.gaussian(3)
+    parents = source._block
+    monkeypatch.setattr(entropy.os, "getpid", lambda: -1)  # a forked child must not repeat the parent's rows
+    child = source.gaussian(3)
+    assert source._block is not parents and source._row == 1 and not (parents == child).all(axis=1).any()
+
+
 def test_counter_and_ledger_survive_export_import():
     m, ids, _, _ = fed()
     for r in ids[:4]:

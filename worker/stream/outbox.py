@@ -32,7 +32,7 @@ from .exceptions import NotAttempted
 #: Deltas a partition may have in flight before new deletions wait for the oldest (backpressure:
 #: the delta writer is one thread, so a burst of deletions cannot queue without bound).
 MAX_DELTAS_IN_FLIGHT = 4096
-MAX_GROUP = 256  # deltas per stored object at most
+MAX_GROUP = 1024  # deltas per stored object at most (a burst: one fsync'd object per 1,024)
 MAX_GROUP_BYTES = 8 << 20  # and the bytes of their arrays (a group of one may exceed it)
 
 
@@ -82,6 +82,8 @@ class Outbox:
         self._items: deque = deque()
         self._last: DeltaWrite | None = None
         self._queued: deque[DeltaWrite] = deque()  # submitted, not attempted yet (both threads: _lock)
+        # Deltas not known durable yet, oldest first (they become durable in order: a prefix is).
+        self._unwritten: deque[DeltaWrite] = deque()
         self._lock = threading.Lock()
         self.failed: DeltaWrite | None = None  # the first delta whose write failed, until retried
 
@@ -102,10 +104,13 @@ class Outbox:
         False if the write already failed (a writer on the calling thread)."""
         if not entries:
             return True
-        in_flight = [d for d in self._deltas() if not d.written]
+        in_flight = self._unwritten  # not a walk over every held item: a burst holds thousands
+        while in_flight and in_flight[0].written:
+            in_flight.popleft()
         if len(in_flight) + len(entries) > self._max_in_flight and in_flight:
             in_flight[0].future.exception()  # wait for the oldest: its outcome is read by ready()
         items = [DeltaWrite(offset, header, arrays, None) for offset, header, arrays in entries]
+        in_flight.extend(items)
         previous, self._last = self._last, items[-1]
         with self._lock:
             self._queued.extend(items)
@@ -245,6 +250,7 @@ class Outbox:
         if running:
             wait(running, timeout=timeout)
         self._items.clear()
+        self._unwritten.clear()
         with self._lock:
             self._queued.clear()
 

@@ -417,7 +417,9 @@ class OnlineUnlearner(MeteredNoise):
     def _noise(self, sigma: float) -> np.ndarray:
         if self._replaying:  # the stored post-noise iterate replaces whatever would be drawn
             return np.zeros(self.dim)
-        return self._entropy().normal(0.0, sigma, size=self.dim)
+        if self._noise_rng is not None:  # the test generator: its stream of draws, as ever
+            return self._noise_rng.normal(0.0, sigma, size=self.dim)
+        return sigma * self._os_entropy.gaussian(self.dim)  # N(0, sigma^2 I), from OS entropy
 
     def _release_with_noise(self, z_hat: np.ndarray, shift: float, steps, **extra) -> Deletion:
         """z <- Proj_K(z_hat + N(0, sigma_i^2 I)) with sigma_i calibrated to ``shift``.
