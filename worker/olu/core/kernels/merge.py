@@ -102,6 +102,19 @@ def sort_tail(keys, steps):
 
 
 @jit
+def _lower_bound(keys, n, k):
+    """The first position of the sorted ``keys[:n]`` whose key is not below ``k``."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < k:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@jit
 def _slot(key, mask):
     """Where a key's chain starts in the tail's slot table (Fibonacci hashing: test keys are small
     integers, record keys are random; both spread)."""
@@ -125,13 +138,7 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
     for r in range(len(runs)):
         keys = runs[r]
         n = keys.shape[0]
-        lo, hi = 0, n
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if keys[mid] < k:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = _lower_bound(keys, n, k)
         while lo < n and keys[lo] == k:
             if m < out_run.shape[0]:
                 out_run[m] = r
@@ -165,22 +172,10 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
 @jit(nogil=False)
 def keyset_find(base, recent, n, k):
     """Where key ``k`` is in a tombstone set: 1 in the frozen ``base``, 2 in ``recent[:n]``, else 0."""
-    lo, hi = 0, base.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if base[mid] < k:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = _lower_bound(base, base.shape[0], k)
     if lo < base.shape[0] and base[lo] == k:
         return 1
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if recent[mid] < k:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = _lower_bound(recent, n, k)
     if lo < n and recent[lo] == k:
         return 2
     return 0
