@@ -229,7 +229,8 @@ def test_deletion_noise_comes_from_os_entropy_blocks_one_row_each(monkeypatch):
     assert len(noise) == entropy.ENTROPY_DRAWS + 2 and len({r.tobytes() for r in noise}) == len(noise)
     assert abs(noise.mean()) < 0.2 and 0.8 < noise.std() < 1.2  # N(0, 1) rows, scaled by each sigma
     source = entropy.OsEntropy()
-    source.gaussian(3)
+    handed = source.gaussian(3)
+    assert not source._block[0].any() and handed.any()  # a used row does not linger in the block
     parents = source._block
     monkeypatch.setattr(entropy.os, "getpid", lambda: -1)  # a forked child must not repeat the parent's rows
     child = source.gaussian(3)

@@ -35,7 +35,7 @@ class OsEntropy:
 
     def gaussian(self, dim: int) -> np.ndarray:
         """A fresh N(0, I_dim) draw: a row of ``ENTROPY_DRAWS`` rows drawn at once from a new
-        OS-seeded generator, each row handed out once (a new block in a forked child).
+        OS-seeded generator, each row handed out once and cleared (a new block in a forked child).
 
         Why a block: numpy releases the GIL while it fills an array, and a busy thread (the delta
         writer, in a burst of deletions) then takes it; a draw of ten numbers per deletion cost
@@ -50,7 +50,8 @@ class OsEntropy:
         if block is None or self._row >= len(block) or block.shape[1] != dim or self._block_pid != os.getpid():
             block = self._block = np.random.default_rng().standard_normal((ENTROPY_DRAWS, dim))
             self._row, self._block_pid = 0, os.getpid()
-        row = block[self._row]
+        row = block[self._row].copy()
+        block[self._row] = 0.0  # handed out once: no used noise lingers in the block (invariant 1)
         self._row += 1
         return row
 
