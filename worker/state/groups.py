@@ -11,7 +11,7 @@ arrays are laid out one of two ways, told apart by the envelope's layout version
 
 Why stacked: the delta writer is a background thread under the same GIL as the worker's loop,
 and the codec's work is per array (dtype checks, a contiguous copy, ``tobytes``, an entry in the
-JSON header). One array per member made that work grow with the group; stacked, a group of 256
+JSON header). One array per member made that work grow with the group; stacked, a group of 1,024
 deltas costs the codec one array per name, and the writer's own work per member is building its
 header entry, a shape check and one copy of its bytes (into the stacked array). Groups whose
 members differ (a rotation's ``z_standby`` appearing or going mid-group) keep layout 2. Both

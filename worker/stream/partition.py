@@ -153,7 +153,7 @@ class PartitionRunner:
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
         scan = scan_batch(messages, dim=dim, max_bytes=max_bytes) if compiled_decoder() else None
         stretches = scan.stretches() if scan is not None else [(0, len(messages), False)]
-        # the batch's last message that may be a delete: its deletion releases for the batch's
+        # the batch's last message that may be a delete: its deletion releases for the batch's deletions
         last_candidate = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
         # Inserts split by deletes: check all of them once, then learn each stretch (a check per
         # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.

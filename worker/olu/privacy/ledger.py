@@ -83,21 +83,17 @@ class _Columns:
         self.count, self.capacity = 0, capacity
 
     def append(self, entry: dict) -> None:
-        j, kind = self.count, _kind(entry)
-        if j == len(self.cols["kind"]):  # grown by doubling: a model with few deletions holds little
-            size = min(2 * j, self.capacity)
-            self.cols = {c: np.concatenate([a, np.zeros(size - j, a.dtype)]) for c, a in self.cols.items()}
-        cols = self.cols
-        cols["kind"][j] = kind
-        if kind == WHOLE:
+        kind = _kind(entry)
+        if kind == WHOLE:  # its fields stay in the side table; the columns keep zeros there
+            j = self._grow()
+            self.cols["kind"][j] = WHOLE
             self.side[j] = dict(entry)
-        else:
-            cols["i"][j], cols["epoch"][j], cols["tau"][j] = entry["i"], entry["epoch"], entry["tau"]
-            cols["u0"][j] = entry["u"][0]
-            cols["shift"][j], cols["sigma"][j], cols["rho"][j] = entry["shift"], entry["sigma"], entry["rho"]
-            if kind == CORE_AND_EXTRAS:
-                self.side[j] = {k: v for k, v in entry.items() if k not in CORE}
-        self.count = j + 1
+            self.count = j + 1
+            return
+        j = self._put(kind, entry["i"], entry["epoch"], entry["tau"], entry["u"][0], entry["shift"],
+                      entry["sigma"], entry["rho"])
+        if kind == CORE_AND_EXTRAS:
+            self.side[j] = {k: v for k, v in entry.items() if k not in CORE}
 
     def append_core(self, i: int, epoch: int, tau: int, u0: int, shift: float, sigma: float, rho: float) -> bool:
         """:meth:`append` of a CORE_ONLY entry given as its fields (a deletion's common case, without
@@ -106,16 +102,27 @@ class _Columns:
                 and 0 <= i < _U32 and 0 <= epoch < _U32 and 0 <= tau < _U32 and 0 <= u0 < _U32
                 and type(shift) is float and type(sigma) is float and type(rho) is float):
             return False
+        self._put(CORE_ONLY, i, epoch, tau, u0, shift, sigma, rho)
+        return True
+
+    def _put(self, kind: int, i, epoch, tau, u0, shift, sigma, rho) -> int:
+        """Write one entry's kind and common fields at the next position (counted); that position."""
+        j = self._grow()
+        cols = self.cols
+        cols["kind"][j] = kind
+        cols["i"][j], cols["epoch"][j], cols["tau"][j], cols["u0"][j] = i, epoch, tau, u0
+        cols["shift"][j], cols["sigma"][j], cols["rho"][j] = shift, sigma, rho
+        self.count = j + 1
+        return j
+
+    def _grow(self) -> int:
+        """The next position, the columns grown by doubling if they are full (a model with few
+        deletions holds little); the caller counts it."""
         j = self.count
         if j == len(self.cols["kind"]):
             size = min(2 * j, self.capacity)
             self.cols = {c: np.concatenate([a, np.zeros(size - j, a.dtype)]) for c, a in self.cols.items()}
-        cols = self.cols
-        cols["kind"][j] = CORE_ONLY
-        cols["i"][j], cols["epoch"][j], cols["tau"][j], cols["u0"][j] = i, epoch, tau, u0
-        cols["shift"][j], cols["sigma"][j], cols["rho"][j] = shift, sigma, rho
-        self.count = j + 1
-        return True
+        return j
 
     def entries(self) -> list[dict]:
         return _entries(self.cols, self.side, self.count)
