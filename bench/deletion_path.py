@@ -41,7 +41,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import cProfile  # noqa: E402
-import gc  # noqa: E402
 import io  # noqa: E402
 import pstats  # noqa: E402
 import sys  # noqa: E402
@@ -61,7 +60,7 @@ from worker.devtools.messages import messages  # noqa: E402
 from worker.metrics import Metrics  # noqa: E402
 from worker.state.store import SnapshotStore, open_store  # noqa: E402
 from worker.stream import partition as partition_module  # noqa: E402
-from worker.stream.app import GIL_SWITCH_INTERVAL_S  # noqa: E402
+from worker.stream.app import prepare_process  # noqa: E402
 from worker.stream.partition import PartitionRunner  # noqa: E402
 
 REPORT_KEYS = ("config", "streams", "breakdown", "burst", "targets", "wall_s")
@@ -319,15 +318,7 @@ def main(argv=None) -> int:
         args.events, args.burst, args.burst_after, args.repeat = 20_000, 2_000, 5_000, 1
     info = h.machine()
     print(h.machine_line(info))
-    from worker.olu.core.kernels.warmup import warm_up as warm_up_kernels
-    from worker.stream.scan import warm_up
-
-    # As the worker sets its process up at start (worker/stream/app.py): kernels compiled, the
-    # GIL's switch interval shortened for the writer threads, what is loaded frozen out of the GC.
-    warm_up_kernels()
-    warm_up()
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    gc.freeze()
+    prepare_process()  # as the worker does at start: kernels compiled, GIL switch interval, GC frozen
     started = time.perf_counter()
     records = h.Records(dim=10)
     rows, breakdown, profile_text = measure_shares(args, records)

@@ -50,6 +50,22 @@ def _warm_up_kernels() -> None:
 
 GIL_SWITCH_INTERVAL_S = 0.0005
 
+
+def prepare_process() -> float:
+    """Set the process up for the loop, before the first batch (the worker; benches that drive
+    the partition runner without it): returns the GIL switch interval it replaced."""
+    _warm_up_kernels()  # compile before the first batch, not inside it
+    # The delta and snapshot writers hand the GIL back and forth with the loop around every
+    # store call and fsync; at the default 5 ms switch interval each hand-over can cost a
+    # deletion 5 ms of latency while the loop is busy learning.
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    # Everything loaded so far (numpy, numba, the Kafka clients: ~120,000 objects) lives as long
+    # as the process: keep the cyclic GC from walking it in every full collection (~60 ms each,
+    # a pause every deletion in flight would wait out).
+    gc.freeze()
+    return switch_interval
+
 # Longest wait for a synchronous offset commit (revoke, shutdown) before going on without it.
 SYNC_COMMIT_TIMEOUT_S = 5.0
 # Longest wait for the consumer to leave its group at shutdown.
@@ -119,16 +135,7 @@ class Worker:
         if install_signals and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
-        _warm_up_kernels()  # compile before the first batch, not inside it
-        # The delta and snapshot writers hand the GIL back and forth with the loop around every
-        # store call and fsync; at the default 5 ms switch interval each hand-over can cost a
-        # deletion 5 ms of latency while the loop is busy learning.
-        switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        # Everything loaded so far (numpy, numba, the Kafka clients: ~120,000 objects) lives as long
-        # as the process: keep the cyclic GC from walking it in every full collection (~60 ms each,
-        # a pause every deletion in flight would wait out).
-        gc.freeze()
+        switch_interval = prepare_process()
         self.release_encoder = release_encoder(s, self._new_model())  # None: JSON releases
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error})
         if s.transactional:
