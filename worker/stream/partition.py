@@ -158,6 +158,8 @@ class PartitionRunner:
         # Inserts split by deletes: check all of them once, then learn each stretch (a check per
         # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.
         rows = self._checked_rows(scan) if len(stretches) > 1 else None
+        if rows is not None:  # test-then-train on the batch's inserts, as for a batch of inserts only
+            self._observe_loss(rows[2], rows[3])
         for start, stop, accepted in stretches:
             if accepted and rows is not None:
                 self._apply_checked(rows, start, stop, messages, scan, out)
@@ -255,22 +257,25 @@ class PartitionRunner:
 
     def _checked_rows(self, scan):
         """The scan's accepted rows through the model's checks, as (position of each batch record
-        among them, keys, X, y); None when a row fails (then each stretch finds its bad rows)."""
+        among them, keys, X, y, newest Kafka timestamp up to each record); None when a row fails
+        (then each stretch finds its bad rows)."""
         accepted = scan.accepted
         try:
             keys, X, y = self.model.prepare_batch(None, scan.X[accepted], scan.y[accepted], keys=scan.keys[accepted])
         except InvalidExample:
             return None
-        return np.cumsum(accepted) - accepted, keys, X, y
+        kinds, stamps = scan.stamps[:, 0], scan.stamps[:, 1]
+        newest = np.maximum.accumulate(np.where(kinds != 0, np.maximum(stamps, 0), 0))
+        return np.cumsum(accepted) - accepted, keys, X, y, newest
 
     def _apply_checked(self, rows, start: int, stop: int, messages: list, scan, out: Outcome) -> None:
         """Learn the accepted stretch ``messages[start:stop]`` from rows checked by :meth:`_checked_rows`."""
-        at, keys, X, y = rows
+        at, keys, X, y, newest = rows
         a = int(at[start])
         b = a + stop - start
-        self._observe_loss(X[a:b], y[a:b])
         applied = self.model.learn_prepared(keys[a:b], X[a:b], y[a:b])
-        self._learned(messages, stop, stop - start, applied, 0, scan.newest_ts(start, stop), out)
+        # newest of the whole batch so far: the messages before ``start`` have moved event time already
+        self._learned(messages, stop, stop - start, applied, 0, int(newest[stop - 1]), out)
 
     def _learned(self, messages: list, end: int, count: int, applied: int, dead: int, newest_ts: int,
                  out: Outcome) -> None:
@@ -393,10 +398,10 @@ class PartitionRunner:
         # ``z_standby`` too) and its counters. "deletions" counts charged deletions (the
         # accountant's), "deletions_applied" all of them (the release's "deletions"); a replay
         # checks both (OnlineUnlearner._adopt), a rotation also its generation and event count.
-        state = self.model.deletion_state()
-        arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
-        header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms,
-                  **{k: v for k, v in state.items() if k not in arrays}}
+        header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms}
+        arrays = {}
+        for k, v in self.model.deletion_state().items():
+            (arrays if isinstance(v, np.ndarray) else header)[k] = v
         return header, arrays
 
     @staticmethod

@@ -44,6 +44,9 @@ class PassiveOLU(OnlineUnlearner):
 
     def shift(self, steps, tau: int) -> float:
         """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice, docs/guarantee.md 1.3)."""
+        if len(steps) == 1:  # the common record, applied once: fsum of one term is that term
+            u = steps[0]
+            return math.exp(self.schedule.log_contraction(u, tau)) * self.sensitivity(u)
         return math.fsum(
             math.exp(self.schedule.log_contraction(u, tau)) * self.sensitivity(u) for u in steps
         )

@@ -429,7 +429,9 @@ class OnlineUnlearner(MeteredNoise):
         if shift == 0.0:  # every influence of the record has contracted away exactly
             self.z = z_hat
             return Deletion("exact", self.accountant.deletions, 0.0, 0.0, tuple(steps))
-        sigma = self.accountant.sigma_for_next(shift) / math.sqrt(self.noise_share)
+        sigma = self.accountant.sigma_for_next(shift)
+        if self.noise_share != 1.0:  # x / sqrt(1.0) is x: skip it in the common case
+            sigma /= math.sqrt(self.noise_share)
         self.accountant.charge(shift, sigma)  # raises BudgetExhausted before any change
         self.z = self.ball.project(z_hat + self._noise(sigma))
         i = self.accountant.deletions
@@ -534,6 +536,8 @@ def _request_ids(record_ids) -> list[str]:
     if isinstance(record_ids, (str, bytes)):
         raise TypeError("record_ids must be a sequence of record ids, not one string")
     ids = list(record_ids)
+    if len(ids) == 1 and type(ids[0]) is str:  # the common request: nothing more to check
+        return ids
     if not ids:
         raise ValueError("a deletion request names at least one record id")
     if not all(isinstance(r, str) for r in ids):

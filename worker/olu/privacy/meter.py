@@ -52,7 +52,10 @@ class MeteredNoise:
         """``release_noise_std() sqrt(d) / ||z||``: inf for noise on zero weights, None for neither
         (or untracked noise)."""
         std = self.release_noise_std()
-        return None if std is None else noise_to_signal(std, self.dim, float(np.linalg.norm(self.z)))
+        if std is None:
+            return None
+        z = self.z
+        return noise_to_signal(std, self.dim, math.sqrt(float(z @ z)))  # np.linalg.norm's value, bit for bit
 
 
 class NoiseMeter:

@@ -52,6 +52,7 @@ target (up to the few-ulp non-monotonicity of the forward conversion noted above
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -117,15 +118,23 @@ def _check(rho: float, delta: float, method: str) -> tuple[float, float]:
     return real("rho", rho, lo=0.0, allow_inf=True), real("delta", delta, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
 
 
+@functools.lru_cache(maxsize=256)
 def _improved(rho: float, delta: float) -> tuple[float, float]:
-    """(epsilon, alpha) for the improved conversion; alpha = 1.0 marks the KL shortcut."""
+    """(epsilon, alpha) for the improved conversion; alpha = 1.0 marks the KL shortcut.
+
+    Memoised: every release converts the slope, and between deletions it does not change."""
     if rho == 0.0 or 2.0 * math.log(delta) > math.log(-math.expm1(-rho)):  # KL: delta**2 > 1-e^-rho
         return 0.0, 1.0
     if math.isinf(rho):
         return math.inf, math.inf
-    L = -math.log(delta)
-    x = _root(lambda x: _scaled_exp(2 * x, rho) + _softplus(x) - L, 0.5 * (math.log(L) - math.log(rho)))
-    x = min(x, _X_MAX)  # any h > 0 gives a valid bound; this only matters for denormal rho
+    L, log_rho = -math.log(delta), math.log(rho)
+    exp, log1p, inf = math.exp, math.log1p, math.inf
+
+    def g(x):  # _scaled_exp(2 x, rho) + _softplus(x) - L, inlined (a release computes it ~60 times)
+        y = 2 * x + log_rho
+        return (exp(y) if y < 709.0 else inf) + (x + log1p(exp(-x)) if x > 0 else log1p(exp(x))) - L
+
+    x = min(_root(g, 0.5 * (math.log(L) - log_rho)), _X_MAX)  # any h > 0 gives a valid bound; this only matters for denormal rho
     h, sp = math.exp(x), _softplus(x)
     return max(0.0, (1 + h) * rho - _softplus(-x) + (L - sp) / h), 1.0 + h
 
