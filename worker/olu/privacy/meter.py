@@ -32,8 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-import numpy as np
-
 from .analysis.noise import contract_variance, noise_to_signal
 
 __all__ = ["MeteredNoise", "NoiseMeter"]

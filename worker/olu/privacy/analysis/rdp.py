@@ -134,7 +134,8 @@ def _improved(rho: float, delta: float) -> tuple[float, float]:
         y = 2 * x + log_rho
         return (exp(y) if y < 709.0 else inf) + (x + log1p(exp(-x)) if x > 0 else log1p(exp(x))) - L
 
-    x = min(_root(g, 0.5 * (math.log(L) - log_rho)), _X_MAX)  # any h > 0 gives a valid bound; this only matters for denormal rho
+    # the cap: any h > 0 gives a valid bound; it only matters for denormal rho
+    x = min(_root(g, 0.5 * (math.log(L) - log_rho)), _X_MAX)
     h, sp = math.exp(x), _softplus(x)
     return max(0.0, (1 + h) * rho - _softplus(-x) + (L - sp) / h), 1.0 + h
 
