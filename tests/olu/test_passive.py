@@ -230,11 +230,13 @@ def test_deletion_noise_comes_from_os_entropy_blocks_one_row_each(monkeypatch):
     assert abs(noise.mean()) < 0.2 and 0.8 < noise.std() < 1.2  # N(0, 1) rows, scaled by each sigma
     source = entropy.OsEntropy()
     handed = source.gaussian(3)
-    assert not source._block[0].any() and handed.any()  # a used row does not linger in the block
-    parents = source._block
+    assert source._rows[0] is None and handed.any()  # a used row is not kept by the source
+    assert all(row is not handed and row.shape == (3,) for row in source._rows[1:])
+    pending = np.array(source._rows[1:])
     monkeypatch.setattr(entropy.os, "getpid", lambda: -1)  # a forked child must not repeat the parent's rows
     child = source.gaussian(3)
-    assert source._block is not parents and source._row == 1 and not (parents == child).all(axis=1).any()
+    assert source._row == 1 and not (pending == child).all(axis=1).any()
+    assert all(row is not None for row in source._rows[1:])  # a new block, not the parent's rest
 
 
 def test_counter_and_ledger_survive_export_import():

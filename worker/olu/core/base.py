@@ -419,7 +419,9 @@ class OnlineUnlearner(MeteredNoise):
             return np.zeros(self.dim)
         if self._noise_rng is not None:  # the test generator: its stream of draws, as ever
             return self._noise_rng.normal(0.0, sigma, size=self.dim)
-        return sigma * self._os_entropy.gaussian(self.dim)  # N(0, sigma^2 I), from OS entropy
+        noise = self._os_entropy.gaussian(self.dim)  # N(0, I), a row of its own
+        noise *= sigma  # N(0, sigma^2 I), scaled in place: no array more on the deletion's path
+        return noise
 
     def _release_with_noise(self, z_hat: np.ndarray, shift: float, steps, **extra) -> Deletion:
         """z <- Proj_K(z_hat + N(0, sigma_i^2 I)) with sigma_i calibrated to ``shift``.

@@ -25,34 +25,38 @@ class OsEntropy:
     (True, False)
     """
 
-    __slots__ = ("_held", "_pid", "_left", "_block", "_row", "_block_pid")
+    __slots__ = ("_held", "_pid", "_left", "_rows", "_row", "_rows_pid")
 
     def __init__(self):
         self._held: np.random.Generator | None = None
         self._pid, self._left = -1, 0
-        self._block: np.ndarray | None = None  # standard normals of the next deletions (gaussian)
-        self._row, self._block_pid = 0, -1
+        self._rows: list = []  # standard-normal rows for the next deletions (gaussian); None once handed out
+        self._row, self._rows_pid = 0, -1
 
     def gaussian(self, dim: int) -> np.ndarray:
-        """A fresh N(0, I_dim) draw: a row of ``ENTROPY_DRAWS`` rows drawn at once from a new
-        OS-seeded generator, each row handed out once and cleared (a new block in a forked child).
+        """A fresh N(0, I_dim) draw: one of ``ENTROPY_DRAWS`` rows drawn at once from a new
+        OS-seeded generator, each an array of its own, handed out once and then no longer held
+        here (a new block in a forked child). The caller may scale it in place.
 
         Why a block: numpy releases the GIL while it fills an array, and a busy thread (the delta
         writer, in a burst of deletions) then takes it; a draw of ten numbers per deletion cost
-        the loop ~15 us of waiting for it to come back.
+        the loop ~15 us of waiting for it to come back. Why rows split up front: handing one out
+        is then a list read, with no numpy call on a deletion's path.
 
         >>> source = OsEntropy()
         >>> a, b = source.gaussian(3), source.gaussian(3)
         >>> a.shape, bool((a != b).any())
         ((3,), True)
         """
-        block = self._block
-        if block is None or self._row >= len(block) or block.shape[1] != dim or self._block_pid != os.getpid():
-            block = self._block = np.random.default_rng().standard_normal((ENTROPY_DRAWS, dim))
-            self._row, self._block_pid = 0, os.getpid()
-        row = block[self._row].copy()
-        block[self._row] = 0.0  # handed out once: no used noise lingers in the block (invariant 1)
-        self._row += 1
+        rows, j = self._rows, self._row
+        if j >= len(rows) or rows[j].shape[0] != dim or self._rows_pid != os.getpid():
+            block = np.random.default_rng().standard_normal((ENTROPY_DRAWS, dim))
+            rows = self._rows = [row.copy() for row in block]
+            block[:] = 0.0  # only the rows hold the noise now
+            j, self._rows_pid = 0, os.getpid()
+        row = rows[j]
+        rows[j] = None  # handed out once: a used row is not kept here (invariant 1)
+        self._row = j + 1
         return row
 
     def generator(self) -> np.random.Generator:

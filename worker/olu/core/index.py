@@ -203,15 +203,16 @@ class AppliedIndex:
         kernels = merge_kernels()
         while True:
             out_run, out_pos, out_tail = self._hit_buffers
-            m, count = kernels.find_key(self._lookup_keys, k, self._tail_keys, self._tail_len, self._tail_slots,
-                                        self._slotted, out_run, out_pos, out_tail)
+            m, count, run0, pos0, tail0 = kernels.find_key(self._lookup_keys, k, self._tail_keys, self._tail_len,
+                                                          self._tail_slots, self._slotted, out_run, out_pos, out_tail)
             self._slotted = self._tail_len
             if m <= len(out_run) and count <= len(out_tail):
                 break
             size = 2 * max(m, count)
             self._hit_buffers = (np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64))
-        hits = [(int(out_run[j]), int(out_pos[j])) for j in range(m)] if m else []
-        return hits, (out_tail[:count].tolist() if count else [])
+        # a single hit (the common case) comes back as plain ints: no numpy indexing on this path
+        hits = [] if m == 0 else [(run0, pos0)] if m == 1 else list(zip(out_run[:m].tolist(), out_pos[:m].tolist()))
+        return hits, ([] if count == 0 else [tail0] if count == 1 else out_tail[:count].tolist())
 
     def begin_pops(self) -> None:
         """Forget the undo records of earlier pops: the pops from here on may be undone together."""

@@ -53,6 +53,8 @@ class Schedule:
         their irregular head), so the noise meter, which asks for Gamma from the same anchor at
         every release, pays for the head once (worker/olu/privacy/meter.py). Same value either way.
         """
+        if hi <= lo:  # no term (a step past the irregular head): fsum of nothing
+            return 0.0
         if hi - lo < self._MEMO_FROM:
             return math.fsum(math.log(self.gamma(r)) for r in range(lo, hi))
         memo = self.__dict__.setdefault("_memo", {})

@@ -133,13 +133,17 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
     the last call) are added first. A removed entry keeps its slot: its key is 0 then (a hole),
     which never matches. Hits go to ``out_run``/``out_pos`` in run order, the tail's positions to
     ``out_tail``; returns (hits, tail hits). More hits than the buffers hold are counted but not
-    written (the caller retries with larger buffers)."""
+    written (the caller retries with larger buffers). Also returns the first hit of each (run,
+    position, tail position; -1 for none), so the common single hit needs no read of the buffers."""
     m = 0
+    first_run, first_pos, first_tail = -1, -1, -1
     for r in range(len(runs)):
         keys = runs[r]
         n = keys.shape[0]
         lo = _lower_bound(keys, n, k)
         while lo < n and keys[lo] == k:
+            if m == 0:
+                first_run, first_pos = r, lo
             if m < out_run.shape[0]:
                 out_run[m] = r
                 out_pos[m] = lo
@@ -159,6 +163,8 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
     while slots[h] != 0:
         pos = slots[h] - 1
         if tail_keys[pos] == k:
+            if count == 0 or pos < first_tail:
+                first_tail = pos
             if count < out_tail.shape[0]:
                 out_tail[count] = pos
             count += 1
@@ -166,7 +172,7 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
     if count > 1:  # probing order is not position order
         top = min(count, out_tail.shape[0])
         out_tail[:top].sort()
-    return m, count
+    return m, count, first_run, first_pos, first_tail
 
 
 @jit(nogil=False)
