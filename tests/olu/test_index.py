@@ -24,6 +24,8 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("pop_undo"), st.integers(1, 12)),
     st.tuples(st.just("merge"), st.just(0)),
     st.tuples(st.just("reload"), st.just(0)),
+    st.tuples(st.just("prefetch"), st.just(0)),
+    st.tuples(st.just("holds"), st.integers(1, 12)),
 ), max_size=200)
 
 
@@ -46,6 +48,10 @@ def test_index_behaves_like_a_dict_of_step_lists(operations):
             assert all(np.array_equal(before[k], after[k]) for k in before)
         elif op == "merge":
             idx.merge()
+        elif op == "prefetch":  # a run of deletes looked up at once: pops after it must not differ
+            idx.prefetch(np.arange(1, 13, dtype=np.uint64))
+        elif op == "holds":
+            assert idx.holds(key) == bool(expected.get(key))
         else:  # a snapshot round trip keeps the exact layout
             arrays, shared = idx.export()
             copy = AppliedIndex.load(arrays, {g: {k: v.copy() for k, v in a.items()} for g, a in shared.items()})
@@ -144,16 +150,32 @@ def test_module_defaults_are_the_documented_sizes():
     assert index_module.TAIL_SIZE == 65_536 and index_module.MAX_RUN == 2_097_152
 
 
+
+def test_a_prefetched_answer_serves_one_lookup_until_the_index_gains_an_entry():
+    idx = AppliedIndex(tail_size=8)
+    idx.add(5, 1), idx.add(6, 2), idx.merge(), idx.add(7, 3)  # 5 and 6 in a run, 7 in the tail
+    idx.prefetch(np.array([5, 7, 8], np.uint64))
+    assert idx.pop(7) == [3] and idx.pop(7) == []  # its answer is used once: the hole is not popped again
+    assert idx.pop(5) == [1] and idx.pop(5) == []
+    idx.undo_pop(), idx.undo_pop()
+    assert idx.pop(5) == [1] and idx.pop(8) == [] and len(idx) == 1
+    idx.prefetch(np.array([6], np.uint64))
+    idx.add(6, 4)  # the index gained an entry: the answer for 6 is stale
+    assert idx.pop(6) == [2, 4]
+
 # ------------------------------------------------------------------ tombstones: base + recent
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("add"), st.integers(1, 40)),
-                          st.tuples(st.just("reload"), st.just(0))), max_size=120))
+                          st.tuples(st.just("reload"), st.just(0)),
+                          st.tuples(st.just("prefetch"), st.just(0))), max_size=120))
 def test_keyset_behaves_like_a_set_and_round_trips_its_layout(operations):
     keys, expected = KeySet(recent_keys=4), set()
     for op, key in operations:
         if op == "add":
             assert keys.add(key) == (key not in expected)
             expected.add(key)
+        elif op == "prefetch":  # a run of deletes looked up at once: answers after it must not differ
+            keys.prefetch(np.arange(1, 42, dtype=np.uint64))
         else:  # a snapshot round trip keeps base and recent exactly (a replay must rebuild them)
             recent, shared = keys.export()
             copy = KeySet.load(recent, {g: {k: v.copy() for k, v in a.items()} for g, a in shared.items()})

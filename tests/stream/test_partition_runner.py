@@ -6,11 +6,13 @@ import math
 
 import numpy as np
 import orjson
+import pytest
 from confluent_kafka import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from worker.config import load_settings
+from worker.config.model import build_model
 from worker.olu import PassiveOLU
 from worker.state.store import SnapshotStore, open_store
 from worker.stream import partition as partition_mod
@@ -211,3 +213,78 @@ def test_features_anywhere_in_the_double_range_get_the_same_outcome_on_both_path
         assert dead == [(i, "norm_exceeded") for i in over]
         assert fast.model.t == len(rows) - len(over)
     assert np.all(np.isfinite(fast.model.z))
+
+
+def _burst_stream(dim=3, seed=1):
+    """Inserts, then runs of deletes back to back: duplicates, an unknown id, a two-id request and
+    a poison record inside a run, re-inserts of deleted ids, then a second run."""
+    rng = np.random.default_rng(seed)
+    values = []
+
+    def insert(i):
+        x = rng.normal(size=dim)
+        x /= 2 * np.linalg.norm(x)
+        values.append((f"r-{i}", orjson.dumps({"op": "insert", "id": f"r-{i}", "x": x.tolist(), "y": int(i % 2)})))
+
+    def delete(*ids):
+        body = {"op": "delete", "id": ids[0]} if len(ids) == 1 else {"op": "delete", "ids": list(ids)}
+        values.append((ids[0], orjson.dumps(body)))
+
+    for i in range(120):
+        insert(i)
+    for i in range(10, 40):
+        delete(f"r-{i}")
+        if i == 20:
+            delete("r-15"), delete("r-nobody"), values.append(("x", b"{not json")), delete("r-50", "r-51")
+    for i in (12, 13, 200):
+        insert(i)  # 12 and 13 were deleted: skipped
+    for i in range(60, 110, 2):
+        delete(f"r-{i}")
+    return [Message(topic="t", partition=0, offset=j, key=k.encode(), value=v,
+                    timestamp=(1, 1_700_000_000_000 + j)) for j, (k, v) in enumerate(values)]
+
+
+@pytest.mark.parametrize("rotating", [False, True], ids=["passive", "rotation"])
+def test_a_burst_of_deletes_looked_up_at_once_gives_what_one_by_one_gives(rotating, monkeypatch):
+    """The compiled decoder looks a run of deletes up in one call (prefetch); the Python decoder
+    takes them one by one. Same model, ledger, tombstones, index and outcomes, bit for bit."""
+    from worker.olu.core import entropy
+
+    # the same noise in both runs, for every model a rotation makes too
+    monkeypatch.setattr(entropy.OsEntropy, "gaussian", lambda self, dim: np.linspace(-1.0, 1.0, dim))
+    env = {"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1", "OLU_RELEASE_EVERY_EVENTS": "64"}
+    if rotating:
+        env.update(OLU_ROTATION="on", OLU_MODEL_LIFETIME_EVENTS="100")
+    settings = load_settings([], env=env)
+    msgs = _burst_stream()
+
+    def run(prefetching: bool):
+        model = build_model(settings)
+        calls = []
+        if prefetching:
+            real = model.prefetch_deletes
+            model.prefetch_deletes = lambda keys: (calls.append(len(keys)), real(keys))
+        snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
+        runner = PartitionRunner("t", 0, model, snapshots=snapshots, settings=settings, model_name="m")
+        if prefetching:
+            outs = [runner.process(msgs[j:j + 50]) for j in range(0, len(msgs), 50)]
+        else:
+            with scan.python_decoder():
+                outs = [runner.process(msgs[j:j + 50]) for j in range(0, len(msgs), 50)]
+        return runner, outs, calls
+
+    fast, fast_outs, calls = run(True)
+    slow, slow_outs, _ = run(False)
+    assert calls and max(calls) > 10  # the runs of deletes were looked up at once
+    for a, b in zip(getattr(fast.model, "models", [fast.model]), getattr(slow.model, "models", [slow.model])):
+        assert np.array_equal(a.z, b.z) and a.t == b.t
+        assert list(a.ledger) == list(b.ledger) and a.tombstones.keys.tolist() == b.tombstones.keys.tolist()
+        fa, sa = a.index.to_arrays(), b.index.to_arrays()
+        assert all(np.array_equal(fa[k], sa[k]) for k in fa)
+    outcomes = [[(d.outcome, d.records, d.not_applied, d.duplicates) for o in outs for d in o.deletions]
+                for outs in (fast_outs, slow_outs)]
+    assert outcomes[0] == outcomes[1]
+    assert ("duplicate", 0, (), ("r-15",)) in outcomes[0] and ("not_applied", 0, ("r-nobody",), ()) in outcomes[0]
+    assert [d.reason for o in fast_outs for d in o.dead_letters] == ["not_json"]
+    assert ([(r.trigger, r.version, r.value) for o in fast_outs for r in o.releases]
+            == [(r.trigger, r.version, r.value) for o in slow_outs for r in o.releases])

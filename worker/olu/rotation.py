@@ -225,10 +225,17 @@ class Rotation:
     def unlearn_one(self, record_id: str, *, post_state: dict | None = None) -> Deletion:
         return self.unlearn_request([record_id], post_state=post_state)
 
-    def unlearn_request(self, record_ids, *, post_state: dict | None = None) -> Deletion:
-        """Honour the request in every model (each with its own noise and charge)."""
+    def prefetch_deletes(self, keys: np.ndarray) -> None:
+        """:meth:`OnlineUnlearner.prefetch_deletes` for every model."""
+        for m in self.models:
+            m.prefetch_deletes(keys)
+
+    def unlearn_request(self, record_ids, *, post_state: dict | None = None, keys=None) -> Deletion:
+        """Honour the request in every model (each with its own noise and charge). ``keys``: the
+        ``record_key`` of each id, when the caller has them."""
         ids = list(record_ids)
-        keys = [record_key(r) for r in ids] if ids and all(isinstance(r, str) for r in ids) else []
+        if keys is None:
+            keys = [record_key(r) for r in ids] if ids and all(isinstance(r, str) for r in ids) else []
         models = self.models
 
         def holds(m) -> bool:  # an index lookup: asked only where the answer matters

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..logs import get_logger
 from ..olu import load_model
+from ..olu.core.kernels.hashing import record_keys
 from ..olu.exceptions import BudgetExhausted, InvalidExample
 from ..wire import (
     BUDGET_RETRAINED,
@@ -185,31 +186,67 @@ class PartitionRunner:
         framed records or dead letters: no insert runs to look for (that parse cost each delete
         ~10 us)."""
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
+        if scanned:  # decode them all first: a run of deletes is then looked up in one call
+            events = [self._decoded(msg, dim, max_bytes) for msg in messages[i:stop]]
+            keys = self._prefetch(events) if len(events) > 1 else {}
+            for j, event in enumerate(events, start=i):
+                if not self._take(messages, j, event, out, last_candidate, keys.get(j - i)):
+                    return False
+            return True
         while i < stop:
-            run = None if scanned else decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=stop)
+            run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=stop)
             if run is not None and run.end > i:
                 self._apply_inserts(run, messages, i, out)
                 i = run.end
                 if i == stop:
                     break
-            msg = messages[i]  # not a valid insert: a delete, or a dead letter with its reason
-            i += 1
-            try:
-                event = decode_message(msg, dim=dim, max_bytes=max_bytes)
-            except DeadLetter as dead:
-                out.dead_letters.append(DeadLetterOut(msg, dead.reason, dead.detail))
-                self._advance(msg)
-                continue
-            if isinstance(event, Insert):  # not expected (the fast path mirrors decode_event), never lost
-                kind, ts = msg.timestamp()
-                single = InsertRun(i, [event.id], np.array([event.x], np.float64), np.array([event.y]),
-                                   ts if kind else 0)
-                self._apply_inserts(single, messages, i - 1, out)
-                continue
-            last = i - 1 >= last_candidate or self.settings.deletion_releases == "each"
-            if not self._delete(msg, event, out, last=last):
+            # not a valid insert: a delete, or a dead letter with its reason
+            if not self._take(messages, i, self._decoded(messages[i], dim, max_bytes), out, last_candidate):
                 return False
+            i += 1
         return True
+
+    @staticmethod
+    def _decoded(msg, dim: int, max_bytes: int):
+        """The message's event, or the :class:`DeadLetter` saying why it has none."""
+        try:
+            return decode_message(msg, dim=dim, max_bytes=max_bytes)
+        except DeadLetter as dead:
+            return dead
+
+    def _take(self, messages: list, j: int, event, out: Outcome, last_candidate: int, keys=None) -> bool:
+        """Apply ``messages[j]`` decoded as ``event``; False once processing must stop."""
+        msg = messages[j]
+        if isinstance(event, DeadLetter):
+            out.dead_letters.append(DeadLetterOut(msg, event.reason, event.detail))
+            self._advance(msg)
+            return True
+        if isinstance(event, Insert):  # not expected (the fast path mirrors decode_event), never lost
+            kind, ts = msg.timestamp()
+            single = InsertRun(j + 1, [event.id], np.array([event.x], np.float64), np.array([event.y]),
+                               ts if kind else 0)
+            self._apply_inserts(single, messages, j, out)
+            return True
+        last = j >= last_candidate or self.settings.deletion_releases == "each"
+        return self._delete(msg, event, out, last=last, keys=keys)
+
+    def _prefetch(self, events: list) -> dict[int, list[int]]:
+        """Hash the ids of the deletes among ``events`` and look them all up in the model at once
+        (a burst of deletes: one compiled call instead of one per delete); the ``record_key`` s of
+        each delete, by its place in ``events``. Only a hint: on an id the hashing refuses, none."""
+        deletes = [(j, e.ids) for j, e in enumerate(events) if isinstance(e, Delete) and e.ids]
+        prefetch = getattr(self.model, "prefetch_deletes", None)
+        if len(deletes) < 2 or prefetch is None:
+            return {}
+        try:
+            keys = record_keys([r for _, ids in deletes for r in ids])
+        except InvalidExample:  # the delete itself says why, when its turn comes
+            return {}
+        prefetch(keys)
+        flat, by_event, at = keys.tolist(), {}, 0
+        for j, ids in deletes:
+            by_event[j], at = flat[at:at + len(ids)], at + len(ids)
+        return by_event
 
     @property
     def blocked(self) -> bool:
@@ -297,7 +334,7 @@ class PartitionRunner:
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
 
-    def _delete(self, msg, event: Delete, out: Outcome, last: bool = True) -> bool:
+    def _delete(self, msg, event: Delete, out: Outcome, last: bool = True, keys: list[int] | None = None) -> bool:
         """One deletion request (every id of the event in one engine call: one noise draw, one
         charge, one ledger entry, one delta). Its release is coalesced: the poll batch's last
         deletion (``last``: no later message of the batch can be one) releases for all of them,
@@ -308,7 +345,7 @@ class PartitionRunner:
         post_state = None if stored is None else self._post_state(stored)
         z_before = self.model.z  # the engine replaces z on every change, never writes into it
         try:
-            deletion = self.model.unlearn_request(list(event.ids), post_state=post_state)
+            deletion = self.model.unlearn_request(list(event.ids), post_state=post_state, keys=keys)
         except BudgetExhausted as exc:
             if self.model.z is not z_before:  # records before the refused one were unlearned
                 raise PartialRequest(f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the "

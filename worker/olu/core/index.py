@@ -126,6 +126,8 @@ class AppliedIndex:
         # the tail's length, a power of two, so at most half full (512 KB for the default tail).
         self._tail_slots = np.zeros(1 << (2 * len(self._tail_keys) - 1).bit_length(), np.int32)
         self._slotted = 0
+        self._prefetched: dict[int, tuple[list, list]] = {}  # see prefetch
+        self._prefetched_at = -1  # the tail length when it was made
 
     def __len__(self) -> int:
         return sum(r.live for r in self.runs) + self._tail_len - self._tail_holes
@@ -144,6 +146,7 @@ class AppliedIndex:
             raise OverflowError(f"step {step} does not fit the index (restart the epoch)")
         if self._tail_len == len(self._tail_keys):
             self.merge(paced=True)
+        self._prefetched.clear()
         self._tail_keys[self._tail_len] = key
         self._tail_steps[self._tail_len] = step
         self._tail_len += 1
@@ -160,7 +163,25 @@ class AppliedIndex:
         return self._tail_keys, self._tail_steps, self._tail_len
 
     def set_tail_len(self, length: int) -> None:
+        self._prefetched.clear()
         self._tail_len = length
+
+    def prefetch(self, keys: np.ndarray) -> None:
+        """Look ``keys`` (uint64) up in one compiled call: a run of deletes. Until the index gains
+        an entry or merges, :meth:`pop` and :meth:`holds` take a key's answer from here, once
+        (a pop of one key leaves the others' answers true: it marks its own positions dead and
+        leaves a hole where it was in the tail). Keys applied more than once are left out."""
+        if not len(keys):
+            return
+        self._lookup_list()
+        out = np.empty((len(keys), 5), np.int64)
+        merge_kernels().find_keys(self._lookup_keys, keys, self._tail_keys, self._tail_len, self._tail_slots,
+                                  self._slotted, out)
+        self._slotted = self._tail_len
+        self._prefetched = {k: ([(run, pos)] if m else [], [tail] if count else [])
+                            for k, (m, count, run, pos, tail) in zip(keys.tolist(), out.tolist())
+                            if m <= 1 and count <= 1}
+        self._prefetched_at = self._tail_len
 
     def pop(self, key: int) -> list[int]:
         """Remove and return every step applied under ``key`` (ascending)."""
@@ -196,10 +217,11 @@ class AppliedIndex:
         typed list, rebuilt only when the runs change (once per filled tail)."""
         if not k:  # never a record key: 0 marks the tail's holes
             return [], []
-        runs = tuple(self.runs)
-        if runs != self._lookup_runs:  # identity compare of the Run objects: ~0.3 us
-            self._lookup_keys = _typed_list([run.keys for run in runs])
-            self._lookup_runs = runs
+        if self._prefetched:
+            found = self._prefetched.pop(int(k), None)
+            if found is not None and self._prefetched_at == self._tail_len:
+                return found
+        self._lookup_list()
         kernels = merge_kernels()
         while True:
             out_run, out_pos, out_tail = self._hit_buffers
@@ -213,6 +235,14 @@ class AppliedIndex:
         # a single hit (the common case) comes back as plain ints: no numpy indexing on this path
         hits = [] if m == 0 else [(run0, pos0)] if m == 1 else list(zip(out_run[:m].tolist(), out_pos[:m].tolist()))
         return hits, ([] if count == 0 else [tail0] if count == 1 else out_tail[:count].tolist())
+
+    def _lookup_list(self) -> None:
+        """The runs' key arrays as a numba typed list for the lookup kernels, rebuilt only when
+        the runs change (once per filled tail)."""
+        runs = tuple(self.runs)
+        if runs != self._lookup_runs:  # identity compare of the Run objects: ~0.3 us
+            self._lookup_keys = _typed_list([run.keys for run in runs])
+            self._lookup_runs = runs
 
     def begin_pops(self) -> None:
         """Forget the undo records of earlier pops: the pops from here on may be undone together."""
@@ -269,6 +299,7 @@ class AppliedIndex:
     def _adopt_merge(self) -> None:
         """Finish the paced merge in progress and put its run in place of the four."""
         merging, self._merging = self._merging, None
+        self._prefetched.clear()
         if merging is not None:
             merged = merging.finish()
             self.runs[merging.start:merging.start + len(merging.sources)] = [merged] if len(merged) else []
@@ -286,6 +317,7 @@ class AppliedIndex:
         return keys, steps
 
     def _empty_tail(self) -> None:
+        self._prefetched.clear()
         self._tail_len = self._tail_holes = 0
         self._tail_slots[:] = 0
         self._slotted = 0

@@ -31,6 +31,7 @@ class KeySet:
         self.recent_keys = recent_keys or RECENT_KEYS
         self._recent = np.zeros(self.recent_keys, np.uint64)  # ``recent`` is its first _n keys
         self._n = 0
+        self._absent: set[int] = set()  # keys known not to be here (see prefetch)
         keys = np.zeros(0, np.uint64) if keys is None else np.asarray(keys, np.uint64).copy()
         if len(keys) > 1 and not np.all(keys[1:] > keys[:-1]):
             raise ValueError("tombstone keys are not strictly sorted")
@@ -47,6 +48,7 @@ class KeySet:
     @recent.setter
     def recent(self, keys) -> None:
         keys = np.asarray(keys, np.uint64)
+        self._absent = set()
         if len(keys) >= len(self._recent):  # an older state's array, longer than our buffer
             self._recent = np.zeros(len(keys) + 1, np.uint64)
         self._recent[:len(keys)] = keys
@@ -61,10 +63,20 @@ class KeySet:
         return len(self.base) + len(self.recent)
 
     def __contains__(self, key: int) -> bool:
+        if self._absent and int(key) in self._absent:
+            return False
         return merge_kernels().keyset_find(self.base, self._recent, self._n, np.uint64(key)) != 0
+
+    def prefetch(self, keys: np.ndarray) -> None:
+        """Look ``keys`` (uint64) up in one compiled call (a run of deletes): the absent ones are
+        answered from a set until they are added (adds of other keys leave the answers true)."""
+        found = np.empty(len(keys), np.int64)
+        merge_kernels().keyset_find_many(self.base, self._recent, self._n, keys, found)
+        self._absent = {k for k, f in zip(keys.tolist(), found.tolist()) if f == 0}
 
     def add(self, key: int) -> bool:
         """Insert; False if it was already there."""
+        self._absent.discard(int(key))
         n = merge_kernels().keyset_insert(self.base, self._recent, self._n, np.uint64(key))  # in place, no new array
         if n < 0:
             return False

@@ -121,22 +121,25 @@ def _slot(key, mask):
     return np.int64(((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask)
 
 
-@jit(nogil=False)
-def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out_tail):
-    """Every position of key ``k`` in the sorted ``runs`` (a typed list of key arrays) and in the
-    unsorted tail ``tail_keys[:tail_len]``, in one call: a deletion searched each run with its own
-    call (~2 us of dispatch apiece, eight runs and more) and scanned the whole tail (up to 512 KB,
-    mostly out of cache by the time a delete comes).
+@jit
+def _index_tail(tail_keys, tail_len, slots, indexed):
+    """Add the tail's entries from ``indexed`` on (appended since the last lookup) to ``slots``."""
+    mask = np.uint64(slots.shape[0] - 1)
+    for i in range(indexed, tail_len):
+        key = tail_keys[i]
+        if key == 0:
+            continue
+        h = _slot(key, mask)
+        while slots[h] != 0:
+            h = (h + 1) & np.int64(mask)
+        slots[h] = i + 1
 
-    The tail's positions come from ``slots``, an open-addressing table (position + 1, 0 empty;
-    linear probing, at most half full) over its entries: those from ``indexed`` on (appended since
-    the last call) are added first. A removed entry keeps its slot: its key is 0 then (a hole),
-    which never matches. Hits go to ``out_run``/``out_pos`` in run order, the tail's positions to
-    ``out_tail``; returns (hits, tail hits). More hits than the buffers hold are counted but not
-    written (the caller retries with larger buffers). Also returns the first hit of each (run,
-    position, tail position; -1 for none), so the common single hit needs no read of the buffers."""
-    m = 0
-    first_run, first_pos, first_tail = -1, -1, -1
+
+@jit
+def _find_in_runs(runs, k, out_run, out_pos):
+    """(hits, first run, first position) of ``k`` in the sorted runs; hits beyond the buffers are
+    counted, not written."""
+    m, first_run, first_pos = 0, -1, -1
     for r in range(len(runs)):
         keys = runs[r]
         n = keys.shape[0]
@@ -149,16 +152,15 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
                 out_pos[m] = lo
             m += 1
             lo += 1
+    return m, first_run, first_pos
+
+
+@jit
+def _find_in_tail(k, tail_keys, slots, out_tail):
+    """(hits, first position) of ``k`` in the tail through its slot table; positions go to
+    ``out_tail`` in ascending order (beyond the buffer: counted, not written)."""
     mask = np.uint64(slots.shape[0] - 1)
-    for i in range(indexed, tail_len):
-        key = tail_keys[i]
-        if key == 0:
-            continue
-        h = _slot(key, mask)
-        while slots[h] != 0:
-            h = (h + 1) & np.int64(mask)
-        slots[h] = i + 1
-    count = 0
+    count, first_tail = 0, -1
     h = _slot(k, mask)
     while slots[h] != 0:
         pos = slots[h] - 1
@@ -172,7 +174,39 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
     if count > 1:  # probing order is not position order
         top = min(count, out_tail.shape[0])
         out_tail[:top].sort()
+    return count, first_tail
+
+
+@jit(nogil=False)
+def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out_tail):
+    """Every position of key ``k`` in the sorted ``runs`` (a typed list of key arrays) and in the
+    unsorted tail ``tail_keys[:tail_len]``, in one call: a deletion searched each run with its own
+    call (~2 us of dispatch apiece, eight runs and more) and scanned the whole tail (up to 512 KB,
+    mostly out of cache by the time a delete comes).
+
+    The tail's positions come from ``slots``, an open-addressing table (position + 1, 0 empty;
+    linear probing, at most half full) over its entries: those from ``indexed`` on (appended since
+    the last call) are added first. A removed entry keeps its slot: its key is 0 then (a hole),
+    which never matches. Hits go to ``out_run``/``out_pos`` in run order, the tail's positions to
+    ``out_tail``; returns (hits, tail hits, first run, first position, first tail position; -1
+    for none), so the common single hit needs no read of the buffers. More hits than the buffers
+    hold are counted but not written (the caller retries with larger buffers)."""
+    m, first_run, first_pos = _find_in_runs(runs, k, out_run, out_pos)
+    _index_tail(tail_keys, tail_len, slots, indexed)
+    count, first_tail = _find_in_tail(k, tail_keys, slots, out_tail)
     return m, count, first_run, first_pos, first_tail
+
+
+@jit(nogil=False)
+def find_keys(runs, ks, tail_keys, tail_len, slots, indexed, out):
+    """:func:`find_key` for each key of ``ks`` in one call (a run of deletes): row j of ``out``
+    gets (hits, tail hits, first run, first position, first tail position) of ``ks[j]``."""
+    _index_tail(tail_keys, tail_len, slots, indexed)
+    none = np.empty(0, np.int64)
+    for j in range(ks.shape[0]):
+        m, first_run, first_pos = _find_in_runs(runs, ks[j], none, none)
+        count, first_tail = _find_in_tail(ks[j], tail_keys, slots, none)
+        out[j, 0], out[j, 1], out[j, 2], out[j, 3], out[j, 4] = m, count, first_run, first_pos, first_tail
 
 
 @jit(nogil=False)
@@ -185,6 +219,13 @@ def keyset_find(base, recent, n, k):
     if lo < n and recent[lo] == k:
         return 2
     return 0
+
+
+@jit(nogil=False)
+def keyset_find_many(base, recent, n, ks, out):
+    """:func:`keyset_find` for each key of ``ks`` into ``out`` (a run of deletes)."""
+    for j in range(ks.shape[0]):
+        out[j] = keyset_find(base, recent, n, ks[j])
 
 
 @jit(nogil=False)

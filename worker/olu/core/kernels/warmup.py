@@ -47,8 +47,10 @@ def warm_up() -> float:
     for key in (7, 9):
         deleting.pop(key)
     deleting.holds(8)
+    deleting.prefetch(np.array([8, 9], np.uint64))  # a run of deletes: one lookup for all
     for key in (2, 9):  # the recent keys (a writable buffer) and the frozen base
         _ = key in tombstones
+    tombstones.prefetch(np.array([2, 9], np.uint64))
     raw = b"r-1"
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
     for loss in (Logistic(0.1), Ridge(0.1)):  # learn_many's front: both label kinds
