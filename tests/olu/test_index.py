@@ -151,7 +151,7 @@ def test_module_defaults_are_the_documented_sizes():
 
 
 
-def test_a_prefetched_answer_serves_one_lookup_until_the_index_gains_an_entry():
+def test_a_prefetched_answer_serves_one_lookup_and_the_tail_is_looked_up_afresh():
     idx = AppliedIndex(tail_size=8)
     idx.add(5, 1), idx.add(6, 2), idx.merge(), idx.add(7, 3)  # 5 and 6 in a run, 7 in the tail
     idx.prefetch(np.array([5, 7, 8], np.uint64))
@@ -160,8 +160,20 @@ def test_a_prefetched_answer_serves_one_lookup_until_the_index_gains_an_entry():
     idx.undo_pop(), idx.undo_pop()
     assert idx.pop(5) == [1] and idx.pop(8) == [] and len(idx) == 1
     idx.prefetch(np.array([6], np.uint64))
-    idx.add(6, 4)  # the index gained an entry: the answer for 6 is stale
+    idx.add(6, 4)  # an entry added goes to the tail, which is looked up afresh
     assert idx.pop(6) == [2, 4]
+
+
+def test_a_merge_drops_the_prefetched_positions():
+    idx = AppliedIndex(tail_size=8)
+    for key, step in ((5, 1), (6, 2), (7, 3)):
+        idx.add(key, step)
+    idx.merge()
+    idx.prefetch(np.array([6], np.uint64))  # 6 at position 1 of run 0
+    assert idx.pop(5) == [1] and idx.pop(7) == [3]
+    idx.merge()  # a run mostly dead is rewritten: 6 moves to position 0
+    assert [len(r) for r in idx.runs] == [1]
+    assert idx.pop(6) == [2] and len(idx) == 0
 
 # ------------------------------------------------------------------ tombstones: base + recent
 @settings(max_examples=200, deadline=None)

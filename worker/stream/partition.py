@@ -161,6 +161,8 @@ class PartitionRunner:
         rows = self._checked_rows(scan) if len(stretches) > 1 else None
         if rows is not None:  # test-then-train on the batch's inserts, as for a batch of inserts only
             self._observe_loss(rows[2], rows[3])
+        # the rest (deletes, framed records, dead letters) decoded at once, the deletes looked up together
+        decoded = self._decode_rest(messages, stretches) if scan is not None else None
         for start, stop, accepted in stretches:
             if accepted and rows is not None:
                 self._apply_checked(rows, start, stop, messages, scan, out)
@@ -168,7 +170,7 @@ class PartitionRunner:
                 run = InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
                                 scan.keys[start:stop])
                 self._apply_inserts(run, messages, start, out)
-            elif not self._process_each(messages, start, stop, out, last_candidate, scanned=scan is not None):
+            elif not self._process_each(messages, start, stop, out, last_candidate, decoded):
                 break
         self._settle_batch()
         if not self.blocked:
@@ -179,20 +181,16 @@ class PartitionRunner:
         return out
 
     def _process_each(self, messages: list, i: int, stop: int, out: Outcome, last_candidate: int,
-                      scanned: bool = False) -> bool:
+                      decoded: tuple[dict, dict] | None = None) -> bool:
         """The Python decoder over ``messages[i:stop]``; False once processing must stop.
 
-        ``scanned``: the compiled scan took every valid JSON insert already, so these are deletes,
-        framed records or dead letters: no insert runs to look for (that parse cost each delete
-        ~10 us)."""
+        ``decoded``: what :meth:`_decode_rest` made of them, when the compiled scan took every valid
+        JSON insert already (these are deletes, framed records or dead letters: no insert runs to
+        look for, a parse that cost each delete ~10 us)."""
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
-        if scanned:  # decode them all first: a run of deletes is then looked up in one call
-            events = [self._decoded(msg, dim, max_bytes) for msg in messages[i:stop]]
-            keys = self._prefetch(events) if len(events) > 1 else {}
-            for j, event in enumerate(events, start=i):
-                if not self._take(messages, j, event, out, last_candidate, keys.get(j - i)):
-                    return False
-            return True
+        if decoded is not None:
+            events, keys = decoded
+            return all(self._take(messages, j, events[j], out, last_candidate, keys.get(j)) for j in range(i, stop))
         while i < stop:
             run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=stop)
             if run is not None and run.end > i:
@@ -230,11 +228,20 @@ class PartitionRunner:
         last = j >= last_candidate or self.settings.deletion_releases == "each"
         return self._delete(msg, event, out, last=last, keys=keys)
 
-    def _prefetch(self, events: list) -> dict[int, list[int]]:
+    def _decode_rest(self, messages: list, stretches: list) -> tuple[dict, dict]:
+        """({position: event or DeadLetter}, {position: record keys of a delete}) for the messages
+        of the stretches the compiled scan did not take. Decoding is pure, so doing it up front
+        changes nothing but the cost: the batch's deletes are looked up in the model together."""
+        dim, max_bytes = self.model.dim, self.settings.max_record_bytes
+        events = {j: self._decoded(messages[j], dim, max_bytes)
+                  for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
+        return events, self._prefetch(events)
+
+    def _prefetch(self, events: dict) -> dict[int, list[int]]:
         """Hash the ids of the deletes among ``events`` and look them all up in the model at once
-        (a burst of deletes: one compiled call instead of one per delete); the ``record_key`` s of
-        each delete, by its place in ``events``. Only a hint: on an id the hashing refuses, none."""
-        deletes = [(j, e.ids) for j, e in enumerate(events) if isinstance(e, Delete) and e.ids]
+        (one compiled call each for the index and the tombstones instead of one per delete); the
+        ``record_key`` s of each delete, by position. Only a hint: on an id the hashing refuses, none."""
+        deletes = [(j, e.ids) for j, e in events.items() if isinstance(e, Delete) and e.ids]
         prefetch = getattr(self.model, "prefetch_deletes", None)
         if len(deletes) < 2 or prefetch is None:
             return {}

@@ -126,8 +126,7 @@ class AppliedIndex:
         # the tail's length, a power of two, so at most half full (512 KB for the default tail).
         self._tail_slots = np.zeros(1 << (2 * len(self._tail_keys) - 1).bit_length(), np.int32)
         self._slotted = 0
-        self._prefetched: dict[int, tuple[list, list]] = {}  # see prefetch
-        self._prefetched_at = -1  # the tail length when it was made
+        self._prefetched: dict[int, list] = {}  # key -> its positions in the runs (see prefetch)
 
     def __len__(self) -> int:
         return sum(r.live for r in self.runs) + self._tail_len - self._tail_holes
@@ -146,7 +145,6 @@ class AppliedIndex:
             raise OverflowError(f"step {step} does not fit the index (restart the epoch)")
         if self._tail_len == len(self._tail_keys):
             self.merge(paced=True)
-        self._prefetched.clear()
         self._tail_keys[self._tail_len] = key
         self._tail_steps[self._tail_len] = step
         self._tail_len += 1
@@ -163,25 +161,22 @@ class AppliedIndex:
         return self._tail_keys, self._tail_steps, self._tail_len
 
     def set_tail_len(self, length: int) -> None:
-        self._prefetched.clear()
         self._tail_len = length
 
     def prefetch(self, keys: np.ndarray) -> None:
-        """Look ``keys`` (uint64) up in one compiled call: a run of deletes. Until the index gains
-        an entry or merges, :meth:`pop` and :meth:`holds` take a key's answer from here, once
-        (a pop of one key leaves the others' answers true: it marks its own positions dead and
-        leaves a hole where it was in the tail). Keys applied more than once are left out."""
+        """Look ``keys`` (uint64) up in the runs in one compiled call: the deletes of a poll batch.
+        Until the runs change (a merge), :meth:`pop` and :meth:`holds` take a key's run positions
+        from here, once, and look in the tail alone (a call with no typed list to type: the runs'
+        list is most of a lookup's dispatch). The answers stay true meanwhile: entries added go
+        to the tail, and a pop of another key marks only its own positions dead. Keys with more
+        than one position in the runs are left out."""
         if not len(keys):
             return
         self._lookup_list()
-        out = np.empty((len(keys), 5), np.int64)
-        merge_kernels().find_keys(self._lookup_keys, keys, self._tail_keys, self._tail_len, self._tail_slots,
-                                  self._slotted, out)
-        self._slotted = self._tail_len
-        self._prefetched = {k: ([(run, pos)] if m else [], [tail] if count else [])
-                            for k, (m, count, run, pos, tail) in zip(keys.tolist(), out.tolist())
-                            if m <= 1 and count <= 1}
-        self._prefetched_at = self._tail_len
+        out = np.empty((len(keys), 3), np.int64)
+        merge_kernels().find_keys(self._lookup_keys, keys, out)
+        self._prefetched = {k: [(run, pos)] if m else [] for k, (m, run, pos) in zip(keys.tolist(), out.tolist())
+                            if m <= 1}
 
     def pop(self, key: int) -> list[int]:
         """Remove and return every step applied under ``key`` (ascending)."""
@@ -217,12 +212,15 @@ class AppliedIndex:
         typed list, rebuilt only when the runs change (once per filled tail)."""
         if not k:  # never a record key: 0 marks the tail's holes
             return [], []
-        if self._prefetched:
-            found = self._prefetched.pop(int(k), None)
-            if found is not None and self._prefetched_at == self._tail_len:
-                return found
-        self._lookup_list()
         kernels = merge_kernels()
+        hits = self._prefetched.pop(int(k), None) if self._prefetched else None
+        if hits is not None:
+            count, tail0 = kernels.find_tail(k, self._tail_keys, self._tail_len, self._tail_slots, self._slotted,
+                                             self._hit_buffers[2])
+            self._slotted = self._tail_len
+            if count <= len(self._hit_buffers[2]):
+                return hits, ([] if count == 0 else [tail0] if count == 1 else self._hit_buffers[2][:count].tolist())
+        self._lookup_list()
         while True:
             out_run, out_pos, out_tail = self._hit_buffers
             m, count, run0, pos0, tail0 = kernels.find_key(self._lookup_keys, k, self._tail_keys, self._tail_len,

@@ -198,15 +198,19 @@ def find_key(runs, k, tail_keys, tail_len, slots, indexed, out_run, out_pos, out
 
 
 @jit(nogil=False)
-def find_keys(runs, ks, tail_keys, tail_len, slots, indexed, out):
-    """:func:`find_key` for each key of ``ks`` in one call (a run of deletes): row j of ``out``
-    gets (hits, tail hits, first run, first position, first tail position) of ``ks[j]``."""
-    _index_tail(tail_keys, tail_len, slots, indexed)
+def find_keys(runs, ks, out):
+    """The runs' part of :func:`find_key` for each key of ``ks`` in one call (a poll batch's
+    deletes): row j of ``out`` gets (hits, first run, first position) of ``ks[j]``."""
     none = np.empty(0, np.int64)
     for j in range(ks.shape[0]):
-        m, first_run, first_pos = _find_in_runs(runs, ks[j], none, none)
-        count, first_tail = _find_in_tail(ks[j], tail_keys, slots, none)
-        out[j, 0], out[j, 1], out[j, 2], out[j, 3], out[j, 4] = m, count, first_run, first_pos, first_tail
+        out[j, 0], out[j, 1], out[j, 2] = _find_in_runs(runs, ks[j], none, none)
+
+
+@jit(nogil=False)
+def find_tail(k, tail_keys, tail_len, slots, indexed, out_tail):
+    """The tail's part of :func:`find_key`: (hits, first position); positions go to ``out_tail``."""
+    _index_tail(tail_keys, tail_len, slots, indexed)
+    return _find_in_tail(k, tail_keys, slots, out_tail)
 
 
 @jit(nogil=False)

@@ -47,7 +47,8 @@ def warm_up() -> float:
     for key in (7, 9):
         deleting.pop(key)
     deleting.holds(8)
-    deleting.prefetch(np.array([8, 9], np.uint64))  # a run of deletes: one lookup for all
+    deleting.prefetch(np.array([8, 9], np.uint64))  # a batch's deletes: one lookup in the runs for all
+    deleting.holds(8)  # then the tail alone
     for key in (2, 9):  # the recent keys (a writable buffer) and the frozen base
         _ = key in tombstones
     tombstones.prefetch(np.array([2, 9], np.uint64))
