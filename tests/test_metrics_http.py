@@ -237,6 +237,23 @@ def test_noise_gauges_follow_the_published_release_and_the_restored_model():
     assert value(m, "olu_release_noise_std", topic="olu.events", partition=1) is None
 
 
+def test_a_series_dropped_is_exported_again_when_it_is_set_again():
+    # the labelled children are cached: a dropped series must not leave a stale child behind
+    m = Metrics()
+    tp = {"topic": "olu.events", "partition": 0}
+    m.set_noise("olu.events", 0, 0.5, 0.1)
+    m.set_noise("olu.events", 0, None, None)
+    assert value(m, "olu_release_noise_std", **tp) is None
+    m.set_noise("olu.events", 0, 0.7, 0.2)
+    assert value(m, "olu_release_noise_std", **tp) == 0.7 and value(m, "olu_noise_to_signal_ratio", **tp) == 0.2
+    m.record_deletion("olu.events", 0, "noised", 0.3)
+    m.remove_partition("olu.events", 0)  # revoked, then assigned again
+    assert value(m, "olu_deletions_total", **tp) is None
+    m.set_noise("olu.events", 0, 0.9, 0.3)
+    m.record_deletion("olu.events", 0, "noised", 0.3)
+    assert value(m, "olu_release_noise_std", **tp) == 0.9 and value(m, "olu_deletions_total", **tp) == 1
+
+
 def test_label_values_are_bounded():
     m = Metrics()
     m.count_events("t", 0, "upsert")
