@@ -222,8 +222,10 @@ def test_stretches_and_newest_timestamp():
     msgs, scan = _scan([good, good, delete, good, delete, delete], dim=2)
     assert scan.stretches() == [(0, 2, True), (2, 3, False), (3, 4, True), (4, 6, False)]
     assert scan.newest_ts(0, 2) == 1001 and scan.newest_ts(3, 4) == 1003
+    assert scan.newest_ts_so_far().tolist() == [scan.newest_ts(0, j + 1) for j in range(6)]
     untimed = [Message(key=good[0], value=good[1], timestamp=(0, 5))]
     assert scan_batch(untimed, dim=2, max_bytes=BIG).newest_ts(0, 1) == 0  # no timestamp available
+    assert scan_batch(untimed, dim=2, max_bytes=BIG).newest_ts_so_far().tolist() == [0]
     assert scan_batch([], dim=2, max_bytes=BIG).stretches() == []
 
 

@@ -165,7 +165,7 @@ class PartitionRunner:
         decoded = self._decode_rest(messages, stretches) if scan is not None else None
         for start, stop, accepted in stretches:
             if accepted and rows is not None:
-                self._apply_checked(rows, start, stop, messages, scan, out)
+                self._apply_checked(rows, start, stop, messages, out)
             elif accepted:  # common inserts, already decoded by the compiled path
                 run = InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
                                 scan.keys[start:stop])
@@ -308,11 +308,9 @@ class PartitionRunner:
             keys, X, y = self.model.prepare_batch(None, scan.X[accepted], scan.y[accepted], keys=scan.keys[accepted])
         except InvalidExample:
             return None
-        kinds, stamps = scan.stamps[:, 0], scan.stamps[:, 1]
-        newest = np.maximum.accumulate(np.where(kinds != 0, np.maximum(stamps, 0), 0))
-        return np.cumsum(accepted) - accepted, keys, X, y, newest
+        return np.cumsum(accepted) - accepted, keys, X, y, scan.newest_ts_so_far()
 
-    def _apply_checked(self, rows, start: int, stop: int, messages: list, scan, out: Outcome) -> None:
+    def _apply_checked(self, rows, start: int, stop: int, messages: list, out: Outcome) -> None:
         """Learn the accepted stretch ``messages[start:stop]`` from rows checked by :meth:`_checked_rows`."""
         at, keys, X, y, newest = rows
         a = int(at[start])

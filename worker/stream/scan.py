@@ -60,6 +60,11 @@ class BatchScan:
         kinds, ts = self.stamps[start:stop, 0], self.stamps[start:stop, 1]
         return int(ts[kinds != 0].max(initial=0))
 
+    def newest_ts_so_far(self) -> np.ndarray:
+        """:meth:`newest_ts` ``(0, j + 1)`` for every record j, in one pass (a batch split by deletes)."""
+        kinds, ts = self.stamps[:, 0], self.stamps[:, 1]
+        return np.maximum.accumulate(np.where(kinds != 0, np.maximum(ts, 0), 0))
+
 
 
 

@@ -298,10 +298,10 @@ class OnlineUnlearner(MeteredNoise):
 
     # --------------------------------------------------------------- unlearning
     def prefetch_deletes(self, keys: np.ndarray) -> None:
-        """Look up the ``record_key`` s (uint64) of a run of deletes about to come, in one compiled
-        call each for the index and the tombstones; the requests then take the answers instead of
-        a call each. Only a hint: the answers hold until the model learns, and results are the same
-        with or without it."""
+        """Look up the ``record_key`` s (uint64) of a poll batch's deletes about to come, in one
+        compiled call each for the index runs and the tombstones; the requests then take the
+        answers instead of a call each. Only a hint: results are the same with or without it
+        (``AppliedIndex.prefetch`` and ``KeySet.prefetch`` say how long the answers hold)."""
         if type(self.index) is AppliedIndex:
             self.index.prefetch(keys)
         if type(self.tombstones) is KeySet:

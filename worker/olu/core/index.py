@@ -219,7 +219,7 @@ class AppliedIndex:
                                              self._hit_buffers[2])
             self._slotted = self._tail_len
             if count <= len(self._hit_buffers[2]):
-                return hits, ([] if count == 0 else [tail0] if count == 1 else self._hit_buffers[2][:count].tolist())
+                return hits, _positions(count, tail0, self._hit_buffers[2])
         self._lookup_list()
         while True:
             out_run, out_pos, out_tail = self._hit_buffers
@@ -232,7 +232,7 @@ class AppliedIndex:
             self._hit_buffers = (np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64))
         # a single hit (the common case) comes back as plain ints: no numpy indexing on this path
         hits = [] if m == 0 else [(run0, pos0)] if m == 1 else list(zip(out_run[:m].tolist(), out_pos[:m].tolist()))
-        return hits, ([] if count == 0 else [tail0] if count == 1 else out_tail[:count].tolist())
+        return hits, _positions(count, tail0, out_tail)
 
     def _lookup_list(self) -> None:
         """The runs' key arrays as a numba typed list for the lookup kernels, rebuilt only when
@@ -401,6 +401,11 @@ class AppliedIndex:
             if run.live:
                 best = max(best, int(np.delete(run.steps, run.dead_positions()).max()))
         return best
+
+
+def _positions(count: int, first: int, buffer: np.ndarray) -> list[int]:
+    """The tail positions a lookup found: none, its first (a plain int), or the buffer's."""
+    return [] if count == 0 else [first] if count == 1 else buffer[:count].tolist()
 
 
 def _checked_run(name: str, keys, steps, dead) -> Run:

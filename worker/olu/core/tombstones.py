@@ -68,8 +68,8 @@ class KeySet:
         return merge_kernels().keyset_find(self.base, self._recent, self._n, np.uint64(key)) != 0
 
     def prefetch(self, keys: np.ndarray) -> None:
-        """Look ``keys`` (uint64) up in one compiled call (a run of deletes): the absent ones are
-        answered from a set until they are added (adds of other keys leave the answers true)."""
+        """Look ``keys`` (uint64) up in one compiled call (a poll batch's deletes): the absent ones
+        are answered from a set until they are added (adds of other keys leave the answers true)."""
         found = np.empty(len(keys), np.int64)
         merge_kernels().keyset_find_many(self.base, self._recent, self._n, keys, found)
         self._absent = {k for k, f in zip(keys.tolist(), found.tolist()) if f == 0}

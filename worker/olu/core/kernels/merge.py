@@ -227,7 +227,7 @@ def keyset_find(base, recent, n, k):
 
 @jit(nogil=False)
 def keyset_find_many(base, recent, n, ks, out):
-    """:func:`keyset_find` for each key of ``ks`` into ``out`` (a run of deletes)."""
+    """:func:`keyset_find` for each key of ``ks`` into ``out`` (a poll batch's deletes)."""
     for j in range(ks.shape[0]):
         out[j] = keyset_find(base, recent, n, ks[j])
 
