@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from worker.olu.core import index as index_module
 from worker.olu.core.index import AppliedIndex, merge_runs_reference
 from worker.olu.core.kernels import merge
-from worker.olu.core.tombstones import KeySet
+from worker.olu.core.tombstones import FILTER_BITS_PER_KEY, KeySet
 
 
 def small_index():
@@ -197,6 +197,32 @@ def test_keyset_behaves_like_a_set_and_round_trips_its_layout(operations):
         assert len(keys) == len(expected) and keys.keys.tolist() == sorted(expected)
         assert all(k in keys for k in expected) and 41 not in keys
         assert len(keys.recent) < 4 and not set(keys.base.tolist()) & set(keys.recent.tolist())
+        # the learning kernel trusts the filter's "no": it must pass every key, after adds and reloads
+        assert all(filter_passes(keys.filter, k) for k in expected)
+        assert len(keys.filter) * 64 >= len(keys) * FILTER_BITS_PER_KEY
+
+
+def filter_passes(words: np.ndarray, key: int) -> bool:
+    """The filter's answer for ``key``, in plain Python (kernels.merge._filter_slot's formula)."""
+    h = (key * 0x9E3779B97F4A7C15) % 2**64
+    word = h >> (64 - (len(words).bit_length() - 1))
+    mask = (1 << (h & 63)) | (1 << ((h >> 6) & 63))
+    return int(words[word]) & mask == mask
+
+
+def test_keyset_filter_grows_and_rules_out_most_absent_keys():
+    rng = np.random.default_rng(5)
+    keys = KeySet(recent_keys=1000)
+    added = rng.integers(1, 2**64 - 1, 20_000, dtype=np.uint64, endpoint=True)
+    for k in added.tolist():
+        keys.add(k)
+    assert len(keys.filter) * 64 >= len(keys) * FILTER_BITS_PER_KEY  # rebuilt as it filled
+    assert all(filter_passes(keys.filter, k) for k in added.tolist())
+    absent = rng.integers(1, 2**64 - 1, 20_000, dtype=np.uint64).tolist()
+    passed = sum(filter_passes(keys.filter, k) for k in absent)
+    assert passed < 0.05 * len(absent)  # ~1.5% at the fullest, less after a rebuild
+    copy = KeySet.load(*keys.export())  # never stored: rebuilt from the keys
+    assert all(filter_passes(copy.filter, k) for k in added.tolist())
 
 
 def test_keyset_base_is_immutable_and_exported_without_a_copy():

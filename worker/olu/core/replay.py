@@ -52,7 +52,7 @@ def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndar
     for s, e in zip(starts.tolist(), ends.tolist()):
         j, t, _, _, reason = kernels.ogd_steps(
             lk, lam, sk, sa, sb, radius, z, X[s:e], y[s:e], keys[s:e], no_tombstones.base, no_tombstones.recent,
-            tail_keys, tail_steps, 0, int(steps[s]) - 1, steps_out[s:e], 0)
+            no_tombstones.filter, tail_keys, tail_steps, 0, int(steps[s]) - 1, steps_out[s:e], 0)
         if reason != kernels.DONE or j != e - s or t != int(steps[e - 1]):
             raise RuntimeError(f"replay kernel stopped early (reason {reason})")
     return z

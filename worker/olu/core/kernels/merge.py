@@ -233,9 +233,9 @@ def keyset_find_many(base, recent, n, ks, out):
 
 
 @jit(nogil=False)
-def keyset_insert(base, recent, n, k):
-    """Insert ``k`` into the sorted ``recent[:n]`` in place (room for one more is the caller's); the
-    new length, or -1 if ``k`` is in ``base`` or ``recent`` already."""
+def keyset_insert(base, recent, n, k, words):
+    """Insert ``k`` into the sorted ``recent[:n]`` in place (room for one more is the caller's) and
+    into the filter ``words``; the new length, or -1 if ``k`` is in ``base`` or ``recent`` already."""
     if keyset_find(base, recent, n, k) != 0:
         return -1
     pos = n
@@ -243,4 +243,39 @@ def keyset_insert(base, recent, n, k):
         recent[pos] = recent[pos - 1]
         pos -= 1
     recent[pos] = k
+    word, mask = _filter_slot(k, _filter_shift(words))
+    words[word] |= mask
     return n + 1
+
+
+# The tombstone filter (``KeySet.filter``): a blocked Bloom filter, two bits of one 64-bit word
+# per key, so that the learning kernel (kernels/ogd.py, which has its own copy of these two
+# helpers: numba's disk cache tracks one file per kernel) binary-searches the tombstones only for
+# the few inserts the filter cannot rule out.
+_FILTER_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: small test keys spread too
+_U1, _U6, _U63 = np.uint64(1), np.uint64(6), np.uint64(63)
+
+
+@jit
+def _filter_shift(words):
+    """64 - log2(len(words)): the shift that takes a mixed key to its word (len a power of two >= 2)."""
+    bits = 0
+    while (1 << bits) < words.shape[0]:
+        bits += 1
+    return np.uint64(64 - bits)
+
+
+@jit
+def _filter_slot(k, shift):
+    """(word, two-bit mask) of key ``k`` in a filter of 2 ** (64 - shift) words."""
+    h = k * _FILTER_MIX
+    return h >> shift, (_U1 << (h & _U63)) | (_U1 << ((h >> _U6) & _U63))
+
+
+@jit(nogil=False)
+def filter_add(words, keys):
+    """Set the bits of every key of ``keys`` in the filter ``words``."""
+    shift = _filter_shift(words)
+    for j in range(keys.shape[0]):
+        word, mask = _filter_slot(keys[j], shift)
+        words[word] |= mask

@@ -2,8 +2,9 @@
 
 The per-event step is sequential (z_{t+1} depends on z_t), so speed comes from keeping Python out
 of the inner loop: :func:`ogd_steps` runs a whole micro-batch of projected OGD steps in one call,
-including the tombstone check (binary search in the two sorted tombstone arrays), the step size, the
-gradient, the projection onto the ball and the append of (key, step) to the applied index's tail.
+including the tombstone check (the tombstones' filter, then a binary search in the two sorted
+tombstone arrays for a key it passes), the step size, the gradient, the projection onto the ball
+and the append of (key, step) to the applied index's tail.
 
 The pure-numpy ``OnlineUnlearner._learn`` stays the reference implementation. The kernel follows
 its formulas operation by operation (same eta expression, same overflow-free logistic form,
@@ -50,31 +51,59 @@ def _contains(sorted_keys, key):
     return lo < sorted_keys.shape[0] and sorted_keys[lo] == key
 
 
+# The tombstone filter's word and bits of a key: the same two helpers as kernels/merge.py's
+# (which sets the bits), repeated here because numba's disk cache tracks one file per kernel; a
+# test checks that the two agree.
+_FILTER_MIX = np.uint64(0x9E3779B97F4A7C15)
+_U1, _U6, _U63 = np.uint64(1), np.uint64(6), np.uint64(63)
+
+
+@jit
+def _filter_shift(words):
+    bits = 0
+    while (1 << bits) < words.shape[0]:
+        bits += 1
+    return np.uint64(64 - bits)
+
+
+@jit
+def _filter_slot(k, shift):
+    h = k * _FILTER_MIX
+    return h >> shift, (_U1 << (h & _U63)) | (_U1 << ((h >> _U6) & _U63))
+
+
 @jit
 def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
-              tail_keys, tail_steps, tail_len, t, steps_out, start):
+              tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, start):
     """Run OGD steps for rows ``start..`` of a micro-batch; ``z`` and the tail are updated in place.
 
     loss_kind: LOSS_LOGISTIC (``lam`` >= 0) or LOSS_RIDGE. sched_kind and its two parameters:
     SCHED_STRONGLY_CONVEX (sa = mu, sb = t0): eta = 1/(mu (t + t0)); SCHED_CONVEX (sa = D,
     sb = L): eta = D/(L sqrt t); SCHED_CONSTANT (sa = eta). ``steps_out[j]`` gets the step that
     applied row j, or 0 when its key is tombstoned (the insert is skipped and counted, not
-    applied). Stops early, before the row, when the tail is full (the caller merges the index
-    and resumes at the returned row) or when the step would not fit uint32.
+    applied): a key the tombstones' filter ``tomb_filter`` (``KeySet.filter``) passes is searched
+    in both tombstone arrays. Stops early, before the row, when the tail is full (the caller
+    merges the index and resumes at the returned row) or when the step would not fit uint32.
 
     Returns (next row, t, tail length, rows applied, stop reason).
     """
     n, d = X.shape
     cap = tail_keys.shape[0]
     n_tomb, n_recent = tombstones.shape[0], recent_tombstones.shape[0]
+    any_tomb = n_tomb + n_recent > 0
+    fshift = _filter_shift(tomb_filter)
     applied = 0
     j = start
     while j < n:
         key = keys[j]
-        if (n_tomb > 0 and _contains(tombstones, key)) or (n_recent > 0 and _contains(recent_tombstones, key)):
-            steps_out[j] = 0  # an insert after its delete (docs/guarantee.md 1.3)
-            j += 1
-            continue
+        if any_tomb:
+            word, mask = _filter_slot(key, fshift)
+            maybe = (tomb_filter[word] & mask) == mask  # "no" is certain: no search (most inserts)
+            if maybe and ((n_tomb > 0 and _contains(tombstones, key))
+                          or (n_recent > 0 and _contains(recent_tombstones, key))):
+                steps_out[j] = 0  # an insert after its delete (docs/guarantee.md 1.3)
+                j += 1
+                continue
         if tail_len == cap:
             return j, t, tail_len, applied, TAIL_FULL
         if t >= _MAX_STEP:
@@ -157,13 +186,13 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
     keys = np.ascontiguousarray(keys, dtype=np.uint64)
     X = np.ascontiguousarray(X, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
-    tomb, recent = tombstones.base, tombstones.recent
+    tomb, recent, tomb_filter = tombstones.base, tombstones.recent, tombstones.filter
     n = len(keys)
     steps = np.zeros(n, np.int64)
     j, t, reason = 0, int(t), DONE
     while j < n:
         tail_keys, tail_steps, tail_len = index.tail_buffers()
-        j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent,
+        j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent, tomb_filter,
                                               tail_keys, tail_steps, tail_len, t, steps, j)
         index.set_tail_len(tail_len)
         index.advance_merge()
