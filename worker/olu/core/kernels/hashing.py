@@ -306,13 +306,14 @@ def ingest(buf, X, y, logistic, label_bound, sq_limit, keys, labels):
     if not _rows_pass(X, y, logistic, label_bound, sq_limit, labels):
         return INGEST_ROWS
     ends = np.empty(n, np.int64)
-    k = nuls = 0
-    for i in range(buf.shape[0]):  # no branch per byte: an id's end is written until a NUL moves on
-        ends[k] = i
-        nul = np.int64(buf[i] == 0)
-        nuls += nul
-        k = min(k + nul, n - 1)
-    if nuls != n - 1:
+    k = 0
+    for i in range(buf.shape[0]):  # a branch per byte, taken once an id: cheaper than a store per byte
+        if buf[i] == 0:
+            if k == n - 1:
+                return INGEST_IDS  # a NUL inside an id
+            ends[k] = i
+            k += 1
+    if k != n - 1:
         return INGEST_IDS  # a NUL inside an id
     ends[n - 1] = buf.shape[0]
     starts = np.empty(n, np.int64)

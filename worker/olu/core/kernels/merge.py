@@ -65,13 +65,14 @@ def sort_tail(keys, steps):
     are too clustered for this sort (the caller falls back to numpy).
 
     Record keys are BLAKE2b values, uniform over 64 bits: a scatter into about one bucket per
-    four entries by the top bits, then an insertion sort that moves each entry within its bucket only
-    (~0.2 ms for a 65,536-entry tail against ~0.8 ms for ``np.argsort``). The order is the same
-    total order as the lexsort, so the run is the same.
+    entry by the top bits, then an insertion sort that moves each entry within its bucket only
+    (~0.6 ms for a 65,536-entry tail against ~3 ms for ``np.argsort``; a bucket per four entries
+    took ~1 ms: fewer, longer moves win over counts that stay in the L1 cache). The order is the
+    same total order as the lexsort, so the run is the same.
     """
     n = keys.shape[0]
     bits = 1
-    while (4 << bits) < n:  # about four entries a bucket: the counts stay in the L1 cache
+    while (1 << bits) < n:  # about one entry a bucket
         bits += 1
     shift = np.uint64(64 - bits)
     starts = np.zeros((1 << bits) + 1, np.int32)
