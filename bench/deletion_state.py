@@ -35,6 +35,12 @@ and the bench reports the mean and the slowest of 20,000 adds from that size on 
 merge of the recent keys into a new base is included) and the bytes a full snapshot then copies
 on the loop thread.
 
+**Learning with tombstones.** Every insert is checked against the tombstones. For each size (plus
+8,000 recent keys), the learning kernel (``kernels.ogd.ogd_steps``, d = 10, calls of 2,000 fresh
+rows, best of 100) runs with no tombstones, with them behind a filter that passes every key (the
+binary search in both arrays for every insert: the check before the filter) and with the key
+set's own filter; ns per insert.
+
 Writes ``deletion_state.json`` into ``--out``.
 """
 
@@ -54,11 +60,12 @@ import orjson  # noqa: E402
 from _targets import LEDGER_BYTES_PER_DELETION, Checks  # noqa: E402
 
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+from worker.olu.core.kernels import ogd  # noqa: E402
 from worker.olu.core.tombstones import KeySet  # noqa: E402
 from worker.olu.privacy.ledger import SEGMENT_ENTRIES  # noqa: E402
 from worker.state.codec import encode  # noqa: E402
 
-REPORT_KEYS = ("ledger", "tombstones")
+REPORT_KEYS = ("ledger", "tombstones", "learning")
 SERVICES = ()
 
 
@@ -153,6 +160,36 @@ def measure_tombstones(n: int, split: bool, adds: int = 20_000) -> dict:
     return {"keys": n, "adds": adds, "add_s": add_s, "slowest_add_s": slowest, "snapshot_copy_bytes": copied}
 
 
+def measure_learning(n: int, recent: int = 8_000, rows: int = 2_000, calls: int = 100) -> dict:
+    rng = np.random.default_rng(n + 1)
+    keys = KeySet(np.unique(rng.integers(1, 2**63, n, dtype=np.uint64)))
+    for k in rng.integers(1, 2**63, recent, dtype=np.uint64).tolist():
+        keys.add(k)
+    X = rng.normal(size=(rows, 10))
+    X /= (1.01 * np.linalg.norm(X, axis=1))[:, None]
+    y = np.where(rng.random(rows) < 0.5, 1.0, -1.0)
+    fresh = rng.integers(1, 2**63, rows, dtype=np.uint64)  # spread among the tombstones, none of them
+    if any(k in keys for k in fresh.tolist()):
+        raise RuntimeError("a fresh key is a tombstone: pick another seed")
+    tail_keys, tail_steps, steps = np.zeros(rows, np.uint64), np.zeros(rows, np.uint32), np.zeros(rows, np.int64)
+
+    def ns_per_insert(tombstones: KeySet, words: np.ndarray) -> float:
+        best = float("inf")
+        for _ in range(calls):
+            z = np.zeros(10)
+            t = time.perf_counter()
+            ogd.ogd_steps(ogd.LOSS_LOGISTIC, 0.01, ogd.SCHED_STRONGLY_CONVEX, 0.01, 1.0, 10.0, z, X, y, fresh,
+                          tombstones.base, tombstones.recent, words, tail_keys, tail_steps, 0, 0, steps, 0)
+            best = min(best, time.perf_counter() - t)
+        return best / rows * 1e9
+
+    none = KeySet()
+    return {"keys": len(keys), "filter_bytes": keys.filter.nbytes,
+            "none_ns": ns_per_insert(none, none.filter),
+            "search_ns": ns_per_insert(keys, np.full(len(keys.filter), 2**64 - 1, np.uint64)),
+            "filter_ns": ns_per_insert(keys, keys.filter)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--entries", default="100000,1000000", help="comma-separated ledger sizes")
@@ -185,8 +222,15 @@ def main(argv=None) -> int:
             tombstones.append(r)
             print(f"{label:30} {n:>10,} {r['add_s'] * 1e6:>7.1f} us {r['slowest_add_s'] * 1e3:>7.2f} ms "
                   f"{r['snapshot_copy_bytes'] / 2**20:>12.3f} MiB")
-    return h.finish("deletion_state", {"machine": info, "ledger": rows, "tombstones": tombstones}, args.out,
-                    checks=checks)
+    learning = []
+    print(f"\n{'learning with tombstones':30} {'keys':>10} {'none':>10} {'search':>10} {'filter':>10} {'filter size':>12}")
+    for n in (int(v) for v in args.entries.split(",")):
+        r = measure_learning(n)
+        learning.append(r)
+        print(f"{'ns per insert':30} {r['keys']:>10,} {r['none_ns']:>10.1f} {r['search_ns']:>10.1f} "
+              f"{r['filter_ns']:>10.1f} {r['filter_bytes'] / 2**20:>8.2f} MiB")
+    return h.finish("deletion_state", {"machine": info, "ledger": rows, "tombstones": tombstones,
+                                       "learning": learning}, args.out, checks=checks)
 
 
 def render(report: dict) -> str:
@@ -202,6 +246,12 @@ def render(report: dict) -> str:
     for r in report["tombstones"]:
         lines.append(f"| {r['tombstones']} | {r['keys']:,} | {r['add_s'] * 1e6:.1f} us "
                      f"| {r['slowest_add_s'] * 1e3:.2f} ms | {r['snapshot_copy_bytes'] / 2**20:.3f} MiB |")
+    if report.get("learning"):
+        lines += ["", "| learning an insert with tombstones | no tombstones | binary search only | filter first "
+                  "| filter size |", "|---|---:|---:|---:|---:|"]
+        for r in report["learning"]:
+            lines.append(f"| {r['keys']:,} tombstones | {r['none_ns']:.1f} ns | {r['search_ns']:.1f} ns "
+                         f"| {r['filter_ns']:.1f} ns | {r['filter_bytes'] / 2**20:.2f} MiB |")
     return "\n".join(lines)
 
 
