@@ -237,13 +237,18 @@ def test_a_release_after_a_restore_at_a_requests_offset_is_byte_identical():
 
 
 def test_the_compiled_prequential_loss_equals_numpy():
-    from worker.stream.loss_kernel import batch_mean_loss
+    from worker.stream.loss_kernel import ALL_ROWS, batch_mean_loss
 
     rng = np.random.default_rng(0)
     X, z = rng.normal(size=(40, 5)), rng.normal(size=5) * 30  # large margins: the stable branches
     y = rng.choice([0.0, 1.0, -1.0], size=40)
     logistic = np.mean(np.logaddexp(0.0, -np.where(y == 0, -1.0, y) * (X @ z)))
-    assert batch_mean_loss(X, y, z, False) == pytest.approx(logistic, rel=1e-12)
-    assert batch_mean_loss(X, y, z, True) == pytest.approx(np.mean(0.5 * (X @ z - y) ** 2), rel=1e-12)
+    assert batch_mean_loss(X, y, z, False, ALL_ROWS) == pytest.approx(logistic, rel=1e-12)
+    assert batch_mean_loss(X, y, z, True, ALL_ROWS) == pytest.approx(np.mean(0.5 * (X @ z - y) ** 2), rel=1e-12)
+    # a poll batch's inserts among its deletes: the masked rows in place, bit for bit their copy's loss
+    rows = rng.random(40) < 0.7
+    for ridge in (False, True):
+        assert batch_mean_loss(X, y, z, ridge, rows) == batch_mean_loss(X[rows], y[rows], z, ridge, ALL_ROWS)
+    assert np.isnan(batch_mean_loss(X, y, z, False, np.zeros(40, np.bool_)))  # no row: no loss
     X[3, 1] = np.nan  # not finite: the caller skips the batch
-    assert np.isnan(batch_mean_loss(X, y, z, False)) and np.isnan(batch_mean_loss(X, y, z, True))
+    assert np.isnan(batch_mean_loss(X, y, z, False, ALL_ROWS)) and np.isnan(batch_mean_loss(X, y, z, True, ALL_ROWS))

@@ -288,3 +288,23 @@ def test_a_burst_of_deletes_looked_up_at_once_gives_what_one_by_one_gives(rotati
     assert [d.reason for o in fast_outs for d in o.dead_letters] == ["not_json"]
     assert ([(r.trigger, r.version, r.value) for o in fast_outs for r in o.releases]
             == [(r.trigger, r.version, r.value) for o in slow_outs for r in o.releases])
+
+
+def test_a_batch_with_deletes_scores_its_inserts_once_before_learning():
+    """Test-then-train on a poll batch split by deletes: one prequential loss over its inserts (the
+    scan's accepted rows, scored in place: the deletes' rows are never counted), under the model
+    as it was before the batch."""
+    from worker.stream.loss_kernel import ALL_ROWS, batch_mean_loss
+
+    msgs = _stream(n=200)
+    runner, _ = _run(msgs[:100])
+    batch = msgs[100:200]  # holds deletes and a poison record
+    z_before = runner.model.z.copy()
+    inserts = [orjson.loads(m.value()) for m in batch if m.value().startswith(b"{") and b'"insert"' in m.value()]
+    assert 0 < len(inserts) < len(batch)
+    X = np.array([r["x"] for r in inserts])
+    y = np.array([float(r["y"]) for r in inserts])
+    previous = runner.prequential_loss
+    runner.process(batch)
+    expected = batch_mean_loss(X, y, z_before, False, ALL_ROWS)
+    assert runner.prequential_loss == 0.99 * previous + 0.01 * expected

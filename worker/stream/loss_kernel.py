@@ -14,12 +14,19 @@ from ..olu.core.kernels.jit import jit
 
 
 @jit
-def batch_mean_loss(X, y, z, ridge):
-    """Mean loss of the model ``z`` on rows ``X`` with labels ``y`` (logistic labels -1/+1 or 0/1);
-    NaN when a value is not finite (raw features may be huge: the caller skips the batch)."""
+def batch_mean_loss(X, y, z, ridge, rows):
+    """Mean loss of the model ``z`` on rows ``X`` with labels ``y`` (logistic labels -1/+1 or 0/1),
+    over the rows j with ``rows[j]`` (an empty ``rows``: all of them; a poll batch's inserts among
+    its deletes, in place); NaN when a value is not finite (raw features may be huge: the caller
+    skips the batch) or no row counts."""
     n, d = X.shape
+    every = rows.shape[0] == 0
     total = 0.0
+    counted = 0
     for j in range(n):
+        if not every and not rows[j]:
+            continue
+        counted += 1
         margin = 0.0
         for i in range(d):
             margin += X[j, i] * z[i]
@@ -29,4 +36,7 @@ def batch_mean_loss(X, y, z, ridge):
         else:
             m = -(-1.0 if y[j] == 0.0 else y[j]) * margin  # log(1 + e^m), stable for either sign
             total += (m + math.log1p(math.exp(-m))) if m > 0.0 else math.log1p(math.exp(m))
-    return total / n if n else np.nan
+    return total / counted if counted else np.nan
+
+
+ALL_ROWS = np.zeros(0, np.bool_)

@@ -38,7 +38,7 @@ from ..wire import (
 from .decode import Delete, Insert, InsertRun, decode_inserts, insert_ids
 from .exceptions import DeadLetter, PartialRequest
 from .framed import decode_message
-from .loss_kernel import batch_mean_loss
+from .loss_kernel import ALL_ROWS, batch_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .releases import budget_header, noise_figures, release_headers, release_value, request_report
 from .scan import compiled_decoder, scan_batch
@@ -160,7 +160,7 @@ class PartitionRunner:
         # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.
         rows = self._checked_rows(scan) if len(stretches) > 1 else None
         if rows is not None:  # test-then-train on the batch's inserts, as for a batch of inserts only
-            self._observe_loss(rows[2], rows[3])
+            self._observe_loss(rows[1], rows[2], scan.accepted)
         # the rest (deletes, framed records, dead letters) decoded at once, the deletes looked up together
         decoded = self._decode_rest(messages, stretches) if scan is not None else None
         for start, stop, accepted in stretches:
@@ -300,22 +300,24 @@ class PartitionRunner:
         self._learned(messages, run.end, run.end - start, applied, dead, run.newest_ts, out)
 
     def _checked_rows(self, scan):
-        """The scan's accepted rows through the model's checks, as (position of each batch record
-        among them, keys, X, y, newest Kafka timestamp up to each record); None when a row fails
-        (then each stretch finds its bad rows)."""
-        accepted = scan.accepted
+        """The whole batch through the model's checks, row j for record j, as (keys, X, y, newest
+        Kafka timestamp up to each record); None when a row fails (then each stretch finds its bad
+        rows). The rows the scan declined (deletes, dead letters) are zeros first: they pass the
+        checks and are never learned, and the accepted rows need no copy out of the batch (~40 us
+        a poll batch with deletes)."""
+        declined = ~scan.accepted
+        scan.X[declined] = 0.0  # no other reader: the Python decoder decodes those records itself
+        scan.y[declined] = 0.0  # a label every loss takes
         try:
-            keys, X, y = self.model.prepare_batch(None, scan.X[accepted], scan.y[accepted], keys=scan.keys[accepted])
+            keys, X, y = self.model.prepare_batch(None, scan.X, scan.y, keys=scan.keys)
         except InvalidExample:
             return None
-        return np.cumsum(accepted) - accepted, keys, X, y, scan.newest_ts_so_far()
+        return keys, X, y, scan.newest_ts_so_far()
 
     def _apply_checked(self, rows, start: int, stop: int, messages: list, out: Outcome) -> None:
         """Learn the accepted stretch ``messages[start:stop]`` from rows checked by :meth:`_checked_rows`."""
-        at, keys, X, y, newest = rows
-        a = int(at[start])
-        b = a + stop - start
-        applied = self.model.learn_prepared(keys[a:b], X[a:b], y[a:b])
+        keys, X, y, newest = rows
+        applied = self.model.learn_prepared(keys[start:stop], X[start:stop], y[start:stop])
         # newest of the whole batch so far: the messages before ``start`` have moved event time already
         self._learned(messages, stop, stop - start, applied, 0, int(newest[stop - 1]), out)
 
@@ -329,12 +331,14 @@ class PartitionRunner:
         self.events_since_release += count
         self.events_since_snapshot += count
 
-    def _observe_loss(self, X: np.ndarray, y: np.ndarray) -> None:
-        """Prequential (test-then-train) loss of the current model on the incoming batch."""
+    def _observe_loss(self, X: np.ndarray, y: np.ndarray, rows: np.ndarray = ALL_ROWS) -> None:
+        """Prequential (test-then-train) loss of the current model on the incoming batch (its
+        ``rows``, a mask; empty: all of them)."""
         if len(y) == 0:
             return
         X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)
-        mean = batch_mean_loss(X, y, np.ascontiguousarray(self.model.z, np.float64), self.model.loss.name == "ridge")
+        mean = batch_mean_loss(X, y, np.ascontiguousarray(self.model.z, np.float64), self.model.loss.name == "ridge",
+                               rows)
         if math.isfinite(mean):
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean

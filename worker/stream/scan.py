@@ -141,7 +141,8 @@ def warm_up() -> None:
     from confluent_kafka import Message
 
     scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","x":[0.5],"y":1}')], dim=1, max_bytes=64)
-    from .loss_kernel import batch_mean_loss  # the prequential loss of every insert run
+    from .loss_kernel import ALL_ROWS, batch_mean_loss  # the prequential loss of every insert run
 
     for ridge in (False, True):
-        batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge)
+        batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, np.ones(1, np.bool_))
+        batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, ALL_ROWS)
