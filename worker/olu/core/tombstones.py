@@ -22,9 +22,6 @@ class KeySet:
     applied-index runs); only ``recent`` goes into each snapshot. The layout depends only on the
     sequence of adds, so a replay rebuilds it exactly.
 
-    >>> s = KeySet(recent_keys=2)
-    >>> s.add(5), s.add(3), s.add(5), s.add(9)
-    (True, True, False, True)
     Every insert the model learns is checked against the tombstones. A binary search in both
     arrays cost ~30 ns an insert at 5,000 tombstones and ~200 ns at a million (the base out of
     cache), more than the OGD step itself; so the key set also keeps ``filter``, a Bloom filter
@@ -33,6 +30,9 @@ class KeySet:
     cannot rule out go to the binary search. It is derived from the keys (never stored), set by
     each add and rebuilt at twice the size when it fills.
 
+    >>> s = KeySet(recent_keys=2)
+    >>> s.add(5), s.add(3), s.add(5), s.add(9)
+    (True, True, False, True)
     >>> 3 in s, 4 in s, len(s), s.base.tolist(), s.recent.tolist(), s.keys.tolist()
     (True, False, 3, [3, 5], [9], [3, 5, 9])
     """
