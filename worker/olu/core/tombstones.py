@@ -7,7 +7,7 @@ import numpy as np
 from .index import frozen, merge_kernels
 
 RECENT_KEYS = 1 << 14  # tombstones added before they are merged into the base (128 KB): see KeySet
-FILTER_BITS_PER_KEY = 16  # filter size at its fullest (2 bytes a key; ~1.5% of absent keys pass it)
+FILTER_BITS_PER_KEY = 16  # the filter's bits a key at its fullest (~1.5% of absent keys pass it then)
 _MIN_FILTER_WORDS = 64
 
 
@@ -25,10 +25,10 @@ class KeySet:
     Every insert the model learns is checked against the tombstones. A binary search in both
     arrays cost ~30 ns an insert at 5,000 tombstones and ~200 ns at a million (the base out of
     cache), more than the OGD step itself; so the key set also keeps ``filter``, a Bloom filter
-    (two bits of one 64-bit word per key, at most ``FILTER_BITS_PER_KEY`` bits a key) that the
-    learning kernel reads first: a key it rules out is certainly no tombstone, and the ~1.5% it
-    cannot rule out go to the binary search. It is derived from the keys (never stored), set by
-    each add and rebuilt at twice the size when it fills.
+    (two bits of one 64-bit word per key, at least ``FILTER_BITS_PER_KEY`` bits a key) that the
+    learning kernel reads first: a key it rules out is certainly no tombstone, and the few it
+    cannot rule out (~1.5% at its fullest) go to the binary search. It is derived from the keys (never stored), set by
+    each add and rebuilt at twice the size when it fills (2 to 4 bytes a key).
 
     >>> s = KeySet(recent_keys=2)
     >>> s.add(5), s.add(3), s.add(5), s.add(9)
@@ -61,9 +61,10 @@ class KeySet:
         self._rebuild_filter()
 
     def _rebuild_filter(self) -> None:
-        """A filter of every key with room for as many again (a power of two of words)."""
+        """A filter of every key: the fewest words (a power of two) that give each key more than
+        ``FILTER_BITS_PER_KEY`` bits, so 2 to 4 bytes a key (each rebuild at least doubles it)."""
         words = _MIN_FILTER_WORDS
-        while words * 64 < 2 * len(self) * FILTER_BITS_PER_KEY:
+        while words * 64 <= len(self) * FILTER_BITS_PER_KEY:
             words *= 2
         self.filter = np.zeros(words, np.uint64)
         for part in (self._base, self.recent):
