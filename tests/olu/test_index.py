@@ -225,6 +225,27 @@ def test_keyset_filter_grows_and_rules_out_most_absent_keys():
     assert all(filter_passes(copy.filter, k) for k in added.tolist())
 
 
+def test_keyset_copy_is_a_reload_without_rebuilding_its_filter():
+    """A rotation's new model takes the tombstones by copy(): the layout load(export()) gives,
+    the base shared, the filter copied (passing every key) and independent of the original's."""
+    rng = np.random.default_rng(2)
+    keys = KeySet(recent_keys=RECENT)
+    added = rng.integers(1, 2**64 - 1, 3 * RECENT + 7, dtype=np.uint64, endpoint=True).tolist()
+    for k in added:
+        keys.add(k)
+    twin, reloaded = keys.copy(), KeySet.load(*keys.export())
+    assert twin.base is keys.base and len(twin.base) and len(twin.recent)
+    assert twin.recent.tolist() == reloaded.recent.tolist() and twin.recent_keys == reloaded.recent_keys
+    assert twin.filter is not keys.filter and all(filter_passes(twin.filter, k) for k in added)
+    before = keys.filter.copy()
+    twin.add(12345), twin.add(added[0])
+    assert 12345 in twin and 12345 not in keys and np.array_equal(keys.filter, before)
+    assert len(keys) == len(added) and keys.recent.tolist() == reloaded.recent.tolist()
+
+
+RECENT = 1000
+
+
 def test_keyset_base_is_immutable_and_exported_without_a_copy():
     keys = KeySet(recent_keys=3)
     for k in (9, 4, 7, 1):

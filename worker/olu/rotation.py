@@ -35,7 +35,6 @@ import numpy as np
 from .core.base import OnlineUnlearner
 from .core.deletion import Deletion
 from .core.index import record_key
-from .core.tombstones import KeySet
 from .exceptions import BudgetExhausted, ConfigError, InvalidState
 from .privacy.accountant import rdp_to_dp
 from .privacy.analysis.split import capacity_for_rate
@@ -212,7 +211,7 @@ class Rotation:
             self.generation += 1
             self.rotations += 1
         fresh = self._fresh()
-        fresh.tombstones = KeySet.load(*self.active.tombstones.export())
+        fresh.tombstones = self.active.tombstones.copy()  # as KeySet.load(*export()), filter copied
         self.standby = fresh
 
     @staticmethod

@@ -123,6 +123,17 @@ class KeySet:
         shared = {"tombstones_base": {"keys": self.base}} if len(self.base) else {}
         return self.recent.copy(), shared
 
+    def copy(self) -> KeySet:
+        """What ``KeySet.load(*self.export())`` gives, the same keys in the same layout, without
+        rebuilding the filter from every key: the frozen base is shared and the filter copied (a
+        rotation's new model takes the tombstones every lifetime / 2 events; a rebuild cost 5 ms
+        at a million keys and 33 ms at four million, a copy of the filter 0.1 and 0.7 ms)."""
+        twin = type(self)()
+        twin._set(np.zeros(0, np.uint64), self.recent)  # a filter of the recent keys alone: replaced
+        twin._base = self._base
+        twin.filter = self.filter.copy()
+        return twin
+
     @classmethod
     def load(cls, recent, shared: dict | None = None) -> KeySet:
         """Inverse of :meth:`export` (``recent`` alone: the one sorted array of older states).
