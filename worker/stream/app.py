@@ -23,6 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from ..config.model import build_model
 from ..logs import get_logger
+from ..memory import fix_malloc_thresholds
 from ..state.exceptions import StorageUnavailable
 from ..state.store import SnapshotStore, open_store
 from . import scan
@@ -64,6 +65,7 @@ def prepare_process() -> float:
     # as the process: keep the cyclic GC from walking it in every full collection (~60 ms each,
     # a pause every deletion in flight would wait out).
     gc.freeze()
+    fix_malloc_thresholds()  # as the CLI does first thing: in-process runs (benches) get it too
     return switch_interval
 
 # Longest wait for a synchronous offset commit (revoke, shutdown) before going on without it.
