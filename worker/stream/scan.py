@@ -66,9 +66,6 @@ class BatchScan:
         return np.maximum.accumulate(np.where(kinds != 0, np.maximum(ts, 0), 0))
 
 
-
-
-
 def _lengths(keys: list) -> np.ndarray:
     """The length of each key (a None or non-bytes key counts as empty, which the kernel never
     accepts: unkeyed records go to the Python decoder)."""

@@ -27,8 +27,9 @@ class KeySet:
     cache), more than the OGD step itself; so the key set also keeps ``filter``, a Bloom filter
     (two bits of one 64-bit word per key, at least ``FILTER_BITS_PER_KEY`` bits a key) that the
     learning kernel reads first: a key it rules out is certainly no tombstone, and the few it
-    cannot rule out (~1.5% at its fullest) go to the binary search. It is derived from the keys (never stored), set by
-    each add and rebuilt at twice the size when it fills (2 to 4 bytes a key).
+    cannot rule out (~1.5% at its fullest) go to the binary search. It is derived from the keys
+    (never stored), set by each add and rebuilt at twice the size when it fills (2 to 4 bytes a
+    key).
 
     >>> s = KeySet(recent_keys=2)
     >>> s.add(5), s.add(3), s.add(5), s.add(9)
@@ -50,15 +51,19 @@ class KeySet:
         empty = np.zeros(0, np.uint64)
         self._set(keys if big else empty, empty if big else keys)
 
-    def _set(self, base: np.ndarray, recent: np.ndarray) -> None:
-        """Replace the keys (sorted, disjoint ``base`` and ``recent``); the filter is rebuilt."""
+    def _set(self, base: np.ndarray, recent: np.ndarray, words: np.ndarray | None = None) -> None:
+        """Replace the keys (sorted, disjoint ``base`` and ``recent``); the filter is rebuilt from
+        them unless its ``words`` (a filter that holds every one of them) are given."""
         self._base = frozen(base)
         self._absent = set()
         if len(recent) >= len(self._recent):  # an older state's array, longer than our buffer
             self._recent = np.zeros(len(recent) + 1, np.uint64)
         self._recent[:len(recent)] = recent
         self._n = len(recent)
-        self._rebuild_filter()
+        if words is None:
+            self._rebuild_filter()
+        else:
+            self.filter = words
 
     def _rebuild_filter(self) -> None:
         """A filter of every key: the fewest words (a power of two) that give each key more than
@@ -129,9 +134,7 @@ class KeySet:
         rotation's new model takes the tombstones every lifetime / 2 events; a rebuild cost 5 ms
         at a million keys and 33 ms at four million, a copy of the filter 0.1 and 0.7 ms)."""
         twin = type(self)()
-        twin._set(np.zeros(0, np.uint64), self.recent)  # a filter of the recent keys alone: replaced
-        twin._base = self._base
-        twin.filter = self.filter.copy()
+        twin._set(self._base, self.recent, words=self.filter.copy())
         return twin
 
     @classmethod
