@@ -19,9 +19,11 @@ Modes:
   taking turns ``--repeat`` times (the fastest run of each counts); the loop time of each, and the
   *in-place cost of a deletion*: (time of the stream with deletes - time of the inserts-only
   stream) / deletes. The breakdown wraps the deletion path's steps in wall-clock
-  timers (inclusive, per deletion: the decoder, the engine's request with its index lookups,
-  tombstones and noise, the delta's payload and its hand-off, the release and its JSON, the
-  metrics) and, with ``--profile``, the deletion-heaviest stream once more under cProfile.
+  timers (inclusive, per deletion: the decoder; a poll batch's inserts and deletes up to its last
+  delete in the engine's one pass, with its index lookups, tombstones and noise rows, then each
+  deletion's bookkeeping; the deletes taken one by one where that pass does not apply; the
+  delta's payload and its hand-off, the release and its JSON, the metrics) and, with
+  ``--profile``, the deletion-heaviest stream once more under cProfile.
 - **Burst** (``--burst N``, 0 to skip): ``--burst-after`` inserts, then N deletes of distinct
   applied records back to back (an account purge), then 1,000 inserts. Timed from the first batch
   holding a delete until every deletion's delta is durable and the release that follows the last
@@ -70,15 +72,19 @@ TOPIC = "events"
 
 # (label, where, attribute): the steps the breakdown times, outermost first
 STEPS = (
-    ("delete (all of it)", "runner", "_delete"),
-    ("  decode the delete", "module", "decode_message"),
-    ("  engine unlearn_request", "model", "unlearn_request"),
+    ("decode the deletes", "module", "decode_message"),
+    ("batch with deletes, one pass (all of it)", "runner", "_process_mixed"),
+    ("  engine pass: inserts and deletes", "module", "learn_and_unlearn"),
     ("    index lookup (pop)", "index", "pop"),
     ("    tombstone add", "tombstones", "add"),
-    ("    noise draw", "model", "_noise"),
-    ("  delta payload", "runner", "_delta_payload"),
-    ("  delta hand-off (outbox)", "outbox", "deltas"),
-    ("  release (JSON)", "runner", "_release"),
+    ("    noise rows", "model", "_noise_rows"),
+    ("  each deletion's bookkeeping", "runner", "_honoured"),
+    ("delete one by one (all of it)", "runner", "_delete"),
+    ("  engine unlearn_request", "model", "unlearn_request"),
+    ("  noise draw", "model", "_noise"),
+    ("delta payload", "runner", "_delta_payload"),
+    ("delta hand-off (outbox)", "outbox", "deltas"),
+    ("release (JSON)", "runner", "_release"),
     ("inserts (learn_many runs)", "runner", "_apply_inserts"),
     ("inserts (learn_many runs)", "runner", "_apply_checked"),  # stretches between deletes
     ("metrics per release", "metrics", "record_release"),
@@ -251,7 +257,7 @@ def measure_shares(args, records: h.Records) -> tuple[list[dict], dict | None, s
         per = step["seconds"] / n * 1e6
         breakdown["steps"].append({"step": label.strip(), "depth": (len(label) - len(label.lstrip())) // 2,
                                    "seconds": step["seconds"], "calls": step["calls"], "us_per_deletion": per})
-        print(f"  {label:<32s} {per:8.1f} us  ({step['calls']:,} calls, {step['seconds']:.3f} s)")
+        print(f"  {label:<44s} {per:8.1f} us  ({step['calls']:,} calls, {step['seconds']:.3f} s)")
     profile_text = None
     if args.profile:
         prof = cProfile.Profile()

@@ -347,3 +347,34 @@ def test_monotone_at_neighbouring_floats():
         assert e <= rdp_to_dp(math.nextafter(rho, math.inf), delta) * (1 + EPS_RTOL)
         assert e * (1 + EPS_RTOL) >= rdp_to_dp(rho, math.nextafter(delta, 1.0))
         assert dp_delta(rho, 1.0) <= dp_delta(math.nextafter(rho, math.inf), 1.0) * (1 + DELTA_RTOL)
+
+
+@pytest.mark.parametrize("split", ["weighted", "planned"])
+def test_multipliers_are_the_next_charges_sigma_over_shift(split):
+    """A batch's deletions take their multipliers up front (core/mixed.py): shift times each is
+    exactly the sigma ``sigma_for_next`` gives at that charge, and the charges then go through."""
+    from worker.olu.privacy.accountant import make_accountant
+
+    acc = make_accountant("all-deletions", 0.5, split=split, planned=3 if split == "planned" else None)
+    twin = make_accountant("all-deletions", 0.5, split=split, planned=3 if split == "planned" else None)
+    acc.charge(0.2, acc.sigma_for_next(0.2))
+    twin.charge(0.2, twin.sigma_for_next(0.2))
+    factors = acc.multipliers(6)
+    assert len(factors) == 6
+    for shift, m in zip((0.3, 1.7, 0.01, 2.5, 0.9, 0.4), factors):
+        sigma = twin.sigma_for_next(shift)
+        assert shift * m == sigma
+        twin.charge(shift, sigma)
+        acc.charge(shift, shift * m)
+    assert acc.to_state() == twin.to_state()
+
+
+def test_multipliers_refuse_where_a_charge_could_be_refused():
+    from worker.olu.privacy.accountant import PerRequestAccountant
+
+    capped = PrivacyAccountant(budget=1.0, capacity=3)
+    assert capped.multipliers(3) is not None and capped.multipliers(4) is None
+    assert PerRequestAccountant(budget=0.5).multipliers(1) is None  # sigma is a quotient there
+    near = PrivacyAccountant(budget=1.0)
+    near._rho = 1.0 - 1e-12  # a budget all but spent (a restored state, say)
+    assert near.multipliers(1) is None and near.multipliers(0) == []

@@ -239,6 +239,24 @@ def test_deletion_noise_comes_from_os_entropy_blocks_one_row_each(monkeypatch):
     assert all(row is not None for row in source._rows[1:])  # a new block, not the parent's rest
 
 
+def test_noise_rows_for_a_batch_are_rows_of_the_same_source_handed_out_once(monkeypatch):
+    """``gaussian_rows`` (a poll batch's deletions in one pass) takes the source's rows, across
+    blocks when it needs more than one holds, each once; a forked child draws a new block."""
+    from worker.olu.core import entropy
+
+    source = entropy.OsEntropy()
+    first = source.gaussian(4)
+    rows = source.gaussian_rows(entropy.ENTROPY_DRAWS + 5, 4)  # the rest of one block, then a new one
+    assert rows.shape == (entropy.ENTROPY_DRAWS + 5, 4) and source._row == 6
+    assert len({r.tobytes() for r in np.vstack([first, rows])}) == entropy.ENTROPY_DRAWS + 6
+    assert all(r is None for r in source._rows[:6]) and all(r is not None for r in source._rows[6:])
+    assert abs(rows.mean()) < 0.2 and 0.8 < rows.std() < 1.2
+    pending = np.array(source._rows[6:])
+    monkeypatch.setattr(entropy.os, "getpid", lambda: -1)
+    child = source.gaussian_rows(2, 4)
+    assert source._row == 2 and not any((pending == row).all(axis=1).any() for row in child)
+
+
 def test_counter_and_ledger_survive_export_import():
     m, ids, _, _ = fed()
     for r in ids[:4]:

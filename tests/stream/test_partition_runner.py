@@ -20,6 +20,8 @@ from worker.stream import scan
 from worker.stream.decode import InsertRun
 from worker.stream.partition import PartitionRunner
 
+from ..olu.test_contract import assert_same_state
+
 
 def _stream(n=300, dim=3, seed=0):
     rng = np.random.default_rng(seed)
@@ -252,6 +254,8 @@ def test_a_burst_of_deletes_looked_up_at_once_gives_what_one_by_one_gives(rotati
 
     # the same noise in both runs, for every model a rotation makes too
     monkeypatch.setattr(entropy.OsEntropy, "gaussian", lambda self, dim: np.linspace(-1.0, 1.0, dim))
+    monkeypatch.setattr(entropy.OsEntropy, "gaussian_rows",
+                        lambda self, n, dim: np.tile(np.linspace(-1.0, 1.0, dim), (n, 1)))
     env = {"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1", "OLU_RELEASE_EVERY_EVENTS": "64"}
     if rotating:
         env.update(OLU_ROTATION="on", OLU_MODEL_LIFETIME_EVENTS="100")
@@ -308,3 +312,69 @@ def test_a_batch_with_deletes_scores_its_inserts_once_before_learning():
     runner.process(batch)
     expected = batch_mean_loss(X, y, z_before, False, ALL_ROWS)
     assert runner.prequential_loss == 0.99 * previous + 0.01 * expected
+
+
+def _deleting_stream(n=3_000, dim=3, seed=2):
+    """Inserts with ~3% single-id deletes: of earlier records, of records of the same poll batch,
+    of ids never seen, repeated ones, a delete before its record's insert, and a poison record."""
+    rng = np.random.default_rng(seed)
+    values, inserted = [], 0
+    for j in range(n):
+        roll = rng.random()
+        if roll < 0.03 and inserted > 10:
+            rid = (f"r-{int(rng.integers(inserted))}" if roll < 0.02 else f"r-{inserted - 3}" if roll < 0.025
+                   else f"r-{inserted + 5}" if roll < 0.027 else f"nobody-{j}")
+            values.append((rid, orjson.dumps({"op": "delete", "id": rid})))
+        elif roll > 0.999:
+            values.append(("x", b"{not json"))
+        else:
+            x = rng.normal(size=dim)
+            x /= 2 * np.linalg.norm(x)
+            rid = f"r-{inserted}"
+            values.append((rid, orjson.dumps({"op": "insert", "id": rid, "x": x.tolist(), "y": int(j % 2)})))
+            inserted += 1
+    return [Message(topic="t", partition=0, offset=j, key=k.encode(), value=v,
+                    timestamp=(1, 1_700_000_000_000 + j)) for j, (k, v) in enumerate(values)]
+
+
+def test_a_batch_of_inserts_and_deletes_in_one_pass_gives_what_one_by_one_gives(monkeypatch):
+    """The runner hands a poll batch's single-id deletes to the engine's one pass (core/mixed.py)
+    up to its last delete. Against the message-by-message path: the same model bit for bit, the
+    same deletion outcomes, the same delta of every deletion and the same releases."""
+    msgs = _deleting_stream()
+    settings = load_settings([], env={"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1",
+                                      "OLU_RELEASE_EVERY_EVENTS": "500"})
+
+    def run(one_pass: bool):
+        taken = []
+        real = partition_mod.learn_and_unlearn
+        monkeypatch.setattr(partition_mod, "learn_and_unlearn",
+                            lambda *a: taken.append(real(*a) if one_pass else None) or taken[-1])
+        snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
+        deltas = []
+        snapshots.write_deltas = lambda topic, partition, entries: deltas.extend(entries)
+        runner = PartitionRunner("t", 0, PassiveOLU(dim=3, noise_rng=np.random.default_rng(11)),
+                                 snapshots=snapshots, settings=settings, model_name="m")
+        outs = [runner.process(msgs[j:j + 200]) for j in range(0, len(msgs), 200)]
+        return runner, outs, deltas, taken
+
+    fast, fast_outs, fast_deltas, taken = run(True)
+    slow, slow_outs, slow_deltas, _ = run(False)
+    assert sum(t is not None for t in taken) >= 10  # most batches took the one pass
+    assert_same_state(fast.model, slow.model)
+    assert fast.model.deletions_applied == slow.model.deletions_applied > 40
+    outcomes = [[(d.outcome, d.index, d.records, d.not_applied, d.duplicates) for o in outs for d in o.deletions]
+                for outs in (fast_outs, slow_outs)]
+    assert outcomes[0] == outcomes[1]
+    assert {"noised", "not_applied", "duplicate"} <= {o[0] for o in outcomes[0]}
+    for name in ("inserts", "deletes", "skipped"):
+        assert sum(getattr(o, name) for o in fast_outs) == sum(getattr(o, name) for o in slow_outs)
+    assert [d.reason for o in fast_outs for d in o.dead_letters] == [d.reason for o in slow_outs
+                                                                     for d in o.dead_letters]
+    assert len(fast_deltas) == len(slow_deltas) == fast.model.deletions_applied
+    for (fo, fh, fa), (so, sh, sa) in zip(fast_deltas, slow_deltas):
+        assert fo == so and fh == sh and fa.keys() == sa.keys()
+        assert all(np.asarray(fa[k]).tobytes() == np.asarray(sa[k]).tobytes() for k in fa)
+    assert ([(r.trigger, r.version, r.value) for o in fast_outs for r in o.releases]
+            == [(r.trigger, r.version, r.value) for o in slow_outs for r in o.releases])
+    assert fast.next_offset == slow.next_offset == len(msgs) and fast.event_time_ms == slow.event_time_ms

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..logs import get_logger
 from ..olu import load_model
 from ..olu.core.kernels.hashing import record_keys
+from ..olu.core.mixed import learn_and_unlearn
 from ..olu.exceptions import BudgetExhausted, InvalidExample
 from ..wire import (
     BUDGET_RETRAINED,
@@ -40,55 +40,11 @@ from .exceptions import DeadLetter, PartialRequest
 from .framed import decode_message
 from .loss_kernel import ALL_ROWS, batch_mean_loss
 from .outbox import MAX_GROUP, Outbox
+from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
 from .releases import budget_header, noise_figures, release_headers, release_value, request_report
 from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
-
-
-
-@dataclass
-class Release:
-    key: bytes
-    value: bytes
-    headers: list
-    version: int
-    trigger: str
-    deletion_started: float | None = None  # monotonic time the delete was handled (latency metric)
-    noise_std: float | None = None  # the value's privacy.noise_std and noise_to_signal, for the gauges
-    noise_to_signal: float | None = None
-
-
-@dataclass
-class DeadLetterOut:
-    message: object
-    reason: str
-    detail: str
-
-
-@dataclass
-class Outcome:
-    """What one call produced for the loop to publish; ``resume_at`` is set when processing stopped."""
-
-    releases: list[Release] = field(default_factory=list)
-    dead_letters: list[DeadLetterOut] = field(default_factory=list)
-    resume_at: int | None = None
-    inserts: int = 0
-    deletes: int = 0
-    tombstones: int = 0  # of ``deletes``: null-value deletes (metric op="tombstone")
-    deletions: list = field(default_factory=list)  # the engine's Deletion results, in order
-    skipped: int = 0
-    refused: int = 0  # deletes refused for an exhausted privacy budget (also in ``dead_letters``)
-
-
-@dataclass
-class PendingSnapshot:
-    offset: int
-    header: dict
-    arrays: dict
-    shared: dict  # immutable array groups: the store writes each once (state/store.py)
-    purge_due_at: float | None  # set: objects before ``offset`` must be purged (invariant 6)
-    since_previous: float = 0.0  # seconds since the previous snapshot of the partition began
 
 
 class PartitionRunner:
@@ -163,6 +119,8 @@ class PartitionRunner:
             self._observe_loss(rows[1], rows[2], scan.accepted)
         # the rest (deletes, framed records, dead letters) decoded at once, the deletes looked up together
         decoded = self._decode_rest(messages, stretches) if scan is not None else None
+        if rows is not None:  # up to the batch's last delete in one engine pass, where it applies
+            stretches = stretches[self._process_mixed(messages, rows, decoded, stretches, last_candidate, out):]
         for start, stop, accepted in stretches:
             if accepted and rows is not None:
                 self._apply_checked(rows, start, stop, messages, out)
@@ -203,6 +161,46 @@ class PartitionRunner:
                 return False
             i += 1
         return True
+
+    def _process_mixed(self, messages: list, rows, decoded: tuple[dict, dict], stretches: list, last_candidate: int,
+                       out: Outcome) -> int:
+        """The batch's inserts and single-record deletes up to its last delete in one engine pass
+        (worker/olu/core/mixed.py); how many of ``stretches`` it took (0 where that path does not
+        apply). The inserts after the last delete are left for the usual path, so the release
+        that follows the deletions shows the state right after the last one, as it does there:
+        the state, the deltas and the releases are those of the message-by-message path."""
+        events, keys = decoded
+        deletes = [j for j, event in events.items() if isinstance(event, Delete)]
+        if (not deletes or self.replay_deltas or self.blocked or self.settings.deletion_releases != "batch"
+                or any(len(events[j].ids) != 1 for j in deletes)
+                or not all(isinstance(e, (Delete, DeadLetter)) for e in events.values())):
+            return 0
+        try:
+            delete_keys = [keys[j][0] if j in keys else int(record_keys([events[j].ids[0]])[0]) for j in deletes]
+        except InvalidExample:
+            return 0
+        started = time.monotonic()
+        taken = next(n for n, (_, stop, _) in enumerate(stretches) if stop > deletes[-1]) + 1
+        spans = [(start, stop) for start, stop, accepted in stretches[:taken] if accepted]
+        done = learn_and_unlearn(self.model, rows[0], rows[1], rows[2], spans, deletes, delete_keys,
+                                 [events[j].ids[0] for j in deletes])
+        if done is None:
+            return 0
+        out.inserts += done.applied
+        out.skipped += done.skipped
+        found = dict(zip(deletes, zip(done.deletions, done.states)))
+        for start, stop, accepted in stretches[:taken]:
+            if accepted:
+                self._moved(messages, stop, stop - start, int(rows[3][stop - 1]))
+                continue
+            for j in range(start, stop):
+                event = events[j]
+                if isinstance(event, DeadLetter):
+                    self._take(messages, j, event, out, last_candidate)
+                else:
+                    deletion, state = found[j]
+                    self._honoured(messages[j], event, deletion, out, started, j >= last_candidate, state)
+        return taken
 
     @staticmethod
     def _decoded(msg, dim: int, max_bytes: int):
@@ -326,6 +324,10 @@ class PartitionRunner:
         """Bookkeeping after ``count`` insert messages up to ``messages[end - 1]`` were learned."""
         out.inserts += applied
         out.skipped += count - applied - dead  # inserts of ids deleted before they arrived
+        self._moved(messages, end, count, newest_ts)
+
+    def _moved(self, messages: list, end: int, count: int, newest_ts: int) -> None:
+        """The position after ``count`` insert messages up to ``messages[end - 1]``."""
         self.event_time_ms = max(self.event_time_ms, newest_ts)
         self.next_offset = messages[end - 1].offset() + 1
         self.events_since_release += count
@@ -362,6 +364,15 @@ class PartitionRunner:
                                      f"raise the budget or split the request, then restart") from exc
             self._refuse(msg, exc, out)  # the model is unchanged; never crash-loop on it
             return True
+        fresh = stored is None and deletion.changed_model
+        return self._honoured(msg, event, deletion, out, started, last, self.model.deletion_state() if fresh else None)
+
+    def _honoured(self, msg, event: Delete, deletion, out: Outcome, started: float, last: bool,
+                  state: dict | None) -> bool:
+        """Bookkeeping after the engine honoured ``event``: its delta (from ``state``, the model's
+        ``deletion_state()`` right after it; None when replaying a stored one) and its coalesced
+        release. False once processing must stop."""
+        after = msg.offset() + 1
         self._advance(msg)
         out.deletes += 1
         out.tombstones += event.tombstone
@@ -386,8 +397,8 @@ class PartitionRunner:
         first_started, any_retrained = self._owed or (started, False)
         self._owed = (first_started, any_retrained or retrained)
         ok = True
-        if stored is None:  # replaying: this exact post-noise state is already durable
-            header, arrays = self._delta_payload(after)
+        if state is not None:  # None: replaying, this exact post-noise state is already durable
+            header, arrays = self._delta_payload(after, state)
             header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
             self._batch_deltas.append((after, header, arrays))
             if len(self._batch_deltas) >= MAX_GROUP:
@@ -439,14 +450,14 @@ class PartitionRunner:
         """Store the deltas that are not durable, in order (raises StorageUnavailable); the releases."""
         return self.outbox.retry()
 
-    def _delta_payload(self, after: int) -> tuple[dict, dict]:
+    def _delta_payload(self, after: int, state: dict) -> tuple[dict, dict]:
         # The model's deletion state: its arrays (the post-noise iterate ``z``; a rotation's standby
         # ``z_standby`` too) and its counters. "deletions" counts charged deletions (the
         # accountant's), "deletions_applied" all of them (the release's "deletions"); a replay
         # checks both (OnlineUnlearner._adopt), a rotation also its generation and event count.
         header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms}
         arrays = {}
-        for k, v in self.model.deletion_state().items():
+        for k, v in state.items():
             (arrays if isinstance(v, np.ndarray) else header)[k] = v
         return header, arrays
 

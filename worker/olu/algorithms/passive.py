@@ -41,6 +41,7 @@ class PassiveOLU(OnlineUnlearner):
     privacy_units = ("all-deletions", "per-request")
     groups_requests = True
     rotates = True
+    mixes_deletions = True  # a batch's deletes inside the learning pass (core/mixed.py)
 
     def shift(self, steps, tau: int) -> float:
         """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice, docs/guarantee.md 1.3)."""

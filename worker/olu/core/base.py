@@ -90,6 +90,9 @@ class OnlineUnlearner(MeteredNoise):
     #: True when two models of the class may run in a warm-standby rotation (worker.olu.rotation):
     #: every deletion is one Gaussian charge of the model's own Rényi accountant (docs/accounting.md 12.5).
     rotates = False
+    #: True when a poll batch's single-record deletes may run inside the learning pass (core/mixed.py);
+    #: read from the class's own namespace, so a subclass that changes the rule does not inherit it.
+    mixes_deletions = False
 
     def __init__(
         self,
@@ -432,6 +435,13 @@ class OnlineUnlearner(MeteredNoise):
         noise = self._os_entropy.gaussian(self.dim)  # N(0, I), a row of its own
         noise *= sigma  # N(0, sigma^2 I), scaled in place: no array more on the deletion's path
         return noise
+
+    def _noise_rows(self, n: int) -> np.ndarray:
+        """``n`` draws of N(0, I) as rows, for a batch's deletions: the test generator's stream of
+        draws, or OS entropy (:meth:`_noise` scales one row by its sigma)."""
+        if self._noise_rng is not None:
+            return self._noise_rng.standard_normal((n, self.dim))
+        return self._os_entropy.gaussian_rows(n, self.dim)
 
     def _release_with_noise(self, z_hat: np.ndarray, shift: float, steps, **extra) -> Deletion:
         """z <- Proj_K(z_hat + N(0, sigma_i^2 I)) with sigma_i calibrated to ``shift``.

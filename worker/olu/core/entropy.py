@@ -48,16 +48,39 @@ class OsEntropy:
         >>> a.shape, bool((a != b).any())
         ((3,), True)
         """
+        rows, j = self._block(dim)
+        row = rows[j]
+        rows[j] = None  # handed out once: a used row is not kept here (invariant 1)
+        self._row = j + 1
+        return row
+
+    def _block(self, dim: int) -> tuple[list, int]:
+        """The rows of the current block and the next one to hand out (a new block if it is spent,
+        of another dimension, or the parent's)."""
         rows, j = self._rows, self._row
         if j >= len(rows) or rows[j].shape[0] != dim or self._rows_pid != os.getpid():
             block = np.random.default_rng().standard_normal((ENTROPY_DRAWS, dim))
             rows = self._rows = [row.copy() for row in block]
             block[:] = 0.0  # only the rows hold the noise now
-            j, self._rows_pid = 0, os.getpid()
-        row = rows[j]
-        rows[j] = None  # handed out once: a used row is not kept here (invariant 1)
-        self._row = j + 1
-        return row
+            j, self._row, self._rows_pid = 0, 0, os.getpid()
+        return rows, j
+
+    def gaussian_rows(self, n: int, dim: int) -> np.ndarray:
+        """``n`` draws of :meth:`gaussian` as the rows of one array (a poll batch's deletions,
+        noised in one compiled pass); the caller zeroes it once the noise is added.
+
+        >>> OsEntropy().gaussian_rows(2, 3).shape
+        (2, 3)
+        """
+        out = np.empty((n, dim))
+        k = 0
+        while k < n:
+            rows, j = self._block(dim)
+            take = min(n - k, len(rows) - j)
+            out[k:k + take] = rows[j:j + take]
+            rows[j:j + take] = [None] * take  # handed out once
+            self._row, k = j + take, k + take
+        return out
 
     def generator(self) -> np.random.Generator:
         """The generator for the next draw."""

@@ -156,6 +156,10 @@ class AppliedIndex:
         if self._merging is not None:
             self._merging.advance(self._tail_len / len(self._tail_keys))
 
+    def tail_room(self) -> int:
+        """Entries the tail takes before it must be merged (a pass that stays within it merges nothing)."""
+        return len(self._tail_keys) - self._tail_len
+
     def tail_buffers(self):
         """(keys, steps, length) of the tail, for a compiled kernel that appends in place."""
         return self._tail_keys, self._tail_steps, self._tail_len

@@ -87,7 +87,23 @@ class PrivacyAccountant:
     def sigma_for_next(self, shift: float) -> float:
         """Calibrated sigma for the next deletion: ``shift * noise_multiplier(deletions + 1)``."""
         shift = real("shift", shift, lo=0.0)
-        return shift * noise_multiplier(self._deletions + 1, self.budget, self.omega)
+        return shift * self._multiplier(self._deletions + 1)
+
+    def multipliers(self, n: int) -> list[float] | None:
+        """The noise multipliers of the next ``n`` charges (``sigma_for_next(shift)`` is ``shift``
+        times the next one), or None when one of those charges could be refused: the capacity, or a
+        budget that ``n`` charges at these multipliers would come within rounding of. A batch of
+        deletions then takes its noise in one pass and is charged after it (worker/olu/core/mixed.py)."""
+        if self.capacity is not None and self._deletions + n > self.capacity:
+            return None
+        factors = [self._multiplier(self._deletions + k) for k in range(1, n + 1)]
+        # each charge adds 0.5 (shift / (shift m))^2, 0.5 / m^2 within a few ulps; 1e-6 of margin
+        if not self._rho + math.fsum(0.5 / (m * m) for m in factors) * (1.0 + 1e-6) <= self.budget:
+            return None
+        return factors
+
+    def _multiplier(self, i: int) -> float:
+        return noise_multiplier(i, self.budget, self.omega)
 
     def charge(self, shift: float, sigma: float) -> None:
         """Record one deletion's mechanism: ``rho += shift**2 / (2 sigma**2)``.
@@ -190,6 +206,10 @@ class PerRequestAccountant(PrivacyAccountant):
         """``shift / sqrt(2 budget)`` (:func:`.analysis.units.per_request_sigma`): no index enters."""
         return per_request_sigma([real("shift", shift, lo=0.0)], self.budget)
 
+    def multipliers(self, n: int) -> None:
+        """None: a request's sigma is a quotient (``shift / sqrt(2 budget)``), not a product."""
+        return None
+
     def charge(self, shift: float, sigma: float) -> None:
         """Record one request: ``shift**2 / (2 sigma**2)`` must not exceed ``budget`` (beyond rounding)."""
         shift = real("shift", shift, lo=0.0)
@@ -235,8 +255,10 @@ class PlannedAccountant(PrivacyAccountant):
     def sigma_for_next(self, shift: float) -> float:
         """``shift * planned_multiplier(deletions + 1)``: even inside the plan, reserve beyond it."""
         shift = real("shift", shift, lo=0.0)
-        return shift * planned_multiplier(self._deletions + 1, self.budget, capacity=self.planned,
-                                          reserve=self.reserve, omega=self.omega)
+        return shift * self._multiplier(self._deletions + 1)
+
+    def _multiplier(self, i: int) -> float:
+        return planned_multiplier(i, self.budget, capacity=self.planned, reserve=self.reserve, omega=self.omega)
 
     def split_facts(self) -> dict:
         return {"split": self.split, "capacity_planned": self.planned, "capacity_used": self.capacity_used,

@@ -215,6 +215,23 @@ def find_tail(k, tail_keys, tail_len, slots, indexed, out_tail):
 
 
 @jit(nogil=False)
+def rows_with_keys(keys, wanted, out):
+    """The rows j whose ``keys[j]`` is in the sorted, non-empty ``wanted`` (a poll batch's deletes),
+    written to ``out`` (room for every row) in row order; how many."""
+    m = wanted.shape[0]
+    count = 0
+    for j in range(keys.shape[0]):
+        k = keys[j]
+        if k < wanted[0] or k > wanted[m - 1]:
+            continue
+        p = _lower_bound(wanted, m, k)
+        if wanted[p] == k:
+            out[count] = j
+            count += 1
+    return count
+
+
+@jit(nogil=False)
 def keyset_find(base, recent, n, k):
     """Where key ``k`` is in a tombstone set: 1 in the frozen ``base``, 2 in ``recent[:n]``, else 0."""
     lo = _lower_bound(base, base.shape[0], k)

@@ -148,6 +148,79 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     return j, t, tail_len, applied, DONE
 
 
+# --------------------------------------------------------------------------- deletions in the pass
+@jit
+def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, noise_row):
+    """One passive deletion of the record applied at step ``u``, at step ``tau``, on ``z`` in place:
+    ``PassiveOLU._delete`` for a StronglyConvex schedule past its irregular head, formula by formula.
+
+    log Gamma_{u,tau} = log(u + t0) - log(tau + t0), Delta_u = min(eta_u L, D),
+    shift = Gamma * Delta_u, sigma = shift * multiplier (the accountant's), then
+    z <- Proj(z + sigma * noise_row). A shift of 0 (every influence contracted away) adds no noise.
+    Returns (shift, sigma)."""
+    lc = 0.0 if tau <= u else math.log(u + t0) - math.log(tau + t0)
+    bound = (1.0 / (mu * (u + t0))) * lipschitz
+    shift = math.exp(lc) * (diameter if diameter < bound else bound)
+    if shift == 0.0:
+        return 0.0, 0.0
+    sigma = shift * multiplier
+    d = z.shape[0]
+    sq = 0.0
+    for i in range(d):
+        zi = z[i] + noise_row[i] * sigma
+        z[i] = zi
+        sq += zi * zi
+    norm = math.sqrt(sq)
+    if not norm <= radius:  # Ball.project: z * (r / ||z||)
+        scale = radius / norm
+        for i in range(d):
+            z[i] = z[i] * scale
+    return shift, sigma
+
+
+@jit
+def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
+                tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, ops, op, start, lipschitz, diameter,
+                steps_u, multipliers, noise, drawn, taus, shifts, sigmas, z_after):
+    """A poll batch of inserts and passive deletions in one call, from ``ops[op]`` and row ``start``
+    (a StronglyConvex schedule: ``sa`` = mu, ``sb`` = t0).
+
+    ``ops[m] = (first, stop, k)``: learn rows first..stop-1 as :func:`ogd_steps` does, then, when
+    k >= 0, apply deletion k (:func:`_unlearn_step`) of the record applied at step ``steps_u[k]``,
+    or, where that is -(r + 1), of the record row r of this batch applied. The ``drawn``-th
+    deletion that adds noise takes ``noise[drawn]`` and ``multipliers[drawn]`` (the accountant's
+    next ones). Deletion k leaves its record's step in ``steps_u[k]``, its own step in ``taus[k]``,
+    ``shifts[k]``, ``sigmas[k]`` and its post-noise iterate in ``z_after[k]``. Stops like
+    :func:`ogd_steps` (tail full, step overflow), before a row.
+
+    Returns (next op, next row, t, tail length, noise rows used, stop reason).
+    """
+    m = ops.shape[0]
+    j = start
+    while op < m:
+        stop = ops[op, 1]
+        if j < stop:
+            j, t, tail_len, _, reason = ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X[:stop], y[:stop],
+                                                  keys[:stop], tombstones, recent_tombstones, tomb_filter,
+                                                  tail_keys, tail_steps, tail_len, t, steps_out, j)
+            if reason != DONE:
+                return op, j, t, tail_len, drawn, reason
+        k = ops[op, 2]
+        if k >= 0:
+            if steps_u[k] < 0:  # applied in this batch, at the step the pass gave its row
+                steps_u[k] = steps_out[-steps_u[k] - 1]
+            shift, sigma = _unlearn_step(z, radius, t, sa, sb, lipschitz, diameter, steps_u[k], multipliers[drawn],
+                                         noise[drawn])
+            taus[k], shifts[k], sigmas[k] = t, shift, sigma
+            z_after[k, :] = z
+            if shift != 0.0:
+                drawn += 1
+        op += 1
+        if op < m:
+            j = ops[op, 0]
+    return op, j, t, tail_len, drawn, DONE
+
+
 def plan_for(model):
     """Kernel parameters (loss_kind, lam, sched_kind, sa, sb, radius) for ``model``, or None.
 
@@ -201,6 +274,32 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
         elif reason == STEP_OVERFLOW:
             break
     return t, steps, j, reason
+
+
+def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diameter, steps_u, multipliers, noise):
+    """:func:`run_batch` for a batch with deletions (:func:`mixed_steps`), pacing the index's merges
+    the same way. ``steps_u`` is updated in place. Returns (t, steps, taus, shifts, sigmas, z_after,
+    stop reason); on a step overflow the ops from the stopping one on were not applied."""
+    lk, lam, sk, sa, sb, radius = plan
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    tomb, recent, tomb_filter = tombstones.base, tombstones.recent, tombstones.filter
+    k = len(steps_u)
+    steps = np.zeros(len(keys), np.int64)
+    taus, shifts, sigmas = np.zeros(k, np.int64), np.zeros(k), np.zeros(k)
+    z_after = np.empty((k, len(z)))
+    op, j, t, drawn, reason = 0, int(ops[0, 0]) if len(ops) else 0, int(t), 0, DONE
+    while True:
+        tail_keys, tail_steps, tail_len = index.tail_buffers()
+        op, j, t, tail_len, drawn, reason = mixed_steps(
+            lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent, tomb_filter, tail_keys, tail_steps, tail_len, t,
+            steps, ops, op, j, lipschitz, diameter, steps_u, multipliers, noise, drawn, taus, shifts, sigmas, z_after)
+        index.set_tail_len(tail_len)
+        index.advance_merge()
+        if reason != TAIL_FULL:
+            return t, steps, taus, shifts, sigmas, z_after, reason
+        index.merge(paced=True)
 
 
 def check_labels(loss, y) -> np.ndarray:

@@ -1,0 +1,173 @@
+"""A poll batch's inserts and deletes in one pass (core/mixed.py) against the one-by-one path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
+from worker.olu.core.index import record_key
+from worker.olu.core.mixed import learn_and_unlearn
+
+from .test_contract import assert_same_state
+
+DIM = 6
+
+
+def _model(seed: int, **kw) -> PassiveOLU:
+    cls = kw.pop("cls", PassiveOLU)
+    return cls(dim=DIM, l2=0.01, radius=5.0, rho=kw.pop("rho", 1.0), noise_rng=np.random.default_rng(seed), **kw)
+
+
+def _rows(rng, n):
+    X = rng.normal(size=(n, DIM))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    return X, rng.choice([-1.0, 1.0], n)
+
+
+def _fed(seed: int, n0: int, **kw) -> tuple[PassiveOLU, list[str]]:
+    rng = np.random.default_rng(1000 + seed)
+    model = _model(seed, **kw)
+    ids = [f"r-{i}" for i in range(n0)]
+    model.learn_many(ids, *_rows(rng, n0))
+    return model, ids
+
+
+def _batch(model, rng, b: int, earlier: list[str], n: int = 500, deletes: int = 12, pool=None):
+    """A batch of ``n`` rows, ``deletes`` of them deletes (of earlier records, of this batch's own
+    inserts before them, of ids never seen, or ``pool``'s); the rest inserts."""
+    ids = [f"s-{b}-{i}" for i in range(n)]
+    X, y = _rows(rng, n)
+    rows = sorted(rng.choice(np.arange(1, n), deletes, replace=False).tolist())
+    names = []
+    for k, row in enumerate(rows):
+        kind = k % 4 if pool is None else 4
+        names.append(earlier[int(rng.integers(len(earlier)))] if kind in (0, 1) else
+                     ids[int(rng.integers(row))] if kind == 2 else f"never-{b}-{k}" if kind == 3 else pool[k])
+    names = list(dict.fromkeys(names))  # a key deleted twice in one batch is not this path's case
+    rows = rows[:len(names)]
+    keys, X, y = model.prepare_batch(ids, X, y)
+    spans, prev = [], 0
+    for row in rows:
+        if row > prev:
+            spans.append((prev, row))
+        prev = row + 1
+    spans.append((prev, n))
+    return keys, X, y, spans, rows, names
+
+
+def _one_by_one(model, keys, X, y, spans, rows, names):
+    ops = sorted([(first, stop, None) for first, stop in spans] + [(r, r, k) for k, r in enumerate(rows)])
+    done = []
+    for first, stop, k in ops:
+        if k is None:
+            model.learn_prepared(keys[first:stop], X[first:stop], y[first:stop])
+        else:
+            done.append(model.unlearn_request([names[k]]))
+    return done
+
+
+def _assert_same(a, b):
+    assert_same_state(a, b)  # z, t, index, tombstones, ledger, accountant, counters: bit for bit
+    assert (a.noise_meter.tau, a.noise_meter.var) == (b.noise_meter.tau, b.noise_meter.var)
+    assert a.deletions_applied == b.deletions_applied
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_pass_changes_the_model_exactly_as_one_by_one(seed):
+    rng = np.random.default_rng(seed)
+    n0 = [300, 5_000, 40_000, 64_000, 1_000, 20_000][seed]
+    fast, earlier = _fed(seed, n0)
+    slow, _ = _fed(seed, n0)
+    taken = 0
+    for b in range(4):
+        batch = _batch(fast, rng, b, earlier)
+        keys, X, y, spans, rows, names = batch
+        mixed = learn_and_unlearn(fast, keys, X, y, spans, rows, [record_key(r) for r in names], names)
+        if mixed is None:
+            _one_by_one(fast, *batch)
+        taken += mixed is not None
+        expected = _one_by_one(slow, *batch)
+        _assert_same(fast, slow)
+        if mixed is not None:
+            assert mixed.deletions == expected
+            assert mixed.applied + mixed.skipped == sum(stop - first for first, stop in spans)
+            states = [s for s in mixed.states if s is not None]
+            assert len(states) == sum(d.changed_model for d in expected) > 0
+            assert states[-1]["t"] <= fast.t and np.array_equal(states[-1]["z"], states[-1]["z"])
+        earlier += [f"s-{b}-{i}" for i in range(500)]
+    assert taken >= 3  # the tail filled at most once
+
+
+def test_each_state_is_the_deletion_state_right_after_its_deletion():
+    rng = np.random.default_rng(9)
+    fast, earlier = _fed(9, 2_000)
+    slow, _ = _fed(9, 2_000)
+    keys, X, y, spans, rows, names = _batch(fast, rng, 0, earlier)
+    mixed = learn_and_unlearn(fast, keys, X, y, spans, rows, [record_key(r) for r in names], names)
+    ops = sorted([(first, stop, None) for first, stop in spans] + [(r, r, k) for k, r in enumerate(rows)])
+    for first, stop, k in ops:
+        if k is None:
+            slow.learn_prepared(keys[first:stop], X[first:stop], y[first:stop])
+            continue
+        done = slow.unlearn_request([names[k]])
+        state = mixed.states[k]
+        if not done.changed_model:
+            assert state is None
+            continue
+        expected = slow.deletion_state()
+        assert state.keys() == expected.keys()
+        assert np.asarray(state["z"]).tobytes() == expected["z"].tobytes()
+        assert {k: v for k, v in state.items() if k != "z"} == {k: v for k, v in expected.items() if k != "z"}
+
+
+def test_every_deletion_draws_its_own_noise_and_none_of_it_is_kept():
+    model, earlier = _fed(3, 3_000)
+    model._noise_rng = None  # OS entropy, as in production
+    drawn = []
+    rows_of = model._noise_rows
+    model._noise_rows = lambda n: drawn.append(rows_of(n)) or drawn[-1]
+    keys, X, y, spans, rows, names = _batch(model, np.random.default_rng(3), 0, earlier, pool=earlier[:12])
+    mixed = learn_and_unlearn(model, keys, X, y, spans, rows, [record_key(r) for r in names], names)
+    assert [d.outcome for d in mixed.deletions] == ["noised"] * 12
+    assert [d.index for d in mixed.deletions] == list(range(1, 13))  # one charge and one ledger entry each
+    assert len(model.ledger) == 12 and model.accountant.deletions == 12
+    assert drawn[0].shape == (12, DIM) and not drawn[0].any()  # zeroed once added (invariant 1)
+    steps = [np.asarray(s["z"]) for s in mixed.states]
+    assert all(not np.array_equal(a, b) for a, b in zip(steps, steps[1:]))
+
+
+def _untouched(model, before):
+    after = model.export_state()
+    assert after["meta"] == before["meta"]
+    for k, v in before["arrays"].items():
+        assert np.asarray(after["arrays"][k]).tobytes() == np.asarray(v).tobytes(), k
+
+
+@pytest.mark.parametrize("case", ["inserted after its delete", "deleted twice", "per-request unit",
+                                  "another rule", "a subclass", "capacity", "tail fills"])
+def test_where_the_pass_cannot_keep_the_order_it_changes_nothing(case):
+    kw = {"privacy_unit": "per-request"} if case == "per-request unit" else {
+        "cls": PassiveRestartOLU} if case == "another rule" else {"capacity": 5} if case == "capacity" else {}
+    if case == "a subclass":
+        kw = {"cls": type("Tuned", (PassiveOLU,), {})}  # the fact is the class's own, never inherited
+    model, earlier = _fed(4, 65_336 if case == "tail fills" else 2_000, **kw)  # 200 of room
+    keys, X, y, spans, rows, names = _batch(model, np.random.default_rng(4), 0, earlier, n=500, deletes=8,
+                                            pool=earlier[:8])
+    if case == "inserted after its delete":
+        names[0] = "s-0-499"
+    elif case == "deleted twice":
+        names[1] = names[0]
+    before = model.export_state()
+    assert learn_and_unlearn(model, keys, X, y, spans, rows, [record_key(r) for r in names], names) is None
+    _untouched(model, before)
+
+
+def test_a_record_applied_twice_is_left_to_the_one_by_one_path():
+    model, earlier = _fed(5, 1_000)
+    model.learn_one(earlier[10], np.full(DIM, 0.1), 1)  # r-10 applied a second time
+    keys, X, y, spans, rows, names = _batch(model, np.random.default_rng(5), 0, earlier, deletes=4,
+                                            pool=[earlier[3], earlier[10], earlier[20], earlier[30]])
+    before = model.export_state()
+    assert learn_and_unlearn(model, keys, X, y, spans, rows, [record_key(r) for r in names], names) is None
+    _untouched(model, before)

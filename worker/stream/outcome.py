@@ -1,0 +1,49 @@
+"""What a partition's runner hands back to the loop: releases, dead letters, counts, snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Release:
+    key: bytes
+    value: bytes
+    headers: list
+    version: int
+    trigger: str
+    deletion_started: float | None = None  # monotonic time the delete was handled (latency metric)
+    noise_std: float | None = None  # the value's privacy.noise_std and noise_to_signal, for the gauges
+    noise_to_signal: float | None = None
+
+
+@dataclass
+class DeadLetterOut:
+    message: object
+    reason: str
+    detail: str
+
+
+@dataclass
+class Outcome:
+    """What one call produced for the loop to publish; ``resume_at`` is set when processing stopped."""
+
+    releases: list[Release] = field(default_factory=list)
+    dead_letters: list[DeadLetterOut] = field(default_factory=list)
+    resume_at: int | None = None
+    inserts: int = 0
+    deletes: int = 0
+    tombstones: int = 0  # of ``deletes``: null-value deletes (metric op="tombstone")
+    deletions: list = field(default_factory=list)  # the engine's Deletion results, in order
+    skipped: int = 0
+    refused: int = 0  # deletes refused for an exhausted privacy budget (also in ``dead_letters``)
+
+
+@dataclass
+class PendingSnapshot:
+    offset: int
+    header: dict
+    arrays: dict
+    shared: dict  # immutable array groups: the store writes each once (state/store.py)
+    purge_due_at: float | None  # set: objects before ``offset`` must be purged (invariant 6)
+    since_previous: float = 0.0  # seconds since the previous snapshot of the partition began
