@@ -378,3 +378,27 @@ def test_multipliers_refuse_where_a_charge_could_be_refused():
     near = PrivacyAccountant(budget=1.0)
     near._rho = 1.0 - 1e-12  # a budget all but spent (a restored state, say)
     assert near.multipliers(1) is None and near.multipliers(0) == []
+
+
+def test_the_newton_root_of_the_conversion_is_bisections_root():
+    """The improved conversion finds its order by Newton's steps, then float by float; bisection
+    (the reference) ends at the same float pair wherever the function is monotone in floats."""
+    from worker.olu.privacy.analysis import rdp
+
+    rng = np.random.default_rng(5)
+    exact = 0
+    cases = [(float(10 ** rng.uniform(-12, 4)), float(10 ** rng.uniform(-15, -1))) for _ in range(2_000)]
+    for rho, delta in cases + [(1e-300, 1e-5), (1e300, 1e-5), (1.0, 0.5)]:
+        L, log_rho = -math.log(delta), math.log(rho)
+
+        def g(x, L=L, log_rho=log_rho):
+            return rdp._scaled_exp(2 * x, rho) + rdp._softplus(x) - L
+
+        def dg(x, log_rho=log_rho):
+            return 2.0 * rdp._scaled_exp(2 * x, rho) + 1.0 / (1.0 + math.exp(-x))
+
+        x0 = 0.5 * (math.log(L) - log_rho)
+        newton, bisection = rdp._newton_root(g, dg, x0), rdp._root(g, x0)
+        assert newton == pytest.approx(bisection, rel=1e-13, abs=1e-300)
+        exact += newton == bisection
+    assert exact >= 0.99 * len(cases)

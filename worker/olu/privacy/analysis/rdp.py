@@ -112,6 +112,28 @@ def _root(g, x0: float) -> float:
     return 0.5 * (lo + hi)
 
 
+def _newton_root(g, dg, x0: float) -> float:
+    """:func:`_root` of an increasing convex ``g`` with derivative ``dg``, in ~8 evaluations of
+    each against bisection's ~60 (a release after a deletion converts a new slope): Newton's
+    steps, then float by float to the pair bisection ends with (the last x with g(x) < 0 and the
+    next float). Bisection where Newton leaves the finite floats."""
+    x = x0
+    for _ in range(100):
+        step = g(x) / dg(x)
+        if not math.isfinite(step):
+            return _root(g, x0)
+        if abs(step) <= 4 * math.ulp(x):
+            break
+        x -= step
+    lo = x
+    while g(lo) >= 0:
+        lo = math.nextafter(lo, -math.inf)
+    hi = math.nextafter(lo, math.inf)
+    while g(hi) < 0:
+        lo, hi = hi, math.nextafter(hi, math.inf)
+    return 0.5 * (lo + hi)
+
+
 def _check(rho: float, delta: float, method: str) -> tuple[float, float]:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -130,12 +152,16 @@ def _improved(rho: float, delta: float) -> tuple[float, float]:
     L, log_rho = -math.log(delta), math.log(rho)
     exp, log1p, inf = math.exp, math.log1p, math.inf
 
-    def g(x):  # _scaled_exp(2 x, rho) + _softplus(x) - L, inlined (a release computes it ~60 times)
+    def g(x):  # _scaled_exp(2 x, rho) + _softplus(x) - L, inlined
         y = 2 * x + log_rho
         return (exp(y) if y < 709.0 else inf) + (x + log1p(exp(-x)) if x > 0 else log1p(exp(x))) - L
 
+    def dg(x):  # 2 rho e^{2x} + sigmoid(x)
+        y = 2 * x + log_rho
+        return 2.0 * (exp(y) if y < 709.0 else inf) + (1.0 / (1.0 + exp(-x)) if x > -700.0 else 0.0)
+
     # the cap: any h > 0 gives a valid bound; it only matters for denormal rho
-    x = min(_root(g, 0.5 * (math.log(L) - log_rho)), _X_MAX)
+    x = min(_newton_root(g, dg, 0.5 * (math.log(L) - log_rho)), _X_MAX)
     h, sp = math.exp(x), _softplus(x)
     return max(0.0, (1 + h) * rho - _softplus(-x) + (L - sp) / h), 1.0 + h
 
