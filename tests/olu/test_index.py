@@ -202,6 +202,22 @@ def test_keyset_behaves_like_a_set_and_round_trips_its_layout(operations):
         assert len(keys.filter) * 64 >= len(keys) * FILTER_BITS_PER_KEY
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 3_000), max_size=60), max_size=12), st.integers(2, 50))
+def test_keyset_add_many_is_add_in_a_loop(batches, recent_keys):
+    """A poll batch's tombstones in one call: the same base, recent and filter as one by one,
+    through merges and filter rebuilds in the middle of a batch."""
+    one, many = KeySet(recent_keys=recent_keys), KeySet(recent_keys=recent_keys)
+    for batch in batches:
+        many.prefetch(np.array(batch[:5], np.uint64))  # answers "absent" that the adds make stale
+        for k in batch:
+            one.add(k)
+        many.add_many(np.array(batch, np.uint64))
+        assert many.base.tolist() == one.base.tolist() and many.recent.tolist() == one.recent.tolist()
+        assert np.array_equal(many.filter, one.filter)
+        assert all(k in many for k in batch)
+
+
 def filter_passes(words: np.ndarray, key: int) -> bool:
     """The filter's answer for ``key``, in plain Python (kernels.merge._filter_slot's formula)."""
     h = (key * 0x9E3779B97F4A7C15) % 2**64

@@ -230,13 +230,13 @@ def test_deletion_noise_comes_from_os_entropy_blocks_one_row_each(monkeypatch):
     assert abs(noise.mean()) < 0.2 and 0.8 < noise.std() < 1.2  # N(0, 1) rows, scaled by each sigma
     source = entropy.OsEntropy()
     handed = source.gaussian(3)
-    assert source._rows[0] is None and handed.any()  # a used row is not kept by the source
-    assert all(row is not handed and row.shape == (3,) for row in source._rows[1:])
-    pending = np.array(source._rows[1:])
+    assert not source._rows[0].any() and handed.any()  # a used row is not kept by the source
+    assert source._rows[1:].any(axis=1).all() and not np.shares_memory(handed, source._rows)
+    pending = source._rows[1:].copy()
     monkeypatch.setattr(entropy.os, "getpid", lambda: -1)  # a forked child must not repeat the parent's rows
     child = source.gaussian(3)
     assert source._row == 1 and not (pending == child).all(axis=1).any()
-    assert all(row is not None for row in source._rows[1:])  # a new block, not the parent's rest
+    assert source._rows[1:].any(axis=1).all()  # a new block, not the parent's rest
 
 
 def test_noise_rows_for_a_batch_are_rows_of_the_same_source_handed_out_once(monkeypatch):
@@ -249,9 +249,9 @@ def test_noise_rows_for_a_batch_are_rows_of_the_same_source_handed_out_once(monk
     rows = source.gaussian_rows(entropy.ENTROPY_DRAWS + 5, 4)  # the rest of one block, then a new one
     assert rows.shape == (entropy.ENTROPY_DRAWS + 5, 4) and source._row == 6
     assert len({r.tobytes() for r in np.vstack([first, rows])}) == entropy.ENTROPY_DRAWS + 6
-    assert all(r is None for r in source._rows[:6]) and all(r is not None for r in source._rows[6:])
+    assert not source._rows[:6].any() and source._rows[6:].any(axis=1).all()  # handed out once
     assert abs(rows.mean()) < 0.2 and 0.8 < rows.std() < 1.2
-    pending = np.array(source._rows[6:])
+    pending = source._rows[6:].copy()
     monkeypatch.setattr(entropy.os, "getpid", lambda: -1)
     child = source.gaussian_rows(2, 4)
     assert source._row == 2 and not any((pending == row).all(axis=1).any() for row in child)

@@ -30,57 +30,57 @@ class OsEntropy:
     def __init__(self):
         self._held: np.random.Generator | None = None
         self._pid, self._left = -1, 0
-        self._rows: list = []  # standard-normal rows for the next deletions (gaussian); None once handed out
+        self._rows = np.zeros((0, 0))  # standard-normal rows for the next deletions (gaussian)
         self._row, self._rows_pid = 0, -1
 
     def gaussian(self, dim: int) -> np.ndarray:
         """A fresh N(0, I_dim) draw: one of ``ENTROPY_DRAWS`` rows drawn at once from a new
-        OS-seeded generator, each an array of its own, handed out once and then no longer held
-        here (a new block in a forked child). The caller may scale it in place.
+        OS-seeded generator, handed out once as an array of its own and zeroed here (a new
+        block in a forked child). The caller may scale it in place.
 
         Why a block: numpy releases the GIL while it fills an array, and a busy thread (the delta
         writer, in a burst of deletions) then takes it; a draw of ten numbers per deletion cost
-        the loop ~15 us of waiting for it to come back. Why rows split up front: handing one out
-        is then a list read, with no numpy call on a deletion's path.
+        the loop ~15 us of waiting for it to come back.
 
         >>> source = OsEntropy()
         >>> a, b = source.gaussian(3), source.gaussian(3)
         >>> a.shape, bool((a != b).any())
         ((3,), True)
         """
-        rows, j = self._block(dim)
-        row = rows[j]
-        rows[j] = None  # handed out once: a used row is not kept here (invariant 1)
-        self._row = j + 1
-        return row
-
-    def _block(self, dim: int) -> tuple[list, int]:
-        """The rows of the current block and the next one to hand out (a new block if it is spent,
-        of another dimension, or the parent's)."""
-        rows, j = self._rows, self._row
-        if j >= len(rows) or rows[j].shape[0] != dim or self._rows_pid != os.getpid():
-            block = np.random.default_rng().standard_normal((ENTROPY_DRAWS, dim))
-            rows = self._rows = [row.copy() for row in block]
-            block[:] = 0.0  # only the rows hold the noise now
-            j, self._row, self._rows_pid = 0, 0, os.getpid()
-        return rows, j
+        return self.gaussian_rows(1, dim)[0]
 
     def gaussian_rows(self, n: int, dim: int) -> np.ndarray:
         """``n`` draws of :meth:`gaussian` as the rows of one array (a poll batch's deletions,
-        noised in one compiled pass); the caller zeroes it once the noise is added.
+        noised in one compiled pass), from as many blocks as they need; the caller zeroes it
+        once the noise is added.
 
         >>> OsEntropy().gaussian_rows(2, 3).shape
         (2, 3)
         """
+        if n == 1:  # the common one-by-one draw: one slice, no loop
+            rows, j = self._block(dim)
+            out = rows[j:j + 1].copy()
+            rows[j] = 0.0  # handed out once: a used row is not kept here (invariant 1)
+            self._row = j + 1
+            return out
         out = np.empty((n, dim))
         k = 0
         while k < n:
             rows, j = self._block(dim)
             take = min(n - k, len(rows) - j)
             out[k:k + take] = rows[j:j + take]
-            rows[j:j + take] = [None] * take  # handed out once
+            rows[j:j + take] = 0.0
             self._row, k = j + take, k + take
         return out
+
+    def _block(self, dim: int) -> tuple[np.ndarray, int]:
+        """The current block and its next row to hand out (a new block if it is spent, of another
+        dimension, or the parent's)."""
+        rows, j = self._rows, self._row
+        if j >= len(rows) or rows.shape[1] != dim or self._rows_pid != os.getpid():
+            rows = self._rows = np.random.default_rng().standard_normal((ENTROPY_DRAWS, dim))
+            j, self._row, self._rows_pid = 0, 0, os.getpid()
+        return rows, j
 
     def generator(self) -> np.random.Generator:
         """The generator for the next draw."""

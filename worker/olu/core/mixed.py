@@ -91,8 +91,8 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
     for k, (dead, here) in enumerate(zip(tombstoned, in_batch)):
         if here >= 0 and not dead:  # the record this batch applied: out of the index now
             popped[k] = model.index.pop(delete_keys[k])
-        if not dead:  # in delete order, as one by one: the key set's layout depends on it
-            model.tombstones.add(delete_keys[k])
+    # in delete order, as one by one: the key set's layout depends on it
+    model.tombstones.add_many(dkeys[[not dead for dead in tombstoned]])
     n_applied = int(np.count_nonzero(steps))
     model.z, model.t = z, t
     model.counters["applied"] += n_applied

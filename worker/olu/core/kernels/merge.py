@@ -266,6 +266,20 @@ def keyset_insert(base, recent, n, k, words):
     return n + 1
 
 
+@jit(nogil=False)
+def keyset_insert_many(base, recent, n, ks, start, words, stop_at):
+    """:func:`keyset_insert` of ``ks[start], ks[start + 1], ...`` in order, until the set's
+    ``recent`` length reaches ``stop_at`` (where the caller merges or rebuilds the filter) or the
+    keys run out; (the new length, the next key's position)."""
+    j = start
+    while j < ks.shape[0] and n < stop_at:
+        m = keyset_insert(base, recent, n, ks[j], words)
+        if m >= 0:
+            n = m
+        j += 1
+    return n, j
+
+
 # The tombstone filter (``KeySet.filter``): a blocked Bloom filter, two bits of one 64-bit word
 # per key, so that the learning kernel (kernels/ogd.py, which has its own copy of these two
 # helpers: numba's disk cache tracks one file per kernel) binary-searches the tombstones only for
