@@ -175,6 +175,33 @@ def test_a_merge_drops_the_prefetched_positions():
     assert [len(r) for r in idx.runs] == [1]
     assert idx.pop(6) == [2] and len(idx) == 0
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.booleans()), min_size=1, max_size=80),
+       st.lists(st.integers(1, 32), min_size=1, max_size=12, unique=True), st.booleans())
+def test_pop_each_is_pop_in_a_loop(adds, keys, undo):
+    """A poll batch's deletes popped at once: the same steps and the same index afterwards as
+    one pop() each, through runs, the tail, holes, keys applied twice and undo."""
+    def build():
+        idx = AppliedIndex(tail_size=8)
+        for step, (key, merge_now) in enumerate(adds, 1):
+            idx.add(key, step)
+            if merge_now:
+                idx.merge()
+        idx.pop(adds[0][0])  # a hole or a dead position to step over
+        return idx
+
+    one, many = build(), build()
+    one.begin_pops(), many.begin_pops()
+    assert many.pop_each(keys) == [one.pop(k) for k in keys]
+    if undo:
+        for _ in keys:
+            one.undo_pop(), many.undo_pop()
+    assert one.to_arrays()["applied_keys"].tolist() == many.to_arrays()["applied_keys"].tolist()
+    assert one.to_arrays()["applied_steps"].tolist() == many.to_arrays()["applied_steps"].tolist()
+    assert [sorted(r.dead) for r in one.runs] == [sorted(r.dead) for r in many.runs]
+    assert one._tail_keys.tolist() == many._tail_keys.tolist() and len(one) == len(many)
+
+
 # ------------------------------------------------------------------ tombstones: base + recent
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("add"), st.integers(1, 40)),

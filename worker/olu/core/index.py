@@ -204,6 +204,40 @@ class AppliedIndex:
             found.sort()
         return found
 
+    def pop_each(self, keys: list[int]) -> list[list[int]]:
+        """:meth:`pop` of each of the distinct ``keys`` in order, each undoable like one, with the
+        runs and the tail searched for all of them in one compiled call (a poll batch's deletes:
+        a call each cost ~2 us of dispatch apiece). A key found more than once goes through pop()."""
+        if not keys:
+            return []
+        self._lookup_list()
+        found = np.empty((len(keys), 5), np.int64)
+        merge_kernels().find_each(self._lookup_keys, np.array(keys, np.uint64), self._tail_keys, self._tail_len,
+                                  self._tail_slots, self._slotted, found)
+        self._slotted = self._tail_len
+        if self._prefetched:  # answered here: pop() must not take these stale positions later
+            for key in keys:
+                self._prefetched.pop(key, None)
+        popped = []
+        for key, (m, r, pos, count, tail_pos) in zip(keys, found.tolist()):
+            if m > 1 or count > 1 or not key:
+                popped.append(self.pop(key))
+                continue
+            steps, marked, in_tail = [], [], []
+            if m == 1 and pos not in self.runs[r].dead:
+                run = self.runs[r]
+                steps.append(int(run.steps[pos]))
+                run.dead.add(pos)
+                marked.append((run, pos))
+            if count == 1:
+                steps.append(int(self._tail_steps[tail_pos]))
+                self._tail_keys[tail_pos] = 0
+                self._tail_holes += 1
+                in_tail.append(tail_pos)
+            self._undo.append((marked, np.uint64(key), in_tail))
+            popped.append(sorted(steps) if len(steps) > 1 else steps)
+        return popped
+
     def holds(self, key: int) -> bool:
         """Whether a live step is applied under ``key`` (read-only :meth:`pop`)."""
         hits, in_tail = self._find(np.uint64(key))

@@ -26,13 +26,11 @@ shift times a multiplier: ``per-request``), or any model but a plain passive one
 
 from __future__ import annotations
 
-import bisect
 from typing import NamedTuple
 
 import numpy as np
 
 from .deletion import Deletion
-from .index import merge_kernels
 from .kernels.loader import compiled
 from .schedules import StronglyConvex
 
@@ -64,23 +62,24 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
     learned = sum(stop - first for first, stop in spans)
     if learned >= model.index.tail_room():  # a merge inside the pass would see the pops early
         return None
-    dkeys = np.asarray(delete_keys, np.uint64)
-    in_batch = _inserted_here(keys, spans, dkeys, delete_rows)
-    if in_batch is None:
+    keys, dkeys = np.ascontiguousarray(keys, np.uint64), np.asarray(delete_keys, np.uint64)
+    ops = np.empty((len(spans) + len(delete_rows), 3), np.int64)
+    in_batch = np.empty(len(delete_rows), np.int64)
+    if not kernels.plan_pass(keys, np.array(spans, np.int64).reshape(-1, 2), np.array(delete_rows, np.int64),
+                             dkeys, ops, in_batch):
         return None
     tombstoned = [k in model.tombstones for k in delete_keys]
-    popped = _pop_applied(model, delete_keys, tombstoned, in_batch)
+    popped = _pop_applied(model, delete_keys, tombstoned, in_batch.tolist())
     if popped is None:
         return None
-    applied = [k for k, steps in enumerate(popped) if steps]
-    steps_u = np.array([popped[k][0] for k in applied], np.int64)
+    steps_u = np.array([steps[0] if steps else 0 for steps in popped], np.int64)
+    applied = int(np.count_nonzero(steps_u))
     earliest = min([model.t + 1] + [steps[0] for steps in popped if steps and steps[0] > 0])
-    multipliers = model.accountant.multipliers(len(applied))
+    multipliers = model.accountant.multipliers(applied)
     if multipliers is None or earliest + 1 < schedule._regular_from or not earliest + schedule.t0 > 0:
         _undo_pops(model, popped)  # a step before the closed form (log_contraction), or a refusal
         return None
-    noise = model._noise_rows(len(applied))
-    ops = _ops(spans, [delete_rows[k] for k in applied])
+    noise = model._noise_rows(applied)
     z = np.array(model.z, dtype=np.float64)
     try:
         t, steps, taus, shifts, sigmas, z_after, _ = kernels.run_mixed(
@@ -88,7 +87,7 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
             model.ball.diameter, steps_u, np.asarray(multipliers, np.float64), noise)
     finally:
         noise[:] = 0.0  # the noise lives in the iterate only (invariant 1)
-    for k, (dead, here) in enumerate(zip(tombstoned, in_batch)):
+    for k, (dead, here) in enumerate(zip(tombstoned, in_batch.tolist())):
         if here >= 0 and not dead:  # the record this batch applied: out of the index now
             popped[k] = model.index.pop(delete_keys[k])
     # in delete order, as one by one: the key set's layout depends on it
@@ -101,42 +100,21 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
     return MixedBatch(n_applied, learned - n_applied, deletions, states)
 
 
-def _inserted_here(keys, spans, dkeys, delete_rows) -> list[int] | None:
-    """For each delete, the learned row of this batch that inserts its key before it, or -1;
-    None when the pass cannot keep the order: a key deleted twice, inserted twice, or inserted
-    after its delete (the one-by-one path then keeps it)."""
-    order = np.argsort(dkeys)
-    wanted = dkeys[order]
-    if (wanted[1:] == wanted[:-1]).any():
-        return None
-    found = np.empty(len(keys), np.int64)
-    found = found[:merge_kernels().rows_with_keys(np.ascontiguousarray(keys, np.uint64), wanted, found)]
-    here = [-1] * len(dkeys)
-    firsts = [first for first, _ in spans]
-    for row in found.tolist():  # few rows, if any: deletes of the batch's own inserts
-        span = bisect.bisect_right(firsts, row) - 1
-        if span < 0 or row >= spans[span][1]:
-            continue  # a row the pass does not learn
-        k = int(order[np.searchsorted(wanted, keys[row])])
-        if here[k] >= 0 or row > delete_rows[k]:
-            return None
-        here[k] = row
-    return here
-
-
 def _pop_applied(model, delete_keys, tombstoned, in_batch) -> list[list[int]] | None:
     """Each delete's applied steps, popped from the index ([] for a duplicate or a record never
     applied; [-(r + 1)] for a record row r of this batch inserts); None, with every pop undone,
     if a record was applied more than once."""
     index = model.index
     index.begin_pops()
+    fresh = [k for k, dead in zip(delete_keys, tombstoned) if not dead]
+    found = iter(index.pop_each(fresh))
     popped = []
-    for k, dead, here in zip(delete_keys, tombstoned, in_batch):
-        steps = [] if dead else index.pop(k)
+    for dead, here in zip(tombstoned, in_batch):
+        steps = [] if dead else next(found)
         popped.append(steps if here < 0 or dead else [-(here + 1)] + steps)
-        if len(popped[-1]) > 1:
-            _undo_pops(model, popped)
-            return None
+    if any(len(steps) > 1 for steps in popped):
+        _undo_pops(model, popped)
+        return None
     return popped
 
 
@@ -145,31 +123,19 @@ def _undo_pops(model, popped) -> None:
         model.index.undo_pop()
 
 
-def _ops(spans, rows) -> np.ndarray:
-    """The pass's program in row order: (first, stop, -1) learns a span, (row, row, k) applies
-    deletion k (a deletion's row is in no span)."""
-    ops = np.empty((len(spans) + len(rows), 3), np.int64)
-    ops[:len(spans), :2] = spans if spans else np.empty((0, 2), np.int64)
-    ops[:len(spans), 2] = -1
-    ops[len(spans):, 0] = ops[len(spans):, 1] = rows
-    ops[len(spans):, 2] = np.arange(len(rows))
-    return ops[np.argsort(ops[:, 0], kind="stable")]
-
-
 def _account(model, popped, tombstoned, ids, steps_u, taus, shifts, sigmas, z_after):
     """Phase 3: charge, ledger and meter of each deletion in row order, and the answers."""
     accountant, epoch, ledger, meter = model.accountant, model.epoch, model.ledger, model.noise_meter
     earlier = accountant.lifetime_deletions - accountant.deletions  # of closed epochs
     facts = zip(steps_u.tolist(), taus.tolist(), shifts.tolist(), sigmas.tolist(), z_after)
     deletions, states = [], []
-    for j, steps in enumerate(popped):
+    for j, (steps, (u, tau, shift, sigma, z)) in enumerate(zip(popped, facts)):
         if not steps:
             dead = tombstoned[j]
             deletions.append(Deletion("duplicate" if dead else "not_applied", not_applied=() if dead else (ids[j],),
                                       duplicates=(ids[j],) if dead else ()))
             states.append(None)
             continue
-        u, tau, shift, sigma, z = next(facts)
         if shift == 0.0:
             result = Deletion("exact", accountant.deletions, 0.0, 0.0, (u,), records=1)
         else:

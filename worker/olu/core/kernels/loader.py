@@ -18,7 +18,7 @@ class CompiledKernels:
         self.record_keys, self.check_labels = hashing.record_keys, ogd.check_labels
         self._ingest_batch, self._checked_rows = hashing.ingest_batch, hashing.checked_rows
         self.plan_for, self.run_batch, self.ogd_steps = ogd.plan_for, ogd.run_batch, ogd.ogd_steps
-        self.run_mixed = ogd.run_mixed
+        self.run_mixed, self.plan_pass = ogd.run_mixed, ogd.plan_pass
         self.DONE, self.STEP_OVERFLOW = ogd.DONE, ogd.STEP_OVERFLOW
 
     def front(self, model, record_ids, X, y, keys=None):

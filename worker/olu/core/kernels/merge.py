@@ -208,27 +208,22 @@ def find_keys(runs, ks, out):
 
 
 @jit(nogil=False)
+def find_each(runs, ks, tail_keys, tail_len, slots, indexed, out):
+    """:func:`find_key` for each key of ``ks`` in one call (a poll batch's deletes, popped
+    together): row j of ``out`` gets (hits, first run, first position, tail hits, first tail
+    position) of ``ks[j]``."""
+    none = np.empty(0, np.int64)
+    _index_tail(tail_keys, tail_len, slots, indexed)
+    for j in range(ks.shape[0]):
+        out[j, 0], out[j, 1], out[j, 2] = _find_in_runs(runs, ks[j], none, none)
+        out[j, 3], out[j, 4] = _find_in_tail(ks[j], tail_keys, slots, none)
+
+
+@jit(nogil=False)
 def find_tail(k, tail_keys, tail_len, slots, indexed, out_tail):
     """The tail's part of :func:`find_key`: (hits, first position); positions go to ``out_tail``."""
     _index_tail(tail_keys, tail_len, slots, indexed)
     return _find_in_tail(k, tail_keys, slots, out_tail)
-
-
-@jit(nogil=False)
-def rows_with_keys(keys, wanted, out):
-    """The rows j whose ``keys[j]`` is in the sorted, non-empty ``wanted`` (a poll batch's deletes),
-    written to ``out`` (room for every row) in row order; how many."""
-    m = wanted.shape[0]
-    count = 0
-    for j in range(keys.shape[0]):
-        k = keys[j]
-        if k < wanted[0] or k > wanted[m - 1]:
-            continue
-        p = _lower_bound(wanted, m, k)
-        if wanted[p] == k:
-            out[count] = j
-            count += 1
-    return count
 
 
 @jit(nogil=False)

@@ -178,6 +178,50 @@ def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, no
     return shift, sigma
 
 
+@jit(nogil=False)
+def plan_pass(keys, spans, rows, dkeys, ops, here):
+    """The program of :func:`mixed_steps` for a poll batch, or False where the pass cannot keep
+    the one-by-one order: a key deleted twice, inserted twice in the learned rows, or inserted
+    after its delete. ``spans`` (m x 2: first, stop) are the rows to learn and ``rows`` (ascending)
+    the deletes' rows, ``dkeys`` their keys. Fills ``ops`` (m + len(rows) entries, row order: see
+    :func:`mixed_steps`) and ``here[k]``, the learned row that inserts delete k's key before it
+    (-1: none, the usual case)."""
+    n_del = dkeys.shape[0]
+    order = np.argsort(dkeys)
+    wanted = dkeys[order]
+    for i in range(1, n_del):
+        if wanted[i] == wanted[i - 1]:
+            return False
+    here[:] = -1
+    for s in range(spans.shape[0]):
+        for j in range(spans[s, 0], spans[s, 1]):
+            key = keys[j]
+            if key < wanted[0] or key > wanted[n_del - 1]:
+                continue
+            lo, hi = 0, n_del
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if wanted[mid] < key:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if wanted[lo] == key:
+                k = order[lo]
+                if here[k] >= 0 or j > rows[k]:
+                    return False
+                here[k] = j
+    a, b, m = 0, 0, 0
+    while a < spans.shape[0] or b < n_del:
+        if b >= n_del or (a < spans.shape[0] and spans[a, 0] < rows[b]):
+            ops[m, 0], ops[m, 1], ops[m, 2] = spans[a, 0], spans[a, 1], -1
+            a += 1
+        else:
+            ops[m, 0], ops[m, 1], ops[m, 2] = rows[b], rows[b], b
+            b += 1
+        m += 1
+    return True
+
+
 @jit
 def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
                 tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, ops, op, start, lipschitz, diameter,
@@ -187,7 +231,7 @@ def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombs
 
     ``ops[m] = (first, stop, k)``: learn rows first..stop-1 as :func:`ogd_steps` does, then, when
     k >= 0, apply deletion k (:func:`_unlearn_step`) of the record applied at step ``steps_u[k]``,
-    or, where that is -(r + 1), of the record row r of this batch applied. The ``drawn``-th
+    or, where that is -(r + 1), of the record row r of this batch applied (0: nothing to apply). The ``drawn``-th
     deletion that adds noise takes ``noise[drawn]`` and ``multipliers[drawn]`` (the accountant's
     next ones). Deletion k leaves its record's step in ``steps_u[k]``, its own step in ``taus[k]``,
     ``shifts[k]``, ``sigmas[k]`` and its post-noise iterate in ``z_after[k]``. Stops like
@@ -206,7 +250,7 @@ def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombs
             if reason != DONE:
                 return op, j, t, tail_len, drawn, reason
         k = ops[op, 2]
-        if k >= 0:
+        if k >= 0 and steps_u[k] != 0:  # 0: a delete that changes nothing (duplicate, never applied)
             if steps_u[k] < 0:  # applied in this batch, at the step the pass gave its row
                 steps_u[k] = steps_out[-steps_u[k] - 1]
             shift, sigma = _unlearn_step(z, radius, t, sa, sb, lipschitz, diameter, steps_u[k], multipliers[drawn],
