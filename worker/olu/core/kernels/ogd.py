@@ -39,8 +39,9 @@ _MAX_STEP = 2**32 - 1  # the index stores steps as uint32
 
 # --------------------------------------------------------------------------- the OGD kernel
 @jit
-def _contains(sorted_keys, key):
-    """Binary search in a sorted uint64 array."""
+def _lower_bound(sorted_keys, key):
+    """The first position of the sorted ``sorted_keys`` whose key is not below ``key`` (kernels/merge.py
+    has its own: numba's disk cache tracks one file per kernel)."""
     lo, hi = 0, sorted_keys.shape[0]
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -48,7 +49,24 @@ def _contains(sorted_keys, key):
             lo = mid + 1
         else:
             hi = mid
+    return lo
+
+
+@jit
+def _contains(sorted_keys, key):
+    """Binary search in a sorted uint64 array."""
+    lo = _lower_bound(sorted_keys, key)
     return lo < sorted_keys.shape[0] and sorted_keys[lo] == key
+
+
+@jit
+def _project(z, sq, radius):
+    """``Ball.project`` in place, given ``sq`` = ||z||^2: z * (r / ||z||) outside the ball."""
+    norm = math.sqrt(sq)
+    if not norm <= radius:
+        scale = radius / norm
+        for i in range(z.shape[0]):
+            z[i] = z[i] * scale
 
 
 # The tombstone filter's word and bits of a key: the same two helpers as kernels/merge.py's
@@ -134,11 +152,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
             zi = z[i] - eta * (s * X[j, i] + lam * z[i])
             z[i] = zi
             sq += zi * zi
-        norm = math.sqrt(sq)
-        if not norm <= radius:  # Ball.project: z * (r / ||z||)
-            scale = radius / norm
-            for i in range(d):
-                z[i] = z[i] * scale
+        _project(z, sq, radius)
         tail_keys[tail_len] = key
         tail_steps[tail_len] = np.uint32(t)
         tail_len += 1
@@ -170,11 +184,7 @@ def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, no
         zi = z[i] + noise_row[i] * sigma
         z[i] = zi
         sq += zi * zi
-    norm = math.sqrt(sq)
-    if not norm <= radius:  # Ball.project: z * (r / ||z||)
-        scale = radius / norm
-        for i in range(d):
-            z[i] = z[i] * scale
+    _project(z, sq, radius)
     return shift, sigma
 
 
@@ -198,13 +208,7 @@ def plan_pass(keys, spans, rows, dkeys, ops, here):
             key = keys[j]
             if key < wanted[0] or key > wanted[n_del - 1]:
                 continue
-            lo, hi = 0, n_del
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if wanted[mid] < key:
-                    lo = mid + 1
-                else:
-                    hi = mid
+            lo = _lower_bound(wanted, key)
             if wanted[lo] == key:
                 k = order[lo]
                 if here[k] >= 0 or j > rows[k]:
@@ -291,6 +295,17 @@ def plan_for(model):
     return lk, float(loss.lam), sk, float(sa), float(sb), float(model.ball.radius)
 
 
+def _contiguous(keys, X, y):
+    """A batch as the kernels take it."""
+    return (np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(X, dtype=np.float64),
+            np.ascontiguousarray(y, dtype=np.float64))
+
+
+def _tombstone_arrays(tombstones):
+    """What the kernels read of a ``KeySet``: its sorted base and recent keys and its filter."""
+    return tombstones.base, tombstones.recent, tombstones.filter
+
+
 def run_batch(plan, z, t, index, tombstones, keys, X, y):
     """Drive :func:`ogd_steps` over a whole batch, pacing the index's merges as its tail fills.
 
@@ -300,10 +315,7 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
     rows from ``consumed`` on were not touched (only when the step counter would overflow).
     """
     lk, lam, sk, sa, sb, radius = plan
-    keys = np.ascontiguousarray(keys, dtype=np.uint64)
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    y = np.ascontiguousarray(y, dtype=np.float64)
-    tomb, recent, tomb_filter = tombstones.base, tombstones.recent, tombstones.filter
+    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y), _tombstone_arrays(tombstones)
     n = len(keys)
     steps = np.zeros(n, np.int64)
     j, t, reason = 0, int(t), DONE
@@ -325,10 +337,7 @@ def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diamete
     the same way. ``steps_u`` is updated in place. Returns (t, steps, taus, shifts, sigmas, z_after,
     stop reason); on a step overflow the ops from the stopping one on were not applied."""
     lk, lam, sk, sa, sb, radius = plan
-    keys = np.ascontiguousarray(keys, dtype=np.uint64)
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    y = np.ascontiguousarray(y, dtype=np.float64)
-    tomb, recent, tomb_filter = tombstones.base, tombstones.recent, tombstones.filter
+    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y), _tombstone_arrays(tombstones)
     k = len(steps_u)
     steps = np.zeros(len(keys), np.int64)
     taus, shifts, sigmas = np.zeros(k, np.int64), np.zeros(k), np.zeros(k)
