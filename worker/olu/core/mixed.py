@@ -5,23 +5,27 @@ a learning call for the inserts before it, then ``unlearn_request`` with ~40 Pyt
 tombstones, noise, accountant, ledger, meter), each running cold in the CPU's caches after the
 batch's other work. :func:`learn_and_unlearn` does the same work in three phases instead:
 
-1. Before the pass, in Python: the deletes' bookkeeping that does not depend on the inserts
-   around them. Which keys are tombstoned already (duplicates), each applied record's step ``u``
-   (popped from the index), the record's sensitivity and the first term of its contraction, the
-   accountant's next noise multipliers, and one N(0, I) row per applied record.
+1. Before the pass: the deletes' bookkeeping that does not depend on the inserts around them.
+   The conflict checks and the pass's program (``kernels.ogd.plan_pass``), which keys are
+   tombstoned already (duplicates), each applied record's step ``u`` (the batch's pops in one
+   search, ``AppliedIndex.pop_each``), the accountant's next noise multipliers, and one N(0, I)
+   row per applied record.
 2. One compiled pass (``kernels.ogd.mixed_steps``): the inserts and deletions in row order. A
    deletion's shift needs the step ``tau`` it happens at, and its noise moves the iterate the
-   later inserts learn from, so both run inside the pass.
-3. After the pass, in Python, in row order: the charges, ledger entries and noise meter, from
-   the pass's (tau, shift, sigma) of each deletion.
+   later inserts learn from, so both run inside the pass. A record this batch inserted before
+   its delete takes its step from the pass and leaves the index after it.
+3. After the pass, in row order: the charges, ledger entries and noise meter from the pass's
+   (tau, shift, sigma) of each deletion, and the batch's tombstones (``KeySet.add_many``).
 
 Same state changes as the one-by-one path: the same formulas (each deletion its own noise draw,
-charge and ledger entry), in the same order. The phases may be reordered only because nothing in
-the batch reads what they write before the pass does. Where that could fail, the function
-returns None having changed nothing, and the caller takes the one-by-one path: a delete of a
-key the batch also inserts, a key deleted twice, a record applied more than once, a step before
-the schedule's closed form, an accountant that could refuse a charge (or whose sigma is not
-shift times a multiplier: ``per-request``), or any model but a plain passive one.
+charge and ledger entry), in the same order, so the same state bit for bit, the index's and the
+tombstones' layout included. The phases may be reordered only because nothing in the batch reads
+what they write before the pass does. Where that could fail, the function returns None having
+changed nothing, and the caller takes the one-by-one path: a key inserted after its delete, or
+twice, or deleted twice, a record applied more than once, an index tail that would fill inside
+the pass (its merge would see the pops early), a step before the schedule's closed form, an
+accountant that could refuse a charge (or whose sigma is not shift times a multiplier:
+``per-request``), or any model but a plain passive one.
 """
 
 from __future__ import annotations
