@@ -428,6 +428,17 @@ WARM_UP_COVERS = textwrap.dedent("""
         m.unlearn_one(f"future-{start}")
         if start == 400:
             m = load_model(frozen_copy(m.export_state()), noise_rng=rng)
+    # a poll batch's inserts and deletes in one pass (core/mixed.py), on frozen runs and base
+    from worker.olu.core.index import record_key
+    from worker.olu.core.mixed import learn_and_unlearn
+    index_module.TAIL_SIZE = 1 << 10  # room for the pass
+    m = load_model(frozen_copy(m.export_state()), noise_rng=rng)
+    batch = [f"b{i}" for i in range(40)]
+    keys, Xb, yb = m.prepare_batch(batch, X[:40], y[:40])
+    dels = [ids[851], "b3", "nobody"]  # an earlier record, one of this batch's, one never seen
+    done = learn_and_unlearn(m, keys, Xb, yb, [(0, 10), (11, 20), (21, 30), (31, 40)], [10, 20, 30],
+                             [record_key(r) for r in dels], dels)
+    assert [d.outcome for d in done.deletions] == ["noised", "noised", "not_applied"]
     a = ActiveD2D(dim=3, l2=0.1, radius=5.0, max_deletions=10, rho=1.0, noise_rng=rng)
     a.learn_many(ids[:50], X[:50], y[:50])
     a.unlearn_one(ids[40])

@@ -11,7 +11,7 @@ from ..index import AppliedIndex, Run, merge_pair
 from ..losses import Logistic, Ridge
 from ..tombstones import KeySet
 from .hashing import blake2b64_many, checked_rows, ingest_batch
-from .ogd import LOSS_LOGISTIC, SCHED_STRONGLY_CONVEX, run_batch
+from .ogd import LOSS_LOGISTIC, SCHED_STRONGLY_CONVEX, plan_pass, run_batch, run_mixed
 
 compile_seconds: float | None = None  # set by warm_up()
 
@@ -52,6 +52,16 @@ def warm_up() -> float:
     for key in (2, 9):  # the recent keys (a writable buffer) and the frozen base
         _ = key in tombstones
     tombstones.prefetch(np.array([2, 9], np.uint64))
+    # a poll batch's inserts and deletes in one pass (core/mixed.py): its plan, the pass, the pops
+    # and the tombstones of the whole batch
+    ops, here = np.empty((3, 3), np.int64), np.empty(1, np.int64)
+    batch_keys = np.arange(30, 34, dtype=np.uint64)
+    plan_pass(batch_keys, np.array([[0, 2], [3, 4]], np.int64), np.array([2], np.int64), np.array([10], np.uint64),
+              ops, here)
+    run_mixed(plan, np.zeros(2), 100, index, tombstones, batch_keys, X[:4], y[:4], ops, 1.0, 2.0,
+              np.array([5], np.int64), np.ones(1), np.zeros((1, 2)))
+    deleting.pop_each([8, 9])
+    tombstones.add_many(np.array([4, 5], np.uint64))
     raw = b"r-1"
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
     for loss in (Logistic(0.1), Ridge(0.1)):  # learn_many's front: both label kinds
