@@ -57,19 +57,13 @@ class OsEntropy:
         >>> OsEntropy().gaussian_rows(2, 3).shape
         (2, 3)
         """
-        if n == 1:  # the common one-by-one draw: one slice, no loop
-            rows, j = self._block(dim)
-            out = rows[j:j + 1].copy()
-            rows[j] = 0.0  # handed out once: a used row is not kept here (invariant 1)
-            self._row = j + 1
-            return out
         out = np.empty((n, dim))
         k = 0
         while k < n:
             rows, j = self._block(dim)
             take = min(n - k, len(rows) - j)
             out[k:k + take] = rows[j:j + take]
-            rows[j:j + take] = 0.0
+            rows[j:j + take] = 0.0  # handed out once: a used row is not kept here (invariant 1)
             self._row, k = j + take, k + take
         return out
 

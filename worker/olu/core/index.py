@@ -185,7 +185,11 @@ class AppliedIndex:
     def pop(self, key: int) -> list[int]:
         """Remove and return every step applied under ``key`` (ascending)."""
         k = np.uint64(key)
-        hits, in_tail = self._find(k)
+        return self._remove(k, *self._find(k))
+
+    def _remove(self, k: np.uint64, hits: list[tuple[int, int]], in_tail: list[int]) -> list[int]:
+        """:meth:`pop` of key ``k`` found at ``hits`` (run, position; dead ones included) and at the
+        tail positions ``in_tail``."""
         found: list[int] = []
         marked: list[tuple[Run, int]] = []
         runs = self.runs
@@ -220,22 +224,10 @@ class AppliedIndex:
                 self._prefetched.pop(key, None)
         popped = []
         for key, (m, r, pos, count, tail_pos) in zip(keys, found.tolist()):
-            if m > 1 or count > 1 or not key:
+            if m > 1 or count > 1 or not key:  # the positions beyond the first are not in ``found``
                 popped.append(self.pop(key))
-                continue
-            steps, marked, in_tail = [], [], []
-            if m == 1 and pos not in self.runs[r].dead:
-                run = self.runs[r]
-                steps.append(int(run.steps[pos]))
-                run.dead.add(pos)
-                marked.append((run, pos))
-            if count == 1:
-                steps.append(int(self._tail_steps[tail_pos]))
-                self._tail_keys[tail_pos] = 0
-                self._tail_holes += 1
-                in_tail.append(tail_pos)
-            self._undo.append((marked, np.uint64(key), in_tail))
-            popped.append(sorted(steps) if len(steps) > 1 else steps)
+            else:
+                popped.append(self._remove(np.uint64(key), [(r, pos)] if m else [], [tail_pos] if count else []))
         return popped
 
     def holds(self, key: int) -> bool:
