@@ -314,6 +314,23 @@ def confine_self(cpus: set[int]) -> None:
     _pin_threads(os.getpid(), cpus)
 
 
+def cores_layout(cores: str) -> dict:
+    """Apply a bench's ``--cores`` once its servers have started: ``shared`` (every process on every
+    core) or ``split`` (the broker and the S3 server on the last usable CPU, this process and
+    whatever it starts on the others, as in a deployment). Returns what was done, for the report."""
+    usable = sorted(os.sched_getaffinity(0))
+    if cores == "shared":
+        return {"cores": "shared", "cpus": usable}
+    if len(usable) < 2:
+        raise SystemExit("--cores split needs at least 2 usable CPUs")
+    servers, rest = {usable[-1]}, set(usable[:-1])
+    pinned = confine(("java", "weed"), servers)
+    confine_self(rest)
+    print(f"cores split: broker and S3 server ({pinned} threads) on CPU {usable[-1]}; this process (the worker "
+          f"and its clients) on CPU {', '.join(map(str, sorted(rest)))}")
+    return {"cores": "split", "servers_cpus": sorted(servers), "worker_cpus": sorted(rest), "server_threads": pinned}
+
+
 # --------------------------------------------------------------------------- servers
 def _own_server(what: str, variables: str) -> None:
     if os.environ.get(NO_OWN_SERVERS):

@@ -298,21 +298,6 @@ def stall_report(worker, merges: list, t0: float, t1: float) -> dict:
             "background_snapshots": [(a - t0, b - a) for a, b in bg]}
 
 
-def cores_layout(cores: str) -> dict:
-    """Apply ``--cores`` (the servers have just started); returns what was done, for the report."""
-    usable = sorted(os.sched_getaffinity(0))
-    if cores == "shared":
-        return {"cores": "shared", "cpus": usable}
-    if len(usable) < 2:
-        raise SystemExit("--cores split needs at least 2 usable CPUs")
-    servers, rest = {usable[-1]}, set(usable[:-1])
-    pinned = h.confine(("java", "weed"), servers)
-    h.confine_self(rest)
-    print(f"cores split: broker and S3 server ({pinned} threads) on CPU {usable[-1]}; worker, producer and "
-          f"observer on CPU {', '.join(map(str, sorted(rest)))}")
-    return {"cores": "split", "servers_cpus": sorted(servers), "worker_cpus": sorted(rest), "server_threads": pinned}
-
-
 def cpu_report(cpu, worker, t0: float, t1: float) -> dict:
     """Print and return the average cores each piece used in the delete phase, split into the
     stretches while a full snapshot was being written in the background and the rest."""
@@ -486,7 +471,7 @@ def main(argv=None) -> int:
                 self.snapshot_windows.append((t0, time.monotonic()))
 
     with h.kafka() as (bootstrap, broker_source), h.s3() as server:
-        layout = cores_layout(args.cores)
+        layout = h.cores_layout(args.cores)
         topic, params, dlq = h.unique("bench.events"), h.unique("bench.params"), h.unique("bench.dlq")
         h.create_topics(bootstrap, [topic, params, dlq])
         sets = {"log_level": "WARNING", "state_url": f"s3://{server.bucket}/{h.unique('bench')}",

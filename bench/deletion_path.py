@@ -73,6 +73,7 @@ TOPIC = "events"
 # (label, where, attribute): the steps the breakdown times, outermost first
 STEPS = (
     ("decode the deletes", "module", "decode_message"),
+    ("look the deletes up ahead (prefetch)", "model", "prefetch_deletes"),
     ("batch with deletes, one pass (all of it)", "runner", "_process_mixed"),
     ("  engine pass: inserts and deletes", "module", "learn_and_unlearn"),
     ("    index lookups (pop_each)", "index", "pop_each"),

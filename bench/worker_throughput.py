@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/worker_throughput.py [--events 1000000] [--delete-fracs 0,0.001] [--repeat 1]
         [--formats avro,json-schema,protobuf] [--format-events 100000] [--quick] [--no-profile] [--s3]
+        [--cores shared|split]
         [--out DIR]
 
 A local Kafka broker is started (worker.devtools.kafka_local) unless ``KAFKA_BOOTSTRAP_SERVERS`` is
@@ -52,6 +53,10 @@ started here (worker.devtools.registry_local) unless ``OLU_TEST_SCHEMA_REGISTRY_
 the schema from its cache, so the rates are decoding, not network. Fewer events than the JSON
 streams by default: JSON Schema decodes at a few thousand records per second
 (bench/format_throughput.py).
+
+``--cores split`` pins the broker (and the S3 server, the registry) to one CPU and this process to
+the others, as in a deployment where the broker runs elsewhere: the ratios then show what the loop
+itself costs, without the servers taking their share of its cores (``shared``, the default).
 
 ``--s3`` puts the worker's state (deltas and full snapshots) on a local S3 server (SeaweedFS)
 instead of file://: each deletion's delta is then a PUT, which is what bounds deletion-heavy streams.
@@ -419,6 +424,9 @@ def main(argv=None) -> int:
                         "in the same rounds (issue 19: >= 0.8x the rate without rotation), e.g. 400000,5000")
     p.add_argument("--s3", action="store_true",
                    help="the worker's state on a local S3 server (SeaweedFS) instead of file://")
+    p.add_argument("--cores", choices=("shared", "split"), default="shared",
+                   help="where the processes run: shared (default) or split (the broker and S3 server on one "
+                        "CPU, the worker on the others: what the loop costs without the servers beside it)")
     p.add_argument("--formats", default=",".join(FORMATS),
                    help="registry input formats to time next to JSON (default: all three; '' for none)")
     p.add_argument("--format-events", type=int, default=100_000,
@@ -448,6 +456,7 @@ def main(argv=None) -> int:
 
     with (h.kafka() as (bootstrap, broker_source), (h.s3() if args.s3 else contextlib.nullcontext()) as server,
           (h.registry() if formats else contextlib.nullcontext((None, None))) as (registry_url, registry_source)):
+        layout = h.cores_layout(args.cores)
         if server is not None:  # the worker's state (deltas, snapshots) on the S3 server instead of file://
             sets.setdefault("state_url", f"s3://{server.bucket}/{h.unique('bench')}")
         # The profile (if any) is of the last stream: the one with deletions, where the time goes.
@@ -520,7 +529,8 @@ def main(argv=None) -> int:
         "config": {"events": n, "dim": 10, "delete_fracs": fracs, "seed": args.seed,
                    "release_every_events": RELEASE_EVERY, "snapshot_every_events": SNAPSHOT_EVERY,
                    "state": "file:// (temp dir)", "kernel_warm_up_s": compile_s, "quick": args.quick,
-                   "repeat": args.repeat, "overrides": sets, "formats": formats, "format_events": n_formats},
+                   "repeat": args.repeat, "overrides": sets, "formats": formats, "format_events": n_formats,
+                   "layout": layout},
         "streams": [{**s, "targets": t} for s, t in zip(streams, judged)],
         # the stream the target is judged on, at the top level as before
         "produce": streams[0]["produce"],

@@ -117,10 +117,12 @@ class PartitionRunner:
         rows = self._checked_rows(scan) if len(stretches) > 1 else None
         if rows is not None:  # test-then-train on the batch's inserts, as for a batch of inserts only
             self._observe_loss(rows[1], rows[2], scan.accepted)
-        # the rest (deletes, framed records, dead letters) decoded at once, the deletes looked up together
+        # the rest (deletes, framed records, dead letters) decoded at once, the deletes' ids hashed
         decoded = self._decode_rest(messages, stretches) if scan is not None else None
         if rows is not None:  # up to the batch's last delete in one engine pass, where it applies
             stretches = stretches[self._process_mixed(messages, rows, decoded, stretches, last_candidate, out):]
+        if decoded is not None:  # the deletes left to take one by one, looked up together
+            self._prefetch(decoded, stretches)
         for start, stop, accepted in stretches:
             if accepted and rows is not None:
                 self._apply_checked(rows, start, stop, messages, out)
@@ -229,29 +231,39 @@ class PartitionRunner:
     def _decode_rest(self, messages: list, stretches: list) -> tuple[dict, dict]:
         """({position: event or DeadLetter}, {position: record keys of a delete}) for the messages
         of the stretches the compiled scan did not take. Decoding is pure, so doing it up front
-        changes nothing but the cost: the batch's deletes are looked up in the model together."""
+        changes nothing but the cost: the batch's delete ids are hashed in one call."""
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
         events = {j: self._decoded(messages[j], dim, max_bytes)
                   for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
-        return events, self._prefetch(events)
+        return events, self._delete_keys(events)
 
-    def _prefetch(self, events: dict) -> dict[int, list[int]]:
-        """Hash the ids of the deletes among ``events`` and look them all up in the model at once
-        (one compiled call each for the index and the tombstones instead of one per delete); the
-        ``record_key`` s of each delete, by position. Only a hint: on an id the hashing refuses, none."""
+    @staticmethod
+    def _delete_keys(events: dict) -> dict[int, list[int]]:
+        """The ``record_key`` s of each delete among ``events``, by position; none on an id the
+        hashing refuses (the delete itself says why, when its turn comes)."""
         deletes = [(j, e.ids) for j, e in events.items() if isinstance(e, Delete) and e.ids]
-        prefetch = getattr(self.model, "prefetch_deletes", None)
-        if len(deletes) < 2 or prefetch is None:
+        if not deletes:
             return {}
         try:
-            keys = record_keys([r for _, ids in deletes for r in ids])
-        except InvalidExample:  # the delete itself says why, when its turn comes
+            flat = record_keys([r for _, ids in deletes for r in ids]).tolist()
+        except InvalidExample:
             return {}
-        prefetch(keys)
-        flat, by_event, at = keys.tolist(), {}, 0
+        by_event, at = {}, 0
         for j, ids in deletes:
             by_event[j], at = flat[at:at + len(ids)], at + len(ids)
         return by_event
+
+    def _prefetch(self, decoded: tuple[dict, dict], stretches: list) -> None:
+        """Look the deletes of ``stretches`` up in the model at once (one compiled call each for
+        the index and the tombstones instead of one per delete). Only for the deletes taken one
+        by one: the one-pass path searches the index itself, and a second search of every run
+        cost a poll batch ~120 us. Only a hint: results are the same with or without it."""
+        keys = decoded[1]
+        prefetch = getattr(self.model, "prefetch_deletes", None)
+        wanted = [k for start, stop, accepted in stretches if not accepted
+                  for j in range(start, stop) for k in keys.get(j, ())]
+        if len(wanted) >= 2 and prefetch is not None:
+            prefetch(np.array(wanted, np.uint64))
 
     @property
     def blocked(self) -> bool:
