@@ -27,6 +27,8 @@ from worker.olu.privacy import ledger as ledger_module
 from worker.olu.privacy.analysis.noise import release_noise_std
 from worker.olu.privacy.ledger import Ledger
 from worker.olu.privacy.meter import NoiseMeter
+from worker.olu.rotation import Rotation
+from worker.stream.releases import noise_figures
 
 SCHEDULES = {
     "strongly-convex": {},
@@ -219,3 +221,18 @@ def test_rewind_reports_none_while_a_step_may_expand():
     assert m.schedule.gamma(m.t_fit + 1) > 1.0, "the test needs an expansive step after the fit"
     assert m.unlearn_one("r5").outcome == "noised"
     assert m.release_noise_std() is None
+
+
+def test_noise_figures_are_the_two_figures_of_every_algorithm():
+    """A release reads both figures through ``noise_figures()`` (the bound computed once): the same
+    values as the two calls, for every algorithm and for a rotation (its active model's)."""
+    models = [PassiveOLU(dim=2, noise_rng=np.random.default_rng(0)), MemoryPair(dim=2, l2=0.1),
+              DPTreeOnlineFrankWolfe(dim=2, dp_horizon=16), Retrain(dim=2), RewindToDelete(dim=2),
+              Rotation(PassiveOLU, lifetime_events=64, dim=2, noise_rng=np.random.default_rng(1))]
+    for model in models:
+        ids, X, y = synthetic_stream(20, 2, seed=0)
+        model.learn_many(ids, X, y)
+        model.unlearn_one(ids[15])
+        assert model.noise_figures() == (model.release_noise_std(), model.noise_to_signal()), type(model)
+        assert noise_figures(model) == model.noise_figures()
+    assert models[0].noise_figures()[0] > 0.0 and models[-1].noise_figures()[0] > 0.0  # noised, not vacuous

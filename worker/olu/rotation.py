@@ -154,6 +154,9 @@ class Rotation:
     def noise_to_signal(self) -> float | None:
         return self.active.noise_to_signal()
 
+    def noise_figures(self) -> tuple[float | None, float | None]:
+        return self.active.noise_figures()
+
     @property
     def model_age(self) -> int:
         """Events since the active model was born."""

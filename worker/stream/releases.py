@@ -30,7 +30,8 @@ def _json_number(value: float | None) -> float | None:
 def noise_figures(model) -> tuple[float | None, float | None]:
     """(noise std bound, noise-to-signal ratio) of the model's current release, from public constants
     and the ledger (docs/accounting.md 10); None where the algorithm's noise is not tracked."""
-    return model.release_noise_std(), model.noise_to_signal()
+    figures = getattr(model, "noise_figures", None)  # the bound computed once, where the model can
+    return figures() if figures is not None else (model.release_noise_std(), model.noise_to_signal())
 
 
 def request_report(ids, deletion) -> dict:
@@ -47,7 +48,7 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
     ``request``: the report of the deletion request the state directly follows (see
     :func:`request_report`), else None."""
     weights = model.weights
-    if not np.all(np.isfinite(weights)):
+    if not np.isfinite(weights).all():  # the method: np.all's wrapper cost ~10 us a release
         raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
     privacy = model.privacy()
     noise_std, noise_to_signal = noise_figures(model) if noise is None else noise

@@ -49,7 +49,15 @@ class MeteredNoise:
     def noise_to_signal(self) -> float | None:
         """``release_noise_std() sqrt(d) / ||z||``: inf for noise on zero weights, None for neither
         (or untracked noise)."""
+        return self._to_signal(self.release_noise_std())
+
+    def noise_figures(self) -> tuple[float | None, float | None]:
+        """(:meth:`release_noise_std`, :meth:`noise_to_signal`), the bound computed once (a release
+        needs both)."""
         std = self.release_noise_std()
+        return std, self._to_signal(std)
+
+    def _to_signal(self, std: float | None) -> float | None:
         if std is None:
             return None
         z = self.z
