@@ -245,6 +245,17 @@ def test_keyset_add_many_is_add_in_a_loop(batches, recent_keys):
         assert all(k in many for k in batch)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 400), max_size=80), st.lists(st.integers(1, 500), max_size=40), st.integers(2, 30))
+def test_keyset_holds_each_is_membership_key_by_key(added, asked, recent_keys):
+    keys = KeySet(recent_keys=recent_keys)
+    for k in added:
+        keys.add(k)
+    asked_keys = np.array(asked, np.uint64)
+    keys.prefetch(asked_keys[:3])  # a prefetch's answers do not change the truth
+    assert keys.holds_each(asked_keys) == [k in keys for k in asked] == [k in set(added) for k in asked]
+
+
 def filter_passes(words: np.ndarray, key: int) -> bool:
     """The filter's answer for ``key``, in plain Python (kernels.merge._filter_slot's formula)."""
     h = (key * 0x9E3779B97F4A7C15) % 2**64

@@ -72,7 +72,7 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
     if not kernels.plan_pass(keys, np.array(spans, np.int64).reshape(-1, 2), np.array(delete_rows, np.int64),
                              dkeys, ops, in_batch):
         return None
-    tombstoned = [k in model.tombstones for k in delete_keys]
+    tombstoned = model.tombstones.holds_each(dkeys)
     popped = _pop_applied(model, delete_keys, tombstoned, in_batch.tolist())
     if popped is None:
         return None

@@ -98,6 +98,12 @@ class KeySet:
             return False
         return merge_kernels().keyset_find(self._base, self._recent, self._n, np.uint64(key)) != 0
 
+    def holds_each(self, keys: np.ndarray) -> list[bool]:
+        """``[k in self for k in keys]`` (uint64) in one compiled call (a poll batch's deletes)."""
+        found = np.empty(len(keys), np.int64)
+        merge_kernels().keyset_find_many(self._base, self._recent, self._n, keys, found)
+        return (found != 0).tolist()
+
     def prefetch(self, keys: np.ndarray) -> None:
         """Look ``keys`` (uint64) up in one compiled call (a poll batch's deletes): the absent ones
         are answered from a set until they are added (adds of other keys leave the answers true)."""
