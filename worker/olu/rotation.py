@@ -35,6 +35,7 @@ import numpy as np
 from .core.base import OnlineUnlearner
 from .core.deletion import Deletion
 from .core.index import record_key
+from .core.mixed import MixedBatch, prepare_pass
 from .exceptions import BudgetExhausted, ConfigError, InvalidState
 from .privacy.accountant import rdp_to_dp
 from .privacy.analysis.split import capacity_for_rate
@@ -266,6 +267,53 @@ class Rotation:
         return Deletion(base.outcome, base.index, base.sigma, base.shift, base.steps,
                         records=len(ids) - len(not_applied) - len(duplicates), not_applied=not_applied,
                         duplicates=duplicates)
+
+    def learn_and_unlearn(self, keys, X, y, spans, delete_rows, delete_keys, delete_ids) -> MixedBatch | None:
+        """:func:`worker.olu.core.mixed.learn_and_unlearn` of a rotation: the batch in one pass per
+        model (each with its own noise and charges), each delete answered and its state given as
+        :meth:`unlearn_request` and :meth:`deletion_state` would. None, nothing changed, for the
+        disjoint variant (its models learn different rows), a batch that reaches a promotion, or
+        where a pass does not apply to one of the models (the others' pops are undone)."""
+        learned = sum(stop - first for first, stop in spans)
+        if self.variant != "overlap" or self.events % self.half + learned >= self.half:
+            return None
+        passes = []
+        for m in self.models:
+            prepared = prepare_pass(m, keys, X, y, spans, delete_rows, delete_keys, delete_ids)
+            if prepared is None:
+                for other in passes:
+                    other.cancel()
+                return None
+            passes.append(prepared)
+        events, done = self.events, [p.run() for p in passes]
+        self.events += learned
+        deletions, at = [], []
+        for k, (row, record_id) in enumerate(zip(delete_rows, delete_ids)):
+            results, points = [b.deletions[k] for b in done], [b.points[k] for b in done]
+            changed = [r for r in results if r.changed_model]
+            self.deletions_applied += bool(changed)
+            self.requests += bool(changed)
+            base = changed[0] if changed else results[0]
+            not_applied = (record_id,) if all(record_id in r.not_applied for r in results) else ()
+            duplicates = results[0].duplicates
+            deletions.append(Deletion(base.outcome, base.index, base.sigma, base.shift, base.steps,
+                                      records=1 - len(not_applied) - len(duplicates), not_applied=not_applied,
+                                      duplicates=duplicates))
+            before = sum(max(0, min(stop, row) - first) for first, stop in spans)  # events learned before it
+            at.append(self._state_at(points, events + before))
+        applied = done[0].applied  # the active model's, as learn_prepared counts
+        states = [state if d.changed_model else None for d, state in zip(deletions, at)]
+        return MixedBatch(applied, learned - applied, deletions, states, at)
+
+    def _state_at(self, points: list[dict], events: int) -> dict:
+        """:meth:`deletion_state` from each model's state (``MixedBatch.points``) at one deletion."""
+        active = points[0]
+        state = {"t": active["t"], "epoch": active["epoch"], "generation": self.generation, "events": events,
+                 "deletions": sum(p["deletions"] for p in points), "deletions_applied": self.deletions_applied,
+                 "z": active["z"], "models": [{k: v for k, v in p.items() if k != "z"} for p in points]}
+        if len(points) > 1:
+            state["z_standby"] = points[1]["z"]
+        return state
 
     def deletion_state(self) -> dict:
         """The post-noise iterates of both models (``z``, ``z_standby``) and checkable counters."""

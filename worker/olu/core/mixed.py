@@ -25,7 +25,9 @@ changed nothing, and the caller takes the one-by-one path: a key inserted after 
 twice, or deleted twice, a record applied more than once, an index tail that would fill inside
 the pass (its merge would see the pops early), a step before the schedule's closed form, an
 accountant that could refuse a charge (or whose sigma is not shift times a multiplier:
-``per-request``), or any model but a plain passive one.
+``per-request``), or any model but a plain passive one. A rotation (worker/olu/rotation.py) runs
+the pass on each of its models, all of them prepared (phase 1) before any runs, so that one whose
+pass does not apply leaves every model as it was (:meth:`Pass.cancel`).
 """
 
 from __future__ import annotations
@@ -44,19 +46,33 @@ _MAX_STEP = 2**32 - 1  # the index's step type (kernels/ogd.py)
 class MixedBatch(NamedTuple):
     """What :func:`learn_and_unlearn` did. ``deletions[k]`` answers delete k as
     ``unlearn_request`` would; ``states[k]`` is the model's ``deletion_state()`` right after it
-    when it changed the model, else None."""
+    when it changed the model, else None; ``points[k]`` is that state for every delete, changed
+    or not (a rotation's delta holds both of its models' states at each of its deletions)."""
 
     applied: int
     skipped: int
     deletions: list[Deletion]
     states: list[dict | None]
+    points: list[dict]
 
 
 def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids) -> MixedBatch | None:
     """Learn the rows of ``spans`` ([(first, stop)], row order) and honour delete k at row
     ``delete_rows[k]`` (its record's key ``delete_keys[k]``, id ``delete_ids[k]``), interleaved
     in row order; rows in neither are passed over. ``keys``, ``X``, ``y``: the batch's checked
-    rows (``prepare_batch``). None, with the model unchanged, when this path does not apply."""
+    rows (``prepare_batch``). None, with the model unchanged, when this path does not apply.
+    A model with its own ``learn_and_unlearn`` (a rotation: one pass per model) is asked to."""
+    own = getattr(model, "learn_and_unlearn", None)
+    if own is not None:
+        return own(keys, X, y, spans, delete_rows, delete_keys, delete_ids)
+    prepared = prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids)
+    return None if prepared is None else prepared.run()
+
+
+def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids) -> Pass | None:
+    """Phase 1 of :func:`learn_and_unlearn`: every check, the program and the index pops; the
+    :class:`Pass` to run (or to cancel, which leaves the model as it was), or None with the model
+    unchanged where this path does not apply."""
     if not type(model).__dict__.get("mixes_deletions", False):
         return None
     kernels, plan, schedule = compiled(), model.kernel_plan(), model.schedule
@@ -83,25 +99,45 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
     if multipliers is None or earliest + 1 < schedule._regular_from or not earliest + schedule.t0 > 0:
         _undo_pops(model, popped)  # a step before the closed form (log_contraction), or a refusal
         return None
-    noise = model._noise_rows(applied)
-    z = np.array(model.z, dtype=np.float64)
-    try:
-        t, steps, taus, shifts, sigmas, z_after, _ = kernels.run_mixed(
-            plan, z, model.t, model.index, model.tombstones, keys, X, y, ops, model.constants.L,
-            model.ball.diameter, steps_u, np.asarray(multipliers, np.float64), noise)
-    finally:
-        noise[:] = 0.0  # the noise lives in the iterate only (invariant 1)
-    for k, (dead, here) in enumerate(zip(tombstoned, in_batch.tolist())):
-        if here >= 0 and not dead:  # the record this batch applied: out of the index now
-            popped[k] = model.index.pop(delete_keys[k])
-    # in delete order, as one by one: the key set's layout depends on it
-    model.tombstones.add_many(dkeys[[not dead for dead in tombstoned]])
-    n_applied = int(np.count_nonzero(steps))
-    model.z, model.t = z, t
-    model.counters["applied"] += n_applied
-    model.counters["skipped_deleted"] += learned - n_applied
-    deletions, states = _account(model, popped, tombstoned, delete_ids, steps_u, taus, shifts, sigmas, z_after)
-    return MixedBatch(n_applied, learned - n_applied, deletions, states)
+    return Pass(model, plan, (keys, X, y, ops), learned, (dkeys, delete_keys, delete_ids), tombstoned,
+                in_batch.tolist(), popped, steps_u, multipliers)
+
+
+class Pass:
+    """A checked batch whose index pops are done: :meth:`run` does phases 2 and 3, :meth:`cancel`
+    undoes the pops (a rotation whose other model's pass does not apply)."""
+
+    def __init__(self, model, plan, rows, learned, deletes, tombstoned, in_batch, popped, steps_u, multipliers):
+        self.model, self.plan, self.rows, self.learned, self.deletes = model, plan, rows, learned, deletes
+        self.tombstoned, self.in_batch, self.popped = tombstoned, in_batch, popped
+        self.steps_u, self.multipliers = steps_u, multipliers
+
+    def cancel(self) -> None:
+        _undo_pops(self.model, self.popped)
+
+    def run(self) -> MixedBatch:
+        model, (keys, X, y, ops), (dkeys, delete_keys, delete_ids) = self.model, self.rows, self.deletes
+        tombstoned, popped, steps_u = self.tombstoned, self.popped, self.steps_u
+        noise = model._noise_rows(int(np.count_nonzero(steps_u)))
+        z = np.array(model.z, dtype=np.float64)
+        try:
+            t, steps, taus, shifts, sigmas, z_after, _ = compiled().run_mixed(
+                self.plan, z, model.t, model.index, model.tombstones, keys, X, y, ops, model.constants.L,
+                model.ball.diameter, steps_u, np.asarray(self.multipliers, np.float64), noise)
+        finally:
+            noise[:] = 0.0  # the noise lives in the iterate only (invariant 1)
+        for k, (dead, here) in enumerate(zip(tombstoned, self.in_batch)):
+            if here >= 0 and not dead:  # the record this batch applied: out of the index now
+                popped[k] = model.index.pop(delete_keys[k])
+        # in delete order, as one by one: the key set's layout depends on it
+        model.tombstones.add_many(dkeys[[not dead for dead in tombstoned]])
+        n_applied, learned = int(np.count_nonzero(steps)), self.learned
+        model.z, model.t = z, t
+        model.counters["applied"] += n_applied
+        model.counters["skipped_deleted"] += learned - n_applied
+        deletions, points = _account(model, popped, tombstoned, delete_ids, steps_u, taus, shifts, sigmas, z_after)
+        states = [p if d.changed_model else None for d, p in zip(deletions, points)]
+        return MixedBatch(n_applied, learned - n_applied, deletions, states, points)
 
 
 def _pop_applied(model, delete_keys, tombstoned, in_batch) -> list[list[int]] | None:
@@ -128,28 +164,26 @@ def _undo_pops(model, popped) -> None:
 
 
 def _account(model, popped, tombstoned, ids, steps_u, taus, shifts, sigmas, z_after):
-    """Phase 3: charge, ledger and meter of each deletion in row order, and the answers."""
+    """Phase 3: charge, ledger and meter of each deletion in row order; the answers, and where
+    the model stands after each delete (its ``deletion_state()``)."""
     accountant, epoch, ledger, meter = model.accountant, model.epoch, model.ledger, model.noise_meter
     earlier = accountant.lifetime_deletions - accountant.deletions  # of closed epochs
     facts = zip(steps_u.tolist(), taus.tolist(), shifts.tolist(), sigmas.tolist(), z_after)
-    deletions, states = [], []
+    deletions, points = [], []
     for j, (steps, (u, tau, shift, sigma, z)) in enumerate(zip(popped, facts)):
         if not steps:
             dead = tombstoned[j]
             deletions.append(Deletion("duplicate" if dead else "not_applied", not_applied=() if dead else (ids[j],),
                                       duplicates=(ids[j],) if dead else ()))
-            states.append(None)
-            continue
-        if shift == 0.0:
-            result = Deletion("exact", accountant.deletions, 0.0, 0.0, (u,), records=1)
+        elif shift == 0.0:
+            deletions.append(Deletion("exact", accountant.deletions, 0.0, 0.0, (u,), records=1))
         else:
             accountant.charge(shift, sigma)  # cannot refuse: multipliers() said so
             i = accountant.deletions
             ledger.append_core(i, epoch, tau, u, shift, sigma, accountant.rho)
             meter.add(epoch, tau, sigma)
-            result = Deletion("noised", i, sigma, shift, (u,), records=1)
-        model.deletions_applied += 1
-        deletions.append(result)
-        states.append({"z": z, "t": tau, "epoch": epoch, "deletions": earlier + accountant.deletions,
+            deletions.append(Deletion("noised", i, sigma, shift, (u,), records=1))
+        model.deletions_applied += bool(steps)
+        points.append({"z": z, "t": tau, "epoch": epoch, "deletions": earlier + accountant.deletions,
                        "deletions_applied": model.deletions_applied})
-    return deletions, states
+    return deletions, points

@@ -237,8 +237,9 @@ def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombs
     k >= 0, apply deletion k (:func:`_unlearn_step`) of the record applied at step ``steps_u[k]``,
     or, where that is -(r + 1), of the record row r of this batch applied (0: nothing to apply). The ``drawn``-th
     deletion that adds noise takes ``noise[drawn]`` and ``multipliers[drawn]`` (the accountant's
-    next ones). Deletion k leaves its record's step in ``steps_u[k]``, its own step in ``taus[k]``,
-    ``shifts[k]``, ``sigmas[k]`` and its post-noise iterate in ``z_after[k]``. Stops like
+    next ones). Deletion k leaves its record's step in ``steps_u[k]``, ``shifts[k]`` and ``sigmas[k]``;
+    every delete k, applied or not, the step it happens at in ``taus[k]`` and the (post-noise)
+    iterate after it in ``z_after[k]``. Stops like
     :func:`ogd_steps` (tail full, step overflow), before a row.
 
     Returns (next op, next row, t, tail length, noise rows used, stop reason).
@@ -259,10 +260,12 @@ def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombs
                 steps_u[k] = steps_out[-steps_u[k] - 1]
             shift, sigma = _unlearn_step(z, radius, t, sa, sb, lipschitz, diameter, steps_u[k], multipliers[drawn],
                                          noise[drawn])
-            taus[k], shifts[k], sigmas[k] = t, shift, sigma
-            z_after[k, :] = z
+            shifts[k], sigmas[k] = shift, sigma
             if shift != 0.0:
                 drawn += 1
+        if k >= 0:  # where the model stands at every delete, changed or not (a rotation's other model)
+            taus[k] = t
+            z_after[k, :] = z
         op += 1
         if op < m:
             j = ops[op, 0]
