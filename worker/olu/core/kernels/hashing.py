@@ -2,9 +2,11 @@
 :func:`worker.olu.core.index.record_key`.
 
 Ids of up to one block (128 bytes) are hashed four at a time, one per lane of 256-bit vectors
-(:func:`_compress_lanes`, written in LLVM IR: numba does not vectorise the rounds by itself), about
+(:func:`_hash_lanes`, written in LLVM IR: numba does not vectorise the rounds by itself), about
 70 to 100 ns an id against ~190 ns one at a time and ~600 ns for ``record_key`` in a Python loop.
-Longer ids take the scalar compression, block by block.
+The lanes' state starts from constants in registers: written lane by lane into memory and read
+back as vectors, it cost ~20 ns an id more (the wide loads wait for the narrow stores). Longer ids
+take the scalar compression, block by block.
 
 :func:`ingest` is the compiled front of ``learn_many``: the ids of a batch, joined by NUL bytes,
 hashed, and the batch's rows and labels checked in one call; anything it does not pass untouched
@@ -125,23 +127,36 @@ _G = ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
       (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14))
 
 
-@intrinsic
-def _compress_lanes(typingctx, v, m):
-    """The 12 rounds of BLAKE2b on LANES states at once: ``v`` and ``m`` are uint64[16 * LANES],
-    word i of lane l at ``i * LANES + l`` (state in place; message read).
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
 
-    One round in IR, looped over: the state stays in vector registers (phi nodes) and each round
-    picks its message words through _SIGMA from a stack copy of ``m``. Written out whole, the 12
-    rounds ran a little faster but took LLVM ~2 s to optimise in every kernel that calls them."""
-    sig = types.void(v, m)
+
+@intrinsic
+def _hash_lanes(typingctx, m, lengths, keys):
+    """BLAKE2b-64 of LANES one-block ids at once: ``m`` (uint64[16 * LANES]) holds their message
+    words, word i of lane l at ``i * LANES + l``; ``lengths`` (int64[LANES]) their byte counts;
+    ``keys`` (uint64[LANES]) gets each lane's 64-bit digest (before record_key's "or 1").
+
+    The state starts from constants in vector registers (every lane's IV but the byte counter) and
+    only the digests go back to memory. One round in IR, looped over: the state stays in vector
+    registers (phi nodes) and each round picks its message words through _SIGMA from ``m``.
+    Written out whole, the 12 rounds ran a little faster but took LLVM ~2 s to optimise in every
+    kernel that calls them."""
+    sig = types.void(m, lengths, keys)
 
     def codegen(context, builder, signature, args):
         i32, i64 = ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(i64, LANES)
-        vptr = builder.bitcast(context.make_array(signature.args[0])(context, builder, args[0]).data,
-                               vec.as_pointer())
-        mptr = builder.bitcast(context.make_array(signature.args[1])(context, builder, args[1]).data,
-                               vec.as_pointer())
+
+        def pointer(k):
+            data = context.make_array(signature.args[k])(context, builder, args[k]).data
+            return builder.bitcast(data, vec.as_pointer())
+
+        mptr, lptr, kptr = pointer(0), pointer(1), pointer(2)
+
+        def splat(value):
+            return ir.Constant(vec, [ir.Constant(i64, _signed(int(value)))] * LANES)
+
         table_type = ir.ArrayType(i32, 12 * 16)
         table = cgutils.add_global_variable(builder.module, table_type, "blake2b_sigma_lanes")
         table.linkage = "internal"
@@ -151,9 +166,13 @@ def _compress_lanes(typingctx, v, m):
                                               f"llvm.fshr.v{LANES}i64")
 
         def rotr(x, n):
-            return builder.call(fshr, [x, x, ir.Constant(vec, [ir.Constant(i64, n)] * LANES)])
+            return builder.call(fshr, [x, x, splat(n)])
 
-        v0 = [builder.load(builder.gep(vptr, [ir.Constant(i64, i)]), align=8) for i in range(16)]
+        iv = [int(x) for x in _IV]
+        h0 = iv[0] ^ int(_PARAM0)
+        v0 = ([splat(h0)] + [splat(x) for x in iv[1:]] + [splat(x) for x in iv[:4]]
+              + [builder.xor(splat(iv[4]), builder.load(lptr, align=8)),  # the byte counter
+                 splat(iv[5]), splat(~iv[6] & (2**64 - 1)), splat(iv[7])])  # the last block
         entry = builder.block
         loop = builder.append_basic_block("blake2b_round")
         done = builder.append_basic_block("blake2b_done")
@@ -188,33 +207,27 @@ def _compress_lanes(typingctx, v, m):
             p.add_incoming(x, tail)
         builder.cbranch(builder.icmp_unsigned("<", following, ir.Constant(i64, 12)), loop, done)
         builder.position_at_end(done)
-        for i in range(16):
-            builder.store(vs[i], builder.gep(vptr, [ir.Constant(i64, i)]), align=8)
+        builder.store(builder.xor(splat(h0), builder.xor(vs[0], vs[8])), kptr, align=8)  # h0 ^ v0 ^ v8
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 @numba.njit(inline="always", nogil=True)
-def _load_lane(v, m, lane, buf, begin, length):
-    """Set lane ``lane`` up for the one-block id buf[begin:begin + length] (1 <= length <= 128)."""
+def _load_lane(m, lengths, lane, buf, begin, length):
+    """Put the one-block id buf[begin:begin + length] (1 <= length <= 128) in lane ``lane``."""
     for i in range(16):
         m[i * LANES + lane] = 0
     for i in range(length):
         m[(i >> 3) * LANES + lane] |= np.uint64(buf[begin + i]) << np.uint64((i & 7) * 8)
-    for i in range(8):
-        v[i * LANES + lane] = _IV[i]
-        v[(i + 8) * LANES + lane] = _IV[i]
-    v[lane] ^= _PARAM0
-    v[12 * LANES + lane] ^= np.uint64(length)  # the byte counter
-    v[14 * LANES + lane] = ~v[14 * LANES + lane]  # the last block
+    lengths[lane] = length
 
 
 @jit
-def _flush_lanes(v, m, filled, rows, out):
-    _compress_lanes(v, m)
+def _flush_lanes(m, lengths, digests, filled, rows, out):
+    _hash_lanes(m, lengths, digests)
     for lane in range(filled):
-        key = _IV[0] ^ _PARAM0 ^ v[lane] ^ v[8 * LANES + lane]
+        key = digests[lane]
         out[rows[lane]] = key if key != 0 else np.uint64(1)  # record_key's "or 1"
 
 
@@ -222,8 +235,9 @@ def _flush_lanes(v, m, filled, rows, out):
 def _hash_ranges(buf, starts, ends, selected, out):
     """``out[k]`` = key of ``buf[starts[k]:ends[k]]`` for every k with ``selected[k]`` (an empty
     ``selected``: every k); one-block ids four at a time, longer ones alone."""
-    v = np.empty(16 * LANES, np.uint64)
     m = np.empty(16 * LANES, np.uint64)
+    lengths = np.zeros(LANES, np.int64)
+    digests = np.empty(LANES, np.uint64)
     h = np.empty(8, np.uint64)
     hm = np.empty(16, np.uint64)
     rows = np.empty(LANES, np.int64)
@@ -236,14 +250,14 @@ def _hash_ranges(buf, starts, ends, selected, out):
         if length > _BLOCK:
             out[k] = blake2b64(buf, starts[k], length, h, hm)
             continue
-        _load_lane(v, m, filled, buf, starts[k], length)
+        _load_lane(m, lengths, filled, buf, starts[k], length)
         rows[filled] = k
         filled += 1
         if filled == LANES:
-            _flush_lanes(v, m, filled, rows, out)
+            _flush_lanes(m, lengths, digests, filled, rows, out)
             filled = 0
     if filled:
-        _flush_lanes(v, m, filled, rows, out)
+        _flush_lanes(m, lengths, digests, filled, rows, out)
 
 
 _EVERY = np.zeros(0, np.bool_)
