@@ -30,8 +30,7 @@ def _json_number(value: float | None) -> float | None:
 def noise_figures(model) -> tuple[float | None, float | None]:
     """(noise std bound, noise-to-signal ratio) of the model's current release, from public constants
     and the ledger (docs/accounting.md 10); None where the algorithm's noise is not tracked."""
-    figures = getattr(model, "noise_figures", None)  # the bound computed once, where the model can
-    return figures() if figures is not None else (model.release_noise_std(), model.noise_to_signal())
+    return model.noise_figures()  # every engine (MeteredNoise) and a rotation: the bound computed once
 
 
 def request_report(ids, deletion) -> dict:
