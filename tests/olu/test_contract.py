@@ -68,6 +68,7 @@ def test_declared_facts_fit_the_class(name):
     assert set(cls.settings.values()) <= accepted, f"{name}: settings map to unknown keywords"
     assert set(cls.example_params) <= accepted
     assert isinstance(cls.keeps_examples, bool) and cls.calibration in CALIBRATIONS
+    assert isinstance(cls.portable_deletions, bool)
 
 
 @algorithms

@@ -13,6 +13,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
@@ -75,11 +76,9 @@ def index_state(idx):
     return [*runs, tail_keys[:tail_len].copy(), tail_steps[:tail_len].copy()]
 
 
-def assert_same_state(a, b, exact=False):
-    if exact:
-        assert np.array_equal(a.z, b.z)
-    else:
-        assert np.linalg.norm(a.z - b.z) <= 1e-10 * max(np.linalg.norm(b.z), 1e-300)
+def assert_same_state(a, b, exact=True):
+    """Bit for bit: the kernel and the reference add in one order (worker/olu/arith.py)."""
+    assert np.array_equal(a.z, b.z) and a.z.tobytes() == b.z.tobytes()
     assert a.t == b.t
     assert a.counters == b.counters
     for u, v in zip(index_state(a.index), index_state(b.index)):
@@ -208,7 +207,7 @@ def test_learn_many_bit_identical_to_learn_one_loop(name, tiny_tail):
     many, one = model(config), model(config)
     drive(many, ids, X, y, batch=333)
     drive(one, ids, X, y, batch=333, one_by_one=True)
-    assert_same_state(many, one, exact=True)
+    assert_same_state(many, one)
 
 
 def test_reference_switches():
@@ -455,3 +454,36 @@ def test_warm_up_compiles_every_version_production_uses():
     out = subprocess.run([sys.executable, "-c", WARM_UP_COVERS], capture_output=True, text=True, cwd=root)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("True"), out.stdout
+
+
+# ------------------------------------------------------------- the same bits on every CPU
+NO_FUSED_OPS = textwrap.dedent("""
+    import re
+    import numba
+    from worker.olu.core.kernels import hashing, merge, ogd, warmup
+    from worker.stream import loss_kernel
+
+    warmup.warm_up()
+    fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
+    found, versions = [], 0
+    for module in (hashing, merge, ogd, loss_kernel):
+        for name, d in vars(module).items():
+            if isinstance(d, numba.core.registry.CPUDispatcher):
+                for asm in d.inspect_asm().values():
+                    versions += 1
+                    found += [f"{module.__name__}.{name}: {m.group(0)}" for m in fused.finditer(asm)]
+    print(versions, found[:5])
+""")
+
+
+def test_compiled_kernels_hold_no_fused_multiply_add():
+    """fastmath=False: LLVM neither reorders a sum nor fuses a multiply and an add, whatever the
+    host (AVX2 and AVX-512 have FMA), so the reference's separate roundings are the kernels' too.
+    A fresh cache, so the generated code can be read (numba hides that of cached kernels)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**{k: v for k, v in os.environ.items() if k != "OLU_REFERENCE_KERNEL"}, "NUMBA_CACHE_DIR": cache}
+        out = subprocess.run([sys.executable, "-c", NO_FUSED_OPS], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr
+    versions, found = out.stdout.split(" ", 1)
+    assert int(versions) >= 10 and found.strip() == "[]", out.stdout

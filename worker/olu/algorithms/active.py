@@ -82,6 +82,7 @@ import math
 
 import numpy as np
 
+from .. import arith
 from ..core.base import Deletion, OnlineUnlearner
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, record_outcome, replay_ogd, store_arrays
@@ -117,23 +118,21 @@ def average_loss_descent(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y
     lam = loss.lam
     if n <= 0 or iterations <= 0:
         return z
+    # Every product in the fixed order of arith.py: a retraining (rewind's, or a replay's) gives the
+    # same bits on every CPU, whatever BLAS kernel or SIMD exp the process picked.
     if loss.name == "ridge":
-        G = (X.T @ X) / n
-        c = (X.T @ y) / n
+        G = arith.gram(X) / n
+        c = arith.rmatvec(X, y) / n
         for _ in range(iterations):
-            z = ball.project(z - step * (G @ z - c + lam * z))
+            z = ball.project(z - step * (arith.matvec(G, z) - c + lam * z))
         return z
     if loss.name.startswith("logistic"):
-        m = np.empty(len(y))
         for _ in range(iterations):
-            np.dot(X, z, out=m)
-            m *= y
-            # d/dm log(1 + e^{-m}) = -1/(1 + e^m) = -exp(-log(1 + e^m)), overflow-free
-            np.logaddexp(0.0, m, out=m)
-            np.negative(m, out=m)
-            np.exp(m, out=m)
-            m *= y
-            z = ball.project(z - step * (-(X.T @ m) / n + lam * z))
+            m = arith.matvec(X, z) * y
+            # d/dm log(1 + e^{-m}) = -1/(1 + e^m), with e = exp(-|m|) so that nothing overflows
+            e = arith.exp(-np.abs(m))
+            s = -y * np.where(m < 0, 1.0, e) / (1.0 + e)
+            z = ball.project(z - step * (arith.rmatvec(X, s) / n + lam * z))
         return z
     raise ConfigError(f"no vectorised gradient for loss {loss.name!r}")
 

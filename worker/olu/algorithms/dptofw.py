@@ -58,6 +58,7 @@ import math
 
 import numpy as np
 
+from .. import arith
 from ..core.base import Deletion, OnlineUnlearner
 from ..exceptions import ConfigError, InvalidState
 from ..privacy.accountant import rdp_to_dp
@@ -183,7 +184,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
             self._new_epoch()
         i = self.tree.t + 1  # the record's index in this epoch's recursion
         g = (i + 1) * self.loss.grad(self.z, x, y) - i * self.loss.grad(self.z_prev, x, y)
-        norm = float(np.linalg.norm(g))
+        norm = arith.norm(g)
         if norm > self.bound:  # never under the assumptions; keeps the sensitivity bound regardless
             g *= self.bound / norm
             self.counters["g_clipped"] += 1
@@ -197,7 +198,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
 
     def _lmo(self, d: np.ndarray) -> np.ndarray:
         """argmin over the l2 ball of <d, v>: -r d / ||d|| (any feasible point, 0, if d = 0)."""
-        norm = float(np.linalg.norm(d))
+        norm = arith.norm(d)
         return -self.ball.radius * d / norm if norm > 0.0 else np.zeros(self.dim)
 
     def _new_epoch(self) -> None:

@@ -68,6 +68,7 @@ import math
 
 import numpy as np
 
+from ..arith import dot, norm, sqnorm
 from ..core.base import Deletion, OnlineUnlearner
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, record_outcome, store_arrays
@@ -109,7 +110,7 @@ class CurvaturePairs:
 
     def accepts(self, s: np.ndarray, y: np.ndarray) -> bool:
         """Skip rule: a finite pair with curvature y.s >= lambda/2 ||s||^2 (ridge guarantees lambda)."""
-        ss, sy = float(s @ s), float(s @ y)
+        ss, sy = sqnorm(s), dot(s, y)
         finite = math.isfinite(sy) and bool(np.all(np.isfinite(y)))
         return ss > 0.0 and finite and sy >= _CURVATURE_MARGIN * self.lam * ss
 
@@ -153,18 +154,18 @@ class CurvaturePairs:
         rho = np.empty(n)
         a = np.empty(n)
         for i in range(n - 1, -1, -1):
-            rho[i] = 1.0 / float(Y[i] @ S[i])
-            a[i] = rho[i] * float(S[i] @ q)
+            rho[i] = 1.0 / dot(Y[i], S[i])
+            a[i] = rho[i] * dot(S[i], q)
             q -= a[i] * Y[i]
-        gamma0 = min(float(S[n - 1] @ Y[n - 1]) / float(Y[n - 1] @ Y[n - 1]), inv_lam) if n else inv_lam
+        gamma0 = min(dot(S[n - 1], Y[n - 1]) / sqnorm(Y[n - 1]), inv_lam) if n else inv_lam
         r = gamma0 * q
         for i in range(n):
-            b = rho[i] * float(Y[i] @ r)
+            b = rho[i] * dot(Y[i], r)
             r += (a[i] - b) * S[i]
         d = -r
-        cap, norm = float(np.linalg.norm(g)) * inv_lam, float(np.linalg.norm(d))
-        if norm > cap:
-            d *= cap / norm
+        cap, size = norm(g) * inv_lam, norm(d)
+        if size > cap:
+            d *= cap / size
         return d
 
     # ------------------------------------------------------------------ state
@@ -271,7 +272,7 @@ class MemoryPair(OnlineUnlearner):
         if not self.pairs.add(key, step, z_new - z, loss.grad(z_new, x, y) - g_old):
             self.counters["pairs_skipped"] += 1
         self.z = z_new
-        self.grad_sq_sum += float(g_old @ g_old)
+        self.grad_sq_sum += sqnorm(g_old)
 
     def _learn(self, key: int, x: np.ndarray, y: float) -> bool:
         if key in self.tombstones:

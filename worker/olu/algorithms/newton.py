@@ -184,6 +184,7 @@ class RidgeNewton(OnlineUnlearner):
     algorithm = "active-newton"
     example_params = {"loss": "ridge"}
     keeps_examples = True
+    portable_deletions = False  # the deletion's solve is LAPACK's eigh (learning is exact integers)
 
     def __init__(self, dim: int, **kwargs):
         super().__init__(dim, **kwargs)

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..arith import norm
 from ..core.base import Deletion, OnlineUnlearner
 from ..exceptions import ConfigError
 
@@ -109,5 +110,5 @@ class PassiveRestartOLU(PassiveOLU):
         """Uniform in the ball, from OS entropy (or the test generator): data-independent."""
         rng = self._entropy()
         direction = rng.normal(size=self.dim)
-        direction /= max(float(np.linalg.norm(direction)), 1e-300)
+        direction /= max(norm(direction), 1e-300)
         return direction * self.ball.radius * rng.random() ** (1.0 / self.dim)

@@ -123,6 +123,7 @@ import math
 
 import numpy as np
 
+from ..arith import norm
 from ..core.base import Deletion, OnlineUnlearner
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, replay_rows, store_arrays
@@ -410,7 +411,7 @@ class RewindToDelete(OnlineUnlearner):
             v = np.asarray(arrays[name], np.float64)
             if v.shape != (self.dim,) or not np.all(np.isfinite(v)):
                 raise InvalidState(f"{name} has shape {v.shape} or is not finite")
-            if float(np.linalg.norm(v)) > self.ball.radius * (1 + 1e-12):
+            if norm(v) > self.ball.radius * (1 + 1e-12):
                 raise InvalidState(f"{name} lies outside the domain K")
         self.checkpoint = np.asarray(arrays["rewind_checkpoint"], np.float64).copy()
         self.base = np.asarray(arrays["rewind_base"], np.float64).copy()

@@ -93,6 +93,11 @@ class OnlineUnlearner(MeteredNoise):
     #: True when a poll batch's single-record deletes may run inside the learning pass (core/mixed.py);
     #: read from the class's own namespace, so a subclass that changes the rule does not inherit it.
     mixes_deletions = False
+    #: True when a deletion's outcome has the same bits on every CPU (the fixed-order arithmetic of
+    #: worker/olu/arith.py). False where a deletion-time solve uses LAPACK, whose bits vary with the
+    #: BLAS kernel: sound, since the outcome is stored as a delta and adopted on replay, never
+    #: computed twice (docs/worker.md 4.3).
+    portable_deletions = True
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..arith import row_sqnorms, sqnorm
 from ..exceptions import ConfigError, DimensionMismatch, InvalidFeatures, NonFiniteInput, NormExceeded
 
 FEATURE_POLICIES = ("reject", "clip")
@@ -30,7 +31,8 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     >>> norms[:3].tolist(), finite.tolist()
     ([5.0, 1.414213562373095e+200, inf], [True, True, True, False])
     """
-    sq = np.einsum("ij,ij->i", X, X)
+    with np.errstate(over="ignore"):  # a sum of squares past the largest double is inf: rescaled below
+        sq = row_sqnorms(X)
     norms = np.sqrt(sq)
     finite = np.ones(len(X), np.bool_)
     odd = np.flatnonzero(~((sq >= _TINY) & (sq <= _MAX)))  # NaN, inf, underflow or all zero
@@ -43,7 +45,7 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         _, exp = np.frexp(top)  # top = m 2^exp with 0.5 <= m < 1 (exp 0 for an all-zero row)
         scaled = np.ldexp(rows, -exp[:, None])  # entries within [-1, 1]: the squares cannot overflow
         with np.errstate(over="ignore"):  # a norm beyond the largest double is inf, as it should be
-            norms[odd] = np.ldexp(np.sqrt(np.einsum("ij,ij->i", scaled, scaled)), exp)
+            norms[odd] = np.ldexp(np.sqrt(row_sqnorms(scaled)), exp)
     return norms, finite
 
 
@@ -66,7 +68,7 @@ class Ball:
         return 2.0 * self.radius
 
     def project(self, z: np.ndarray) -> np.ndarray:
-        norm = math.sqrt(float(z @ z))  # what np.linalg.norm computes for a vector, bit for bit
+        norm = math.sqrt(sqnorm(z))  # the kernels' _project, bit for bit (arith.py)
         if norm <= self.radius:
             return z
         return z * (self.radius / norm)
@@ -135,7 +137,7 @@ class FeatureBound:
             if len(lossy):
                 _, exp = np.frexp(np.abs(rows[lossy]).max(axis=1))
                 scaled = np.ldexp(rows[lossy], -exp[:, None])
-                unit = scaled / np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]
+                unit = scaled / np.sqrt(row_sqnorms(scaled))[:, None]
                 out[lossy] = unit * self.bound
             # rounding may leave the result an ulp or two over R: step it down until it is not
             for _ in range(64):

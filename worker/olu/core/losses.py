@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arith import dot, sqnorm
 from ..exceptions import ConfigError, InvalidLabel
 
 
@@ -77,17 +78,17 @@ class Logistic:
         raise InvalidLabel("logistic labels are -1/+1 or 0/1")
 
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
-        m = y * float(x @ z)
+        m = y * dot(x, z)
         # d/dm log(1+e^{-m}) = -1/(1+e^{m}); written to avoid overflow for large |m|.
         s = -y / (1.0 + math.exp(m)) if m < 0 else -y * math.exp(-m) / (1.0 + math.exp(-m))
         return s * x + self.lam * z
 
     def value(self, z: np.ndarray, x: np.ndarray, y: float) -> float:
-        return _log1pexp(-y * float(x @ z)) + 0.5 * self.lam * float(z @ z)
+        return _log1pexp(-y * dot(x, z)) + 0.5 * self.lam * sqnorm(z)
 
     def predict(self, z: np.ndarray, x: np.ndarray) -> float:
         """P(y = +1 | x)."""
-        m = float(x @ z)
+        m = dot(x, z)
         return 1.0 / (1.0 + math.exp(-m)) if m >= 0 else math.exp(m) / (1.0 + math.exp(m))
 
 
@@ -121,14 +122,14 @@ class Ridge:
         return value
 
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
-        return (float(x @ z) - y) * x + self.lam * z
+        return (dot(x, z) - y) * x + self.lam * z
 
     def value(self, z: np.ndarray, x: np.ndarray, y: float) -> float:
-        r = float(x @ z) - y
+        r = dot(x, z) - y
         return 0.5 * r * r + 0.5 * self.lam * float(z @ z)
 
     def predict(self, z: np.ndarray, x: np.ndarray) -> float:
-        return float(x @ z)
+        return dot(x, z)
 
 
 LOSSES = {"logistic": Logistic, "ridge": Ridge}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arith import norm
 from ..exceptions import InvalidState
 from ..privacy.accountant import load_accountant
 from ..privacy.ledger import Ledger
@@ -58,7 +59,7 @@ def rebuild(cls: type, state: dict, noise_rng):
         z = np.asarray(arrays["z"], np.float64)
         if z.shape != (model.dim,) or not np.all(np.isfinite(z)):
             raise InvalidState(f"iterate has shape {z.shape}, expected ({model.dim},) and finite")
-        if float(np.linalg.norm(z)) > model.ball.radius * (1 + 1e-12):
+        if norm(z) > model.ball.radius * (1 + 1e-12):
             raise InvalidState("iterate lies outside the domain K")
         model.z = z.copy()
         model.t, model.epoch = int(meta["t"]), int(meta["epoch"])

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+from ..arith import norm
 from .analysis.noise import contract_variance, noise_to_signal
 
 __all__ = ["MeteredNoise", "NoiseMeter"]
@@ -60,8 +61,7 @@ class MeteredNoise:
     def _to_signal(self, std: float | None) -> float | None:
         if std is None:
             return None
-        z = self.z
-        return noise_to_signal(std, self.dim, math.sqrt(float(z @ z)))  # np.linalg.norm's value, bit for bit
+        return noise_to_signal(std, self.dim, norm(self.z))  # on every CPU, the same bits (arith.py)
 
 
 class NoiseMeter:

@@ -8,11 +8,12 @@ and the append of (key, step) to the applied index's tail.
 
 The pure-numpy ``OnlineUnlearner._learn`` stays the reference implementation. The kernel follows
 its formulas operation by operation (same eta expression, same overflow-free logistic form,
-projection ``z * (r / ||z||)``, ``fastmath=False``); the only difference is the summation order of
-the two length-d reductions (x.z and ||z||^2: a plain loop here, BLAS in numpy), so results agree
-to ~1e-13 relative or better (bit for bit in our d = 10 runs, but that is not guaranteed).
-``learn_one`` and ``learn_many`` both go through this kernel when it is enabled, so *they* agree
-bit for bit. Compilation, the disk cache and the reference switch: :mod:`.jit`.
+projection ``z * (r / ||z||)``), and its two length-d reductions (x.z and ||z||^2) add left to
+right from 0.0, as the reference's ``worker.olu.arith`` does: the two agree bit for bit, at any d,
+on every CPU. ``fastmath=False`` keeps LLVM from reordering those sums or fusing a multiply and an
+add, so the host's code generation (AVX2, AVX-512 or generic) changes the speed, never the bits
+(``tests/olu/test_kernels.py`` checks the generated code holds no fused multiply-add).
+Compilation, the disk cache and the reference switch: :mod:`.jit`.
 """
 
 from __future__ import annotations
