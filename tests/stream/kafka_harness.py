@@ -371,6 +371,23 @@ def covered(bootstrap: str, topics: Topics, ends: dict[int, int]):
     return check
 
 
+def assert_versions_never_go_back(records: list[Record]) -> int:
+    """In topic order, every key's release versions never decrease (docs/worker.md 5.4): a repeat
+    of the newest version is the only repeat allowed (its bytes are checked by
+    :func:`assert_identical_duplicates`). Returns how many releases were checked."""
+    newest: dict[bytes | None, tuple[int, int]] = {}
+    back = []
+    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+        version = rec.json()["version"]
+        seen = newest.get(rec.key)
+        if seen is not None and version < seen[0]:
+            back.append(f"{rec.key!r}: version {version} at offset {rec.offset} after {seen[0]} at {seen[1]}")
+        if seen is None or version > seen[0]:
+            newest[rec.key] = (version, rec.offset)
+    assert not back, f"{len(back)} releases older than one published before them: {back[:5]}"
+    return len(records)
+
+
 def assert_identical_duplicates(records: list[Record]) -> dict[tuple[str, int, int], bytes]:
     """Each (topic, partition, version) appears with one value only (duplicates byte-identical)."""
     seen: dict[tuple[str, int, int], bytes] = {}
@@ -396,10 +413,13 @@ class WorkerProcess:
         self._log = None
         self._http_port: int | None = None
 
-    def start(self) -> WorkerProcess:
+    def start(self, personality: dict[str, str] | None = None) -> WorkerProcess:
+        """``personality``: environment for this run only, e.g. another OpenBLAS kernel
+        (tests/reliability/personality.py)."""
         full = {k: v for k, v in os.environ.items()
                 if not k.startswith(("OLU_", "AWS_")) and k != "KAFKA_BOOTSTRAP_SERVERS"}
         full.update(self.env)
+        full.update(personality or {})
         self._log = open(self.log_path, "ab")
         self._offset = self.log_path.stat().st_size
         self._http_port = None
@@ -925,13 +945,17 @@ def verify_end_state(bootstrap: str, topics: Topics, snapshots: SnapshotStore, e
       state (iterate, counters, ledger, applied index, tombstones) equal the in-process replay bit
       for bit (:func:`verify_against_oracle`), and every insert was applied or skipped;
     - every delete honoured (:func:`assert_deletes_honoured`), the ledger continuous (invariant 4);
-    - every published version unique or an identical duplicate, in either isolation level;
+    - every published version unique or an identical duplicate, in either isolation level, and no
+      release older than one published before it (:func:`assert_versions_never_go_back`);
     - invariant 2: deltas before their releases; the group offset at the final snapshot, not past it.
     Returns the replay per partition and the releases read at ``isolation``.
     """
     records = releases(bootstrap, topics.params, isolation=isolation)
+    uncommitted = releases(bootstrap, topics.params, isolation="read_uncommitted")
     assert_identical_duplicates(records)
-    assert_identical_duplicates(records + releases(bootstrap, topics.params, isolation="read_uncommitted"))
+    assert_identical_duplicates(records + uncommitted)
+    assert_versions_never_go_back(records)  # at read_committed: what a transactional reader sees
+    assert_versions_never_go_back(uncommitted)  # and what every other reader sees
     results = verify_against_oracle(bootstrap, topics, snapshots, env, records)
     settings = settings_of(env)
     inputs = input_by_partition(bootstrap, topics.input)

@@ -393,6 +393,9 @@ class KafkaBroker:
             "offsets.topic.num.partitions": "1",
             "auto.create.topics.enable": "true",
             "num.partitions": "1",
+            # The log cleaner looks for compactable segments every second, not every 15 s: tests
+            # of a compacted parameter topic wait for it.
+            "log.cleaner.backoff.ms": "1000",
         }
         if self.sasl_users:
             props.update(self._sasl_properties())

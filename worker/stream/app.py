@@ -33,6 +33,7 @@ from .exceptions import ClientFailed, DeliveryFailed
 from .framed import RegistryInput, original
 from .partition import PartitionRunner
 from .registry_releases import release_encoder
+from .replay_floor import ReplayFloor, input_end
 
 log = get_logger("olu.worker")
 
@@ -454,6 +455,10 @@ class Worker:
                 model_factory=self._new_model, model_name=self.settings.model_name or self.settings.group_id,
                 on_corrupt=self.settings.on_corrupt_snapshot, delta_writer=self._delta_writer.submit,
             )
+            if restored is not None:  # a predecessor's state: no process published past the input's
+                # end, so the replay holds its releases below it (replay_floor.py)
+                runner.replay_floor = ReplayFloor(input_end(consumer, tp.topic, tp.partition),
+                                                  {"topic": tp.topic, "partition": tp.partition})
             self.runners[(tp.topic, tp.partition)] = runner
             restored_runners.append(runner)
             self.metrics.record_restore(runner, time.monotonic() - started)
@@ -465,6 +470,7 @@ class Worker:
                                                                **entry})
             log.info("partition assigned", extra={
                 "topic": tp.topic, "partition": tp.partition, "offset": runner.next_offset,
+                "replay_floor": runner.replay_floor.floor,
                 "snapshot": None if restored is None else restored.offset,
                 "deltas": 0 if restored is None else len(restored.deltas),
                 "skipped_snapshots": skipped,

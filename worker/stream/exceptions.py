@@ -59,3 +59,8 @@ class RegistryStartFailed(OluWorkerError, RuntimeError):
 
 class NotAttempted(StorageUnavailable):
     """Not written because an earlier delta of the partition is not durable (order of durability)."""
+
+
+class ReplayFloorUnknown(OluWorkerError, RuntimeError):
+    """An assigned input partition's end offset could not be read: without it a replay could publish
+    releases older than its predecessor's, so the worker stops and is restarted (replay_floor.py)."""

@@ -42,6 +42,7 @@ from .loss_kernel import ALL_ROWS, batch_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
 from .releases import budget_header, noise_figures, release_headers, release_value, request_report
+from .replay_floor import ReplayFloor
 from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
@@ -59,6 +60,7 @@ class PartitionRunner:
         self.replay_until = max(self.replay_deltas, default=None)  # the last stored deletion's offset + 1
         self.snapshot_offset = next_offset  # the offset a durable full snapshot covers
         self.released_version: int | None = None  # of the newest release made (published or not)
+        self.replay_floor = ReplayFloor()  # set on assignment: hold releases a replay makes below it
         # Transactional mode: the output an earlier process already committed (exactly_once.py),
         # and the newest release version handed to the producer (the next commit's metadata).
         self.committed_output = None
@@ -134,6 +136,8 @@ class PartitionRunner:
                 break
         self._settle_batch()
         if not self.blocked:
+            if (held := self.replay_floor.due(self.next_offset)) is not None and self._unreleased():
+                self._emit(*held)  # the replay reached where its predecessor may have published
             self._release_if_due()
         out.releases = self.outbox.ready()
         if self.blocked:
@@ -430,10 +434,7 @@ class PartitionRunner:
         if self._owed is not None:
             started, retrained = self._owed
             self._owed = None
-            release = self._release(TRIGGER_DELETION, deletion_started=started)
-            if retrained:
-                release.headers.append(budget_header(BUDGET_RETRAINED))
-            self.outbox.release(release)
+            self._emit(TRIGGER_DELETION, started, retrained)
         return ok
 
     def _settle_batch(self) -> None:
@@ -497,10 +498,20 @@ class PartitionRunner:
         return Release(release_key(self.topic, self.partition), value, release_headers(trigger),
                        self.next_offset, trigger, deletion_started, *noise)
 
+    def _emit(self, trigger: str, deletion_started: float | None = None, retrained: bool = False) -> None:
+        """A release of the current state to the outbox, or held back below the replay floor."""
+        if self.replay_floor.holds(self.next_offset):
+            self.replay_floor.hold(trigger, deletion_started, retrained)
+            return
+        release = self._release(trigger, deletion_started)
+        if retrained:  # the budget ran out: said in a header, the value stays pure
+            release.headers.append(budget_header(BUDGET_RETRAINED))
+        self.outbox.release(release)
+
     def _release_if_due(self) -> None:
         every = self.settings.release_every_events
         if every and self.events_since_release >= every and self._unreleased():
-            self.outbox.release(self._release(TRIGGER_EVENTS))
+            self._emit(TRIGGER_EVENTS)
 
     def _unreleased(self) -> bool:
         return self.next_offset is not None and self.next_offset != self.released_version
@@ -509,11 +520,11 @@ class PartitionRunner:
         """Timer releases: every T seconds when something changed since the last one."""
         every = self.settings.release_every_seconds
         if every and not self.blocked and self._unreleased() and now - self.last_release_at >= every:
-            self.outbox.release(self._release(TRIGGER_INTERVAL))
+            self._emit(TRIGGER_INTERVAL)
 
     def final_release(self) -> None:
         if not self.blocked and self._unreleased():
-            self.outbox.release(self._release(TRIGGER_FINAL))
+            self._emit(TRIGGER_FINAL)
 
     # ----------------------------------------------------------------- snapshots
     @property
