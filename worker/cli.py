@@ -63,6 +63,7 @@ def run(args, _opts) -> int:
 def demo(args, opts) -> int:
     from .stream import demo as d
     from .stream.app import Worker
+    from .stream.demo_scores import DemoScores
 
     olu_env = _olu_env()
     d.check_format(args.input_format or olu_env.get("OLU_INPUT_FORMAT", "json"),
@@ -72,10 +73,13 @@ def demo(args, opts) -> int:
     env = {**d.demo_env(bootstrap, state_dir), **olu_env}
     settings = load_settings(args, env, command="demo")
     metrics, health = _start(settings, "demo")
-    d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed)
+    partitions = d.input_partitions(bootstrap, settings.input_topics[0])
+    scores = DemoScores(settings, partitions, opts.seed)  # the released models beside plain OGD
+    produced = d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed, partitions,
+                                observe=scores.observe)
     worker = Worker(settings, metrics, health)
     if not opts.json:
-        threading.Thread(target=_progress, args=(worker, opts.events), daemon=True).start()
+        threading.Thread(target=_progress, args=(worker, opts.events, scores), daemon=True).start()
     started = time.monotonic()
     try:
         summary = worker.run(max_events=opts.events)
@@ -92,6 +96,9 @@ def demo(args, opts) -> int:
                                  "budget_used": v["budget_used"], "deletions": v["deletions"], "t": v["t"],
                                  "offset": v["offset"]}
                              for k, v in partitions.items()}}
+    produced.wait(60)
+    report["events_produced_all_delivered"] = produced.is_set() and produced.failed is None
+    report["quality"] = scores.report(worker.latest_release)
     if opts.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -107,25 +114,46 @@ def _olu_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("OLU_")}
 
 
-def _progress(worker, target: int) -> None:
+def _progress(worker, target: int, scores) -> None:
     while not worker.stopping.is_set() and worker.events < target:
         s = worker.summary
         print(f"\r{worker.events:>9,}/{target:,} events  {s.get('deletions_honoured', 0):>6,} deletions honoured  "
-              f"{s.get('releases', 0):>6,} releases  {s.get('dead_letters', 0):>4,} dead letters",
-              end="", file=sys.stderr, flush=True)
+              f"{s.get('releases', 0):>6,} releases  {s.get('dead_letters', 0):>4,} dead letters"
+              f"{_quality_line(scores.report(dict(worker.latest_release)))}", end="", file=sys.stderr, flush=True)
         time.sleep(0.5)
     print(file=sys.stderr)
 
 
+def _quality_line(q: dict) -> str:
+    """The released models' score beside plain OGD's, as the progress line and the report show it."""
+    if q["released"] is None or q["plain_ogd"] is None:
+        return ""
+    if q["metric"] == "accuracy":
+        return f"  released accuracy {q['released']:.1%} (plain OGD {q['plain_ogd']:.1%})"
+    return f"  released error {q['released']:.3f} (plain OGD {q['plain_ogd']:.3f})"
+
+
 def _print_report(report: dict, worker) -> None:
+    from .stream.demo import DEMO_PRIVACY_UNIT
+
     print(f"{report['events']:,} events in {report['seconds']:.1f}s: {report['deletions_honoured']:,} deletions "
           f"honoured, {report['releases']:,} releases, {report['dead_letters']:,} dead letters")
+    unit = next(iter(report["partitions"].values()), {}).get("unit")
+    if unit == DEMO_PRIVACY_UNIT:
+        print(f"  privacy unit {unit} (the demo's default): each deletion request is protected on its own; "
+              "--privacy-unit all-deletions protects every deleted record together, at a larger noise")
     for name, p in report["partitions"].items():
         print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} {_guarantee(p)}")
     for (topic, partition), release in sorted(worker.latest_release.items()):
         value = orjson.loads(release.value)
         weights = ", ".join(f"{w:+.3f}" for w in value["weights"][:4])
         print(f"  latest release {topic}/{partition} v{value['version']} ({release.trigger}): [{weights}, ...]")
+    q = report["quality"]
+    noise = [v for v in q["noise_to_signal_by_partition"].values() if v is not None]
+    print(f" {_quality_line(q)} on fresh points of the demo's rule"
+          + (f"; noise-to-signal up to {max(noise):.2f}" if noise else ""))
+    if q["verdict"]:
+        print(f"  note: {q['verdict']}")
     print(f"  state: {report['state_dir']}")
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
+import zlib
 
 import numpy as np
 import orjson
@@ -23,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from ..exceptions import ConfigError
 
 POISON_EVERY = 997  # a malformed record now and then, to show the dead-letter path
+DEMO_PRIVACY_UNIT = "per-request"
 
 
 def mock_cluster() -> tuple[AdminClient, str]:
@@ -36,7 +39,7 @@ def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int):
     """(key, event) pairs: inserts of a noisy linear rule, deletes of earlier ids, some poison. An
     event is a dict, or raw bytes (the poison records: JSON that no format's schema describes)."""
     rng = np.random.default_rng(seed)
-    w = rng.normal(size=dim)
+    w = rng.normal(size=dim)  # demo_scores.rule: the same first draw
     inserted: list[str] = []
     for j in range(n):
         if j and j % POISON_EVERY == 0:
@@ -59,15 +62,39 @@ def synthetic_events(n: int, dim: int, delete_rate: float, seed: int):
         yield key, event if isinstance(event, bytes) else orjson.dumps(event)
 
 
-def produce(bootstrap: str, topic: str, events, done: threading.Event, encode=None) -> None:
-    """Write ``events`` to ``topic``; ``encode(event, topic)`` serializes a dict (default: JSON)."""
+def partition_of(key: bytes, partitions: int) -> int:
+    """librdkafka's default placement of a keyed record (CRC-32 of the key): the demo names it, so
+    its plain-OGD yardstick sees each partition's events as the worker does."""
+    return zlib.crc32(key) % partitions
+
+
+def produce(bootstrap: str, topic: str, events, done: threading.Event, encode=None, *, partitions: int = 1,
+            observe=None) -> None:
+    """Write ``events`` to ``topic``'s ``partitions`` (each event's ``observe(partition, event)``
+    first); ``encode(event, topic)`` serializes a dict (default: JSON). A full local queue waits
+    for deliveries instead of dropping the event; ``done.failed`` holds the first delivery error."""
     encode = encode or (lambda event, _topic: orjson.dumps(event))
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
-    for k, (key, value) in enumerate(events):
-        producer.produce(topic, key=key, value=value if isinstance(value, bytes) else encode(value, topic))
-        if k % 5000 == 0:
-            producer.poll(0)
-    producer.flush(30)
+    errors: list = []
+
+    def delivered(err, _msg):
+        if err is not None and not errors:
+            errors.append(err)
+
+    for key, event in events:
+        partition = partition_of(key, partitions)
+        if observe is not None:
+            observe(partition, event)
+        value = event if isinstance(event, bytes) else encode(event, topic)
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it, then retry
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    done.failed = errors[0] if errors else (f"{remaining} events undelivered" if remaining else None)
     done.set()
 
 
@@ -80,6 +107,10 @@ def demo_env(bootstrap: str, state_dir: str) -> dict[str, str]:
         "OLU_SNAPSHOT_EVERY_EVENTS": "20000",
         "OLU_SNAPSHOT_EVERY_SECONDS": "10",
         "OLU_KAFKA_LOG_CONNECTION_CLOSE": "false",  # the mock cluster closes idle connections
+        # Each deletion request protected alone: on the demo's stream (1% single-record deletes)
+        # its released models stay within a few points of plain OGD, where all-deletions (every
+        # deleted record protected together) trails it by about 30 (the summary shows both).
+        "OLU_PRIVACY_UNIT": DEMO_PRIVACY_UNIT,
     }
 
 
@@ -113,12 +144,34 @@ def event_encoder(settings):
     return encode
 
 
-def start_producer(bootstrap: str, settings, events: int, delete_rate: float, seed: int) -> threading.Event:
+def input_partitions(bootstrap: str, topic: str, timeout: float = 20.0) -> int:
+    """The partition count of the demo's input topic, created on first mention (the mock cluster
+    auto-creates topics with 4 partitions)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    deadline = time.monotonic() + timeout
+    while True:
+        found = producer.list_topics(topic, timeout=5).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        if time.monotonic() > deadline:
+            raise ConfigError(f"the demo's input topic {topic!r} did not appear within {timeout:.0f} s "
+                              f"({found.error if found is not None else 'no metadata'})")
+        time.sleep(0.1)
+
+
+def start_producer(bootstrap: str, settings, events: int, delete_rate: float, seed: int, partitions: int,
+                   observe=None) -> threading.Event:
+    """Produce the synthetic stream to the input topic's ``partitions`` in the background; the
+    returned event is set when it is all delivered (``.failed``: None, or why not).
+    ``observe(partition, event)`` sees each event."""
     done = threading.Event()
+    done.failed = None
+    topic = settings.input_topics[0]
     stream = synthetic_stream(events, settings.dim, delete_rate, seed)
     encode = event_encoder(settings)
-    thread = threading.Thread(target=produce, args=(bootstrap, settings.input_topics[0], stream, done, encode),
-                              name="demo-producer", daemon=True)
+    thread = threading.Thread(target=produce, args=(bootstrap, topic, stream, done, encode),
+                              kwargs={"partitions": partitions, "observe": observe}, name="demo-producer",
+                              daemon=True)
     thread.start()
     return done
 

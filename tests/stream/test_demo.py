@@ -1,0 +1,35 @@
+"""``olu-worker demo`` tells the truth about its model: the released models' accuracy beside plain
+OGD's on the same events, the noise-to-signal, and one line when the gap is large; every event it
+produced is consumed (worker/stream/demo_scores.py)."""
+
+from __future__ import annotations
+
+import orjson
+
+from .test_demo_formats import _demo
+
+EVENTS = 12_000
+
+
+def _summary(*args: str) -> dict:
+    proc = _demo("--events", str(EVENTS), "--json", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return orjson.loads(proc.stdout)
+
+
+def test_the_default_demo_releases_models_close_to_plain_ogd():
+    out = _summary()
+    assert out["events"] == EVENTS and out["events_produced_all_delivered"] is True
+    assert {p["unit"] for p in out["partitions"].values()} == {"per-request"}  # the demo's default, said
+    q = out["quality"]
+    assert q["metric"] == "accuracy" and len(q["released_by_partition"]) == len(out["partitions"]) == 4
+    assert q["plain_ogd"] > 0.8  # the rule is learnable
+    assert q["released"] >= q["plain_ogd"] - 0.05 and q["verdict"] is None
+    assert all(0 < v < 1 for v in q["noise_to_signal_by_partition"].values())
+
+
+def test_a_demo_far_below_plain_ogd_says_why_and_what_to_try():
+    q = _summary("--privacy-unit", "all-deletions")["quality"]
+    assert q["released"] < q["plain_ogd"] - 0.1
+    assert max(q["noise_to_signal_by_partition"].values()) > 1
+    assert "trail plain OGD" in q["verdict"] and "per-request" in q["verdict"] and "olu-worker plan" in q["verdict"]
