@@ -520,3 +520,20 @@ def test_templates_refuse_what_the_schema_cannot_express(chart, values, message)
 def test_chart_defaults_alone_fail_with_a_clear_message(chart):
     with pytest.raises(helm.HelmRenderError, match="config.bootstrap_servers is required"):
         render(chart, {})
+
+
+def _readme_values_examples() -> list[dict]:
+    """Every ``# values-*.yaml`` block of the README, as a user would copy it."""
+    text = (CHART.parents[1] / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    return [yaml.safe_load(b) for b in blocks if b.lstrip().startswith("# values")]
+
+
+def test_the_readme_values_examples_pass_the_schema_and_render(chart):
+    """The README's deploy example is what a newcomer copies first: it must install as shown."""
+    examples = _readme_values_examples()
+    assert examples, "the README shows no values file"
+    for values in examples:
+        chart.validate_schema(values)
+        objects = render(chart, values)
+        assert only(objects, "Deployment")
