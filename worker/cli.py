@@ -12,6 +12,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -65,11 +66,15 @@ def demo(args, opts) -> int:
     from .stream.app import Worker
     from .stream.demo_scores import DemoScores
 
+    if opts.events < 1:
+        raise ConfigError(f"--events must be a whole number >= 1, got {opts.events}")
+    if not 0.0 <= opts.delete_rate < 1.0:
+        raise ConfigError(f"--delete-rate must be a share of events in [0, 1), got {opts.delete_rate:g}")
     olu_env = _olu_env()
     d.check_format(args.input_format or olu_env.get("OLU_INPUT_FORMAT", "json"),
                    args.schema_registry_url or olu_env.get("OLU_SCHEMA_REGISTRY_URL"))
     holder, bootstrap = d.mock_cluster()
-    state_dir = opts.state_dir or d.new_state_dir()
+    state_dir = opts.state_dir or d.new_state_dir()  # a temporary one is removed at the end
     env = {**d.demo_env(bootstrap, state_dir), **olu_env}
     settings = load_settings(args, env, command="demo")
     metrics, health = _start(settings, "demo")
@@ -79,6 +84,8 @@ def demo(args, opts) -> int:
                                 observe=scores.observe)
     worker = Worker(settings, metrics, health)
     if not opts.json:
+        print("starting: the first run compiles the numeric kernels (10 to 30 s), later runs load them",
+              file=sys.stderr, flush=True)
         threading.Thread(target=_progress, args=(worker, opts.events, scores), daemon=True).start()
     started = time.monotonic()
     try:
@@ -90,7 +97,7 @@ def demo(args, opts) -> int:
     report = {"events": summary.get("events", 0), "events_applied": sum(p["t"] for p in partitions.values()),
               "deletions_honoured": summary.get("deletions_honoured", 0),
               "releases": summary.get("releases", 0), "dead_letters": summary.get("dead_letters", 0),
-              "seconds": round(elapsed, 3), "state_dir": state_dir,
+              "seconds": round(elapsed, 3), "state_dir": state_dir if opts.state_dir else None,
               "partitions": {k: {"unit": v["unit"], "epsilon": v["epsilon"], "delta": v["delta"],
                                  "target_epsilon": v["target_epsilon"], "rho": v["rho"], "requests": v["requests"],
                                  "budget_used": v["budget_used"], "deletions": v["deletions"], "t": v["t"],
@@ -105,6 +112,8 @@ def demo(args, opts) -> int:
         _print_report(report, worker)
     worker.producer = worker.consumer = None  # destroy the clients before the mock cluster goes
     del holder
+    if opts.state_dir is None:
+        shutil.rmtree(state_dir, ignore_errors=True)
     return 0
 
 
@@ -154,7 +163,7 @@ def _print_report(report: dict, worker) -> None:
           + (f"; noise-to-signal up to {max(noise):.2f}" if noise else ""))
     if q["verdict"]:
         print(f"  note: {q['verdict']}")
-    print(f"  state: {report['state_dir']}")
+    print(f"  state: {report['state_dir'] or 'a temporary directory, now removed (--state-dir keeps it)'}")
 
 
 def _guarantee(p: dict) -> str:
@@ -179,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the worker on embedded defaults: in-process Kafka, local state, "
                                     "synthetic stream with deletions")
     d.add_argument("--events", type=int, default=50_000, help="stop after N events (default 50000)")
-    d.add_argument("--delete-rate", type=float, default=0.01, help="share of events that are deletes")
+    d.add_argument("--delete-rate", type=float, default=0.01,
+                   help="share of events that are deletes, in [0, 1) (default 0.01)")
     d.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (never of the noise)")
     d.add_argument("--json", action="store_true", help="print a final JSON summary on stdout")
     d.add_argument("--state-dir", help="where snapshots go (default: a new temporary directory)")

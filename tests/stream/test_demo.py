@@ -4,6 +4,9 @@ produced is consumed (worker/stream/demo_scores.py)."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import orjson
 
 from .test_demo_formats import _demo
@@ -33,3 +36,19 @@ def test_a_demo_far_below_plain_ogd_says_why_and_what_to_try():
     assert q["released"] < q["plain_ogd"] - 0.1
     assert max(q["noise_to_signal_by_partition"].values()) > 1
     assert "trail plain OGD" in q["verdict"] and "per-request" in q["verdict"] and "olu-worker plan" in q["verdict"]
+
+
+def test_the_demo_refuses_impossible_sizes_in_one_line():
+    for args, flag in ((["--events", "-5"], "--events"), (["--delete-rate", "1.5"], "--delete-rate"),
+                       (["--delete-rate", "-1"], "--delete-rate")):
+        proc = _demo(*args, timeout=60)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and flag in lines[0] and "configuration error" in lines[0]
+
+
+def test_the_demo_leaves_no_temporary_state_behind():
+    before = set(Path(tempfile.gettempdir()).glob("olu-demo-state-*"))
+    out = _summary()
+    assert out["state_dir"] is None
+    assert set(Path(tempfile.gettempdir()).glob("olu-demo-state-*")) <= before
