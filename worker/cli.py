@@ -41,18 +41,38 @@ def _start(settings, command: str):
     metrics = Metrics()
     health = HealthServer(metrics, settings.http_host, settings.http_port,
                           liveness_window=settings.liveness_seconds)
-    port = health.start()
+    try:
+        port = health.start()
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        raise ConfigError(f"OLU_HTTP_PORT (--http-port) {settings.http_port} on {settings.http_host}: cannot listen "
+                          f"({exc.strerror or exc}); choose another port, or 0 for any free one") from None
     log.info("http listening", extra={"port": port, "paths": ["/metrics", "/healthz", "/readyz"]})
     return metrics, health
 
 
+def _is_config_error(exc) -> bool:
+    """librdkafka refused a property when the client was created (unknown key, bad value)."""
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG
+
+
 def run(args, _opts) -> int:
+    from confluent_kafka import KafkaException
+
     from .stream.app import Worker
 
     settings = load_settings(args, command="run")
     metrics, health = _start(settings, "run")
     try:
         Worker(settings, metrics, health).run()
+    except KafkaException as exc:
+        if not _is_config_error(exc):
+            log.critical("worker failed", exc_info=True, extra={"error": str(exc), "error_type": type(exc).__name__})
+            return 1
+        raise ConfigError(f"a Kafka client setting was refused: {exc.args[0].str()} "
+                          "(OLU_KAFKA_<KEY> / --kafka key=value pass librdkafka properties as they are)") from None
     except Exception as exc:  # one structured line an operator can alert on, then exit non-zero
         log.critical("worker failed", exc_info=True, extra={"error": str(exc), "error_type": type(exc).__name__})
         return 1

@@ -1,0 +1,35 @@
+"""Bad input to ``olu-worker run`` ends in one configuration-error line and exit 2, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ["run", "--bootstrap-servers", "127.0.0.1:1", "--dim", "3", "--state-url", "file:///nonexistent/olu"]
+
+
+def _run(*args: str) -> tuple[int, list[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OLU_")}
+    proc = subprocess.run([sys.executable, "-m", "worker.cli", *BASE, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, [line for line in proc.stderr.splitlines() if not line.startswith("{")]
+
+
+def test_an_unknown_librdkafka_property_is_one_line():
+    code, lines = _run("--http-port", "0", "--kafka", "bogus.key=1")
+    assert code == 2 and len(lines) == 1, lines
+    assert "configuration error" in lines[0] and '"bogus.key"' in lines[0]
+
+
+def test_a_busy_http_port_is_one_line_naming_the_setting():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, lines = _run("--http-host", "127.0.0.1", "--http-port", str(port))
+    assert code == 2 and len(lines) == 1, lines
+    assert "OLU_HTTP_PORT (--http-port)" in lines[0] and str(port) in lines[0]
