@@ -140,3 +140,14 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs(tmp_path):
         assert flag in run.stdout, flag
     version = _run([str(command), "--version"], cwd=tmp_path, env=env, timeout=120)
     assert version.stdout.strip().startswith("olu-worker ")
+
+
+def test_the_local_service_scripts_run_without_an_activated_virtualenv():
+    """``scripts/kafka-local`` as the README shows it, from a shell whose python3 lacks the project's
+    dependencies: it takes the checkout's .venv (``--resolve-only``: the jars are cached by then)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    proc = subprocess.run(["bash", str(root / "scripts" / "kafka-local"), "--resolve-only"], env=env, cwd="/",
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kafka" in proc.stdout
