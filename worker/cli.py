@@ -93,10 +93,15 @@ def demo(args, opts) -> int:
     olu_env = _olu_env()
     d.check_format(args.input_format or olu_env.get("OLU_INPUT_FORMAT", "json"),
                    args.schema_registry_url or olu_env.get("OLU_SCHEMA_REGISTRY_URL"))
-    holder, bootstrap = d.mock_cluster()
+    given = args.bootstrap_servers or olu_env.get("OLU_KAFKA_BOOTSTRAP_SERVERS")
+    # A real broker: topics and a group of the run's own, so the demo never joins a running
+    # worker's group or writes to its topics; else librdkafka's in-process mock cluster.
+    holder, bootstrap = (None, given) if given else d.mock_cluster()
     state_dir = opts.state_dir or d.new_state_dir()  # a temporary one is removed at the end
-    env = {**d.demo_env(bootstrap, state_dir), **olu_env}
+    env = {**d.demo_env(bootstrap, state_dir), **olu_env, **(d.own_names() if given else {})}
     settings = load_settings(args, env, command="demo")
+    if given:
+        d.create_topics(bootstrap, settings)
     metrics, health = _start(settings, "demo")
     partitions = d.input_partitions(bootstrap, settings.input_topics[0])
     scores = DemoScores(settings, partitions, opts.seed)  # the released models beside plain OGD
@@ -118,6 +123,9 @@ def demo(args, opts) -> int:
               "deletions_honoured": summary.get("deletions_honoured", 0),
               "releases": summary.get("releases", 0), "dead_letters": summary.get("dead_letters", 0),
               "seconds": round(elapsed, 3), "state_dir": state_dir if opts.state_dir else None,
+              "broker": "embedded mock cluster" if holder is not None else bootstrap,
+              "topics": {"input": settings.input_topics[0], "params": settings.params_topic,
+                         "dead_letters": settings.dlq_topic},
               "partitions": {k: {"unit": v["unit"], "epsilon": v["epsilon"], "delta": v["delta"],
                                  "target_epsilon": v["target_epsilon"], "rho": v["rho"], "requests": v["requests"],
                                  "budget_used": v["budget_used"], "deletions": v["deletions"], "t": v["t"],
@@ -134,6 +142,10 @@ def demo(args, opts) -> int:
     del holder
     if opts.state_dir is None:
         shutil.rmtree(state_dir, ignore_errors=True)
+    if given and not opts.json:
+        print(f"  topics kept on {bootstrap}: {settings.input_topics[0]}, {settings.params_topic} (try "
+              f"olu-worker follow --bootstrap-servers {bootstrap} --topic {settings.params_topic} --once), "
+              f"{settings.dlq_topic}")
     return 0
 
 

@@ -8,7 +8,9 @@ import tempfile
 from pathlib import Path
 
 import orjson
+import pytest
 
+from .kafka_harness import read_topic
 from .test_demo_formats import _demo
 
 EVENTS = 12_000
@@ -52,3 +54,16 @@ def test_the_demo_leaves_no_temporary_state_behind():
     out = _summary()
     assert out["state_dir"] is None
     assert set(Path(tempfile.gettempdir()).glob("olu-demo-state-*")) <= before
+
+
+@pytest.mark.kafka
+def test_the_demo_on_a_real_broker_produces_and_consumes_there_under_names_of_its_own(kafka_bootstrap):
+    """``--bootstrap-servers`` moves the whole demo there (its producer too) with a group and topics
+    of the run's own, so it never joins a running worker's group or writes to its topics."""
+    out = _summary("--bootstrap-servers", kafka_bootstrap)
+    assert out["broker"] == kafka_bootstrap and out["events"] == EVENTS and out["events_produced_all_delivered"]
+    assert all(name.startswith("olu-demo-") for name in out["topics"].values())
+    released = read_topic(kafka_bootstrap, out["topics"]["params"])
+    assert {r.json()["partition"] for r in released} == {0, 1, 2, 3}  # the worker there published
+    consumed = sum(p["offset"] for p in out["partitions"].values())
+    assert consumed == EVENTS  # it read what its producer wrote there, nothing else

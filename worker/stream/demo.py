@@ -15,12 +15,13 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import uuid
 import zlib
 
 import numpy as np
 import orjson
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..exceptions import ConfigError
 
@@ -112,6 +113,31 @@ def demo_env(bootstrap: str, state_dir: str) -> dict[str, str]:
         # deleted record protected together) trails it by about 30 (the summary shows both).
         "OLU_PRIVACY_UNIT": DEMO_PRIVACY_UNIT,
     }
+
+
+def own_names() -> dict[str, str]:
+    """A group and topics of this run's own, for a demo on a real broker."""
+    run = f"olu-demo-{uuid.uuid4().hex[:8]}"
+    return {"OLU_GROUP_ID": run, "OLU_INPUT_TOPICS": f"{run}.events", "OLU_PARAMS_TOPIC": f"{run}.params",
+            "OLU_DLQ_TOPIC": f"{run}.events.dlq"}
+
+
+def create_topics(bootstrap: str, settings, partitions: int = 4) -> None:
+    """The demo's topics on a real broker (which may not create topics on first use)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    wanted = [NewTopic(settings.input_topics[0], num_partitions=partitions, replication_factor=-1),
+              NewTopic(settings.params_topic, num_partitions=1, replication_factor=-1),
+              NewTopic(settings.dlq_topic, num_partitions=1, replication_factor=-1)]
+    for topic, future in admin.create_topics(wanted, request_timeout=15).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ConfigError(f"the demo could not create topic {topic!r} on {bootstrap}: "
+                                  f"{exc.args[0].str()}") from None
+        except Exception as exc:  # the broker did not answer
+            raise ConfigError(f"the demo could not create topic {topic!r} on {bootstrap}: "
+                              f"{type(exc).__name__} {exc}") from None
 
 
 def partition_summary(worker) -> dict:
