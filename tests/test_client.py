@@ -352,10 +352,12 @@ def test_follow_text_output_and_exit_codes(kafka_bootstrap, kafka_topic):
                               "--timeout", str(_DEADLINE_S), "--predict", "0.1,0.2,0.3"])
     assert code == 0, err
     assert out.startswith(f"{INPUT}/0 v3 ") and "trigger=interval" in out and "prediction=" in out
-    # a wrong feature count is reported, not fatal
+    # features that do not fit the model: one line and exit 2 at the first release, not a warning
+    # per release
     code, out, err = _follow(["--bootstrap-servers", kafka_bootstrap, "--topic", params, "--once",
                               "--timeout", str(_DEADLINE_S), "--predict", "0.1,0.2"])
-    assert code == 0 and "no prediction" in err and "3 features" in err
+    assert code == 2 and out == "" and err.strip().splitlines() == [
+        f"olu-worker follow: --predict has 2 features, the model of {INPUT}/0 has 3"]
     # never caught up: the topic does not exist
     code, out, err = _follow(["--bootstrap-servers", kafka_bootstrap, "--topic", f"{params}-missing", "--once",
                               "--timeout", "2", "--kafka", "allow.auto.create.topics=false"])
@@ -389,3 +391,4 @@ def test_follow_through_the_olu_worker_command(kafka_bootstrap, kafka_topic, mon
     assert code == 0, captured.err
     (line,) = captured.out.splitlines()
     assert orjson.loads(line)["version"] == 4
+

@@ -185,9 +185,16 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
         print(f"olu-worker follow: {exc}", file=err)
         return 2
 
+    wrong_features: list[str] = []  # --predict does not fit the model: said once, exit 2
+
     def show(release: ModelRelease) -> None:
         prediction: float | str | None = None
         if features is not None:
+            if len(features) != release.dim:
+                wrong_features.append(f"--predict has {len(features)} features, the model of {release.topic}/"
+                                      f"{release.partition} has {release.dim}")
+                stop.set()
+                return
             try:
                 prediction = sub.predict(features, partition=partition, topic=release.topic)
             except (LookupError, ValueError) as exc:
@@ -221,6 +228,9 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
             wait = 0.5 if remaining is None else max(0.0, min(0.5, remaining))
             for release in sub.poll(wait):
                 show(release)
+                if wrong_features:
+                    print(f"olu-worker follow: {wrong_features[0]}", file=err)
+                    return 2
         return 0
     except KafkaException as exc:  # fatal consumer error
         print(f"olu-worker follow: {exc}", file=err)

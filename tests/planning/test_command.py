@@ -151,6 +151,12 @@ def test_deletion_rate_outside_zero_one(capsys, rate):
     assert line == f"olu-worker plan: --deletion-rate must be a number in [0, 1), got {rate!r}"
 
 
+def test_a_plot_file_that_is_not_a_png_is_refused_before_planning(capsys, tmp_path):
+    line = one_line_error(capsys, *BASE, "--plot", str(tmp_path / "p.txt"))
+    assert "--plot writes a PNG" in line and "p.txt" in line
+    assert not (tmp_path / "p.txt").exists()
+
+
 def test_no_deletions_no_noise(capsys):
     code, out, _ = run(capsys, "plan", "--dim", "3", "--deletion-rate", "0", "--events", "1000", "--json")
     plan = orjson.loads(out)

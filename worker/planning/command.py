@@ -114,6 +114,8 @@ def _plan(options: dict) -> int:
     seed = _number("--seed", options.get("seed"), 0, integer=True)
     if math.floor(rate * events + 0.5) >= events:
         raise PlanError(f"--deletion-rate {rate:g} leaves no insert in {events} events")
+    if options.get("plot") and not str(options["plot"]).lower().endswith(".png"):
+        raise PlanError(f"--plot writes a PNG: give a file name ending in .png, got {options['plot']!r}")
     sample_path = options.get("sample")
     settings = _settings(options, sample_path)
     target = resolve_target(settings)
