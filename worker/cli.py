@@ -98,7 +98,9 @@ def demo(args, opts) -> int:
     # worker's group or writes to its topics; else librdkafka's in-process mock cluster.
     holder, bootstrap = (None, given) if given else d.mock_cluster()
     state_dir = opts.state_dir or d.new_state_dir()  # a temporary one is removed at the end
-    env = {**d.demo_env(bootstrap, state_dir), **olu_env, **(d.own_names() if given else {})}
+    # The interactive view: warnings only, as text lines, so the progress line stays readable.
+    view = {} if opts.json else {"OLU_LOG_FORMAT": "text", "OLU_LOG_LEVEL": "WARNING"}
+    env = {**d.demo_env(bootstrap, state_dir), **view, **olu_env, **(d.own_names() if given else {})}
     settings = load_settings(args, env, command="demo")
     if given:
         d.create_topics(bootstrap, settings)
@@ -156,6 +158,8 @@ def _olu_env() -> dict[str, str]:
 
 
 def _progress(worker, target: int, scores) -> None:
+    if not sys.stderr.isatty():  # a pipe or a file: no line rewritten in place (the summary says it all)
+        return
     while not worker.stopping.is_set() and worker.events < target:
         s = worker.summary
         print(f"\r{worker.events:>9,}/{target:,} events  {s.get('deletions_honoured', 0):>6,} deletions honoured  "

@@ -67,3 +67,10 @@ def test_the_demo_on_a_real_broker_produces_and_consumes_there_under_names_of_it
     assert {r.json()["partition"] for r in released} == {0, 1, 2, 3}  # the worker there published
     consumed = sum(p["offset"] for p in out["partitions"].values())
     assert consumed == EVENTS  # it read what its producer wrote there, nothing else
+
+
+def test_the_interactive_demo_prints_a_readable_summary_without_json_logs():
+    proc = _demo("--events", "3000")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "released accuracy" in proc.stdout and "plain OGD" in proc.stdout and "privacy unit per-request" in proc.stdout
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("{")]  # text logs, warnings only

@@ -51,6 +51,7 @@ class DemoScores:
 
     def __init__(self, settings, partitions: int, seed: int, test_n: int = 4000):
         self.ridge = settings.loss == "ridge"
+        self.unit = getattr(settings, "privacy_unit", None)
         self.metric = "mean_squared_error" if self.ridge else "accuracy"
         self.w = rule(settings.dim, seed)
         self.X, self.y = fresh_points(self.w, test_n, seed)
@@ -118,6 +119,9 @@ class DemoScores:
                   else f"accuracy {released:.1%} against plain OGD's {ogd:.1%} ({gap * 100:.0f} points)")
         why = (f"deletion noise dominates the weights (noise-to-signal up to {worst:.1f})"
                if worst is not None and worst >= 0.5 else "deletion noise costs accuracy here")
-        return (f"the released models trail plain OGD: {figure}; {why}. Try --privacy-unit per-request "
-                "(each request protected alone), a larger --target-epsilon, or `olu-worker plan` to size "
-                "the settings for your workload")
+        if self.unit == "per-request":  # its noise fades as the stream grows past each deletion
+            tries = "a longer stream (per-request noise fades as later events contract it), a larger --target-epsilon"
+        else:
+            tries = "--privacy-unit per-request (each request protected alone), a larger --target-epsilon"
+        return (f"the released models trail plain OGD: {figure}; {why}. Try {tries}, or `olu-worker plan` to "
+                "size the settings for your workload")
