@@ -19,8 +19,9 @@ deletion adopts its stored noise (docs/worker.md 4.3, 5.4).
 Why the input's end and not the parameter topic's last record for the key: reading that needs the
 key's partition of the parameter topic (any partitioner), a decoder for every release format, and a
 bounded scan back over other partitions' releases; the end offset is one metadata request, exact
-in every delivery mode. What it costs: during a replay nothing is published (those releases would
-repeat or go back), and deletions replayed are released together when the replay catches up.
+in every delivery mode. What it costs: until the position reaches the floor nothing is published
+(those releases would repeat or go back), backlog included, and the deletions met on the way are
+released together there.
 
 A partition with no stored state starts without a floor: a first start on a backlog publishes as
 it goes. Its predecessor, if any, died before storing anything of the partition, so each of its
