@@ -74,3 +74,14 @@ def test_the_interactive_demo_prints_a_readable_summary_without_json_logs():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "released accuracy" in proc.stdout and "plain OGD" in proc.stdout and "privacy unit per-request" in proc.stdout
     assert not [line for line in proc.stderr.splitlines() if line.startswith("{")]  # text logs, warnings only
+
+
+@pytest.mark.slow
+def test_a_long_demo_consumes_every_event_it_produced():
+    """400,000 events (about 20 s here): the producer once dropped events under load and the demo
+    then waited for them forever."""
+    proc = _demo("--events", "400000", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = orjson.loads(proc.stdout)
+    assert out["events"] == 400_000 and out["events_produced_all_delivered"] is True
+    assert sum(p["offset"] for p in out["partitions"].values()) == 400_000
