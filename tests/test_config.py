@@ -128,6 +128,10 @@ BAD_ENV = [
     ("OLU_DELTA", "0", "OLU_DELTA (--delta)"),
     ("OLU_L2", "-0.1", "OLU_L2 (--l2) must be a number >= 0"),
     ("OLU_LABEL_BOUND", "0", "OLU_LABEL_BOUND (--label-bound)"),
+    # librdkafka would take these and then fail to resolve, hundreds of log lines later
+    ("OLU_KAFKA_BOOTSTRAP_SERVERS", "not a url", "OLU_KAFKA_BOOTSTRAP_SERVERS (--bootstrap-servers) must be host:port"),
+    ("OLU_KAFKA_BOOTSTRAP_SERVERS", "broker:99999", "OLU_KAFKA_BOOTSTRAP_SERVERS (--bootstrap-servers)"),
+    ("OLU_KAFKA_BOOTSTRAP_SERVERS", "a:9092,,b:9092", "OLU_KAFKA_BOOTSTRAP_SERVERS (--bootstrap-servers)"),
     ("OLU_RADIUS", "-1", "OLU_RADIUS (--radius)"),
     ("OLU_FEATURE_BOUND", "x", "OLU_FEATURE_BOUND (--feature-bound)"),
     ("OLU_T0", "-1", "OLU_T0 (--t0)"),

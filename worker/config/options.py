@@ -19,6 +19,7 @@ from ..olu.rotation import VARIANTS
 from .model import ALGORITHMS
 from .parsers import (
     boolean,
+    bootstrap,
     choice,
     field_map,
     field_names,
@@ -89,7 +90,7 @@ non_negative = number(0)
 
 OPTIONS: tuple[Option, ...] = (
     # Kafka
-    Option("bootstrap_servers", text, "Kafka bootstrap servers, host:port[,host:port] "
+    Option("bootstrap_servers", bootstrap, "Kafka bootstrap servers, host:port[,host:port] "
            f"(required for run; {BOOTSTRAP_FALLBACK_ENV} is read as a fallback)", "kafka", env=BOOTSTRAP_ENV),
     Option("group_id", text, "consumer group id (also the snapshot namespace)", "kafka"),
     Option("input_topics", topics, "input topics, comma-separated", "kafka"),

@@ -125,6 +125,28 @@ def text(raw: str) -> str:
 text.requirement = "a non-empty string of at most 256 printable characters"
 
 
+_SERVER = re.compile(r"(?:[A-Za-z_]+://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(\d{1,5}))?")
+
+
+def bootstrap(raw: str) -> str:
+    """Kafka bootstrap servers: ``host[:port]`` entries, comma-separated (librdkafka's form; an IPv6
+    address in brackets, a ``PROTOCOL://`` prefix allowed). A value that is not such a list would
+    be accepted by librdkafka and then fail to resolve, hundreds of log lines later.
+
+    >>> bootstrap("kafka-0.kafka:9093, 10.0.0.7:9092,[::1]:9092")
+    'kafka-0.kafka:9093,10.0.0.7:9092,[::1]:9092'
+    """
+    entries = [e.strip() for e in text(raw).split(",")]
+    for entry in entries:
+        match = _SERVER.fullmatch(entry)
+        if match is None or (match.group(1) is not None and not 1 <= int(match.group(1)) <= 65535):
+            raise BadValue(bootstrap.requirement)
+    return ",".join(entries)
+
+
+bootstrap.requirement = "host:port[,host:port] (host names or addresses, ports 1 to 65535)"
+
+
 def state_url(raw: str) -> str:
     value = raw.strip()
     try:
