@@ -416,6 +416,8 @@ class Worker:
                 self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
             except KafkaException as exc:
                 log.warning("offset commit failed", extra={"error": str(exc)})
+            except RuntimeError as exc:  # a commit given up on, still running when shutdown closed the consumer
+                log.info("offset commit abandoned at shutdown", extra={"error": str(exc)})
 
         if asynchronous:
             commit()

@@ -1,0 +1,26 @@
+"""A synchronous commit given up on (no broker answered) that fails later, once shutdown has closed
+the consumer, ends quietly: no ``Exception in thread olu-commit`` traceback on SIGTERM."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from worker.stream import app
+
+
+class ClosedConsumer:
+    def commit(self, offsets, asynchronous):
+        raise RuntimeError("Consumer closed")
+
+
+def test_a_commit_that_finds_the_consumer_closed_raises_nothing_in_its_thread(monkeypatch):
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    worker = app.Worker.__new__(app.Worker)
+    worker.consumer = ClosedConsumer()
+    worker.settings = SimpleNamespace(transactional=False)
+    runner = SimpleNamespace(topic="t", partition=0, snapshot_offset=10)
+    worker._commit([runner])  # synchronous: on a thread of its own (_finished_within)
+    worker._commit([runner], asynchronous=True)
+    assert raised == []
