@@ -16,21 +16,23 @@ from .test_demo_formats import _demo
 EVENTS = 12_000
 
 
-def _summary(*args: str) -> dict:
-    proc = _demo("--events", str(EVENTS), "--json", *args)
+def _summary(*args: str, events: int = EVENTS) -> dict:
+    proc = _demo("--events", str(events), "--json", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return orjson.loads(proc.stdout)
 
 
 def test_the_default_demo_releases_models_close_to_plain_ogd():
-    out = _summary()
-    assert out["events"] == EVENTS and out["events_produced_all_delivered"] is True
+    # 40,000 events (about 4 s): per-request noise fades as the stream grows; measured here 0.3 to
+    # 1.1 points below plain OGD at 40,000, 3 to 4.5 at 12,000 (the noise is fresh every run)
+    out = _summary(events=40_000)
+    assert out["events"] == 40_000 and out["events_produced_all_delivered"] is True
     assert {p["unit"] for p in out["partitions"].values()} == {"per-request"}  # the demo's default, said
     q = out["quality"]
     assert q["metric"] == "accuracy" and len(q["released_by_partition"]) == len(out["partitions"]) == 4
     assert q["plain_ogd"] > 0.8  # the rule is learnable
-    assert q["released"] >= q["plain_ogd"] - 0.05 and q["verdict"] is None
-    assert all(0 < v < 1 for v in q["noise_to_signal_by_partition"].values())
+    assert q["released"] >= q["plain_ogd"] - 0.03 and q["verdict"] is None
+    assert all(0 < v < 0.6 for v in q["noise_to_signal_by_partition"].values())
 
 
 def test_a_demo_far_below_plain_ogd_says_why_and_what_to_try():

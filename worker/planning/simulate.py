@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from ..olu import arith
 from ..olu.privacy.analysis.noise import plan_deletions
 
 __all__ = ["L2_FACTORS", "RENEWAL_L2_FACTORS", "RENEWAL_LIFETIMES", "TAIL", "deletion_steps", "metric_name",
@@ -84,7 +85,7 @@ def replay(model, ids, X, y, taus, victims, *, loss: str, blocks: int = BLOCKS):
     nxt = 0
     for b, (lo, hi) in enumerate(zip(edges, edges[1:])):
         w = np.array(model.weights, np.float64)
-        pred = X[lo:hi] @ w
+        pred = arith.matvec(X[lo:hi], w)  # the same bits on every CPU: the report is reproducible
         if loss == "ridge":
             scores[b] = (hi - lo, float(np.sum((pred - y[lo:hi]) ** 2)))
         else:
@@ -138,7 +139,7 @@ def simulate(sample, make_engine, *, loss: str, l2_values, units, deletion_rate:
     runs = []
     for l2 in l2_values:
         weights, scores = replay(make_engine(l2, None, np.random.default_rng(seed)), ids, X, y, [], [], loss=loss)
-        run = {"l2": l2, "ogd": _score(scores[tail], loss), "ogd_weights_norm": float(np.linalg.norm(weights)),
+        run = {"l2": l2, "ogd": _score(scores[tail], loss), "ogd_weights_norm": arith.norm(weights),
                "units": {}, "curves": {"ogd": window_scores(scores)}}
         for unit in units:
             model = make_engine(l2, unit, np.random.default_rng(seed + 1))

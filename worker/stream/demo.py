@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..exceptions import ConfigError
+from ..olu import arith
 
 POISON_EVERY = 997  # a malformed record now and then, to show the dead-letter path
 DEMO_PRIVACY_UNIT = "per-request"
@@ -50,8 +51,8 @@ def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int):
             yield victim.encode(), {"op": "delete", "id": victim}
         else:
             x = rng.normal(size=dim)
-            x /= max(1.0, float(np.linalg.norm(x)))
-            y = 1 if float(x @ w) + 0.3 * rng.normal() >= 0 else 0
+            x /= max(1.0, arith.norm(x))  # the same stream on every CPU (worker/olu/arith.py)
+            y = 1 if arith.dot(x, w) + 0.3 * rng.normal() >= 0 else 0
             rid = f"r-{j}"
             inserted.append(rid)
             yield rid.encode(), {"op": "insert", "id": rid, "x": x.round(6).tolist(), "y": y}
