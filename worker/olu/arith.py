@@ -16,9 +16,8 @@ does exactly that, in pure numpy:
 - square roots are correctly rounded everywhere (IEEE 754), and ``math.exp``/``math.log1p`` call the
   same C library functions the compiled kernels call.
 
-Where no result is promised bit for bit (the planner's simulations, a subscriber's predictions,
-deletion-time solves whose outcome is stored and adopted on replay) BLAS stays: see docs/worker.md
-4.3.
+Where no result is promised bit for bit (a subscriber's predictions, deletion-time solves whose
+outcome is stored and adopted on replay) BLAS stays: see docs/worker.md 4.3.
 
 >>> x, z = np.array([1e16, 1.0, -1e16]), np.array([1.0, 1.0, 1.0])
 >>> dot(x, z)  # ((0 + 1e16) + 1) - 1e16: the 1 is lost, in this order, on every CPU
