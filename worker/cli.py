@@ -107,9 +107,9 @@ def demo(args, opts) -> int:
     metrics, health = _start(settings, "demo")
     partitions = d.input_partitions(bootstrap, settings.input_topics[0])
     scores = DemoScores(settings, partitions, opts.seed)  # the released models beside plain OGD
-    produced = d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed, partitions,
-                                observe=scores.observe)
     worker = Worker(settings, metrics, health)
+    produced = d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed, partitions,
+                                observe=scores.observe, consumed=lambda: worker.events)
     if not opts.json:
         print("starting: the first run compiles the numeric kernels (10 to 30 s), later runs load them",
               file=sys.stderr, flush=True)
