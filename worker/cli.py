@@ -52,28 +52,23 @@ def _start(settings, command: str):
 
 def _is_config_error(exc) -> bool:
     """librdkafka refused a property when the client was created (unknown key, bad value)."""
-    from confluent_kafka import KafkaError
+    from confluent_kafka import KafkaError, KafkaException
 
-    err = exc.args[0] if exc.args else None
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     return isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG
 
 
 def run(args, _opts) -> int:
-    from confluent_kafka import KafkaException
-
     from .stream.app import Worker
 
     settings = load_settings(args, command="run")
     metrics, health = _start(settings, "run")
     try:
         Worker(settings, metrics, health).run()
-    except KafkaException as exc:
-        if not _is_config_error(exc):
-            log.critical("worker failed", exc_info=True, extra={"error": str(exc), "error_type": type(exc).__name__})
-            return 1
-        raise ConfigError(f"a Kafka client setting was refused: {exc.args[0].str()} "
-                          "(OLU_KAFKA_<KEY> / --kafka key=value pass librdkafka properties as they are)") from None
     except Exception as exc:  # one structured line an operator can alert on, then exit non-zero
+        if _is_config_error(exc):
+            raise ConfigError(f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / "
+                              "--kafka key=value pass librdkafka properties as they are)") from None
         log.critical("worker failed", exc_info=True, extra={"error": str(exc), "error_type": type(exc).__name__})
         return 1
     finally:

@@ -193,7 +193,6 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
             if len(features) != release.dim:
                 wrong_features.append(f"--predict has {len(features)} features, the model of {release.topic}/"
                                       f"{release.partition} has {release.dim}")
-                stop.set()
                 return
             try:
                 prediction = sub.predict(features, partition=partition, topic=release.topic)

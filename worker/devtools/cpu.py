@@ -15,7 +15,6 @@ def personality() -> dict[str, str]:
     import numpy as np
     from llvmlite import binding as ll
 
-    blas = "unknown"
     try:
         from threadpoolctl import threadpool_info
 

@@ -13,8 +13,8 @@ does exactly that, in pure numpy:
 - ``np.add.accumulate`` is defined element by element (``out[i] = out[i-1] + in[i]``): a strict
   left-to-right sum whatever the CPU; its last entry plus 0.0 is the kernels' ``acc = 0.0;
   acc += p_i`` bit for bit (the 0.0 makes an all-negative-zero sum +0.0, as the loop does);
-- square roots are correctly rounded everywhere (IEEE 754), and ``math.exp``/``math.log1p`` call the
-  same C library functions the compiled kernels call.
+- square roots are correctly rounded everywhere (IEEE 754), and ``math.exp`` calls the same C
+  library function the compiled kernels call.
 
 Where no result is promised bit for bit (a subscriber's predictions, deletion-time solves whose
 outcome is stored and adopted on replay) BLAS stays: see docs/worker.md 4.3.
@@ -103,7 +103,3 @@ def exp(a: np.ndarray) -> np.ndarray:
     changes with the CPU features it dispatches on (AVX2, AVX-512), the C library's does not."""
     return np.fromiter(map(math.exp, a.tolist()), np.float64, len(a))
 
-
-def log1p(a: np.ndarray) -> np.ndarray:
-    """``np.log1p`` element-wise through the C library's ``log1p`` (see :func:`exp`)."""
-    return np.fromiter(map(math.log1p, a.tolist()), np.float64, len(a))
