@@ -90,7 +90,7 @@ def worker_env(bootstrap: str, topic: str, params: str, dlq: str, group: str, st
     env.update({
         "OLU_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "OLU_GROUP_ID": group, "OLU_INPUT_TOPICS": topic,
         "OLU_PARAMS_TOPIC": params, "OLU_DLQ_TOPIC": dlq, "OLU_DIM": "10", "OLU_STATE_URL": state_url,
-        "OLU_HTTP_HOST": "127.0.0.1", "OLU_HTTP_PORT": str(port),
+        "OLU_HTTP_HOST": "127.0.0.1", "OLU_HTTP_PORT": str(port), "OLU_PRIVACY_UNIT": "all-deletions",
         "OLU_SNAPSHOT_EVERY_EVENTS": str(snapshot_every),
     })
     env.update(extra)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ["run", "--bootstrap-servers", "127.0.0.1:1", "--dim", "3", "--state-url", "file:///nonexistent/olu"]
+BASE = ["run", "--bootstrap-servers", "127.0.0.1:1", "--dim", "3", "--state-url", "file:///nonexistent/olu",
+        "--privacy-unit", "per-request"]
 
 
 def _run(*args: str) -> tuple[int, list[str]]:
@@ -33,3 +34,15 @@ def test_a_busy_http_port_is_one_line_naming_the_setting():
         code, lines = _run("--http-host", "127.0.0.1", "--http-port", str(port))
     assert code == 2 and len(lines) == 1, lines
     assert "OLU_HTTP_PORT (--http-port)" in lines[0] and str(port) in lines[0]
+
+
+def test_run_without_a_privacy_unit_is_one_line_naming_both_units_and_the_planner():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OLU_")}
+    proc = subprocess.run([sys.executable, "-m", "worker.cli", *BASE[:-2], "--http-port", "0"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, lines
+    assert "OLU_PRIVACY_UNIT (--privacy-unit) is required" in lines[0]
+    assert "per-request" in lines[0] and "all-deletions" in lines[0] and "olu-worker plan" in lines[0]
+    code, lines = _run("--http-port", "0", "--kafka", "bogus.key=1")  # with the unit, it gets further
+    assert code == 2 and "bogus.key" in lines[0]

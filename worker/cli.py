@@ -26,9 +26,18 @@ from .follow import add_parser as add_follow_parser  # noqa: E402
 from .logs import configure_logging, get_logger  # noqa: E402
 from .planning.command import PLAN_OPTIONS  # noqa: E402
 from .planning.command import add_parser as add_plan_parser  # noqa: E402
+from .produce import PRODUCE_OPTIONS  # noqa: E402
+from .produce import add_parser as add_produce_parser  # noqa: E402
 
 log = get_logger("olu.cli")
+UNIT_REQUIRED = ("OLU_PRIVACY_UNIT (--privacy-unit) is required: per-request protects each deletion request on its "
+                 "own (its noise fades as the stream grows), all-deletions protects every deleted record together "
+                 "(its noise grows with the share deleted, often near chance); `olu-worker plan` shows what each "
+                 "costs on your events")
 DEMO_OPTIONS = ("events", "delete_rate", "seed", "json", "state_dir")
+#: The settings ``demo --help`` lists (every other one of ``run`` is accepted, unlisted).
+DEMO_SHOWN_SETTINGS = ("bootstrap_servers", "privacy_unit", "target_epsilon", "algorithm", "rotation",
+                       "dim", "input_format", "schema_registry_url")
 
 
 def _start(settings, command: str):
@@ -62,6 +71,8 @@ def run(args, _opts) -> int:
     from .stream.app import Worker
 
     settings = load_settings(args, command="run")
+    if settings.origin("privacy_unit") == "default":  # the one choice no default can make for an operator
+        raise ConfigError(UNIT_REQUIRED)
     metrics, health = _start(settings, "run")
     try:
         Worker(settings, metrics, health).run()
@@ -217,17 +228,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(r)
     r.set_defaults(func=run)
     d = sub.add_parser("demo", help="the worker on embedded defaults: in-process Kafka, local state, "
-                                    "synthetic stream with deletions")
+                                    "synthetic stream with deletions",
+                       description="The worker on embedded defaults: librdkafka's in-process mock cluster (or "
+                                   "--bootstrap-servers), a temporary state directory and a synthetic stream "
+                                   "with deletions; at the end, the released models' accuracy beside plain "
+                                   "OGD's. Every setting of `olu-worker run` is accepted too (flags or OLU_*; "
+                                   "see olu-worker run --help); the main ones are listed below.")
     d.add_argument("--events", type=int, default=50_000, help="stop after N events (default 50000)")
     d.add_argument("--delete-rate", type=float, default=0.01,
                    help="share of events that are deletes, in [0, 1) (default 0.01)")
     d.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (never of the noise)")
     d.add_argument("--json", action="store_true", help="print a final JSON summary on stdout")
     d.add_argument("--state-dir", help="where snapshots go (default: a new temporary directory)")
-    add_arguments(d)
+    add_arguments(d, shown=DEMO_SHOWN_SETTINGS)
     d.set_defaults(func=demo)
     add_follow_parser(sub)
     add_plan_parser(sub)
+    add_produce_parser(sub)
     return parser
 
 
@@ -239,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func = args.__dict__.pop("func")
     args.__dict__.pop("command", None)
-    opts = argparse.Namespace(**{k: args.__dict__.pop(k) for k in DEMO_OPTIONS + PLAN_OPTIONS
+    opts = argparse.Namespace(**{k: args.__dict__.pop(k) for k in DEMO_OPTIONS + PLAN_OPTIONS + PRODUCE_OPTIONS
                                  if k in args.__dict__})
     try:
         return func(args, opts)

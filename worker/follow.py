@@ -20,6 +20,7 @@ Wired into ``olu-worker`` by :func:`add_parser`; ``python -m worker.follow`` run
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import signal
@@ -101,6 +102,22 @@ def _kafka_config(items: list[str] | None) -> dict[str, str]:
     return conf
 
 
+def _kafka_log(err: TextIO) -> logging.Logger:
+    """The client's log lines and errors on ``err``, a repeating one (a broker down) shown once per
+    doubling window instead of at every reconnect (worker/kafka_log.py)."""
+    from .kafka_log import RepeatLimiter
+
+    logger = logging.getLogger(f"olu.follow.kafka.{id(err)}")
+    if not logger.handlers:
+        handler = logging.StreamHandler(err)
+        handler.setFormatter(logging.Formatter("olu-worker follow: kafka: %(message)s"))
+        logger.addHandler(handler)
+        logger.addFilter(RepeatLimiter())
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
+    return logger
+
+
 def _where(msg) -> str:
     try:
         return f"{msg.topic()}/{msg.partition()}@{msg.offset()}"
@@ -164,7 +181,7 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     topic = option("topic") or os.environ.get("OLU_PARAMS_TOPIC") or PARAMS_TOPIC
     try:
         features = _features(option("predict")) if option("predict") else None
-        extra_config = _kafka_config(option("kafka"))
+        extra_config = {**_kafka_config(option("kafka")), "logger": _kafka_log(err)}
     except ValueError as exc:
         print(f"olu-worker follow: {exc}", file=err)
         return 2
@@ -172,8 +189,10 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     def invalid(exc: InvalidRelease, msg) -> None:
         print(f"olu-worker follow: skipped record {_where(msg)}: {exc.reason}: {exc}", file=err, flush=True)
 
+    kafka_log = _kafka_log(err)
+
     def kafka_error(error) -> None:
-        print(f"olu-worker follow: kafka: {error.str() if hasattr(error, 'str') else error}", file=err, flush=True)
+        kafka_log.error("%s", error.str() if hasattr(error, "str") else error)
 
     try:
         sub = ParamsSubscriber(bootstrap, topic, group_id=option("group_id"),

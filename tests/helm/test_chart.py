@@ -23,7 +23,7 @@ CHART = Path(__file__).resolve().parents[2] / "helm" / "olu-worker"
 NAME, NAMESPACE = "olu", "streaming"
 FULLNAME = "olu-olu-worker"
 REQUIRED = {"config": {"bootstrap_servers": "kafka-0.kafka:9092,kafka-1.kafka:9092", "dim": 10,
-                       "state_url": "s3://olu-state/prod"}}
+                       "state_url": "s3://olu-state/prod", "privacy_unit": "all-deletions"}}
 
 
 def merge(base: dict, extra: dict) -> dict:
@@ -261,10 +261,11 @@ def test_every_setting_is_wired_to_its_env_var(chart):
 def test_unset_settings_leave_the_worker_defaults(chart):
     env = plain_env(render(chart, REQUIRED))
     olu = {k for k in env if k.startswith("OLU_")}
-    assert olu == {"OLU_KAFKA_BOOTSTRAP_SERVERS", "OLU_DIM", "OLU_STATE_URL", "OLU_HTTP_PORT"}
+    assert olu == {"OLU_KAFKA_BOOTSTRAP_SERVERS", "OLU_DIM", "OLU_STATE_URL", "OLU_PRIVACY_UNIT", "OLU_HTTP_PORT"}
     settings = load_settings([], env)
     assert settings.dim == 10 and settings.state_url == "s3://olu-state/prod"
     assert (settings.target_epsilon, settings.rho, settings.privacy_unit) == (1.0, None, "all-deletions")
+    assert settings.origin("privacy_unit") == "env"  # what run requires, set by the chart
 
 
 def test_kafka_passthrough_becomes_olu_kafka_env(chart):
@@ -508,6 +509,7 @@ def test_schema_rejects_bad_values(chart, case):
     ({"config": {"bootstrap_servers": None}}, "config.bootstrap_servers is required"),
     ({"config": {"dim": None}}, "config.dim is required"),
     ({"config": {"state_url": None}}, "config.state_url is required"),
+    ({"config": {"privacy_unit": None}}, "config.privacy_unit is required .*per-request.*all-deletions"),
     ({"config": {"transactional_id": "olu-1"}}, "fence"),
     ({"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "minReplicas"),
     ({"podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1}}, "not both"),

@@ -531,6 +531,7 @@ def worker_env(bootstrap: str, topics: Topics, group: str, state_url: str, **ext
         "OLU_DLQ_TOPIC": topics.dlq,
         "OLU_DIM": str(DIM),
         "OLU_STATE_URL": state_url,
+        "OLU_PRIVACY_UNIT": "all-deletions",  # run requires one; these tests were written for it
         "OLU_SNAPSHOT_KEEP": "1000",
         "OLU_SNAPSHOT_EVERY_EVENTS": "300",
         "OLU_SNAPSHOT_EVERY_SECONDS": "2",

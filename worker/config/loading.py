@@ -37,7 +37,7 @@ OTHER_ENV_PREFIXES = ("OLU_TEST_",)
 #: Environment variables that carry object-store credentials (read by obstore, never copied).
 AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE",
                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
-COMMANDS = ("run", "demo", "plan")
+COMMANDS = ("run", "demo", "plan", "produce")
 #: Settings that were removed, with what replaces them: refused at start, never silently ignored.
 REMOVED = {
     "eps": ("OLU_EPS (--eps) was removed: it was the Renyi slope, not epsilon. Set OLU_RHO (--rho) for "
@@ -49,37 +49,49 @@ KAFKA_FLAG = "--kafka"
 
 
 # --------------------------------------------------------------------------- argparse
-def add_arguments(parser: argparse.ArgumentParser, *, exclude: Iterable[str] = ()) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, exclude: Iterable[str] = (),
+                  shown: Iterable[str] | None = None) -> None:
     """Add every setting's flag to ``parser`` (defaults None, so environment and defaults apply).
 
-    ``exclude`` names settings whose flag the caller defines itself.
+    ``exclude`` names settings whose flag the caller defines itself. ``shown``, when given, names the
+    settings ``--help`` lists (with ``kafka`` for ``--kafka``): the others are accepted all the same,
+    unlisted, so a command's help stays about that command (``run --help`` lists them all).
     """
     skip = set(exclude)
+    listed = None if shown is None else set(shown)
     groups: dict[str, Any] = {}
     for opt in OPTIONS:
         if opt.name in skip:
+            continue
+        if listed is not None and opt.name not in listed:
+            _add_flag(parser, opt, argparse.SUPPRESS)
             continue
         group = groups.get(opt.group)
         if group is None:
             group = groups[opt.group] = parser.add_argument_group(f"{GROUP_TITLES[opt.group]} settings")
         shown = ",".join(opt.default) if isinstance(opt.default, tuple) else opt.default
         help_text = f"{opt.help} (env {opt.env}" + ("" if shown is None else f"; default {shown}") + ")"
-        help_text = help_text.replace("%", "%%")
-        if opt.parse is boolean:
-            group.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction, default=None,
-                               help=help_text)
-            continue
-        choices = getattr(opt.parse, "choices", None)
-        metavar = "{" + ",".join(choices) + "}" if choices else opt.name.upper()
-        group.add_argument(opt.flag, dest=opt.name, default=None, metavar=metavar, help=help_text)
+        _add_flag(group, opt, help_text.replace("%", "%%"))
     for name in REMOVED:  # hidden: so the refusal names the replacement instead of "unknown flag"
         parser.add_argument("--" + name.replace("_", "-"), dest=f"removed_{name}", default=None,
                             help=argparse.SUPPRESS)
     if "kafka" not in skip:
-        groups["kafka"].add_argument(
+        hidden = listed is not None and "kafka" not in listed
+        (parser if hidden else groups.get("kafka", parser)).add_argument(
             KAFKA_FLAG, dest="kafka", action="append", default=None, metavar="KEY=VALUE",
-            help="librdkafka setting, repeatable (env OLU_KAFKA_<KEY>, '.' as '_' and '_' as '__')",
+            help=argparse.SUPPRESS if hidden else
+            "librdkafka setting, repeatable (env OLU_KAFKA_<KEY>, '.' as '_' and '_' as '__')",
         )
+
+
+def _add_flag(target, opt, help_text: str) -> None:
+    if opt.parse is boolean:
+        target.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction, default=None,
+                            help=help_text)
+        return
+    choices = getattr(opt.parse, "choices", None)
+    metavar = "{" + ",".join(choices) + "}" if choices else opt.name.upper()
+    target.add_argument(opt.flag, dest=opt.name, default=None, metavar=metavar, help=help_text)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -142,8 +154,9 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     """Settings from flags (``argv``: a list of strings or an ``argparse.Namespace`` produced by a
     parser given :func:`add_arguments`), the environment (default ``os.environ``) and defaults.
 
-    ``command="run"`` requires the bootstrap servers and ``dim``; ``command="demo"`` and
-    ``command="plan"`` require neither (``dim`` defaults to 10; the demo brings its own cluster).
+    ``command="run"`` requires the bootstrap servers and ``dim``, ``command="produce"`` the bootstrap
+    servers; ``demo`` and ``plan`` require neither (``dim`` defaults to 10; the demo brings its own
+    cluster).
 
     >>> s = load_settings(["--dim", "3", "--rho", "2"], {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
     >>> s.dim, s.rho, s.target_epsilon, s.origin("rho"), s.origin("l2")
@@ -206,12 +219,12 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     if "rho" in explicit:
         values["target_epsilon"] = None  # the default target gives way to an explicit slope
 
-    if command == "run":
-        for name in ("bootstrap_servers", "dim"):
-            if values[name] is None:
-                extra = f" (or {BOOTSTRAP_FALLBACK_ENV})" if name == "bootstrap_servers" else ""
-                raise ConfigError(f"{_label(name)}{extra} is required")
-    elif values["dim"] is None:
+    required = {"run": ("bootstrap_servers", "dim"), "produce": ("bootstrap_servers",)}.get(command, ())
+    for name in required:
+        if values[name] is None:
+            extra = f" (or {BOOTSTRAP_FALLBACK_ENV})" if name == "bootstrap_servers" else ""
+            raise ConfigError(f"{_label(name)}{extra} is required")
+    if values["dim"] is None:
         values["dim"] = DEMO_DIM
 
     # Cross-checks (the engine would reject these later with less context).

@@ -131,7 +131,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("step", positive, "constant step size (schedule=constant)", "model"),
     Option("privacy_unit", choice(UNITS),
            "what one guarantee protects: all-deletions (every deleted record together, per model "
-           "lifetime) or per-request (each deletion request alone; passive only)", "model"),
+           "lifetime) or per-request (each deletion request alone; passive only); required by run, "
+           "the default is for demo and plan", "model"),
     Option("target_epsilon", positive,
            "privacy target: epsilon at delta per privacy unit; the worker uses the largest Renyi slope "
            "that meets it (the default unless rho is given)", "model"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..exceptions import OluWorkerError
 
-__all__ = ["RegistryUnavailable", "UndecodableRecord"]
+__all__ = ["BadKeyedLine", "RegistryUnavailable", "UndecodableRecord"]
 
 
 class UndecodableRecord(OluWorkerError, ValueError):
@@ -24,3 +24,7 @@ class UndecodableRecord(OluWorkerError, ValueError):
 
 class RegistryUnavailable(OluWorkerError, RuntimeError):
     """The Schema Registry did not answer usefully; retry the same record later."""
+
+
+class BadKeyedLine(OluWorkerError, ValueError):
+    """A line of a keyed JSON-lines file that cannot be a Kafka record (formats/keyed_lines.py)."""

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..config.model import build_model
+from ..kafka_log import client_logger
 from ..logs import get_logger
 from ..memory import fix_malloc_thresholds
 from ..state.exceptions import StorageUnavailable
@@ -123,8 +124,8 @@ class Worker:
         self.final_state: dict[tuple[str, int], dict] = {}  # each dropped partition's last word
         self.registry_input = RegistryInput.from_settings(settings)  # None: JSON input
         self.release_encoder = None  # OLU_RELEASE_FORMAT avro / json-schema: set at start
-        self._dead_letters = DeadLetters(settings.dlq_topic, TopicLimit(settings.admin_config(), settings.dlq_topic),
-                                         transactional=settings.transactional)
+        dlq_limit = TopicLimit({**settings.admin_config(), "logger": client_logger()}, settings.dlq_topic)
+        self._dead_letters = DeadLetters(settings.dlq_topic, dlq_limit, transactional=settings.transactional)
 
     # ----------------------------------------------------------------- lifecycle
     def _new_model(self):
@@ -140,12 +141,14 @@ class Worker:
             signal.signal(signal.SIGINT, self.stop)
         switch_interval = prepare_process()
         self.release_encoder = release_encoder(s, self._new_model())  # None: JSON releases
-        self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error})
+        self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error,
+                                  "logger": client_logger()})
         if s.transactional:
             self.transactions = Transactions(self.producer, settle=self._settle_deltas,
                                              transaction_timeout_ms=s.kafka.get("transaction.timeout.ms"))
         self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
-                                  "error_cb": self._on_client_error, "on_commit": self._on_commit})
+                                  "error_cb": self._on_client_error, "on_commit": self._on_commit,
+                                  "logger": client_logger()})
         self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("worker started", extra={"topics": list(s.input_topics), "group": s.group_id,

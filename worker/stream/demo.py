@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..exceptions import ConfigError
+from ..kafka_log import client_logger
 from ..olu import arith
 
 POISON_EVERY = 997  # a malformed record now and then, to show the dead-letter path
@@ -37,14 +38,15 @@ def mock_cluster() -> tuple[AdminClient, str]:
     return holder, ",".join(f"{b.host}:{b.port}" for b in brokers)
 
 
-def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int):
-    """(key, event) pairs: inserts of a noisy linear rule, deletes of earlier ids, some poison. An
-    event is a dict, or raw bytes (the poison records: JSON that no format's schema describes)."""
+def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int = POISON_EVERY):
+    """(key, event) pairs: inserts of a noisy linear rule, deletes of earlier ids, and a poison
+    record every ``poison_every`` events (0: none). An event is a dict, or raw bytes (the poison
+    records: JSON that no format's schema describes)."""
     rng = np.random.default_rng(seed)
     w = rng.normal(size=dim)  # demo_scores.rule: the same first draw
     inserted: list[str] = []
     for j in range(n):
-        if j and j % POISON_EVERY == 0:
+        if poison_every and j and j % poison_every == 0:
             yield b"poison-%d" % j, b'{"op": "insert", "id": "poison-%d", "x": "not a vector"}' % j
         elif inserted and rng.random() < delete_rate:
             victim = inserted[int(rng.integers(len(inserted)))]
@@ -76,36 +78,44 @@ def partition_of(key: bytes, partitions: int) -> int:
 AHEAD_LIMIT = 20_000
 
 
-def produce(bootstrap: str, topic: str, events, done: threading.Event, encode=None, *, partitions: int = 1,
-            observe=None, consumed=None) -> None:
-    """Write ``events`` to ``topic``'s ``partitions`` (each event's ``observe(partition, event)``
-    first); ``encode(event, topic)`` serializes a dict (default: JSON). A full local queue waits
-    for deliveries instead of dropping the event; ``done.failed`` holds the first delivery error."""
+def produce(client: str | dict, topic: str, events, done: threading.Event, encode=None, *,
+            partitions: int | None = 1, observe=None, consumed=None) -> None:
+    """Write ``events`` (key, dict or bytes) to ``topic``'s ``partitions`` (each event's
+    ``observe(partition, event)`` first); ``encode(event, topic)`` serializes a dict (default:
+    JSON), None is a tombstone; ``partitions=None`` leaves placement to the client's partitioner.
+    ``client`` is the bootstrap address or a producer configuration. A
+    full local queue waits for deliveries instead of dropping the event; ``done.failed`` holds the
+    first delivery error, ``done.sent`` the count handed to the producer."""
     encode = encode or (lambda event, _topic: orjson.dumps(event))
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    config = {"bootstrap.servers": client} if isinstance(client, str) else dict(client)
+    producer = Producer({"linger.ms": 5, "log_level": 3, **config, "logger": client_logger()})
     errors: list = []
+    done.sent = 0
 
     def delivered(err, _msg):
         if err is not None and not errors:
             errors.append(err)
 
-    for k, (key, event) in enumerate(events):
-        while consumed is not None and k - consumed() > AHEAD_LIMIT:
-            producer.poll(0.01)  # wait for the worker to catch up (and serve delivery reports)
-        partition = partition_of(key, partitions)
-        if observe is not None:
-            observe(partition, event)
-        value = event if isinstance(event, bytes) else encode(event, topic)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it, then retry
-                producer.poll(0.05)
-        producer.poll(0)
-    remaining = producer.flush(60)
-    done.failed = errors[0] if errors else (f"{remaining} events undelivered" if remaining else None)
-    done.set()
+    try:  # a bad event raised by ``events`` or ``encode`` stops here, after what went before it is sent
+        for k, (key, event) in enumerate(events):
+            while consumed is not None and k - consumed() > AHEAD_LIMIT:
+                producer.poll(0.01)  # wait for the worker to catch up (and serve delivery reports)
+            placement = {} if partitions is None else {"partition": partition_of(key, partitions)}
+            if observe is not None:
+                observe(placement.get("partition"), event)
+            value = event if event is None or isinstance(event, bytes) else encode(event, topic)
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value, on_delivery=delivered, **placement)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it, then retry
+                    producer.poll(0.05)
+            done.sent += 1
+            producer.poll(0)
+    finally:
+        remaining = producer.flush(60)
+        done.failed = errors[0] if errors else (f"{remaining} events undelivered" if remaining else None)
+        done.set()
 
 
 def demo_env(bootstrap: str, state_dir: str) -> dict[str, str]:
@@ -133,7 +143,7 @@ def own_names() -> dict[str, str]:
 
 def create_topics(bootstrap: str, settings, partitions: int = 4) -> None:
     """The demo's topics on a real broker (which may not create topics on first use)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3, "logger": client_logger()})
     wanted = [NewTopic(settings.input_topics[0], num_partitions=partitions, replication_factor=-1),
               NewTopic(settings.params_topic, num_partitions=1, replication_factor=-1),
               NewTopic(settings.dlq_topic, num_partitions=1, replication_factor=-1)]
@@ -182,7 +192,7 @@ def event_encoder(settings):
 def input_partitions(bootstrap: str, topic: str, timeout: float = 20.0) -> int:
     """The partition count of the demo's input topic, created on first mention (the mock cluster
     auto-creates topics with 4 partitions)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "logger": client_logger()})
     deadline = time.monotonic() + timeout
     while True:
         found = producer.list_topics(topic, timeout=5).topics.get(topic)

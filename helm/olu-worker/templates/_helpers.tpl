@@ -145,6 +145,9 @@ Checks that values.schema.json cannot express (each fails the install with a mes
 {{- if not (include "olu-worker.isSet" $c.dim) -}}
 {{- fail "config.dim is required (OLU_DIM: the feature dimension of the input events)" -}}
 {{- end -}}
+{{- if not (include "olu-worker.isSet" $c.privacy_unit) -}}
+{{- fail "config.privacy_unit is required (OLU_PRIVACY_UNIT): per-request protects each deletion request on its own, all-deletions every deleted record together at a far larger noise; olu-worker plan shows what each costs on your events" -}}
+{{- end -}}
 {{- if not (include "olu-worker.isSet" $c.state_url) -}}
 {{- fail "config.state_url is required: an s3://bucket[/path] URL (OLU_STATE_URL). Pods are interchangeable and the deletion counter must survive restarts, so state lives in object storage" -}}
 {{- end -}}
