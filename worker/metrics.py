@@ -135,6 +135,13 @@ class Metrics:
                                      registry=r)
         self.model_age = Gauge("olu_model_age_events", "Rotation: input events since the released model was "
                                "born", _TP, registry=r)
+        # The per-key contribution bound (docs/accounting.md 13): public counts of the keys' arrivals.
+        self.max_records_per_key = Gauge("olu_max_records_per_key", "Records of one partitioning key the "
+                                         "released model learns in its lifetime (OLU_MAX_RECORDS_PER_KEY)", _TP,
+                                         registry=r)
+        self.records_over_key_cap = Gauge("olu_records_over_key_cap", "Records of the released model's lifetime "
+                                          "consumed and not learned: their key had reached "
+                                          "OLU_MAX_RECORDS_PER_KEY", _TP, registry=r)
         # The DP tree mechanism (dp-tofw, docs/accounting.md 7): public schedule figures, not data.
         self.dp_noise_sigma = Gauge("olu_dp_noise_sigma", "dp-tofw: Gaussian noise standard deviation per "
                                     "tree node", _TP, registry=r)
@@ -260,10 +267,13 @@ class Metrics:
                 self._child(gauge, topic, partition).set(value)
 
     def set_split_and_rotation(self, topic: str, partition: int, privacy: dict) -> None:
-        """Capacity and overflow of the planned split, generation and age of a rotation, where present."""
+        """Capacity and overflow of the planned split, generation and age of a rotation, the per-key
+        cap and what it refused, where present."""
         for gauge, name in ((self.capacity_planned, "capacity_planned"), (self.capacity_used, "capacity_used"),
                             (self.overflow_deletions, "overflow_deletions"), (self.model_generation, "generation"),
-                            (self.model_rotations, "rotations"), (self.model_age, "model_age")):
+                            (self.model_rotations, "rotations"), (self.model_age, "model_age"),
+                            (self.max_records_per_key, "max_records_per_key"),
+                            (self.records_over_key_cap, "records_over_key_cap")):
             value = privacy.get(name)
             if isinstance(value, int) and not isinstance(value, bool):
                 self._child(gauge, topic, partition).set(value)

@@ -150,3 +150,17 @@ def test_same_seed_same_operations_same_state(name):
         for rid in ("r-1", "r-40", "r-1", "ghost"):
             model.unlearn_one(rid)
     assert_same_state(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_key_cap_bounds_what_one_key_contributes(name):
+    """``max_records_per_key``: the first records of each key to arrive are learned, the rest
+    refused and counted (docs/accounting.md 13); the cap survives a snapshot."""
+    cls = ALGORITHMS[name]
+    model = cls(dim=DIM, noise_rng=np.random.default_rng(1), **cls.example_params, max_records_per_key=2)
+    ids, X, y = stream(cls)
+    model.learn_many(ids, X, y, subjects=[f"u{j % 6}" for j in range(N)])
+    assert model.t <= 12 and model.key_cap.refused == N - 12
+    assert model.privacy()["records_over_key_cap"] == N - 12
+    again = load_model(model.export_state(), noise_rng=np.random.default_rng(1))
+    assert again.key_cap.refused == N - 12 and again.learn_one("late", X[0], y[0], subject="u0") is False

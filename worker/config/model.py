@@ -19,7 +19,7 @@ ALGORITHMS = tuple(_REGISTRY)
 # Settings every algorithm takes, under the same keyword (OnlineUnlearner.__init__).
 BASE_MODEL_SETTINGS = ("dim", "loss", "l2", "label_bound", "radius", "feature_bound", "feature_policy",
                        "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega", "delta",
-                       "budget_split", "budget_reserve")
+                       "budget_split", "budget_reserve", "max_records_per_key")
 
 
 def model_kwargs(settings: Any) -> dict[str, Any]:

@@ -159,6 +159,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("model_lifetime_events", number(2, integer=True),
            "rotation: events a model lives (half as standby, half released); also the lifetime the "
            "planned capacity is derived for", "model"),
+    Option("max_records_per_key", number(1, integer=True),
+           "records of one partitioning key (the Kafka key: a data subject) a model learns in its "
+           "lifetime, the first to arrive; later ones are consumed, counted and not learned, so a "
+           "request naming a subject's records costs at most this many records' noise (default: no cap)",
+           "model"),
     Option("max_deletions", number(1, integer=True),
            "deletion capacity (per epoch; k for the restart and active algorithms)", "model"),
     Option("restart_c", positive, "passive-restart: constant c of the restart test", "model"),

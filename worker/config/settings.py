@@ -85,6 +85,7 @@ class Settings:
     rotation: str = "off"
     rotation_variant: str = "overlap"
     model_lifetime_events: int = 400_000
+    max_records_per_key: int | None = None  # None: no per-key contribution bound
     max_deletions: int | None = None
     restart_c: float = 1.0
     order_fallback: str = "retrain"

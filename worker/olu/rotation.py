@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from .core.base import OnlineUnlearner
+from .core.contribution import subject_keys
 from .core.deletion import Deletion
 from .core.index import record_key
 from .core.mixed import MixedBatch, prepare_pass
@@ -46,6 +47,7 @@ VARIANTS = ("overlap", "disjoint")
 ROTATION_FORMAT = 1
 _SLOTS = ("m0", "m1")  # active, standby in the exported arrays
 _ARCHIVED = 16  # retired models' summaries kept in the state
+KEY_CAP_FACTS = ("max_records_per_key", "records_over_key_cap")  # of the released (active) model
 
 
 def model_budget(unit: str, variant: str, rho: float) -> float:
@@ -159,6 +161,11 @@ class Rotation:
         return self.active.noise_figures()
 
     @property
+    def key_cap(self):
+        """The released model's per-key contribution cap (each model keeps its own), or None."""
+        return self.active.key_cap
+
+    @property
     def model_age(self) -> int:
         """Events since the active model was born."""
         return self.events - (self.generation * self.half if self.generation else 0)
@@ -170,41 +177,48 @@ class Rotation:
         return self.cls(noise_rng=self._noise_rng, **self.model_kwargs)
 
     # ----------------------------------------------------------------- learning
-    def learn_one(self, record_id: str, x, y) -> bool:
+    def learn_one(self, record_id: str, x, y, *, subject=None) -> bool:
         xv = self.active.features.check(x)  # the one-row checks and errors of OnlineUnlearner.learn_one
-        return self.learn_many([record_id], xv[None, :], [y]) == 1
+        return self.learn_many([record_id], xv[None, :], [y], subjects=None if subject is None else [subject]) == 1
 
-    def learn_many(self, record_ids, X, y, *, keys=None) -> int:
+    def learn_many(self, record_ids, X, y, *, keys=None, subjects=None) -> int:
         """Rows in stream order, split at the rotation points; the whole batch is checked first."""
-        return self.learn_prepared(*self.prepare_batch(record_ids, X, y, keys=keys))
+        return self.learn_prepared(*self.prepare_batch(record_ids, X, y, keys=keys), subjects=subjects)
 
     def prepare_batch(self, record_ids, X, y, *, keys=None):
         """The checked batch (``OnlineUnlearner.prepare_batch``: every model of a rotation has the same checks)."""
         return self.active.prepare_batch(record_ids, X, y, keys=keys)
 
-    def learn_prepared(self, keys, X, y) -> int:
-        """:meth:`learn_many` of a batch :meth:`prepare_batch` returned."""
+    def learn_prepared(self, keys, X, y, subjects=None) -> int:
+        """:meth:`learn_many` of a batch :meth:`prepare_batch` returned. Each model admits rows by
+        its own lifetime's ``max_records_per_key`` count (a fresh standby starts at zero)."""
         applied, start, n = 0, 0, len(keys)
+        subjects = None if subjects is None else subject_keys(subjects, keys)
         while start < n:
             stop = min(n, start + self.half - self.events % self.half)
-            applied += self._learn_rows(keys[start:stop], X[start:stop], y[start:stop])
+            applied += self._learn_rows(keys[start:stop], X[start:stop], y[start:stop],
+                                        None if subjects is None else subjects[start:stop])
             self.events += stop - start
             if self.events % self.half == 0:
                 self._rotate()
             start = stop
         return applied
 
-    def _learn_rows(self, keys, X, y) -> int:
+    def _learn_rows(self, keys, X, y, subjects) -> int:
         if self.standby is None:
-            return self.active.learn_prepared(keys, X, y)
+            return self.active.learn_prepared(keys, X, y, subjects)
         if self.variant == "overlap":
-            applied = self.active.learn_prepared(keys, X, y)
-            self.standby.learn_prepared(keys, X, y)
+            applied = self.active.learn_prepared(keys, X, y, subjects)
+            self.standby.learn_prepared(keys, X, y, subjects)
             return applied
         mine = (keys & np.uint64(1)) == np.uint64((self.generation + 1) & 1)  # the standby's parity
         rest = ~mine
-        return (self.standby.learn_prepared(keys[mine], X[mine], y[mine])
-                + self.active.learn_prepared(keys[rest], X[rest], y[rest]))
+
+        def part(rows):
+            return None if subjects is None else subjects[rows]
+
+        return (self.standby.learn_prepared(keys[mine], X[mine], y[mine], part(mine))
+                + self.active.learn_prepared(keys[rest], X[rest], y[rest], part(rest)))
 
     def _rotate(self) -> None:
         """At a multiple of H: promote the standby (retiring the active), then start a fresh standby."""
@@ -268,7 +282,8 @@ class Rotation:
                         records=len(ids) - len(not_applied) - len(duplicates), not_applied=not_applied,
                         duplicates=duplicates)
 
-    def learn_and_unlearn(self, keys, X, y, spans, delete_rows, delete_keys, delete_ids) -> MixedBatch | None:
+    def learn_and_unlearn(self, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
+                          subjects=None) -> MixedBatch | None:
         """:func:`worker.olu.core.mixed.learn_and_unlearn` of a rotation: the batch in one pass per
         model (each with its own noise and charges), each delete answered and its state given as
         :meth:`unlearn_request` and :meth:`deletion_state` would. None, nothing changed, for the
@@ -279,7 +294,7 @@ class Rotation:
             return None
         passes = []
         for m in self.models:
-            prepared = prepare_pass(m, keys, X, y, spans, delete_rows, delete_keys, delete_ids)
+            prepared = prepare_pass(m, keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects)
             if prepared is None:
                 for other in passes:
                     other.cancel()
@@ -353,6 +368,7 @@ class Rotation:
             "delta": active.delta, "deletions_capacity_left": active.capacity_left, **active.split_facts(),
             "generation": self.generation, "rotation": self.variant, "model_rho": active.budget,
             "model_age": self.model_age, "rotations": self.rotations, "lifetime_events": self.lifetime_events,
+            **{k: v for k, v in self.active.privacy_unit_facts().items() if k in KEY_CAP_FACTS},
         }
 
     # ---------------------------------------------------------------------- state

@@ -38,6 +38,7 @@ from ..wire import (
 from .decode import Delete, Insert, InsertRun, decode_inserts, insert_ids
 from .exceptions import DeadLetter, PartialRequest
 from .framed import decode_message
+from .keys import delete_keys, partitioning_keys
 from .loss_kernel import ALL_ROWS, batch_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
@@ -74,6 +75,7 @@ class PartitionRunner:
         # delta_writer: a single-thread executor's submit (None: write deltas on this thread).
         self.outbox = Outbox(self._write_deltas, delta_writer)
         self.prequential_loss: float | None = None
+        self._subjects = None  # the batch's partitioning keys when the model caps them (process)
         # (offset after it, report) of the newest deletion request that changed the model: every
         # release at exactly that offset carries the report, so all of them are byte-identical.
         self.request_at: tuple[int, dict] | None = None
@@ -109,6 +111,8 @@ class PartitionRunner:
         """
         out = Outcome()
         messages = self._unseen(messages)
+        # each message's subject (its Kafka key), for a model that caps what one key contributes
+        self._subjects = partitioning_keys(messages) if getattr(self.model, "key_cap", None) is not None else None
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
         scan = scan_batch(messages, dim=dim, max_bytes=max_bytes) if compiled_decoder() else None
         stretches = scan.stretches() if scan is not None else [(0, len(messages), False)]
@@ -182,14 +186,14 @@ class PartitionRunner:
                 or not all(isinstance(e, (Delete, DeadLetter)) for e in events.values())):
             return 0
         try:
-            delete_keys = [keys[j][0] if j in keys else int(record_keys([events[j].ids[0]])[0]) for j in deletes]
+            deleted = [keys[j][0] if j in keys else int(record_keys([events[j].ids[0]])[0]) for j in deletes]
         except InvalidExample:
             return 0
         started = time.monotonic()
         taken = next(n for n, (_, stop, _) in enumerate(stretches) if stop > deletes[-1]) + 1
         spans = [(start, stop) for start, stop, accepted in stretches[:taken] if accepted]
-        done = learn_and_unlearn(self.model, rows[0], rows[1], rows[2], spans, deletes, delete_keys,
-                                 [events[j].ids[0] for j in deletes])
+        done = learn_and_unlearn(self.model, rows[0], rows[1], rows[2], spans, deletes, deleted,
+                                 [events[j].ids[0] for j in deletes], self._subjects)
         if done is None:
             return 0
         out.inserts += done.applied
@@ -239,23 +243,7 @@ class PartitionRunner:
         dim, max_bytes = self.model.dim, self.settings.max_record_bytes
         events = {j: self._decoded(messages[j], dim, max_bytes)
                   for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
-        return events, self._delete_keys(events)
-
-    @staticmethod
-    def _delete_keys(events: dict) -> dict[int, list[int]]:
-        """The ``record_key`` s of each delete among ``events``, by position; none on an id the
-        hashing refuses (the delete itself says why, when its turn comes)."""
-        deletes = [(j, e.ids) for j, e in events.items() if isinstance(e, Delete) and e.ids]
-        if not deletes:
-            return {}
-        try:
-            flat = record_keys([r for _, ids in deletes for r in ids]).tolist()
-        except InvalidExample:
-            return {}
-        by_event, at = {}, 0
-        for j, ids in deletes:
-            by_event[j], at = flat[at:at + len(ids)], at + len(ids)
-        return by_event
+        return events, delete_keys(events)
 
     def _prefetch(self, decoded: tuple[dict, dict], stretches: list) -> None:
         """Look the deletes of ``stretches`` up in the model at once (one compiled call each for
@@ -299,7 +287,7 @@ class PartitionRunner:
         self._observe_loss(X, y)
         dead = 0
         try:
-            applied = self.model.learn_many(run.ids, X, y, keys=run.keys)
+            applied = self.model.learn_many(run.ids, X, y, keys=run.keys, subjects=self._subjects_of(start, run.end))
         except InvalidExample:
             # Rare: find the bad rows one by one (learn_many changed nothing; learn_one is
             # bit-identical to it, so the result does not depend on this path being taken).
@@ -307,11 +295,17 @@ class PartitionRunner:
             ids = run.ids if run.ids is not None else insert_ids(messages[start:run.end])
             for j, record_id in enumerate(ids):
                 try:
-                    applied += self.model.learn_one(record_id, X[j], y[j])
+                    applied += self.model.learn_one(record_id, X[j], y[j], subject=self._subject_at(start + j))
                 except InvalidExample as bad:
                     out.dead_letters.append(DeadLetterOut(messages[start + j], bad.reason, str(bad)))
                     dead += 1
         self._learned(messages, run.end, run.end - start, applied, dead, run.newest_ts, out)
+
+    def _subjects_of(self, start: int, stop: int):
+        return None if self._subjects is None else self._subjects[start:stop]
+
+    def _subject_at(self, j: int):
+        return None if self._subjects is None else int(self._subjects[j])
 
     def _checked_rows(self, scan):
         """The whole batch through the model's checks, row j for record j, as (keys, X, y, newest
@@ -331,7 +325,8 @@ class PartitionRunner:
     def _apply_checked(self, rows, start: int, stop: int, messages: list, out: Outcome) -> None:
         """Learn the accepted stretch ``messages[start:stop]`` from rows checked by :meth:`_checked_rows`."""
         keys, X, y, newest = rows
-        applied = self.model.learn_prepared(keys[start:stop], X[start:stop], y[start:stop])
+        applied = self.model.learn_prepared(keys[start:stop], X[start:stop], y[start:stop],
+                                            self._subjects_of(start, stop))
         # newest of the whole batch so far: the messages before ``start`` have moved event time already
         self._learned(messages, stop, stop - start, applied, 0, int(newest[stop - 1]), out)
 

@@ -20,6 +20,7 @@ from .exceptions import UnreleasableState
 #: What a release adds to ``privacy`` for a rotation and for the planned split (schemas/release.schema.json).
 ROTATION_PRIVACY = ("rotation", "model_rho", "model_age", "rotations")
 PLANNED_PRIVACY = ("split", "capacity_planned", "capacity_used", "overflow_deletions")
+KEY_CAP_PRIVACY = ("max_records_per_key", "records_over_key_cap")  # OLU_MAX_RECORDS_PER_KEY set
 _MAX_DOUBLE = 1.7976931348623157e308  # JSON has no infinity: the largest double stands for it
 
 
@@ -87,6 +88,8 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         record["privacy"].update({k: privacy[k] for k in ROTATION_PRIVACY})
     if privacy.get("split") == "planned":
         record["privacy"].update({k: privacy[k] for k in PLANNED_PRIVACY})
+    if "max_records_per_key" in privacy:
+        record["privacy"].update({k: privacy[k] for k in KEY_CAP_PRIVACY})
     return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
 
 

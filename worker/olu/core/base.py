@@ -20,6 +20,7 @@ from ..privacy.analysis.split import DEFAULT_RESERVE
 from ..privacy.analysis.units import UNITS
 from ..privacy.ledger import Ledger
 from ..privacy.meter import MeteredNoise, NoiseMeter
+from .contribution import ContributionCap, subject_keys
 from .deletion import Deletion
 from .domain import Ball, FeatureBound
 from .entropy import OsEntropy
@@ -121,6 +122,7 @@ class OnlineUnlearner(MeteredNoise):
         budget_split: str = "weighted",
         deletion_capacity: int | None = None,
         budget_reserve: float = DEFAULT_RESERVE,
+        max_records_per_key: int | None = None,
         noise_rng: np.random.Generator | None = None,
         eps: object = _REMOVED,
     ):
@@ -133,7 +135,7 @@ class OnlineUnlearner(MeteredNoise):
             feature_bound=feature_bound, feature_policy=feature_policy, schedule=schedule,
             t0=t0, step=step, rho=rho, target_epsilon=target_epsilon, privacy_unit=privacy_unit, omega=omega,
             delta=delta, capacity=capacity, budget_split=budget_split, deletion_capacity=deletion_capacity,
-            budget_reserve=budget_reserve,
+            budget_reserve=budget_reserve, max_records_per_key=max_records_per_key,
         )
         self.features = FeatureBound(dim, feature_bound, feature_policy)
         self.ball = Ball(radius)
@@ -144,6 +146,10 @@ class OnlineUnlearner(MeteredNoise):
             self.accountant = make_accountant(privacy_unit, rho, omega=omega, delta=delta, capacity=capacity,
                                               split=budget_split, planned=deletion_capacity,
                                               reserve=budget_reserve)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        try:  # at most this many records of one key learned in the model's life (docs/accounting.md 13)
+            self.key_cap = None if max_records_per_key is None else ContributionCap(max_records_per_key)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._noise_rng = noise_rng  # tests only: production draws from OS entropy (invariant 1)
@@ -192,25 +198,30 @@ class OnlineUnlearner(MeteredNoise):
     def weights(self) -> np.ndarray:
         return self.z.copy()
 
-    def learn_one(self, record_id: str, x, y) -> bool:
-        """Apply one example; False if its id was already deleted (the insert is skipped).
+    def learn_one(self, record_id: str, x, y, *, subject=None) -> bool:
+        """Apply one example; False if its id was already deleted (the insert is skipped), or its
+        ``subject`` (the partitioning key; default: the id) is at ``max_records_per_key``.
 
         Bad input raises a subclass of ``InvalidExample`` and changes no state.
         """
         key = record_key(record_id)
         xv, yv = self.features.check(x), self.loss.label(y)
+        if self.key_cap is not None:
+            if not self.key_cap.admit(subject_keys(None if subject is None else [subject], [key]))[0]:
+                return False
         plan = self.kernel_plan()
         if plan is not None:  # the compiled path of learn_many, so the two agree bit for bit
             return self._learn_kernel(plan, np.array([key], np.uint64), xv[None, :], np.array([yv])) == 1
         return self._learn(key, xv, yv)
 
-    def learn_many(self, record_ids, X, y, *, keys=None) -> int:
+    def learn_many(self, record_ids, X, y, *, keys=None, subjects=None) -> int:
         """Same result as ``learn_one`` in a loop; the whole batch is validated before any step.
 
         ``keys``: ``record_key`` of each id when the caller has them already (the stream decoder
-        hashes ids straight from the record bytes); ``record_ids`` is then not read.
+        hashes ids straight from the record bytes); ``record_ids`` is then not read. ``subjects``:
+        each row's partitioning key (strings, or their 64-bit hashes) for ``max_records_per_key``.
         """
-        return self._learn_batch(*self.prepare_batch(record_ids, X, y, keys=keys))
+        return self.learn_prepared(*self.prepare_batch(record_ids, X, y, keys=keys), subjects=subjects)
 
     def prepare_batch(self, record_ids, X, y, *, keys=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The checked batch of :meth:`learn_many`: (keys uint64, features, labels); raises a subclass
@@ -233,8 +244,12 @@ class OnlineUnlearner(MeteredNoise):
             raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, {len(yv)} labels")
         return keys, Xv, yv
 
-    def learn_prepared(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
+    def learn_prepared(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray, subjects=None) -> int:
         """Apply a batch :meth:`prepare_batch` returned (of this model or one with the same checks)."""
+        if self.key_cap is not None:  # rows of a key past its cap are consumed, not learned
+            admitted = self.key_cap.admit(subject_keys(subjects, keys))
+            if not admitted.all():
+                keys, X, y = keys[admitted], X[admitted], y[admitted]
         return self._learn_batch(keys, X, y)
 
     def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
@@ -495,8 +510,10 @@ class OnlineUnlearner(MeteredNoise):
     def privacy_unit_facts(self) -> dict:
         """What every ``privacy()`` states first: the unit, its slope and the requests it charged."""
         acc = self.accountant
-        return {"unit": acc.unit, "rho": acc.budget, "target_epsilon": self.target_epsilon,
-                "requests": acc.deletions}
+        facts = {"unit": acc.unit, "rho": acc.budget, "target_epsilon": self.target_epsilon, "requests": acc.deletions}
+        if self.key_cap is not None:  # what bounds a request's shift, and what it left unlearned
+            facts.update(max_records_per_key=self.key_cap.limit, records_over_key_cap=self.key_cap.refused)
+        return facts
 
     def privacy(self) -> dict:
         acc = self.accountant
@@ -526,6 +543,9 @@ class OnlineUnlearner(MeteredNoise):
         shared.update(ledger_shared)
         shared.update(tombstone_shared)
         arrays = {"z": self.z.copy(), "tombstones": recent_tombstones, **index_arrays}
+        if self.key_cap is not None:
+            arrays["key_cap_keys"], arrays["key_cap_counts"] = self.key_cap.export()
+            meta["key_cap_refused"] = self.key_cap.refused
         arrays.update(self._export_arrays())
         # ``shared`` arrays are immutable and not copied: a store may write each group once.
         return {"meta": meta, "arrays": arrays, "shared": shared}

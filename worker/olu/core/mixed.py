@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .contribution import subject_keys
 from .deletion import Deletion
 from .kernels.loader import compiled
 from .schedules import StronglyConvex
@@ -56,29 +57,36 @@ class MixedBatch(NamedTuple):
     points: list[dict]
 
 
-def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids) -> MixedBatch | None:
+def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
+                      subjects=None) -> MixedBatch | None:
     """Learn the rows of ``spans`` ([(first, stop)], row order) and honour delete k at row
     ``delete_rows[k]`` (its record's key ``delete_keys[k]``, id ``delete_ids[k]``), interleaved
     in row order; rows in neither are passed over. ``keys``, ``X``, ``y``: the batch's checked
-    rows (``prepare_batch``). None, with the model unchanged, when this path does not apply.
+    rows (``prepare_batch``); ``subjects``: each row's partitioning key (hashes) for
+    ``max_records_per_key``. None, with the model unchanged, when this path does not apply.
     A model with its own ``learn_and_unlearn`` (a rotation: one pass per model) is asked to."""
     own = getattr(model, "learn_and_unlearn", None)
     if own is not None:
-        return own(keys, X, y, spans, delete_rows, delete_keys, delete_ids)
-    prepared = prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids)
+        return own(keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects)
+    prepared = prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects)
     return None if prepared is None else prepared.run()
 
 
-def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids) -> Pass | None:
+def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects=None) -> Pass | None:
     """Phase 1 of :func:`learn_and_unlearn`: every check, the program and the index pops; the
     :class:`Pass` to run (or to cancel, which leaves the model as it was), or None with the model
-    unchanged where this path does not apply."""
+    unchanged where this path does not apply. Rows of a key past ``max_records_per_key`` leave
+    the spans (passed over, as in ``learn_prepared``); they are counted only when the pass runs."""
     if not type(model).__dict__.get("mixes_deletions", False):
         return None
     kernels, plan, schedule = compiled(), model.kernel_plan(), model.schedule
     if (plan is None or type(schedule) is not StronglyConvex or model.noise_share != 1.0 or not delete_rows
             or model.t + len(keys) >= _MAX_STEP):
         return None
+    offered = sum(stop - first for first, stop in spans)
+    count_arrivals = None
+    if model.key_cap is not None:
+        spans, count_arrivals = _admitted_spans(model.key_cap, subject_keys(subjects, keys), spans)
     learned = sum(stop - first for first, stop in spans)
     if learned >= model.index.tail_room():  # a merge inside the pass would see the pops early
         return None
@@ -99,16 +107,30 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids)
     if multipliers is None or earliest + 1 < schedule._regular_from or not earliest + schedule.t0 > 0:
         _undo_pops(model, popped)  # a step before the closed form (log_contraction), or a refusal
         return None
-    return Pass(model, plan, (keys, X, y, ops), learned, (dkeys, delete_keys, delete_ids), tombstoned,
-                in_batch.tolist(), popped, steps_u, multipliers)
+    return Pass(model, plan, (keys, X, y, ops), (learned, offered, count_arrivals), (dkeys, delete_keys, delete_ids),
+                tombstoned, in_batch.tolist(), popped, steps_u, multipliers)
+
+
+def _admitted_spans(cap, subjects: np.ndarray, spans) -> tuple[list, object]:
+    """``spans`` without the rows ``cap`` refuses (maximal runs of the admitted rows), and the
+    function that counts the spans' rows as arrived."""
+    rows = np.concatenate([np.arange(first, stop) for first, stop in spans]) if spans else np.zeros(0, np.int64)
+    admitted, count_arrivals = cap.plan(subjects[rows])
+    kept = rows[admitted]
+    if len(kept) == 0:
+        return [], count_arrivals
+    cuts = np.flatnonzero(np.diff(kept) != 1) + 1
+    starts, stops = kept[np.r_[0, cuts]], kept[np.r_[cuts - 1, len(kept) - 1]] + 1
+    return list(zip(starts.tolist(), stops.tolist())), count_arrivals
 
 
 class Pass:
     """A checked batch whose index pops are done: :meth:`run` does phases 2 and 3, :meth:`cancel`
     undoes the pops (a rotation whose other model's pass does not apply)."""
 
-    def __init__(self, model, plan, rows, learned, deletes, tombstoned, in_batch, popped, steps_u, multipliers):
-        self.model, self.plan, self.rows, self.learned, self.deletes = model, plan, rows, learned, deletes
+    def __init__(self, model, plan, rows, sizes, deletes, tombstoned, in_batch, popped, steps_u, multipliers):
+        self.model, self.plan, self.rows, self.deletes = model, plan, rows, deletes
+        self.learned, self.offered, self.count_arrivals = sizes  # rows in the spans: learned, before the key cap
         self.tombstoned, self.in_batch, self.popped = tombstoned, in_batch, popped
         self.steps_u, self.multipliers = steps_u, multipliers
 
@@ -135,9 +157,11 @@ class Pass:
         model.z, model.t = z, t
         model.counters["applied"] += n_applied
         model.counters["skipped_deleted"] += learned - n_applied
+        if self.count_arrivals is not None:
+            self.count_arrivals()
         deletions, points = _account(model, popped, tombstoned, delete_ids, steps_u, taus, shifts, sigmas, z_after)
         states = [p if d.changed_model else None for d, p in zip(deletions, points)]
-        return MixedBatch(n_applied, learned - n_applied, deletions, states, points)
+        return MixedBatch(n_applied, self.offered - n_applied, deletions, states, points)
 
 
 def _pop_applied(model, delete_keys, tombstoned, in_batch) -> list[list[int]] | None:

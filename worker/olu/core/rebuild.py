@@ -8,6 +8,7 @@ from ..arith import norm
 from ..exceptions import InvalidState
 from ..privacy.accountant import load_accountant
 from ..privacy.ledger import Ledger
+from .contribution import ContributionCap
 from .index import AppliedIndex
 from .tombstones import KeySet
 
@@ -72,6 +73,10 @@ def rebuild(cls: type, state: dict, noise_rng):
         model.tombstones = KeySet.load(arrays["tombstones"], state.get("shared"))
         if model.index.max_step > model.t:
             raise InvalidState("applied index holds a step after the step counter")
+        if model.key_cap is not None:
+            empty = np.zeros(0, np.uint64)
+            model.key_cap = ContributionCap.load(model.key_cap.limit, arrays.get("key_cap_keys", empty),
+                                                 arrays.get("key_cap_counts", empty), meta.get("key_cap_refused", 0))
         model._import(meta, arrays)
         model.noise_meter.restore(model.ledger, model.epoch, model.t)
         model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))
