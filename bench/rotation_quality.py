@@ -60,6 +60,7 @@ from worker.olu.rotation import Rotation, planned_capacity  # noqa: E402
 from worker.planning.plan import make_plan  # noqa: E402
 from worker.planning.sample import Sample  # noqa: E402
 from worker.planning.target import resolve_target  # noqa: E402
+from worker.planning.workload import Shape  # noqa: E402
 
 REPORT_KEYS = ("setup", "rows", "checks_table", "phishing")
 SERVICES = ()
@@ -128,11 +129,15 @@ def planner_choice(rate: float, bname: str, n_events: int, sample_n: int, data=N
     target = resolve_target(settings, unit="all-deletions", **budget)
     sample = Sample([f"s-{i}" for i in range(len(y))], X, y, 0)
     t = time.perf_counter()
-    plan = make_plan(settings, target, deletion_rate=rate, events=n_events, age=age, sample=sample, seed=1)
-    rec = plan["renewal"]["recommended"]
+    plan = make_plan(settings, target, shape=Shape(rate=rate, age=age), events=n_events, sample=sample, seed=1)
+    found = plan["search"]
+    mine = [r for r in found["runs"] if r["unit"] == "all-deletions"]
+    # the best rotation the planner simulated (none on a stream too short for one: then its best)
+    rec = max([r for r in mine if r["rotation"] != "off"] or mine, key=lambda r: r["score"])
     return dict(l2=rec["l2"], lifetime=rec["lifetime"], capacity=rec["capacity"], predicted=rec["score"],
-                predicted_ogd=rec["ogd"],
-                warnings=[w for w in plan["warnings"] if w.startswith("even the best simulated rotation")], seconds=time.perf_counter() - t)
+                predicted_ogd=found["ogd_by_l2"][str(rec["l2"])],
+                warnings=[w for w in plan["warnings"] if w.startswith("under all-deletions")],
+                seconds=time.perf_counter() - t)
 
 
 def main(argv=None) -> int:
@@ -240,7 +245,7 @@ def run_phishing(args) -> dict:
         for bname in budgets:
             ch = planner_choice(rate, bname, n, n, data=(data.X, data.y), age=n)
             planner[f"{rate:g} {bname}"] = ch
-            print(f"phishing planner p {rate:g} {bname}: l2 {ch['l2']:g}, lifetime {ch['lifetime']:,} "
+            print(f"phishing planner p {rate:g} {bname}: l2 {ch['l2']:g}, lifetime {ch['lifetime'] or 'none'} "
                   f"(reference only; the rows use E = {lifetime:,})", flush=True)
     results, seconds, requests = {}, {}, {}
     for seed in range(args.phishing_seeds):
@@ -395,7 +400,7 @@ def render_phishing(ph: dict) -> list[str]:
     req = ", ".join(f"{k} at {float(r):.1%}" for r, k in setup["requests"].items())
     m = ph.get("machine") or {}
     load = m.get("loadavg_at_start")
-    planner = sorted({ch["lifetime"] for ch in setup["planner"].values()})
+    planner = sorted({ch["lifetime"] for ch in setup["planner"].values() if ch["lifetime"] is not None})
     run = (f" Run separately: `{ph['command']}`, {ph['date']}, commit {ph['commit']}, {m.get('cpu')}, "
            f"{m.get('cpus_usable')} cpus" + (f", load average {load[0]:.2f} at start" if load else "") + "."
            if ph.get("command") else "")
@@ -403,8 +408,9 @@ def render_phishing(ph: dict) -> list[str]:
              f"(test-then-train) accuracy over the first {cps} events, mean of {setup['seeds']} seeds (deletions and "
              f"noise vary, the stream does not); requests: {req} (uniform in time, each naming any earlier record); all at "
              f"l2 {setup['l2']}; overlap and disjoint at a fixed lifetime E = {setup['lifetime']:,} "
-             f"(the planner, run on these rows, recommends E = {' / '.join(f'{e:,}' for e in planner)}, longer than "
-             f"the stream: no rotation at all).{run}", ""]
+             + (f"(the planner, run on these rows, recommends E = {' / '.join(f'{e:,}' for e in planner)}).{run}"
+                if planner else f"(the planner, run on these rows, finds the stream too short for a rotation).{run}"),
+             ""]
     caps = {(r["rate"], r["config"]): r["capacity"] for r in rows if r.get("capacity") is not None}
     if caps:
         lines.append("Per-model capacity `planned_capacity(p, E, variant, age=n)`: "

@@ -51,7 +51,9 @@ def test_help_lists_the_options(capsys):
     for flag in ("--deletion-rate", "--events", "--deletion-age", "--sample", "--json", "--plot", "--privacy-unit",
                  "--target-epsilon", "--rho", "--delta", "--l2", "--loss", "--dim"):
         assert flag in out, flag
-    assert "--bootstrap-servers" not in out  # only the model settings matter to a plan
+    for flag in ("--request-records", "--recent-share", "--from-topic", "--bootstrap-servers"):
+        assert flag in out, flag  # the workload's dimensions, and the input's connection for --from-topic
+    assert "--snapshot-keep" not in out and "--http-port" not in out  # nothing else of run
 
 
 def test_json_fields(capsys):
@@ -71,7 +73,7 @@ def test_json_fields(capsys):
     assert math.isclose(plan["noise_to_radius"], plan["noise_std"] * math.sqrt(10) / 10.0)
     assert plan["other_unit"]["unit"] == "per-request" and plan["other_unit"]["noise_std"] < plan["noise_std"] / 100
     assert [c["l2"] for c in plan["l2_candidates"]] == [0.003, 0.01, 0.03, 0.1]
-    assert plan["simulation"] is None and plan["recommendation"]["l2"] is None
+    assert plan["search"] is None and plan["workload"] is None and plan["recommendation"]["l2"] is None
     assert plan["recommendation"]["unit"] == "per-request" and plan["recommendation"]["target_useful"] is False
 
 
@@ -99,33 +101,60 @@ def test_warning_for_all_deletions_at_one_percent_and_epsilon_one(capsys, unit, 
     assert "rho 0.03056" in out and "epsilon 1 at delta 1e-05" in out
 
 
-@pytest.mark.parametrize("unit,warned", [("all-deletions", True), ("per-request", False)])
-def test_simulation_on_a_sample(capsys, tmp_path, unit, warned):
+@pytest.mark.parametrize("unit", ["all-deletions", "per-request"])
+def test_the_search_on_a_sample(capsys, tmp_path, unit):
     sample = write_sample(tmp_path / "sample.jsonl")
     code, out, err = run(capsys, *BASE, "--target-epsilon", "1", "--privacy-unit", unit, "--sample", sample,
                          "--sim-events", "10000", "--json")
     assert code == 0, err
     plan = orjson.loads(out)
-    sim = plan["simulation"]
-    assert sim["metric"] == "accuracy" and sim["records"] == 2000 and sim["passes"] == 5
-    assert sim["deletions"] == 100 and sim["events"] == 10_000 and len(sim["runs"]) == 4
-    for run_ in sim["runs"]:
-        assert 0.75 < run_["ogd"] <= 1.0
-        assert set(run_["units"]) == {"all-deletions", "per-request"}
-        assert run_["units"]["per-request"] > run_["ogd"] - 0.05
-        assert len(run_["curves"]["ogd"]) == len(sim["curve_events"]) == 20
-    assert sim["curve_events"][-1] == 10_000
-    assert bool(plan["warnings"]) is warned
-    assert plan["recommendation"]["unit"] == "per-request"
-    assert plan["recommendation"]["l2"] in [r["l2"] for r in sim["runs"]]
+    work, found = plan["workload"], plan["search"]
+    assert work["source"] == "flags" and work["records"] == 2000 and work["requests"] == 100
+    assert work["events"] == 10_000 and work["records_per_request"]["max"] == 1
+    assert found["metric"] == "accuracy" and found["events"] == 10_000 and 0.75 < found["ogd"] <= 1.0
+    assert set(found["best"]) == {"all-deletions", "per-request"}
+    assert {r["rotation"] for r in found["runs"]} == {"off", "overlap", "disjoint"}
+    assert {r["lifetime"] for r in found["runs"]} == {None, 1000, 2000, 5000}  # at most 3/4 of the stream
+    assert not any(r["cap"] for r in found["runs"])  # single-record requests: no cap to try
+    mine = found["best"][unit]
+    assert mine["score"] == max(r["score"] for r in found["runs"] if r["unit"] == unit)
+    assert found["best"]["per-request"]["score"] > found["ogd"] - 0.03
+    rec = plan["recommendation"]
+    assert rec["unit"] == unit and rec["settings"] == mine["settings"] and rec["predicted"] == mine["score"]
+    assert rec["settings"].startswith(f"OLU_PRIVACY_UNIT={unit}") and f"OLU_L2={mine['l2']:g}" in rec["settings"]
+    assert bool(plan["warnings"]) is (mine["score"] < found["ogd"] - 0.03)
 
 
-def test_ridge_sample_reports_rmse_and_dim_from_the_sample(capsys, tmp_path):
-    sample = write_sample(tmp_path / "ridge.jsonl", n=500, dim=4, loss="ridge")
-    code, out, err = run(capsys, "plan", "--loss", "ridge", "--l2", "0.1", "--deletion-rate", "0.001",
-                         "--sample", sample, "--sim-events", "2000")
+def test_a_sample_with_its_own_deletes_is_the_workload(capsys, tmp_path):
+    lines = [orjson.dumps({"key": f"u{j % 7}", "value": {"op": "insert", "id": f"r-{j}", "x": [0.3, -0.2],
+                                                          "y": j % 2}}) for j in range(600)]
+    lines.insert(300, orjson.dumps({"key": "u3", "value": {"op": "delete", "ids": [f"r-{j}" for j in range(3, 300, 7)]}}))
+    lines.insert(450, b'{"key": "r-440", "value": null}')
+    lines.append(b'{"op": "delete", "id": "r-old"}')  # a record from before the sample
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    code, out, err = run(capsys, "plan", "--sample", str(path), "--sim-events", "1206", "--json")
     assert code == 0, err
-    assert "dim 4" in out and "rmse over the last 25%" in out and "recommendation:" in out
+    plan = orjson.loads(out)
+    work = plan["workload"]
+    assert work["source"] == "sample" and work["requests"] == 6 and work["keys"] == 7 and work["outside"] == 2
+    assert work["records_per_request"]["max"] == 43 and plan["dim"] == 2  # dim from the sample
+    assert plan["deletion_rate"] == work["rate"]  # the formula takes the sample's own rate
+    assert any(r["cap"] for r in plan["search"]["runs"])  # a request names a key's records: caps tried
+    assert any("older than the sample" in t for t in plan["recommendation"]["text"])
+    line = one_line_error(capsys, "plan", "--sample", str(path), "--deletion-rate", "0.01")
+    assert "the sample has its own deletes" in line and "--deletion-rate" in line
+
+
+def test_account_deletions_drawn_from_the_flags(capsys, tmp_path):
+    sample = write_sample(tmp_path / "sample.jsonl", n=3000)
+    code, out, err = run(capsys, "plan", "--sample", sample, "--deletion-rate", "0.002", "--request-records", "key",
+                         "--keys", "100", "--key-skew", "1.1", "--recent-share", "0.5", "--recent-age", "500",
+                         "--sim-events", "6000", "--json")
+    assert code == 0, err
+    work = orjson.loads(out)["workload"]
+    assert work["shape"]["records"] == "key" and work["keys"] <= 100 and work["requests"] == 12
+    assert work["records_per_request"]["mean"] > 3 and work["age_events"]["p10"] < 500
 
 
 def test_plot_writes_a_png(capsys, tmp_path):
@@ -196,7 +225,10 @@ def test_missing_sample_file(capsys, tmp_path):
 @pytest.mark.parametrize("text,problem", [
     (b'{"op": "insert", "id": "a", "x": [0.1, 0.2], "y": 1}\n{"op": "insert", "id": "b", "x": [0.1,\n', "line 2: not valid JSON"),
     (b'[1, 2]\n', "line 1: expected a JSON object"),
-    (b'{"op": "delete", "id": "a"}\n', "line 1: expected an insert event"),
+    (b'{"op": "delete", "id": "a"}\n', "has no usable insert"),
+    (b'{"op": "delete"}\n', "line 1: an event without an \"id\" needs its key"),
+    (b'{"key": "k", "value": {"op": "delete"}}\n', "line 1: a delete names its record"),
+    (b'{"op": "update", "id": "a"}\n', "line 1: expected an insert or a delete event"),
     (b'{"op": "insert", "id": "a", "x": [0.1, 0.2]}\n', "line 1: missing y"),
     (b'{"op": "insert", "id": "a", "x": [0.1, 0.2, 0.3], "y": 1}\n', "line 1: x has 3 features, expected dim 2"),
     (b'{"op": "insert", "id": "a", "x": [0.1, 0.2], "y": 7}\n', "line 1: logistic labels are -1/+1 or 0/1"),
@@ -209,7 +241,7 @@ def test_missing_sample_file(capsys, tmp_path):
 def test_malformed_sample_lines(capsys, tmp_path, text, problem):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(text)
-    line = one_line_error(capsys, "plan", "--dim", "2", "--deletion-rate", "0.01", "--sample", str(path))
+    line = one_line_error(capsys, "plan", "--dim", "2", "--sample", str(path))
     assert line.startswith(f"olu-worker plan: sample {str(path)!r}") and problem in line, line
 
 

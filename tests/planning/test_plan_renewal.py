@@ -11,6 +11,7 @@ from worker.olu.privacy.analysis.noise import plan_deletions, predicted_noise_st
 from worker.planning.plan import make_plan
 from worker.planning.predict import LIFETIMES
 from worker.planning.target import resolve_target
+from worker.planning.workload import Shape
 
 SETTINGS = ["--dim", "10", "--l2", "0.01"]
 
@@ -38,7 +39,7 @@ def test_the_planned_split_prediction_is_the_engines_ledger_sum():
 def test_the_plan_shows_capacity_and_rotation_figures():
     settings = load_settings(SETTINGS, {}, command="demo")
     target = resolve_target(settings, unit="all-deletions", rho=1.0)
-    plan = make_plan(settings, target, deletion_rate=0.01, events=1_000_000, age=0)
+    plan = make_plan(settings, target, shape=Shape(rate=0.01, age=1), events=1_000_000)
     ren = plan["renewal"]
     assert ren["planned"]["capacity"] == 10_000
     assert [r["lifetime"] for r in ren["rotation"]] == list(LIFETIMES)
@@ -49,43 +50,37 @@ def test_the_plan_shows_capacity_and_rotation_figures():
         assert 1.35 < r["noise_std_young"] / r["noise_std_old"] < 1.45
         assert 1.9 < r["noise_std_young"] / ren["planned"]["noise_std"] < 2.1
     assert ren["recommended"]["lifetime"] in LIFETIMES
-    per_request = make_plan(settings, resolve_target(settings, unit="per-request", rho=1.0), deletion_rate=0.01,
-                            events=10_000, age=0)
+    per_request = make_plan(settings, resolve_target(settings, unit="per-request", rho=1.0),
+                            shape=Shape(rate=0.01, age=1), events=10_000)
     assert per_request["renewal"] is None
 
 
-def test_with_a_sample_the_rotation_is_chosen_by_simulation_and_predicts_an_independent_run():
-    """--sample: the plan simulates the rotation per (l2, lifetime), recommends the best cell, and
-    its predicted steady-state accuracy is within 2 points of the same configuration run on
-    another stream of the same distribution (with other deletions and noise)."""
-    from worker.olu.rotation import planned_capacity
+def test_the_searched_recommendation_predicts_an_independent_run():
+    """--sample: the plan simulates every candidate on the workload and recommends the best of the
+    unit; its predicted accuracy is within 2 points of the same configuration run on another stream
+    of the same distribution (other records, requests and noise)."""
     from worker.planning.sample import Sample
-    from worker.planning.simulate import _score, deletion_steps, replay, stream
-    from worker.planning.target import build_rotation
+    from worker.planning.search import _model, capacity_needed
+    from worker.planning.simulate import replay, score
+    from worker.planning.workload import from_shape
 
-    rate, events, age = 0.01, 30_000, 10_000
+    shape, events = Shape(rate=0.01, age=10_000), 30_000
     settings = load_settings(SETTINGS, {}, command="demo")
     target = resolve_target(settings, unit="all-deletions", rho=1.0)
     ids, X, y = synthetic_stream(10_000, 10, seed=1)
-    plan = make_plan(settings, target, deletion_rate=rate, events=events, age=age, sample=Sample(ids, X, y, 0))
-    ren = plan["renewal"]
-    rec, sim = ren["recommended"], ren["simulated"]
-    cells = [(run["l2"], c) for run in sim["runs"] for c in run["lifetimes"]]
-    best_l2, best = max(cells, key=lambda lc: lc[1]["score"])
-    assert (rec["source"], rec["l2"], rec["lifetime"], rec["score"]) == ("simulation", best_l2, best["lifetime"],
-                                                                         best["score"])
-    assert rec["capacity"] == planned_capacity(rate, rec["lifetime"], "overlap", age=age)
-    assert any(t.startswith("renewal: OLU_ROTATION=on") for t in plan["recommendation"]["text"])
-    # an independent run of the recommendation: another stream of the same rule, other victims and noise
+    plan = make_plan(settings, target, shape=shape, events=events, sample=Sample(ids, X, y, 0))
+    found, rec = plan["search"], plan["recommendation"]
+    best = found["best"]["all-deletions"]
+    assert best["score"] == max(r["score"] for r in found["runs"] if r["unit"] == "all-deletions")
+    assert rec["settings"] == best["settings"] and rec["predicted"] == best["score"]
+    # an independent run of the recommendation: another stream of the same rule, other requests and noise
     ids2, X2, y2 = synthetic_stream(10_000, 10, seed=1)
-    rng = np.random.default_rng(5)
-    order = rng.permutation(len(ids2))
-    other = Sample([f"o-{j}" for j in range(len(ids2))], X2[order], y2[order], 0)
-    steps, taus = plan_deletions(sim["events"], rate)
-    sids, SX, sy = stream(other, steps)
-    victims = [sids[u - 1] for u in deletion_steps(taus, age, seed=7)]
-    model = build_rotation(settings, target, lifetime=rec["lifetime"], capacity=rec["capacity"], l2=rec["l2"],
-                           noise_rng=np.random.default_rng(11))
-    _, scores = replay(model, sids, SX, sy, taus, victims, loss="logistic")
-    measured = _score(scores[75:], "logistic")
-    assert abs(measured - rec["score"]) <= 0.02
+    order = np.random.default_rng(5).permutation(len(ids2))
+    other = from_shape(Sample([f"o-{j}" for j in range(len(ids2))], X2[order], y2[order], 0), shape, events, seed=7)
+    from worker.planning.search import Candidate
+
+    c = Candidate(best["unit"], best["rotation"], best["lifetime"], best["l2"], best["cap"])
+    capacity = capacity_needed(other, c.lifetime, c.rotation) if c.rotation != "off" else None
+    measured = score(replay(_model(settings, target, c, capacity, np.random.default_rng(11)), other,
+                            loss="logistic"), "logistic")
+    assert abs(measured - rec["predicted"]) <= 0.02, (measured, rec["predicted"], best["settings"])

@@ -16,10 +16,12 @@ import pytest
 
 from tests.olu.helpers import synthetic_stream
 from worker.config import load_settings
+from worker.olu.core.kernels.hashing import record_keys
 from worker.olu.privacy.analysis.noise import plan_deletions
 from worker.planning.plan import make_plan
-from worker.planning.simulate import deletion_steps, replay
+from worker.planning.simulate import replay
 from worker.planning.target import build_engine, resolve_target
+from worker.planning.workload import Shape, Workload
 
 EVENTS, RATE, SEEDS = 2000, 0.01, range(200)
 SETTINGS = ["--dim", "10", "--loss", "ridge", "--l2", "1", "--radius", "10", "--feature-bound", "1"]
@@ -28,16 +30,20 @@ SETTINGS = ["--dim", "10", "--loss", "ridge", "--l2", "1", "--radius", "10", "--
 def measure(unit: str):
     settings = load_settings(SETTINGS, {}, command="demo")
     target = resolve_target(settings, unit=unit, rho=2.0)
-    plan = make_plan(settings, target, deletion_rate=RATE, events=EVENTS, age=EVENTS)
+    plan = make_plan(settings, target, shape=Shape(rate=RATE, age=EVENTS), events=EVENTS)
     steps, taus = plan_deletions(EVENTS, RATE)
     ids, X, y = synthetic_stream(steps, 10, seed=3, loss="ridge")
     X = X * 0.5
-    victims = [ids[u - 1] for u in deletion_steps(taus, EVENTS, seed=11)]
+    victims = np.random.default_rng(11).permutation(steps)[:len(taus)]  # distinct records, any age
+    requests = [(ids[min(v, tau - 1)],) for v, tau in zip(victims, taus)]
+    requests = list(dict.fromkeys(requests))  # each named once
+    workload = Workload(ids, X, y, record_keys(ids), np.array(taus[:len(requests)], np.int64), requests, "flags")
     finals, largest = [], 0.0
     for seed in SEEDS:
         model = build_engine(settings, target, noise_rng=np.random.default_rng(seed))
-        weights, _ = replay(model, ids, X, y, taus, victims, loss="ridge", blocks=1)
-        assert model.ledger and len(model.ledger) == len(taus)
+        replay(model, workload, loss="ridge", blocks=1)
+        weights = np.array(model.weights)
+        assert model.ledger and len(model.ledger) == len(requests) == len(taus)
         finals.append(weights)
         largest = max(largest, float(np.linalg.norm(weights)) / model.ball.radius)
     measured = math.sqrt(np.var(np.array(finals), axis=0, ddof=1).mean())

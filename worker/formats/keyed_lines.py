@@ -30,15 +30,21 @@ import orjson
 
 from .exceptions import BadKeyedLine
 
-__all__ = ["keyed_records"]
+__all__ = ["keyed_records", "numbered_records"]
 
 
 def keyed_records(lines: Iterable[bytes]) -> Iterator[tuple[bytes, dict | None]]:
     """(Kafka key, event or None for a tombstone) for each non-blank line; a line that cannot be a
     record raises :class:`BadKeyedLine` naming its number."""
+    for _number, key, event in numbered_records(lines):
+        yield key, event
+
+
+def numbered_records(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes, dict | None]]:
+    """:func:`keyed_records` with each record's line number first."""
     for number, line in enumerate(lines, 1):
         if line.strip():
-            yield _record(number, line)
+            yield (number, *_record(number, line))
 
 
 def _record(number: int, line: bytes) -> tuple[bytes, dict | None]:

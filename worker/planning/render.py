@@ -17,24 +17,25 @@ Fields of the JSON object (``olu-worker plan --json``)
 * ``other_unit``: ``{unit, noise_std, noise_growth}`` of the other unit at the same rho (null if the algorithm
   has only one).
 * ``l2_candidates``: ``[{l2, noise_std}]`` for the configured l2 times 0.3, 1, 3 and 10.
-* ``simulation`` (null without ``--sample``): ``metric`` (``accuracy`` or ``rmse``), ``sample``,
-  ``records`` (usable inserts), ``dropped`` (over the feature bound), ``events``, ``steps``,
-  ``deletions``, ``passes`` over the sample, ``seed``, ``tail`` (share of the stream scored),
-  ``predicted_noise_std`` per unit at the simulated length, ``runs``: ``[{l2, ogd, ogd_weights_norm,
-  units: {unit: score}, curves: {ogd | unit: [score per window]}}]`` and ``curve_events`` (the
-  events at the end of each window).
 * ``renewal`` (null under per-request, without deletions or for an algorithm that does not
-  rotate): ``reserve``; ``planned``: ``{capacity, noise_std}`` of one model with the planned split
-  for exactly ``events``; ``rotation``: ``[{lifetime, capacity, noise_std_young, noise_std_old}]``
-  (overlap variant, rho / 2 per model; the released model just promoted, E/2 old, and about to
-  retire, E old; capacity counts only requests naming records the model holds, given the deletion
-  age); ``recommended``: ``{lifetime, capacity, l2, variant, source}``, ``source`` ``noise formula``
-  (without a sample: l2 null, lifetimes of at least 100,000 only) or ``simulation`` (then also
-  ``score``: the predicted steady-state accuracy or RMSE of the release, ``ogd`` at that l2 and
-  ``ogd_configured_l2``); ``simulated`` (with a sample): ``{metric, events, steps, deletions, seed,
-  tail, variant, runs: [{l2, ogd, lifetimes: [{lifetime, capacity, score}]}], best}``.
-* ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, l2
-  (null without a sample), target_useful, text: [sentences]}``.
+  rotate): the noise formula's rotation figures: ``reserve``; ``planned``: ``{capacity, noise_std}``
+  of one model with the planned split for exactly ``events``; ``rotation``: ``[{lifetime, capacity,
+  noise_std_young, noise_std_old}]`` (overlap variant, rho / 2 per model); ``recommended``:
+  ``{lifetime, capacity, l2, variant, source}`` (lifetimes of at least 100,000 only).
+* ``workload`` (null without a sample): the deletion workload simulated (worker/planning/workload.py):
+  ``source`` (``sample``: the sample's own deletes; ``flags``: drawn as ``shape`` says), ``sample``,
+  ``records`` (usable inserts), ``dropped`` (over the feature bound), ``events``, ``inserts``,
+  ``requests``, ``rate`` (requests per event), ``records_per_request`` ``{mean, p50, p90, max}``,
+  ``age_events`` ``{p10, p50, p90}`` (deleted records' age at deletion), ``keys``,
+  ``top_keys_share`` (records held by the top 1% of keys), ``outside`` (named ids older than the
+  sample), ``shape`` (the flags' description, or null).
+* ``search`` (null without a sample): ``metric`` (``accuracy`` or ``rmse``), ``events``, ``inserts``,
+  ``seed``, ``ogd`` (plain OGD at the configured l2, over the last quarter), ``ogd_by_l2``,
+  ``ogd_curve``; ``runs``: every candidate ``{unit, rotation, lifetime, l2, cap, capacity, settings,
+  score, curve}`` (``records_over_key_cap`` with a cap); ``best``: ``{unit: run}``.
+* ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, settings
+  (the OLU_* line of the best configuration), predicted (its score), ogd, l2, target_useful, text:
+  [sentences]}`` (settings, predicted, ogd and l2 null without a sample).
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ def to_text(plan: dict) -> str:
     lines.append(f"privacy unit {plan['unit']}: rho {plan['rho']:.4g} {per}, epsilon {plan['epsilon']:.4g} "
                  f"at delta {plan['delta']:g} ({target})")
     rate = plan["deletion_rate"]
-    lines.append(f"deletions: {100 * rate:g}% of {_n(plan['events'])} events = {_n(plan['deletions'])} requests"
-                 + (f", each naming a record inserted {_n(plan['deletion_age'])} events earlier"
-                    if plan["deletions"] else ""))
+    lines.append(f"deletions (formula): {100 * rate:.3g}% of {_n(plan['events'])} events = {_n(plan['deletions'])} "
+                 "requests" + (f", each naming one record inserted {_n(plan['deletion_age'])} events earlier"
+                               if plan["deletions"] else ""))
     if plan["sigma"]:
         s = plan["sigma"]
         lines.append(f"per-deletion sigma: first {s['first']:.4g}, typical {s['typical']:.4g}, last {s['last']:.4g}")
@@ -79,44 +80,62 @@ def to_text(plan: dict) -> str:
     by_l2 = ", ".join(f"{c['l2']:g}: {c['noise_std']:.4g}" for c in plan["l2_candidates"])
     lines.append(f"  {plan['unit']} by l2: {by_l2}")
     ren = plan.get("renewal")
-    if ren:
+    if ren and plan["search"] is None:
         p = ren["planned"]
         lines.append(f"planned split (OLU_BUDGET_SPLIT=planned, reserve {ren['reserve']:g}): one model planned for "
                      f"{_n(plan['events'])} events, capacity {_n(p['capacity'])}: noise std {p['noise_std']:.4g}")
         for r in ren["rotation"]:
             lines.append(f"  rotation, lifetime {_n(r['lifetime'])}: capacity {_n(r['capacity'])} per model, released "
                          f"noise std {r['noise_std_young']:.4g} (just promoted) to {r['noise_std_old']:.4g} (retiring)")
-        sim = ren.get("simulated")
-        if sim:
-            lifetimes = [c["lifetime"] for c in sim["runs"][0]["lifetimes"]]
-            lines.append(f"  rotation simulated on the sample ({_n(sim['events'])} events, {_n(sim['deletions'])} "
-                         f"deletions, {sim['variant']}): {sim['metric']} over the last {int(100 * sim['tail'])}% by "
-                         "l2 and lifetime")
-            lines.append("  " + f"{'l2':>10}  {'plain OGD':>10}" + "".join(f"  {_n(e):>9}" for e in lifetimes))
-            for run in sim["runs"]:
-                lines.append("  " + f"{run['l2']:>10g}  {run['ogd']:>10.4f}"
-                             + "".join(f"  {c['score']:>9.4f}" for c in run["lifetimes"]))
-        rec = ren["recommended"]
-        lines.append(f"  recommended: OLU_ROTATION=on, OLU_MODEL_LIFETIME_EVENTS={rec['lifetime']}, "
-                     f"OLU_DELETION_CAPACITY={rec['capacity']}"
-                     + (f", OLU_L2={rec['l2']:g}: predicted {ren['simulated']['metric']} {rec['score']:.4f}"
-                        if rec.get("source") == "simulation" else " (noise formula)"))
-    sim = plan["simulation"]
-    if sim:
-        units = list(sim["runs"][0]["units"])
-        lines.append(f"simulation on {sim['sample']} ({_n(sim['records'])} records"
-                     + (f", {_n(sim['dropped'])} over the feature bound dropped" if sim["dropped"] else "")
-                     + f"; {_n(sim['events'])} events in {sim['passes']} pass(es), {_n(sim['deletions'])} deletions, "
-                     f"seed {sim['seed']}): {sim['metric']} over the last {int(100 * sim['tail'])}%")
-        lines.append("  " + f"{'l2':>10}  {'plain OGD':>12}" + "".join(f"  {u:>14}" for u in units))
-        for run in sim["runs"]:
-            lines.append("  " + f"{run['l2']:>10g}  {run['ogd']:>12.4f}"
-                         + "".join(f"  {run['units'][u]:>14.4f}" for u in units))
+    if plan["workload"]:
+        lines += _workload_lines(plan["workload"])
+    if plan["search"]:
+        lines += _search_lines(plan["search"])
     for warning in plan["warnings"]:
         lines.append(f"WARNING: {warning}")
     lines.append("recommendation:")
     lines += [f"  - {sentence}" for sentence in plan["recommendation"]["text"]]
     return "\n".join(lines)
+
+
+def _workload_lines(w: dict) -> list[str]:
+    where = (f"the sample's own deletes ({w['sample']})" if w["source"] == "sample"
+             else f"the flags over {w['sample']}'s inserts")
+    size, age = w["records_per_request"], w["age_events"]
+    lines = [f"workload from {where}: {_n(w['events'])} events, {_n(w['requests'])} requests "
+             f"({100 * w['rate']:.3g}% of events), {_n(w['keys'])} keys (the top 1% hold "
+             f"{100 * w['top_keys_share']:.0f}% of the records)"]
+    if w["requests"]:
+        lines.append(f"  records per request: mean {size['mean']:.3g}, median {size['p50']:g}, p90 {size['p90']:g}, "
+                     f"max {_n(size['max'])}; age of deleted records in events: p10 {_age(age['p10'])}, "
+                     f"median {_age(age['p50'])}, p90 {_age(age['p90'])}")
+    if w["dropped"]:
+        lines.append(f"  {_n(w['dropped'])} records over the feature bound dropped (the worker's dead letters)")
+    return lines
+
+
+def _age(value) -> str:
+    return "-" if value is None else _n(round(value))
+
+
+def _search_lines(found: dict) -> list[str]:
+    metric = found["metric"]
+    lines = [f"search: {len(found['runs'])} configurations simulated on {_n(found['events'])} events (seed "
+             f"{found['seed']}), {metric} of the release over the last quarter; plain OGD {found['ogd']:.4f}"]
+    for unit, best in found["best"].items():
+        lines.append(f"  best under {unit}: {best['settings']}: {best['score']:.4f}")
+    for unit in found["best"]:
+        ranked = sorted((r for r in found["runs"] if r["unit"] == unit), key=lambda r: r["score"],
+                        reverse=metric == "accuracy")
+        shown = ", ".join(f"{_short(r)} {r['score']:.3f}" for r in ranked[:4])
+        lines.append(f"  {unit}, next best: {shown}")
+    return lines
+
+
+def _short(run: dict) -> str:
+    """A candidate in a few characters: rotation/lifetime, l2, cap."""
+    where = "no rotation" if run["rotation"] == "off" else f"{run['rotation']} {_n(run['lifetime'])}"
+    return f"[{where}, l2 {run['l2']:g}" + (f", cap {run['cap']}" if run["cap"] is not None else "") + "]"
 
 
 def plot(plan: dict, path: str) -> None:
@@ -129,8 +148,8 @@ def plot(plan: dict, path: str) -> None:
     except ImportError:
         raise PlotUnavailable("--plot needs matplotlib: install the bench extra "
                               "(.venv/bin/pip install -e '.[bench]')") from None
-    sim = plan["simulation"]
-    fig, axes = plt.subplots(1, 2 if sim else 1, figsize=(11 if sim else 6, 4), squeeze=False)
+    found = plan["search"]
+    fig, axes = plt.subplots(1, 2 if found else 1, figsize=(11 if found else 6, 4), squeeze=False)
     ax = axes[0][0]
     lengths = [int(n) for n in plan["noise_growth"]] + [plan["events"]]
     for figures in [plan] + ([plan["other_unit"]] if plan["other_unit"] else []):
@@ -140,18 +159,20 @@ def plot(plan: dict, path: str) -> None:
     ax.set_xlabel("events")
     ax.set_ylabel("predicted noise std per coordinate")
     ax.set_title(f"rho {plan['rho']:.3g} (epsilon {plan['epsilon']:.3g} at delta {plan['delta']:g}), "
-                 f"{100 * plan['deletion_rate']:g}% deletions")
+                 f"{100 * plan['deletion_rate']:.3g}% deletions")
     ax.set_xlim(min(lengths) / 2, max(lengths) * 2)
     ax.legend()
-    if sim:
+    if found:
         ax = axes[0][1]
-        for run in sim["runs"]:
-            line, = ax.plot(sim["curve_events"], run["curves"][plan["unit"]], label=f"l2 {run['l2']:g}")
-            ax.plot(sim["curve_events"], run["curves"]["ogd"], linestyle=":", color=line.get_color())
+        windows = len(found["ogd_curve"])
+        x = [found["events"] * (j + 1) / windows for j in range(windows)]
+        ax.plot(x, found["ogd_curve"], linestyle=":", color="black", label="plain OGD")
+        for unit, best in found["best"].items():
+            ax.plot(x, best["curve"], label=f"{unit}: {_short(best)}")
         ax.set_xlabel("events")
-        ax.set_ylabel(f"{sim['metric']} (dotted: plain OGD)")
-        ax.set_title(f"released model on the sample, {plan['unit']}")
-        ax.legend()
+        ax.set_ylabel(found["metric"])
+        ax.set_title("the best configuration of each unit, simulated")
+        ax.legend(fontsize="small")
     fig.tight_layout()
     try:
         fig.savefig(path, format="png")

@@ -1,31 +1,40 @@
-"""Reading a sample of events for the plan's simulation: JSON lines in the insert schema
-(``{"op": "insert", "id": "...", "x": [...], "y": ...}``, schemas/insert.schema.json).
+"""Reading a sample of events for the plan's simulation: keyed JSON lines, as ``olu-worker produce``
+sends them (worker/formats/keyed_lines.py): inserts, deletes and tombstones of the input schemas,
+each an event (keyed by its id) or ``{"key": ..., "value": ...}`` with the partitioning key.
 
-Every line is checked as the worker checks an insert (the engine's feature and label checks):
-a malformed line is a :class:`SampleError` naming the file and line. Records whose features
-exceed the feature bound are dropped under ``feature_policy = reject`` (the worker dead-letters
-them) and counted; ``clip`` rescales them, as the worker does. Blank lines are skipped.
+Every insert is checked as the worker checks it (the engine's feature and label checks): a
+malformed line is a :class:`SampleError` naming the file and line. Records whose features exceed
+the feature bound are dropped under ``feature_policy = reject`` (the worker dead-letters them) and
+counted; ``clip`` rescales them, as the worker does. The sample's deletes are kept, in stream order,
+as the workload to replay (worker/planning/workload.py). Blank lines are skipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 
+from ..formats.exceptions import BadKeyedLine
+from ..formats.keyed_lines import numbered_records
 from ..olu.exceptions import InvalidExample, NormExceeded
 from .exceptions import SampleError
 
-__all__ = ["Sample", "SampleError", "read_sample", "sample_dimension"]
+__all__ = ["Sample", "SampleError", "read_sample", "sample_dimension", "sample_from_records"]
 
 
 @dataclass(frozen=True)
 class Sample:
+    """The sample's inserts (``ids``, ``X``, ``y``, each one's partitioning key in ``subjects``) and
+    its deletion requests: ``requests[j] = (inserts before it, ids it names)``, in stream order."""
+
     ids: list[str]
     X: np.ndarray
     y: np.ndarray
     dropped: int  # records over the feature bound, dropped as the worker would dead-letter them
+    subjects: list[str] | None = None  # None: every record is its own key (key = id)
+    requests: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -34,46 +43,65 @@ class Sample:
 def _lines(path: str):
     try:
         with open(path, "rb") as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    yield number, line
+            yield from f
     except OSError as exc:
         raise SampleError(f"cannot read sample {path!r}: {exc.strerror or exc}") from None
 
 
-def _record(path: str, number: int, line: bytes) -> dict:
-    where = f"sample {path!r} line {number}"
+def _records(path: str):
+    """(line number, key, event) of the file's records."""
     try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        raise SampleError(f"{where}: not valid JSON") from None
-    if not isinstance(value, dict):
-        raise SampleError(f"{where}: expected a JSON object, got {type(value).__name__}")
-    if value.get("op") != "insert":
-        raise SampleError(f"{where}: expected an insert event (\"op\": \"insert\"), got op {value.get('op')!r}")
+        yield from numbered_records(_lines(path))
+    except BadKeyedLine as exc:
+        raise SampleError(f"sample {path!r} {exc}") from None
+
+
+def _insert_fields(where: str, value: dict) -> None:
     missing = [k for k in ("id", "x", "y") if k not in value]
     if missing:
         raise SampleError(f"{where}: missing {', '.join(missing)}")
-    if not isinstance(value["id"], str) or not value["id"]:
-        raise SampleError(f"{where}: id must be a non-empty string")
     if not isinstance(value["x"], list) or not value["x"]:
         raise SampleError(f"{where}: x must be a non-empty array of numbers")
-    return value
+
+
+def _delete_ids(where: str, value: dict) -> tuple[str, ...]:
+    ids = value.get("ids", [value.get("id")] if "id" in value else None)
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+        raise SampleError(f"{where}: a delete names its record in \"id\" or its records in \"ids\" (strings)")
+    return tuple(ids)
 
 
 def sample_dimension(path: str) -> int:
-    """The feature dimension of the sample's first record (to default ``dim`` from it)."""
-    for number, line in _lines(path):
-        return len(_record(path, number, line)["x"])
-    raise SampleError(f"sample {path!r} has no events")
+    """The feature dimension of the sample's first insert (to default ``dim`` from it)."""
+    for number, _key, value in _records(path):
+        if value is not None and value.get("op") == "insert":
+            _insert_fields(f"sample {path!r} line {number}", value)
+            return len(value["x"])
+    raise SampleError(f"sample {path!r} has no insert events")
 
 
 def read_sample(path: str, model) -> Sample:
-    """The sample's inserts, checked with ``model``'s feature bound, policy and loss."""
-    ids, rows, labels, dropped, seen = [], [], [], 0, set()
-    for number, line in _lines(path):
-        value = _record(path, number, line)
-        where = f"sample {path!r} line {number}"
+    """The sample's events, checked with ``model``'s feature bound, policy and loss."""
+    return sample_from_records(((f"line {n}", k, v) for n, k, v in _records(path)), model, f"sample {path!r}")
+
+
+def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model, name: str) -> Sample:
+    """A :class:`Sample` of (where, Kafka key, event or None for a tombstone) in stream order (a
+    file's lines, or the records read from a topic); ``name`` and ``where`` name each record."""
+    ids, rows, labels, subjects, requests, dropped, seen = [], [], [], [], [], 0, set()
+    keyed = False
+    for at, key, value in records:
+        where = f"{name} {at}"
+        if value is None:  # a tombstone: the delete of the record whose id is its key
+            requests.append((len(ids), (key.decode(errors="replace"),)))
+            continue
+        op = value.get("op")
+        if op == "delete":
+            requests.append((len(ids), _delete_ids(where, value)))
+            continue
+        if op != "insert":
+            raise SampleError(f"{where}: expected an insert or a delete event, got op {op!r}")
+        _insert_fields(where, value)
         if value["id"] in seen:
             raise SampleError(f"{where}: id {value['id']!r} appears twice")
         if len(value["x"]) != model.dim:
@@ -86,11 +114,14 @@ def read_sample(path: str, model) -> Sample:
             continue
         except InvalidExample as exc:
             raise SampleError(f"{where}: {exc}") from None
+        subject = key.decode(errors="replace")
+        keyed = keyed or subject != value["id"]
         seen.add(value["id"])
         ids.append(value["id"])
         rows.append(x)
         labels.append(y)
+        subjects.append(subject)
     if not ids:
-        raise SampleError(f"sample {path!r} has no usable insert" + (f" ({dropped} over the feature bound)"
-                                                                    if dropped else ""))
-    return Sample(ids, np.array(rows, np.float64), np.array(labels, np.float64), dropped)
+        raise SampleError(f"{name} has no usable insert" + (f" ({dropped} over the feature bound)" if dropped else ""))
+    return Sample(ids, np.array(rows, np.float64), np.array(labels, np.float64), dropped,
+                  subjects if keyed else None, tuple(requests))

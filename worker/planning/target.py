@@ -75,37 +75,46 @@ def resolve_target(settings, *, unit: str | None = None, rho: float | None = Non
     return Target(unit, float(rho), float(delta), target_epsilon)
 
 
-def build_engine(settings, target: Target, *, l2: float | None = None, noise_rng=None):
-    """A fresh engine of ``settings.algorithm`` calibrated for ``target`` (``l2`` overriding the
-    setting); ``noise_rng`` seeds its noise (None: OS entropy, as in production)."""
+_UNSET = object()
+
+
+def _kwargs(settings, target: Target, l2, cap) -> dict:
+    """The engine's keyword arguments of ``settings`` for ``target``, ``l2`` and ``cap`` (the per-key
+    contribution bound: ``_UNSET`` keeps the setting, None removes it) overriding the settings."""
     if settings.algorithm not in PLANNED_ALGORITHMS:
         raise ConfigError(f"plan models the passive algorithm only, got algorithm {settings.algorithm!r}")
     kwargs = model_kwargs(settings)
     if l2 is not None:
         kwargs["l2"] = l2
+    if cap is not _UNSET:
+        kwargs["max_records_per_key"] = cap
     for key in ("rho", "target_epsilon", "privacy_unit"):
         kwargs.pop(key, None)
     kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta)
-    return engine_class(settings.algorithm)(**kwargs, noise_rng=noise_rng)
+    return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def build_rotation(settings, target: Target, *, lifetime: int, capacity: int, l2: float | None = None,
-                   variant: str = "overlap", reserve: float | None = None, noise_rng=None):
-    """A warm-standby rotation (docs/accounting.md 12) of the settings' engine with the planned
-    split over ``capacity`` per model, each model given its share of ``target.rho``
-    (:func:`worker.olu.rotation.model_budget`: the Rotation itself halves it)."""
+def build_engine(settings, target: Target, *, l2: float | None = None, cap=_UNSET, noise_rng=None):
+    """A fresh engine of ``settings.algorithm`` calibrated for ``target`` (``l2`` and ``cap``,
+    ``max_records_per_key``, overriding the settings); ``noise_rng`` seeds its noise (None: OS
+    entropy, as in production)."""
+    return engine_class(settings.algorithm)(**_kwargs(settings, target, l2, cap), noise_rng=noise_rng)
+
+
+def build_rotation(settings, target: Target, *, lifetime: int, capacity: int | None = None,
+                   l2: float | None = None, variant: str = "overlap", reserve: float | None = None, cap=_UNSET,
+                   noise_rng=None):
+    """A warm-standby rotation (docs/accounting.md 12) of the settings' engine, each model given its
+    share of ``target.rho`` (:func:`worker.olu.rotation.model_budget`: the Rotation itself splits
+    it). Under all-deletions the planned split over ``capacity`` per model."""
     from ..olu.rotation import Rotation
 
-    if settings.algorithm not in PLANNED_ALGORITHMS:
-        raise ConfigError(f"plan models the passive algorithm only, got algorithm {settings.algorithm!r}")
-    kwargs = model_kwargs(settings)
-    if l2 is not None:
-        kwargs["l2"] = l2
-    for key in ("rho", "target_epsilon", "privacy_unit", "budget_split", "deletion_capacity"):
+    kwargs = _kwargs(settings, target, l2, cap)
+    for key in ("budget_split", "deletion_capacity"):
         kwargs.pop(key, None)
-    if reserve is not None:
-        kwargs["budget_reserve"] = reserve
-    kwargs.update(privacy_unit=target.unit, rho=target.rho, delta=target.delta, budget_split="planned",
-                  deletion_capacity=capacity)
+    if target.unit == "all-deletions":
+        if reserve is not None:
+            kwargs["budget_reserve"] = reserve
+        kwargs.update(budget_split="planned", deletion_capacity=capacity)
     return Rotation(engine_class(settings.algorithm), lifetime_events=lifetime, variant=variant,
                     noise_rng=noise_rng, **kwargs)
