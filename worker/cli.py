@@ -74,6 +74,11 @@ def run(args, _opts) -> int:
     if settings.origin("privacy_unit") == "default":  # the one choice no default can make for an operator
         raise ConfigError(UNIT_REQUIRED)
     metrics, health = _start(settings, "run")
+    from .planning.startup import unit_warning
+
+    if (warning := unit_warning(settings)) is not None:  # a near-chance model, said before it happens
+        log.warning(warning, extra={"privacy_unit": settings.privacy_unit,
+                                    "expected_deletion_rate": settings.expected_deletion_rate})
     try:
         Worker(settings, metrics, health).run()
     except Exception as exc:  # one structured line an operator can alert on, then exit non-zero

@@ -44,6 +44,12 @@ _REASON = re.compile(r"[a-z][a-z0-9_]{0,39}")
 DELETE_TO_RELEASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SNAPSHOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 RESTORE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+REQUEST_RECORDS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000)
+AGE_BUCKETS = (10, 100, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 10000000)
+#: The plan's assumptions a worker exports (settings, docs/accounting.md 13): gauge name -> setting.
+PLAN_SETTINGS = {"olu_plan_deletion_rate": "expected_deletion_rate",
+                 "olu_plan_records_per_request": "planned_records_per_request",
+                 "olu_plan_deletion_age_events": "planned_deletion_age_events"}
 _TP = ("topic", "partition")
 _TPU = _TP + ("unit",)  # the privacy gauges: a partition's series carry its privacy unit
 #: Labels of the noise-in-the-release series: per partition, like olu_deletion_noise_sigma (a release
@@ -135,6 +141,17 @@ class Metrics:
                                      registry=r)
         self.model_age = Gauge("olu_model_age_events", "Rotation: input events since the released model was "
                                "born", _TP, registry=r)
+        # The deletion workload as it arrives (public request metadata: how many records a request
+        # names, the insert steps of those the model held), beside the plan's assumptions (settings).
+        self.request_records = Histogram("olu_deletion_request_records", "Records each deletion request named "
+                                         "(public request metadata)", _TP, buckets=REQUEST_RECORDS_BUCKETS,
+                                         registry=r)
+        self.deleted_age = Histogram("olu_deleted_record_age_events", "Age of each deleted record the model held: "
+                                     "insert steps between its insert and its deletion (at most a poll batch "
+                                     "late)", _TP, buckets=AGE_BUCKETS, registry=r)
+        self.plan_gauges = {name: Gauge(name, f"The plan's assumption OLU_{setting.upper()} this worker was started "
+                                        "with (absent when unset)", _TP, registry=r)
+                            for name, setting in PLAN_SETTINGS.items()}
         # The per-key contribution bound (docs/accounting.md 13): public counts of the keys' arrivals.
         self.max_records_per_key = Gauge("olu_max_records_per_key", "Records of one partitioning key the "
                                          "released model learns in its lifetime (OLU_MAX_RECORDS_PER_KEY)", _TP,
@@ -308,6 +325,24 @@ class Metrics:
         else:
             self._child(self.deletions_noop, topic, partition, _code(outcome, NOOP_REASONS)).inc()
 
+    def record_request(self, topic: str, partition: int, deletion, now: int | None) -> None:
+        """A deletion request's size (records it named) and the age of each record it deleted."""
+        named = int(getattr(deletion, "records", 0)) + len(getattr(deletion, "not_applied", ()) or ()) + len(
+            getattr(deletion, "duplicates", ()) or ())
+        if named:
+            self._child(self.request_records, topic, partition).observe(named)
+        if now is not None:
+            ages = self._child(self.deleted_age, topic, partition)
+            for u in getattr(deletion, "steps", ()) or ():
+                ages.observe(max(0, now - int(u)))
+
+    def set_plan(self, topic: str, partition: int, settings) -> None:
+        """The plan's assumptions the worker was started with (settings; a gauge only where set)."""
+        for name, setting in PLAN_SETTINGS.items():
+            value = getattr(settings, setting, None)
+            if value is not None:
+                self._child(self.plan_gauges[name], topic, partition).set(value)
+
     def set_model(self, topic: str, partition: int, *, steps: int | None = None, version: int | None = None,
                   prequential_loss: float | None = None, applied_records: int | None = None,
                   deletions: int | None = None) -> None:
@@ -427,8 +462,10 @@ class Metrics:
         self.count_events(topic, partition, "delete", int(getattr(outcome, "deletes", 0)) - tombstones)
         self.count_events(topic, partition, "tombstone", tombstones)
         deletions = list(getattr(outcome, "deletions", ()) or ())
+        now = getattr(getattr(runner, "model", None), "t", None)
         for d in deletions:
             self.record_deletion(topic, partition, d.outcome, getattr(d, "sigma", 0.0))
+            self.record_request(topic, partition, d, now)
         refused = int(getattr(outcome, "refused", 0) or 0)
         if refused:
             self._child(self.deletions_refused, topic, partition).inc(refused)
@@ -447,6 +484,7 @@ class Metrics:
         so a worker with nothing left to consume still shows them."""
         self.observe_restore(seconds)
         self._update_model(runner, privacy=True)
+        self.set_plan(runner.topic, runner.partition, getattr(runner, "settings", None))
         model = getattr(runner, "model", None)
         if hasattr(model, "release_noise_std"):
             self.set_noise(runner.topic, runner.partition, model.release_noise_std(), model.noise_to_signal())

@@ -200,6 +200,7 @@ ALL_SETTINGS = {
     "label_bound": 2.0, "radius": 5.0, "feature_bound": 1.5, "feature_policy": "clip",
     "schedule": "strongly-convex", "t0": 10.0, "step": 0.125, "rho": 2.5, "privacy_unit": "per-request", "omega": 1.5, "delta": 1e-6,
     "budget_split": "weighted", "deletion_capacity": 500, "expected_deletion_rate": 0.001, "budget_reserve": 0.2,
+    "planned_records_per_request": 2.5, "planned_deletion_age_events": 20000,
     "rotation": "on", "rotation_variant": "disjoint", "model_lifetime_events": 200000,
     "max_records_per_key": 50, "max_deletions": 1048576, "dp_horizon": 65536, "restart_c": 2.0, "order_fallback": "restart", "on_budget": "refuse",
     "lbfgs_memory": 20, "retrain_every": 5000, "train_steps": 60, "noise_sigma": 0.02, "model_name": "ctr",

@@ -59,3 +59,13 @@ def test_without_a_sample_the_formula_decides_and_may_switch_unit():
 def test_the_formulas_rotation_is_named_in_settings():
     ren = {"recommended": {"variant": "overlap", "lifetime": 100_000, "capacity": 900}}
     assert "OLU_MODEL_LIFETIME_EVENTS=100000" in renewal_advice(ren) and renewal_advice(None) is None
+
+
+def test_the_workload_is_handed_to_the_workers_alerts():
+    plan = plan_with({"per-request": 0.89, "all-deletions": 0.6})
+    plan["workload"] = {"outside": 0, "requests": 40, "rate": 0.002, "records_per_request": {"mean": 3.25},
+                        "age_events": {"p50": 1234.4}}
+    _, rec = assess(plan)
+    assert rec["watch"] == ("OLU_EXPECTED_DELETION_RATE=0.002 OLU_PLANNED_RECORDS_PER_REQUEST=3.25 "
+                            "OLU_PLANNED_DELETION_AGE_EVENTS=1234")
+    assert any(t.endswith(rec["watch"]) for t in rec["text"])

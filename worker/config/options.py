@@ -147,7 +147,14 @@ OPTIONS: tuple[Option, ...] = (
            "planned split: deletions planned per model lifetime (default: expected_deletion_rate x "
            "model_lifetime_events)", "model"),
     Option("expected_deletion_rate", number(0, 1, hi_open=True),
-           "planned split: expected deletions per event, to derive deletion_capacity", "model"),
+           "expected deletion requests per event: derives deletion_capacity for the planned split, exported "
+           "as olu_plan_deletion_rate and alerted on when exceeded by half", "model"),
+    Option("planned_records_per_request", number(1),
+           "the plan's records per deletion request (olu-worker plan's workload): exported as "
+           "olu_plan_records_per_request, alerted on when requests grow past twice it", "model"),
+    Option("planned_deletion_age_events", number(1, integer=True),
+           "the plan's median age of deleted records in events: exported as olu_plan_deletion_age_events, "
+           "alerted on when deletions turn far younger", "model"),
     Option("budget_reserve", number(0, 1, lo_open=True, hi_open=True),
            "planned split: share of the budget kept for deletions beyond the capacity", "model"),
     Option("rotation", choice(ROTATION_CHOICES),

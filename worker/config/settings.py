@@ -81,6 +81,8 @@ class Settings:
     budget_split: str = "weighted"
     deletion_capacity: int | None = None  # None: from expected_deletion_rate and the lifetime
     expected_deletion_rate: float | None = None
+    planned_records_per_request: float | None = None  # the plan's workload: watched, not used by the model
+    planned_deletion_age_events: int | None = None
     budget_reserve: float = 0.1
     rotation: str = "off"
     rotation_variant: str = "overlap"

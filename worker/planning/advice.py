@@ -74,7 +74,7 @@ def assess(plan: dict) -> tuple[list[str], dict]:
     if renewal is not None:
         text.append(renewal)
     return warnings, {"unit": best_unit, "settings": None, "predicted": None, "ogd": None, "l2": None,
-                      "target_useful": not mine, "text": text}
+                      "target_useful": not mine, "watch": None, "text": text}
 
 
 def _searched(plan: dict) -> tuple[list[str], dict]:
@@ -95,11 +95,26 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
         text.append(f"the {theirs['unit']} unit {verdict}: best {theirs['settings']}, predicted {theirs['score']:.4g}"
                     + (" (it protects each deletion request on its own, not all deleted records together)"
                        if theirs["unit"] == "per-request" else ""))
+    watch = _watch(plan["workload"])
+    if watch:  # right after the settings it goes with
+        text.insert(1, f"with the workload it assumes, which the worker watches and alerts on: {watch}")
     if plan["workload"] and plan["workload"]["outside"]:
         text.append(f"{plan['workload']['outside']:,} deleted ids name records older than the sample: not simulated "
                     "(their cost is missing from the prediction; a longer sample includes them)")
     return warnings, {"unit": unit, "settings": mine["settings"], "predicted": mine["score"], "ogd": ogd,
-                      "l2": mine["l2"], "target_useful": not short, "text": text}
+                      "l2": mine["l2"], "target_useful": not short, "watch": watch, "text": text}
+
+
+def _watch(workload: dict | None) -> str | None:
+    """The plan's assumptions as the settings the worker exports and alerts on (OluDeletion* alerts)."""
+    if not workload or not workload.get("requests"):
+        return None
+    out = [f"OLU_EXPECTED_DELETION_RATE={workload['rate']:.4g}"]
+    if workload["records_per_request"]["mean"] is not None:
+        out.append(f"OLU_PLANNED_RECORDS_PER_REQUEST={max(1.0, workload['records_per_request']['mean']):.3g}")
+    if workload["age_events"]["p50"] is not None:
+        out.append(f"OLU_PLANNED_DELETION_AGE_EVENTS={max(1, round(workload['age_events']['p50']))}")
+    return " ".join(out)
 
 
 def renewal_advice(ren: dict | None) -> str | None:

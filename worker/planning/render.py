@@ -34,8 +34,10 @@ Fields of the JSON object (``olu-worker plan --json``)
   ``ogd_curve``; ``runs``: every candidate ``{unit, rotation, lifetime, l2, cap, capacity, settings,
   score, curve}`` (``records_over_key_cap`` with a cap); ``best``: ``{unit: run}``.
 * ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, settings
-  (the OLU_* line of the best configuration), predicted (its score), ogd, l2, target_useful, text:
-  [sentences]}`` (settings, predicted, ogd and l2 null without a sample).
+  (the OLU_* line of the best configuration), predicted (its score), ogd, l2, target_useful, watch
+  (the workload's OLU_EXPECTED_DELETION_RATE, OLU_PLANNED_RECORDS_PER_REQUEST and
+  OLU_PLANNED_DELETION_AGE_EVENTS, which the worker exports and alerts on), text: [sentences]}``
+  (settings, predicted, ogd, l2 and watch null without a sample).
 """
 
 from __future__ import annotations
