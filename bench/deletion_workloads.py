@@ -10,8 +10,10 @@ workload classes, none tuned to the planner:
 * ``recent``: single-record requests, half naming a record of the last 2,000 inserts, half one
   uniform over the whole history; stationary;
 * ``accounts``: each request names every record of one key (a subject, chosen uniformly among the
-  keys that hold records), key activity skewed (Zipf 1.3 over 20,000 keys, so a few keys hold
-  much of the stream); stationary;
+  keys that hold records), key activity skewed (50,000 keys, the k-th most active with weight
+  k^-0.8: the top 1% hold about a third of the records); stationary;
+* ``heavy accounts``: the same, but the account deleted is the owner of a record drawn uniformly
+  (so active subjects, whose records are most of the stream, are the likeliest to leave);
 * ``drift``: the ``recent`` requests on a drifting concept (w turns by 90 degrees over the stream).
 
 Configurations, each run on the whole stream: ``ogd`` (plain OGD, no request, l2 0.01); ``plan
@@ -50,19 +52,19 @@ from worker.config import load_settings  # noqa: E402
 from worker.olu.core.kernels.hashing import record_keys  # noqa: E402
 from worker.planning.plan import make_plan  # noqa: E402
 from worker.planning.sample import Sample  # noqa: E402
-from worker.planning.search import Candidate, _model  # noqa: E402
-from worker.planning.target import build_engine, resolve_target  # noqa: E402
-from worker.planning.workload import Shape, Workload, _present  # noqa: E402
+from worker.planning.search import Candidate, candidate_model  # noqa: E402
+from worker.planning.target import build_engine, build_rotation, resolve_target  # noqa: E402
+from worker.planning.workload import Shape, Workload, nearest_present  # noqa: E402
 
 REPORT_KEYS = ("setup", "rows", "cells")
 SERVICES = ()
-CLASSES = ("uniform", "recent", "accounts", "drift")
+CLASSES = ("uniform", "recent", "accounts", "heavy accounts", "drift")
 SHARES = (0.005, 0.02)
 CHECKPOINTS = (100_000, 500_000, 1_000_000)
 SAMPLE_EVENTS = 50_000
 TEST_ROWS = 20_000
 AVERAGED, SPAN = 8, 0.05
-KEYS, KEY_SKEW, ACCOUNT_CAP = 20_000, 1.3, 8
+KEYS, KEY_SKEW, ACCOUNT_CAP = 50_000, 0.8, 8
 OLD_AGE, RECENT_AGE = 100_000, 2_000
 
 PLAN_GAP = Target("plan_per_request_gap", "the planner's per-request recommendation within 1.5 points of OGD at "
@@ -107,8 +109,8 @@ def rows(cls: str, n: int, seed, start: int = 0, total: int | None = None) -> tu
 def stream(cls: str, events: int, share: float, seed: int) -> Workload:
     """The class's stream of ``events`` events whose requests delete ``share`` of the records."""
     rng = np.random.default_rng([seed, 17])
-    if cls == "accounts":
-        return _accounts(events, share, seed, rng)
+    if cls.endswith("accounts"):
+        return _accounts(events, share, seed, weighted=cls == "heavy accounts")
     k = round(share * events)
     inserts = events - k
     X, y = rows(cls, inserts, [seed, 1], total=inserts)
@@ -121,7 +123,7 @@ def stream(cls: str, events: int, share: float, seed: int) -> Workload:
             age = int(rng.integers(1, OLD_AGE + 1))
         else:  # recent, drift: half of the last RECENT_AGE inserts, half anywhere in the history
             age = int(rng.integers(1, RECENT_AGE + 1)) if rng.random() < 0.5 else int(rng.integers(1, tau + 1))
-        u = _present(deleted, max(0, tau - age), tau)
+        u = nearest_present(deleted, max(0, tau - age), tau)
         if u is None:
             continue
         deleted[u] = True
@@ -130,19 +132,23 @@ def stream(cls: str, events: int, share: float, seed: int) -> Workload:
     return Workload(ids, X, y, record_keys(ids), np.array(at, np.int64), requests, "bench")
 
 
-def _accounts(events: int, share: float, seed: int, rng) -> Workload:
-    """Requests naming all of a key's present records, the key uniform among those that hold some;
-    as many requests as delete about ``share`` of the records (calibrated on a first draw)."""
+def _accounts(events: int, share: float, seed: int, *, weighted: bool) -> Workload:
+    """Requests naming all of a key's present records, the key uniform among those that hold some
+    (``weighted``: the owner of a present record drawn uniformly); as many requests as delete about
+    ``share`` of the records (calibrated on a first draw)."""
     n = events
     X, y = rows("accounts", n, [seed, 1], total=n)
     ids = [f"r-{j}" for j in range(n)]
-    draw = np.random.default_rng([seed, 2]).zipf(KEY_SKEW, size=n) % KEYS
-    keys = [f"user-{int(k)}" for k in draw]
-    requests_k = max(1, round(share * n / 20))
-    for _ in range(3):  # calibrate the number of requests to the deleted share
-        at, requests = _account_requests(ids, keys, requests_k, np.random.default_rng([seed, 3]))
+    keys = account_keys(n, seed)
+    requests_k, tried = max(1, round(share * n / 20)), {}
+    for _ in range(6):  # the number of requests whose draw deletes closest to the share
+        at, requests = _account_requests(ids, keys, requests_k, np.random.default_rng([seed, 3]), weighted)
         deleted = sum(len(r) for r in requests)
+        tried[requests_k] = (abs(deleted - share * n), at, requests)
         requests_k = max(1, round(requests_k * share * n / max(1, deleted)))
+        if requests_k in tried:
+            break
+    _, at, requests = min(tried.values(), key=lambda t: t[0])
     # the requests are events too: keep the inserts and requests to ``events`` in all
     keep = n - len(requests)
     cut = np.searchsorted(np.array(at), keep, side="right")
@@ -151,7 +157,15 @@ def _accounts(events: int, share: float, seed: int, rng) -> Workload:
                     requests, "bench")
 
 
-def _account_requests(ids, keys, k: int, rng) -> tuple[list[int], list[tuple[str, ...]]]:
+def account_keys(n: int, seed: int) -> list[str]:
+    """The subject of each of ``n`` records: KEYS subjects, the k-th most active with weight
+    k^-KEY_SKEW (a heavy tail: the top 1% of subjects hold about a third of the records)."""
+    weights = np.arange(1, KEYS + 1, dtype=np.float64) ** -KEY_SKEW
+    draw = np.random.default_rng([seed, 2]).choice(KEYS, size=n, p=weights / weights.sum())
+    return [f"user-{int(k)}" for k in draw]
+
+
+def _account_requests(ids, keys, k: int, rng, weighted: bool) -> tuple[list[int], list[tuple[str, ...]]]:
     n = len(ids)
     taus = [max(1, math.floor((j - 0.5) * n / k + 0.5)) for j in range(1, k + 1)]
     held: dict[str, list[int]] = {}
@@ -169,7 +183,12 @@ def _account_requests(ids, keys, k: int, rng) -> tuple[list[int], list[tuple[str
         filled = tau
         if not holders:
             continue
-        key = holders[int(rng.integers(len(holders)))]
+        if weighted:  # the owner of a record drawn uniformly, until one that still holds records
+            key = keys[int(rng.integers(tau))]
+            while not held.get(key):
+                key = keys[int(rng.integers(tau))]
+        else:
+            key = holders[int(rng.integers(len(holders)))]
         named = held.pop(key)
         last = holders.pop()  # remove ``key`` from holders in O(1)
         if last != key:
@@ -185,9 +204,8 @@ def sample_of(cls: str, share: float, seed: int) -> Sample:
     """The planner's sample: the first SAMPLE_EVENTS events of another stream of the class."""
     wl = stream(cls, SAMPLE_EVENTS, share, seed + 1000)
     keys = None
-    if cls == "accounts":
-        draw = np.random.default_rng([seed + 1000, 2]).zipf(KEY_SKEW, size=SAMPLE_EVENTS) % KEYS
-        keys = [f"user-{int(k)}" for k in draw][:len(wl.ids)]
+    if cls.endswith("accounts"):
+        keys = account_keys(SAMPLE_EVENTS, seed + 1000)[:len(wl.ids)]
     requests = tuple((int(a), tuple(r)) for a, r in zip(wl.at, wl.requests))
     return Sample(wl.ids, wl.X, wl.y, 0, keys, requests)
 
@@ -278,17 +296,30 @@ def cell(cls: str, share: float, seed: int, events: int, marks, sim_events: int)
     for unit, plan in plans.items():
         best = plan["search"]["best"][unit]
         c = Candidate(unit, best["rotation"], best["lifetime"], best["l2"], best["cap"])
-        run(f"plan {unit}", _model(settings, target, c, best["capacity"], noise(unit)), settings=best["settings"],
+        run(f"plan {unit}", candidate_model(settings, target, c, best["capacity"], noise(unit)), settings=best["settings"],
             predicted=best["score"], warned=bool(plan["warnings"]), plan_seconds=plan_s)
-        if cls == "accounts" and unit == "per-request":
+        if cls.endswith("accounts") and unit == "per-request":
             for cap, name in ((ACCOUNT_CAP, f"cap {ACCOUNT_CAP}"), (None, "no cap")):
                 capped = Candidate(unit, best["rotation"], best["lifetime"], best["l2"], cap)
-                run(f"plan per-request, {name}", _model(settings, target, capped, None, noise(name)),
+                run(f"plan per-request, {name}", candidate_model(settings, target, capped, None, noise(name)),
                     settings=capped.settings())
             run(f"ogd, cap {ACCOUNT_CAP}", build_engine(settings, target, cap=ACCOUNT_CAP), requests=False)
     for unit in ("per-request", "all-deletions"):
-        run(f"default {unit}", build_engine(settings, target.with_unit(unit), noise_rng=noise(f"default {unit}")))
+        model, line = default_model(unit, noise(f"default {unit}"))
+        run(f"default {unit}", model, settings=line)
     return out
+
+
+def default_model(unit: str, noise_rng):
+    """The model the worker builds with only the unit set (its unit defaults included), and its settings."""
+    settings = load_settings(["--dim", "10", "--privacy-unit", unit], {}, command="demo")
+    target = resolve_target(settings)
+    if settings.rotation == "on":
+        line = (f"OLU_PRIVACY_UNIT={unit} (defaults: rotation {settings.rotation_variant}, lifetime "
+                f"{settings.model_lifetime_events:,})")
+        return build_rotation(settings, target, lifetime=settings.model_lifetime_events,
+                              variant=settings.rotation_variant, noise_rng=noise_rng), line
+    return build_engine(settings, target, noise_rng=noise_rng), f"OLU_PRIVACY_UNIT={unit} (defaults: no rotation)"
 
 
 # --------------------------------------------------------------------------- report
@@ -377,7 +408,7 @@ def render(report: dict) -> str:
         for unit, setting in c["settings"].items():
             lines.append(f"- {c['class']}, {c['share']:.1%}, {unit}: `{setting}`"
                          + (" (warned)" if c["warned"][unit] else ""))
-    accounts = [c for c in report["cells"] if c["class"] == "accounts"]
+    accounts = [c for c in report["cells"] if c["class"].endswith("accounts")]
     if accounts:
         cap = report["setup"]["account_cap"]
         lines += ["", f"Account deletions with and without `OLU_MAX_RECORDS_PER_KEY={cap}` (the per-request "
@@ -385,7 +416,7 @@ def render(report: dict) -> str:
         for c in accounts:
             for name in (f"plan per-request, cap {cap}", "plan per-request, no cap", f"ogd, cap {cap}"):
                 if name in c["mean"]:
-                    lines.append(f"- {c['share']:.1%} {name}: " + " ".join(f"{a:.3f}" for a in c["mean"][name])
+                    lines.append(f"- {c['class']}, {c['share']:.1%}, {name}: " + " ".join(f"{a:.3f}" for a in c["mean"][name])
                                  + f" ({c['gaps'][name][-1]:+.1f} points against OGD)")
     return "\n".join(lines)
 

@@ -198,6 +198,11 @@ def _print_report(report: dict, worker) -> None:
     if unit == DEMO_PRIVACY_UNIT:
         print(f"  privacy unit {unit} (the demo's default): each deletion request is protected on its own; "
               "--privacy-unit all-deletions protects every deleted record together, at a larger noise")
+    s = worker.settings
+    if s.origin("rotation") == "unit default":  # why the model renews itself, said once
+        print(f"  the model is renewed every {s.model_lifetime_events // 2:,} events ({s.rotation_variant} rotation, "
+              f"lifetime {s.model_lifetime_events:,}: the defaults under {s.privacy_unit}), so a subject's "
+              "deletion never leaves noise in the releases for long")
     for name, p in report["partitions"].items():
         print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} {_guarantee(p)}")
     for (topic, partition), release in sorted(worker.latest_release.items()):

@@ -43,3 +43,43 @@ class PlannedCalibration(PrivacyAccountant):
 
     def sigma_for_next(self, shift: float) -> float:
         return self.rule(self.deletions + 1, shift)
+
+
+def halve_sigma(where: str | None, monkeypatch) -> None:
+    """Make passive OLU's per-request noise half what it must be, in the calibration (the
+    accountant's sigma, its charge skipped) or in the draw; None leaves it alone."""
+    from worker.olu import PassiveOLU
+    from worker.olu.privacy.accountant import PerRequestAccountant
+
+    if where == "calibration":
+        calibrated = PerRequestAccountant.sigma_for_next
+        monkeypatch.setattr(PerRequestAccountant, "sigma_for_next", lambda self, a: calibrated(self, a) / 2)
+        monkeypatch.setattr(PerRequestAccountant, "charge", lambda self, a, s: None)
+    elif where == "draw":
+        original = PassiveOLU._noise
+        monkeypatch.setattr(PassiveOLU, "_noise", lambda self, s: original(self, s / 2))
+
+
+def released_law_is_private(state: dict, request: list[str], reference: np.ndarray, rho: float, *, n: int = 3000,
+                            seed: int = 20_000) -> tuple[bool, tuple[float, float, float]]:
+    """The released law after ``request`` (``n`` restores of ``state``, each with its own noise) vs
+    the masked reference run plus the same Gaussian: for equal Gaussians D_alpha = alpha ||m0 -
+    m1||^2 / (2 s^2) <= alpha rho, i.e. ||m0 - m1|| / s <= sqrt(2 rho). (private?, (ratio, bound,
+    measured spread over sigma)): private when the ratio is within 15% of the bound and the
+    spread within 5% of the calibrated sigma."""
+    import math
+
+    from worker.olu import load_model
+
+    dim = len(reference)
+    real = np.empty((n, dim))
+    sigma = None
+    for k in range(n):
+        m = load_model(state, noise_rng=np.random.default_rng(seed + k))
+        d = m.unlearn_request(request)
+        real[k], sigma = m.z, d.sigma
+    masked = reference + np.random.default_rng(98).normal(0.0, sigma, size=(n, dim))
+    gap = np.linalg.norm(real.mean(0) - masked.mean(0))
+    spread = math.sqrt((real.var(0, ddof=1).mean() + masked.var(0, ddof=1).mean()) / 2)
+    ratio, bound = gap / spread, math.sqrt(2 * rho)
+    return bool(ratio <= bound * 1.15 and abs(spread / sigma - 1) < 0.05), (ratio, bound, spread / sigma)

@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.olu.helpers import masked_run, synthetic_stream
+from tests.olu.helpers import halve_sigma, masked_run, released_law_is_private, synthetic_stream
 from worker.olu import PassiveOLU, load_model
 from worker.olu.core.contribution import ContributionCap
 from worker.olu.core.index import record_key
 from worker.olu.core.mixed import learn_and_unlearn
 from worker.olu.exceptions import ConfigError
-from worker.olu.privacy.accountant import PerRequestAccountant
 from worker.olu.rotation import Rotation
 
 KW = dict(dim=4, loss="logistic", l2=0.05, radius=5.0, feature_bound=1.0, rho=0.5, privacy_unit="per-request")
@@ -158,27 +157,9 @@ def test_a_capped_account_deletion_matches_the_masked_run_plus_the_same_noise(ha
     rows = [j for j in range(240) if ids[j] in learned]
     reference = masked_run(PassiveOLU, kw, X[rows], y[rows], skip=set(admitted))
     assert np.linalg.norm(base.z - reference) / base.shift(admitted, base.t) > 0.9
-    state = base.export_state()
-    if halve == "calibration":
-        calibrated = PerRequestAccountant.sigma_for_next
-        monkeypatch.setattr(PerRequestAccountant, "sigma_for_next", lambda self, a: calibrated(self, a) / 2)
-        monkeypatch.setattr(PerRequestAccountant, "charge", lambda self, a, s: None)
-    elif halve == "draw":
-        original = PassiveOLU._noise
-        monkeypatch.setattr(PassiveOLU, "_noise", lambda self, s: original(self, s / 2))
-    n = 3000
-    real = np.empty((n, 2))
-    sigma = None
-    for k in range(n):
-        m = load_model(state, noise_rng=np.random.default_rng(30_000 + k))
-        d = m.unlearn_request(named)
-        real[k], sigma = m.z, d.sigma
-    masked = reference + np.random.default_rng(99).normal(0.0, sigma, size=(n, 2))
-    gap = np.linalg.norm(real.mean(0) - masked.mean(0))
-    spread = math.sqrt((real.var(0, ddof=1).mean() + masked.var(0, ddof=1).mean()) / 2)
-    ratio, bound = gap / spread, math.sqrt(2 * rho)
-    private = bool(ratio <= bound * 1.15 and abs(spread / sigma - 1) < 0.05)
-    assert private is (halve is None), (ratio, bound, spread / sigma)
+    halve_sigma(halve, monkeypatch)
+    private, figures = released_law_is_private(base.export_state(), named, reference, rho, seed=30_000)
+    assert private is (halve is None), figures
 
 
 def test_the_cap_survives_a_snapshot_bit_for_bit():

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.olu.helpers import masked_run, synthetic_stream
+from tests.olu.helpers import halve_sigma, masked_run, released_law_is_private, synthetic_stream
 from worker.olu import PassiveOLU, load_model
 from worker.olu.core.index import record_key
 from worker.olu.exceptions import ConfigError
@@ -172,27 +172,9 @@ def test_per_request_release_matches_the_masked_run_plus_the_same_noise(halve, m
     base.learn_one(ids[-1], X[-1], y[-1])
     reference = masked_run(PassiveOLU, kw, X, y, skip={base.t})
     assert np.linalg.norm(base.z - reference) / base.shift([base.t], base.t) > 0.9
-    state = base.export_state()
-    if halve == "calibration":
-        calibrated = PerRequestAccountant.sigma_for_next
-        monkeypatch.setattr(PerRequestAccountant, "sigma_for_next", lambda self, a: calibrated(self, a) / 2)
-        monkeypatch.setattr(PerRequestAccountant, "charge", lambda self, a, s: None)
-    elif halve == "draw":
-        original = PassiveOLU._noise
-        monkeypatch.setattr(PassiveOLU, "_noise", lambda self, s: original(self, s / 2))
-    n = 3000
-    real = np.empty((n, 2))
-    sigma = None
-    for k in range(n):
-        m = load_model(state, noise_rng=np.random.default_rng(20_000 + k))
-        d = m.unlearn_request([ids[-1]])
-        real[k], sigma = m.z, d.sigma
-    masked = reference + np.random.default_rng(98).normal(0.0, sigma, size=(n, 2))
-    gap = np.linalg.norm(real.mean(0) - masked.mean(0))
-    spread = math.sqrt((real.var(0, ddof=1).mean() + masked.var(0, ddof=1).mean()) / 2)
-    ratio, bound = gap / spread, math.sqrt(2 * rho)
-    private = bool(ratio <= bound * 1.15 and abs(spread / sigma - 1) < 0.05)
-    assert private is (halve is None), (ratio, bound, spread / sigma)
+    halve_sigma(halve, monkeypatch)
+    private, figures = released_law_is_private(base.export_state(), [ids[-1]], reference, rho)
+    assert private is (halve is None), figures
 
 
 def test_a_one_by_one_request_that_runs_out_counts_the_records_it_did_delete():

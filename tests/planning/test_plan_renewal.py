@@ -60,7 +60,7 @@ def test_the_searched_recommendation_predicts_an_independent_run():
     unit; its predicted accuracy is within 2 points of the same configuration run on another stream
     of the same distribution (other records, requests and noise)."""
     from worker.planning.sample import Sample
-    from worker.planning.search import _model, capacity_needed
+    from worker.planning.search import candidate_model, capacity_needed
     from worker.planning.simulate import replay, score
     from worker.planning.workload import from_shape
 
@@ -81,6 +81,6 @@ def test_the_searched_recommendation_predicts_an_independent_run():
 
     c = Candidate(best["unit"], best["rotation"], best["lifetime"], best["l2"], best["cap"])
     capacity = capacity_needed(other, c.lifetime, c.rotation) if c.rotation != "off" else None
-    measured = score(replay(_model(settings, target, c, capacity, np.random.default_rng(11)), other,
+    measured = score(replay(candidate_model(settings, target, c, capacity, np.random.default_rng(11)), other,
                             loss="logistic"), "logistic")
     assert abs(measured - rec["predicted"]) <= 0.02, (measured, rec["predicted"], best["settings"])

@@ -159,13 +159,13 @@ OPTIONS: tuple[Option, ...] = (
            "planned split: share of the budget kept for deletions beyond the capacity", "model"),
     Option("rotation", choice(ROTATION_CHOICES),
            "warm-standby rotation: on (an active and a standby model per partition, renewed every "
-           "model_lifetime_events / 2 events) or off", "model"),
+           "model_lifetime_events / 2 events) or off; on by default under per-request", "model"),
     Option("rotation_variant", choice(VARIANTS),
            "rotation: overlap (every event trains both models) or disjoint (each record trains one, "
-           "by a hash of its key)", "model"),
+           "by a hash of its key); disjoint by default under per-request", "model"),
     Option("model_lifetime_events", number(2, integer=True),
            "rotation: events a model lives (half as standby, half released); also the lifetime the "
-           "planned capacity is derived for", "model"),
+           "planned capacity is derived for; 20000 by default under per-request", "model"),
     Option("max_records_per_key", number(1, integer=True),
            "records of one partitioning key (the Kafka key: a data subject) a model learns in its "
            "lifetime, the first to arrive; later ones are consumed, counted and not learned, so a "

@@ -276,7 +276,8 @@ class Rotation:
         self.deletions_applied += max(m.deletions_applied - b for m, b in zip(models, before))
         self.requests += bool(changed)
         base = next((r for r in results if r.changed_model), results[0])
-        not_applied = tuple(i for i in ids if all(i in r.not_applied for r in results))
+        missing = [set(r.not_applied) for r in results]  # sets: a request may name 100,000 ids
+        not_applied = tuple(i for i in ids if all(i in m for m in missing))
         duplicates = results[0].duplicates
         return Deletion(base.outcome, base.index, base.sigma, base.shift, base.steps,
                         records=len(ids) - len(not_applied) - len(duplicates), not_applied=not_applied,

@@ -20,7 +20,7 @@ from ..olu.core.kernels.hashing import record_keys
 from .simulate import better, metric_name, replay, score, window_scores
 from .target import build_engine, build_rotation
 
-__all__ = ["CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "capacity_needed", "search"]
+__all__ = ["CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "candidate_model", "capacity_needed", "search"]
 
 #: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS, in inserts) tried with rotation.
 LIFETIMES = (1_000, 2_000, 5_000, 20_000, 100_000)
@@ -82,7 +82,7 @@ def capacity_needed(workload, lifetime: int, variant: str) -> int:
     return most
 
 
-def _model(settings, target, c: Candidate, capacity, noise_rng):
+def candidate_model(settings, target, c: Candidate, capacity, noise_rng):
     unit_target = target.with_unit(c.unit)
     if c.rotation == "off":
         return build_engine(settings, unit_target, l2=c.l2, cap=c.cap, noise_rng=noise_rng)
@@ -93,7 +93,7 @@ def _model(settings, target, c: Candidate, capacity, noise_rng):
 def _run(settings, target, workload, c: Candidate, seed: int) -> dict:
     capacity = (capacity_needed(workload, c.lifetime, c.rotation)
                 if c.rotation != "off" and c.unit == "all-deletions" else None)
-    model = _model(settings, target, c, capacity, np.random.default_rng(seed))
+    model = candidate_model(settings, target, c, capacity, np.random.default_rng(seed))
     scores = replay(model, workload, loss=settings.loss)
     out = {**asdict(c), "capacity": capacity, "settings": c.settings(capacity), "score": score(scores, settings.loss),
            "curve": window_scores(scores, settings.loss)}

@@ -20,7 +20,7 @@ import numpy as np
 from ..olu.core.kernels.hashing import record_keys
 from ..olu.privacy.analysis.noise import plan_deletions
 
-__all__ = ["RECORDS", "Shape", "Workload", "from_sample", "from_shape"]
+__all__ = ["RECORDS", "Shape", "Workload", "from_sample", "from_shape", "nearest_present"]
 
 #: What one request names: one record, or every record of the key (the subject) held so far.
 RECORDS = ("single", "key")
@@ -152,7 +152,7 @@ def from_shape(sample, shape: Shape, events: int, seed: int) -> Workload:
         filled = tau
         recent = rng.random() < shape.recent_share
         age = int(rng.integers(1, (shape.recent_age if recent else shape.age) + 1))
-        u = _present(deleted, max(0, tau - max(1, round(age * inserts_per_event))), tau)
+        u = nearest_present(deleted, max(0, tau - max(1, round(age * inserts_per_event))), tau)
         if u is None:
             continue
         # every request of a "key" workload takes all of its key's present records: none is left behind
@@ -163,7 +163,7 @@ def from_shape(sample, shape: Shape, events: int, seed: int) -> Workload:
     return Workload(ids, X, y, _hashed(keys), np.array(at, np.int64), requests, "flags")
 
 
-def _present(deleted: np.ndarray, u: int, tau: int) -> int | None:
+def nearest_present(deleted: np.ndarray, u: int, tau: int) -> int | None:
     """The first record at or after ``u`` (before ``tau``) not yet deleted, else the last before it."""
     v = u
     while v < tau and deleted[v]:
