@@ -7,7 +7,7 @@ as many, drowning the one line that says what is wrong. Every client of ours pas
 handler (JSON or text) and :class:`RepeatLimiter` lets a line through the first time, then once
 per window that doubles up to a minute, saying how many it held back.
 
->>> clock = iter([0.0, 0.1, 0.5, 1.2, 1.3, 3.5]).__next__
+>>> clock = iter([0.0, 0.1, 0.5, 1.2, 1.3, 3.5, 20.0]).__next__
 >>> limiter = RepeatLimiter(first_gap=1.0, clock=clock)
 >>> def line(text):
 ...     record = logging.LogRecord("olu.kafka", logging.ERROR, "", 0, "%s", (text,), None)
@@ -22,6 +22,8 @@ per window that doubles up to a minute, saying how many it held back.
 True
 >>> line("Connect to 127.0.0.1:1 failed (after 0ms)")
 'Connect to 127.0.0.1:1 failed (after 0ms) (1 more like it held back; next report within 4 s)'
+>>> line("Connect to 127.0.0.1:1 failed (after 0ms)")  # 16.5 s without one: a new outage, shown at once
+'Connect to 127.0.0.1:1 failed (after 0ms)'
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ _NUMBERS = re.compile(r"\d+")
 
 class RepeatLimiter(logging.Filter):
     """Show a line, then hold back lines like it (the same text but for its numbers) until a window
-    has passed; the window doubles on each report up to ``max_gap`` and starts again at
-    ``first_gap`` after a quiet ``max_gap`` (a new outage is reported at once)."""
+    has passed; the window doubles on each report up to ``max_gap``. After ``quiet`` seconds
+    without such a line the next one starts a new episode and is shown at once (a new outage):
+    ``quiet`` exceeds librdkafka's longest reconnect backoff (10 s), so one outage stays one."""
 
-    def __init__(self, first_gap: float = 1.0, max_gap: float = 60.0, clock=time.monotonic):
+    def __init__(self, first_gap: float = 1.0, max_gap: float = 60.0, quiet: float = 15.0, clock=time.monotonic):
         super().__init__()
-        self.first_gap, self.max_gap, self.clock = first_gap, max_gap, clock
+        self.first_gap, self.max_gap, self.quiet, self.clock = first_gap, max_gap, quiet, clock
         self._seen: dict[tuple, list] = {}  # shape -> [next report due, window, held back, last seen]
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -50,7 +53,7 @@ class RepeatLimiter(logging.Filter):
         message = record.getMessage()
         shape = (record.name, record.levelno, _NUMBERS.sub("#", message))
         state = self._seen.get(shape)
-        if state is None or now - state[3] > self.max_gap:
+        if state is None or now - state[3] > self.quiet:
             self._seen[shape] = [now + self.first_gap, self.first_gap, 0, now]
             return True
         state[3] = now

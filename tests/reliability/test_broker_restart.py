@@ -58,14 +58,15 @@ def own_broker():
 
 def _connection_failures(worker: WorkerProcess) -> int:
     """librdkafka's own FAIL lines (disconnected, connection refused) in the worker's log (level 3,
-    kept by the ``kafka.log_level`` of 4 that :func:`worker_env` sets).
+    kept by the ``kafka.log_level`` of 4 that :func:`worker_env` sets), as the worker logs them
+    (logger ``olu.kafka``, repeats held back: worker/kafka_log.py; a new outage shows at once).
 
     The worker does not log transient broker errors itself: librdkafka hands them to the error
     callback, which only acts on fatal ones, and retries (``Worker._on_client_error``); a
     ``consumer error`` line is logged for per-message errors only, never for a broker outage.
     """
-    return sum(1 for line in worker.log_text(all_runs=False).splitlines()
-               if line.startswith("%") and "|FAIL|" in line)
+    return sum(1 for line in worker.log_lines(all_runs=False)
+               if line.get("logger") == "olu.kafka" and line.get("msg", "").startswith("FAIL"))
 
 
 def _released_beyond(bootstrap: str, topics: Topics, version: int):
