@@ -91,8 +91,7 @@ def _cycled(sample, inserts: int):
     n = len(sample)
     rows = np.arange(inserts) % n
     ids = [sample.ids[r] if j < n else f"{sample.ids[r]}#{j // n}" for j, r in enumerate(rows)]
-    subjects = sample.subjects or sample.ids
-    keys = [subjects[r] for r in rows] if sample.subjects else ids
+    keys = [sample.subjects[r] for r in rows] if sample.subjects else ids
     return ids, sample.X[rows], sample.y[rows], keys
 
 
@@ -147,9 +146,10 @@ def from_shape(sample, shape: Shape, events: int, seed: int) -> Workload:
     filled = 0
     requests, at = [], []
     for tau in taus:
-        for j in range(filled, tau):
-            held.setdefault(keys[j], []).append(j)
-        filled = tau
+        if shape.records == "key":  # only whole-key requests need each key's records
+            for j in range(filled, tau):
+                held.setdefault(keys[j], []).append(j)
+            filled = tau
         recent = rng.random() < shape.recent_share
         age = int(rng.integers(1, (shape.recent_age if recent else shape.age) + 1))
         u = nearest_present(deleted, max(0, tau - max(1, round(age * inserts_per_event))), tau)

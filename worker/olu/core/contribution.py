@@ -53,10 +53,6 @@ class ContributionCap:
         self._recent: dict[int, int] = {}
         self.refused = 0  # rows not learned because their key was at the limit
 
-    def __len__(self) -> int:
-        """Distinct keys that arrived in the lifetime."""
-        return len(self._keys) + len(self._recent)
-
     @property
     def keys_at_limit(self) -> int:
         return int(np.count_nonzero(self._counts >= self.limit)) + sum(c >= self.limit for c in self._recent.values())
