@@ -10,6 +10,7 @@ from worker.olu import PassiveOLU, load_model
 from worker.olu.core.index import record_key
 from worker.olu.exceptions import ConfigError
 from worker.olu.privacy.accountant import PerRequestAccountant, PrivacyAccountant
+from worker.olu.privacy.analysis.gaussian import gaussian_epsilon
 from worker.olu.privacy.analysis.rdp import noise_multiplier, rdp_to_dp, rho_for_epsilon
 from worker.olu.privacy.analysis.units import per_request_sigma
 from worker.olu.registry import ALGORITHMS
@@ -34,7 +35,8 @@ def test_per_request_sigma_is_the_formula_exactly_and_every_request_is_charged_r
         assert m.ledger[-1]["rho"] == 0.3  # the slope of this request's guarantee, not a running sum
     p = m.privacy()
     assert (p["unit"], p["rho"], p["requests"], p["budget_used"]) == ("per-request", 0.3, 20, 0.0)
-    assert p["epsilon"] == rdp_to_dp(0.3, 1e-5)  # constant: the same for the first and the 20th request
+    # constant (the same for the first and the 20th request): the exact curve of mu = sqrt(2 rho)
+    assert p["epsilon"] == gaussian_epsilon(math.sqrt(0.6), 1e-5) < rdp_to_dp(0.3, 1e-5)
 
 
 def test_all_deletions_keeps_the_lifetime_split():

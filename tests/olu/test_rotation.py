@@ -74,6 +74,32 @@ def test_each_model_has_half_the_budget_under_all_deletions(variant):
     assert p["epsilon"] == rdp_to_dp(p["eps_rdp_slope"], 1e-5) <= 1.0
 
 
+@pytest.mark.parametrize("variant", ["overlap", "disjoint"])
+def test_the_reported_slope_keeps_the_retired_generation_across_promotions(variant):
+    """Subscribers saw the retired generation's post-deletion releases: its spend stays in the
+    figure (the worst pair of consecutive generations, docs/accounting.md 12.2), never dropping."""
+    ids, X, y = synthetic_stream(420, 4, seed=8)
+    r = rotation(variant, E=100, target_epsilon=1.0, rho=None)
+    reported, current, spends = [], [], {}
+    for j in range(len(ids)):
+        r.learn_one(ids[j], X[j], y[j])
+        if j % 7 == 3:
+            r.unlearn_one(ids[j - 2])
+        for g, m in ((r.generation, r.active), (r.generation + 1, r.standby)):
+            if m is not None:
+                spends[g] = m.accountant.rho
+        reported.append(r.privacy()["eps_rdp_slope"])
+        current.append(sum(m.accountant.rho for m in r.models))
+        pairs = [spends[g] + spends.get(g + 1, 0.0) for g in spends]
+        assert reported[-1] == pytest.approx(max(pairs), rel=1e-12, abs=0)  # the worst pair so far
+    assert r.rotations >= 6 and all(b >= a for a, b in zip(reported, reported[1:]))  # never drops
+    assert reported[-1] <= r.rho * (1 + 1e-9)  # each model has rho / 2
+    # the two current models' sum (the figure before) falls at promotions: this stream tests it
+    assert any(b < a for a, b in zip(current, current[1:]))
+    back = load_model(r.export_state())
+    assert back.privacy()["eps_rdp_slope"] == reported[-1]
+
+
 def test_a_record_is_charged_in_every_model_that_holds_it_and_nowhere_else():
     ids, X, y = synthetic_stream(80, 4, seed=4)
     r = rotation("overlap")

@@ -38,8 +38,8 @@ from .core.deletion import Deletion
 from .core.index import record_key
 from .core.mixed import MixedBatch, prepare_pass
 from .exceptions import BudgetExhausted, ConfigError, InvalidState
-from .privacy.accountant import rdp_to_dp
 from .privacy.analysis.split import capacity_for_rate
+from .privacy.analysis.units import unit_epsilon
 
 __all__ = ["ROTATION_FORMAT", "Rotation", "VARIANTS", "charged_deletions", "model_budget", "planned_capacity"]
 
@@ -137,6 +137,9 @@ class Rotation:
         self.events = self.generation = self.rotations = 0
         self.deletions_applied = self.requests = 0
         self.retired: list[dict] = []
+        # The largest all-deletions slope of two consecutive generations of which one is retired:
+        # the guarantee's window is any such pair (docs/accounting.md 12.2), so it never drops.
+        self.closed_pair_rho = 0.0
 
     # ------------------------------------------------------------- the one-model interface
     algorithm = property(lambda self: self.cls.algorithm, doc="The rotated algorithm (releases show it).")
@@ -224,6 +227,8 @@ class Rotation:
         """At a multiple of H: promote the standby (retiring the active), then start a fresh standby."""
         if self.standby is not None:
             old = self.active
+            if self.retired:
+                self.closed_pair_rho = max(self.closed_pair_rho, self.retired[-1]["rho"] + old.accountant.rho)
             self.retired = (self.retired + [self._summary(old, self.generation)])[-_ARCHIVED:]
             self.active, self.standby = self.standby, None
             self.generation += 1
@@ -353,19 +358,29 @@ class Rotation:
         return [{**c, "z": z} for c, z in zip(counters, zs)]
 
     # -------------------------------------------------------------------- privacy
+    def pair_rho(self) -> float:
+        """The all-deletions slope of the worst pair of consecutive generations so far: the
+        guarantee holds for the releases of any two consecutive generations together
+        (docs/accounting.md 12.2), and a retired generation's releases stay with subscribers, so
+        its spend stays in the figure after a promotion (the last retired one with the active,
+        and every earlier pair, through :attr:`closed_pair_rho`)."""
+        last = self.retired[-1]["rho"] if self.retired else 0.0
+        current = sum(m.accountant.rho for m in self.models)
+        return max(self.closed_pair_rho, last + self.active.accountant.rho, current)
+
     def privacy(self) -> dict:
-        """The unit's figures over the two current models (docs/accounting.md 12.2): under
-        all-deletions the slope spent by active and standby together, under per-request the slope
-        of any charged request (``rho``, split over the models that held it)."""
+        """The unit's figures over the window the rotation promises: under all-deletions the slope
+        of the worst two consecutive generations (:meth:`pair_rho`), under per-request the slope of
+        any charged request (``rho``, split over the models that held it; docs/accounting.md 12.3)."""
         active = self.active.accountant
         if self.unit == "all-deletions":
-            spent = sum(m.accountant.rho for m in self.models)
+            spent = self.pair_rho()
             used = spent / self.rho
         else:
             spent, used = (self.rho if self.requests else 0.0), 0.0
         return {
             "unit": self.unit, "rho": self.rho, "target_epsilon": self.target_epsilon, "requests": self.requests,
-            "eps_rdp_slope": spent, "budget_used": used, "epsilon": rdp_to_dp(spent, active.delta),
+            "eps_rdp_slope": spent, "budget_used": used, "epsilon": unit_epsilon(self.unit, spent, active.delta),
             "delta": active.delta, "deletions_capacity_left": active.capacity_left, **active.split_facts(),
             "generation": self.generation, "rotation": self.variant, "model_rho": active.budget,
             "model_age": self.model_age, "rotations": self.rotations, "lifetime_events": self.lifetime_events,
@@ -378,7 +393,8 @@ class Rotation:
         meta = {"format": ROTATION_FORMAT, "algorithm": self.state_name, "config": dict(self.config),
                 "events": self.events, "generation": self.generation, "rotations": self.rotations,
                 "deletions_applied": self.deletions_applied, "requests": self.requests,
-                "retired": [dict(r) for r in self.retired], "models": []}
+                "retired": [dict(r) for r in self.retired], "closed_pair_rho": self.closed_pair_rho,
+                "models": []}
         arrays, shared = {}, {}
         for slot, model in zip(_SLOTS, self.models):
             state = model.export_state()
@@ -416,6 +432,9 @@ class Rotation:
             rotation.rotations = int(meta["rotations"])
             rotation.deletions_applied, rotation.requests = int(meta["deletions_applied"]), int(meta["requests"])
             rotation.retired = [dict(r) for r in meta["retired"]]
+            # states before the field: the pairs the archive still shows
+            rotation.closed_pair_rho = float(meta.get("closed_pair_rho", max(
+                (a["rho"] + b["rho"] for a, b in zip(rotation.retired, rotation.retired[1:])), default=0.0)))
             return rotation
         except InvalidState:
             raise

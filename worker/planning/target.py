@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from ..config.model import engine_class, model_kwargs
 from ..exceptions import ConfigError
-from ..olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
-from ..olu.privacy.analysis.units import UNITS
+from ..olu.privacy.analysis.units import UNITS, unit_epsilon, unit_rho_for_epsilon
 
 __all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "resolve_target"]
 
@@ -29,8 +28,8 @@ class Target:
     """What one guarantee protects (``unit``), its Rényi slope and the (epsilon, delta) it reports.
 
     ``rho`` is the lifetime budget of a model (all-deletions) or the charge of one request
-    (per-request); ``epsilon`` is ``rdp_to_dp(rho, delta)``, at most ``target_epsilon`` when one
-    was given.
+    (per-request); ``epsilon`` is the unit's conversion of it (the Rényi one for all-deletions,
+    the exact Gaussian curve per request), at most ``target_epsilon`` when one was given.
     """
 
     unit: str
@@ -40,10 +39,15 @@ class Target:
 
     @property
     def epsilon(self) -> float:
-        return rdp_to_dp(self.rho, self.delta)
+        return unit_epsilon(self.unit, self.rho, self.delta)
 
     def with_unit(self, unit: str) -> Target:
-        return Target(unit, self.rho, self.delta, self.target_epsilon)
+        """The same target under ``unit``: an epsilon target is converted by that unit's accounting
+        (the same epsilon allows a larger per-request slope), a given slope is kept."""
+        if self.target_epsilon is None:
+            return Target(unit, self.rho, self.delta, None)
+        return Target(unit, unit_rho_for_epsilon(unit, self.target_epsilon, self.delta), self.delta,
+                      self.target_epsilon)
 
 
 def resolve_target(settings, *, unit: str | None = None, rho: float | None = None,
@@ -65,7 +69,7 @@ def resolve_target(settings, *, unit: str | None = None, rho: float | None = Non
     if target_epsilon is not None:
         if not (math.isfinite(target_epsilon) and target_epsilon > 0):
             raise ConfigError(f"--target-epsilon must be a number > 0, got {target_epsilon!r}")
-        rho = rho_for_epsilon(target_epsilon, delta)
+        rho = unit_rho_for_epsilon(unit, target_epsilon, delta)
     elif rho is None:
         rho = DEFAULT_RHO
     if not (math.isfinite(rho) and rho > 0):

@@ -15,9 +15,8 @@ import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
 from ..privacy.accountant import make_accountant
-from ..privacy.analysis.rdp import rho_for_epsilon
 from ..privacy.analysis.split import DEFAULT_RESERVE
-from ..privacy.analysis.units import UNITS
+from ..privacy.analysis.units import UNITS, unit_rho_for_epsilon
 from ..privacy.ledger import Ledger
 from ..privacy.meter import MeteredNoise, NoiseMeter
 from .contribution import ContributionCap, subject_keys
@@ -174,7 +173,8 @@ class OnlineUnlearner(MeteredNoise):
     @classmethod
     def resolve_rho(cls, rho, target_epsilon, delta, unit) -> float:
         """The Rényi slope per unit: ``rho`` as given, or the largest one whose reported epsilon at
-        ``delta`` is at most ``target_epsilon`` (the exact inverse of the accountant's conversion)."""
+        ``delta`` is at most ``target_epsilon`` (the exact inverse of the unit's conversion,
+        ``analysis.units.unit_rho_for_epsilon``)."""
         if unit not in UNITS:
             raise ConfigError(f"privacy_unit must be one of {', '.join(UNITS)}, got {unit!r}")
         if unit not in cls.privacy_units:
@@ -184,7 +184,7 @@ class OnlineUnlearner(MeteredNoise):
             raise ConfigError("give rho (the Rényi slope) or target_epsilon (with delta), not both")
         try:
             if target_epsilon is not None:
-                return rho_for_epsilon(target_epsilon, delta)
+                return unit_rho_for_epsilon(unit, target_epsilon, delta)
             return _positive("rho", 1.0 if rho is None else rho)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None

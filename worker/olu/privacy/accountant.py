@@ -27,6 +27,7 @@ import math
 
 from ..exceptions import BudgetExhausted, InvalidAccountantState
 from .analysis.checks import count, real
+from .analysis.gaussian import gaussian_delta, gaussian_epsilon, mu_for_rho
 from .analysis.rdp import METHODS, budget_weight, dp_delta, noise_multiplier, optimal_order, rdp_to_dp
 from .analysis.split import DEFAULT_RESERVE, SPLIT_NAMES, planned_multiplier
 from .analysis.units import UNITS, per_request_sigma
@@ -192,15 +193,33 @@ class PerRequestAccountant(PrivacyAccountant):
     budget to exhaust: ``budget_used`` stays 0 (a subject deleted in r requests costs r budget
     by composition, which this accountant cannot see: it does not know who the subject is).
 
+    Each request is one Gaussian mechanism, ``mu = sqrt(2 rho)``-Gaussian-DP, so :meth:`epsilon`
+    is its exact curve (:mod:`.analysis.gaussian`, docs/accounting.md 2.6), tighter than the Rényi
+    conversion the all-deletions unit needs; ``method`` may name a Rényi one to compare.
+
     >>> acc = PerRequestAccountant(budget=0.5)
     >>> for shift in (0.3, 0.1):
     ...     acc.charge(shift, acc.sigma_for_next(shift))
-    >>> acc.deletions, acc.rho, acc.sigma_for_next(0.3), round(acc.epsilon(), 4) == round(rdp_to_dp(0.5, 1e-5), 4)
-    (2, 0.5, 0.3, True)
+    >>> acc.deletions, acc.rho, acc.sigma_for_next(0.3)
+    (2, 0.5, 0.3)
+    >>> round(acc.epsilon(), 4), round(acc.epsilon(method="improved"), 4)
+    (4.3772, 4.7284)
     """
 
     unit = "per-request"
     budget_used = property(lambda self: 0.0, doc="Always 0: no lifetime budget under per-request.")
+
+    def epsilon(self, delta: float | None = None, method: str = "gaussian") -> float:
+        """(epsilon, delta) of any one charged request: the exact Gaussian curve (``"gaussian"``),
+        or a Rényi conversion of :data:`METHODS`."""
+        delta = self.delta if delta is None else delta
+        if method == "gaussian":
+            return gaussian_epsilon(mu_for_rho(self._rho), delta)
+        return super().epsilon(delta, method)
+
+    def delta_for(self, epsilon: float) -> float:
+        """Smallest delta of a charged request at ``epsilon`` (the exact Gaussian curve)."""
+        return gaussian_delta(mu_for_rho(self._rho), epsilon)
 
     def sigma_for_next(self, shift: float) -> float:
         """``shift / sqrt(2 budget)`` (:func:`.analysis.units.per_request_sigma`): no index enters."""

@@ -47,10 +47,43 @@ import sys
 from collections.abc import Iterable
 
 from .checks import positive, real
+from .gaussian import gaussian_epsilon, gaussian_rho_for_epsilon, mu_for_rho
+from .rdp import rdp_to_dp, rho_for_epsilon
 
-__all__ = ["UNITS", "per_request_charge", "per_request_sigma", "request_shift"]
+__all__ = ["ACCOUNTING", "UNITS", "per_request_charge", "per_request_sigma", "request_shift", "unit_epsilon",
+           "unit_rho_for_epsilon"]
 
 UNITS = ("all-deletions", "per-request")
+#: How each unit's slope becomes (epsilon, delta) (docs/accounting.md 2.6): a per-request guarantee
+#: is one Gaussian mechanism (its exact curve); all-deletions composes amplification-by-iteration
+#: bounds, which only give the Rényi curve (its conversion, :func:`.rdp.rdp_to_dp`).
+ACCOUNTING = {"all-deletions": "renyi", "per-request": "gaussian"}
+
+
+def unit_epsilon(unit: str, rho: float, delta: float) -> float:
+    """The epsilon at ``delta`` a slope ``rho`` certifies under ``unit`` (its :data:`ACCOUNTING`).
+
+    >>> round(unit_epsilon("per-request", 0.030557, 1e-5), 3), round(unit_epsilon("all-deletions", 0.030557, 1e-5), 3)
+    (0.915, 1.0)
+    """
+    if ACCOUNTING.get(unit) == "gaussian":
+        return gaussian_epsilon(mu_for_rho(rho), delta)
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    return rdp_to_dp(rho, delta)
+
+
+def unit_rho_for_epsilon(unit: str, epsilon: float, delta: float) -> float:
+    """The largest slope whose :func:`unit_epsilon` at ``delta`` is at most ``epsilon``.
+
+    >>> [round(unit_rho_for_epsilon(unit, 1.0, 1e-5), 6) for unit in ("per-request", "all-deletions")]
+    [0.035926, 0.030557]
+    """
+    if ACCOUNTING.get(unit) == "gaussian":
+        return gaussian_rho_for_epsilon(epsilon, delta)
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    return rho_for_epsilon(epsilon, delta)
 
 
 def request_shift(shifts: Iterable[float]) -> float:
