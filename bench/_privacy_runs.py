@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from worker.olu import PassiveOLU, PlainOGD
+from worker.olu.privacy.analysis.rdp import rho_for_epsilon
 
 DIM = 10
 #: The true weight vector's norm: labels are y = +1 with probability sigmoid(x . w*), so the
@@ -40,11 +41,14 @@ class Policy:
     unit: str | None  # "all-deletions" | "per-request" | None (plain OGD)
     budget: str | None = None  # "target_epsilon" | "rho"
     value: float | None = None
+    label: str | None = None  # the name, when the budget alone does not say what it is
 
     @property
     def name(self) -> str:
         if self.unit is None:
             return "ogd"
+        if self.label is not None:
+            return self.label
         return f"{self.unit}, {'eps' if self.budget == 'target_epsilon' else 'rho'} {self.value:g}"
 
 
@@ -52,6 +56,10 @@ OGD = Policy(None)
 BUDGETS = (("target_epsilon", 1.0), ("rho", 1.0))
 UNITS = ("all-deletions", "per-request")
 PRIVATE = tuple(Policy(u, b, v) for b, v in BUDGETS for u in UNITS)
+#: Per-request at epsilon 1 as calibrated before issue 36: the slope of the Rényi conversion,
+#: where the exact Gaussian curve now allows a larger one (7.8% less sigma).
+PER_REQUEST_EPS1 = Policy("per-request", "target_epsilon", 1.0)
+RENYI_EPS1 = Policy("per-request", "rho", rho_for_epsilon(1.0, DELTA), label="per-request, eps 1 (Renyi, before)")
 
 
 def build_model(policy: Policy, dim: int, noise_seed) -> PassiveOLU | PlainOGD:
@@ -147,6 +155,7 @@ def run_checkpoints(model, X, y, keys, plan: Plan | None, checkpoints, X_test, y
         if pos in cps:
             out["accuracy"].append(accuracy(model.weights, X_test, y_test))
             out["weights"].append(model.weights)
+            out.setdefault("noise_std", []).append(getattr(model, "release_noise_std", lambda: None)())
     out.update(learn_s=learn_s, delete_s=delete_s, requests=plan.k if plan else 0)
     return out
 

@@ -23,8 +23,12 @@ stream; each names a record inserted uniformly among the last 100,000 inserts (o
 whole past), never named before. Seeds (5; 1 with --quick) vary the stream, the deletions and
 the noise (a seeded generator per run); the gap to OGD is paired (same stream and seed).
 
-Target (issue 18): per-request, epsilon 1, 1% deletions: the released model within 0.5 points of
-plain OGD at 1,000,000 events.
+Targets. Issue 18: per-request, epsilon 1, 1% deletions: the released model within 0.5 points of
+plain OGD at 1,000,000 events. Issue 36: the per-request unit at epsilon 1 is calibrated by the
+exact Gaussian curve; against the same unit calibrated by the Rényi conversion as before (policy
+``per-request, eps 1 (Renyi, before)``, the same noise draws), the release's noise std is down by
+the exact factor ``sqrt(rho_renyi / rho_exact)`` within 1%, and the accuracy at 1% deletions is
+not worse (by more than 0.05 points, the paired spread over seeds).
 
     .venv/bin/python bench/privacy_quality.py            # full run, a few minutes on 2 shared cores
     .venv/bin/python bench/privacy_quality.py --quick    # 20,000 events, 1 seed, seconds
@@ -35,6 +39,7 @@ Writes ``privacy_quality.json`` and ``.png`` into ``--out`` (bench/results).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections import defaultdict
@@ -50,10 +55,21 @@ import _streams as S  # noqa: E402
 from _targets import Checks, Target  # noqa: E402
 
 from worker.olu.core.kernels.loader import compiled  # noqa: E402
+from worker.olu.privacy.analysis.units import unit_rho_for_epsilon  # noqa: E402
+
+
+def exact_rho() -> float:
+    return unit_rho_for_epsilon("per-request", 1.0, R.DELTA)
 
 PER_REQUEST_GAP = Target(
     "per_request_gap_points", "per-request, eps 1, 1% deletions: released model within 0.5 points of plain OGD "
     "(OGD minus it)", "<=", 0.5, "points", "privacy units (issue 18)")
+NOISE_FACTOR = Target(
+    "exact_noise_factor_error", "per-request, eps 1: release noise std (exact curve / Renyi) within 1% of "
+    "sqrt(rho_renyi / rho_exact)", "<=", 0.01, "relative", "exact Gaussian accounting (issue 36)")
+NOT_WORSE = Target(
+    "exact_accuracy_loss_points", "per-request, eps 1, 1% deletions: accuracy by the exact curve not worse than by "
+    "the Renyi conversion (Renyi minus exact)", "<=", 0.05, "points", "exact Gaussian accounting (issue 36)")
 RATES = (0.001, 0.01)
 REPORT_KEYS = ("config", "runs", "cells", "targets", "wall_s")
 SERVICES = ()
@@ -64,7 +80,7 @@ def config(quick: bool) -> dict:
     return dict(n=n, checkpoints=[n // 10, n // 2, n] if quick else [100_000, 500_000, 1_000_000],
                 seeds=1 if quick else 5, test_n=20_000 if quick else 100_000, rates=list(RATES),
                 window=R.WINDOW, dim=R.DIM, w_norm=R.W_NORM, settings=R.SETTINGS, delta=R.DELTA,
-                policies=[p.name for p in (R.OGD, *R.PRIVATE)])
+                policies=[p.name for p in (R.OGD, *R.PRIVATE, R.RENYI_EPS1)])
 
 
 def run_synthetic(cfg: dict, log) -> list[dict]:
@@ -78,8 +94,10 @@ def run_synthetic(cfg: dict, log) -> list[dict]:
         rows.append(_row("synthetic", seed, None, R.OGD, ogd, ogd, None))
         for ri, rate in enumerate(RATES):
             plan = R.plan_deletions(n, rate, np.random.default_rng([seed, 1, ri]), cfg["window"])
-            for pi, policy in enumerate(R.PRIVATE):
-                model = R.build_model(policy, R.DIM, [seed, 2, ri, pi])
+            for pi, policy in enumerate((*R.PRIVATE, R.RENYI_EPS1)):
+                # the Renyi calibration draws the same noise as the exact one: a paired comparison
+                same = R.PRIVATE.index(R.PER_REQUEST_EPS1) if policy is R.RENYI_EPS1 else pi
+                model = R.build_model(policy, R.DIM, [seed, 2, ri, same])
                 got = R.run_checkpoints(model, X, y, keys, plan, cps, X_test, y_test)
                 rows.append(_row("synthetic", seed, rate, policy, got, ogd, R.privacy_summary(model)))
                 log(f"  synthetic seed {seed} {100 * rate:g}% {policy.name}: "
@@ -109,7 +127,8 @@ def _row(stream, seed, rate, policy, got, ogd, privacy) -> dict:
     row = dict(stream=stream, seed=seed, rate=rate, policy=policy.name, unit=policy.unit, budget=policy.budget,
                value=policy.value, requests=got["requests"], accuracy=got["accuracy"],
                gap_points=[100 * (o - a) for o, a in zip(ogd["accuracy"], got["accuracy"])],
-               learn_s=got.get("learn_s"), delete_s=got.get("delete_s"), privacy=privacy)
+               learn_s=got.get("learn_s"), delete_s=got.get("delete_s"), privacy=privacy,
+               noise_std=got.get("noise_std"))
     if "weights" in got:
         row["distance_to_ogd"] = [float(np.linalg.norm(w - o)) for w, o in zip(got["weights"], ogd["weights"])]
     return row
@@ -128,6 +147,8 @@ def summarise(rows: list[dict]) -> list[dict]:
                     requests=rs[0]["requests"], accuracy=[float(np.mean([r["accuracy"][c] for r in rs]))
                                                           for c in range(cps)],
                     gap_points=[g for g, _ in gaps], gap_ci_points=[ci for _, ci in gaps])
+        if rs[0].get("noise_std") and None not in rs[0]["noise_std"]:
+            cell["noise_std"] = [float(np.mean([r["noise_std"][c] for r in rs])) for c in range(cps)]
         if "distance_to_ogd" in rs[0]:
             cell["distance_to_ogd"] = [float(np.mean([r["distance_to_ogd"][c] for r in rs])) for c in range(cps)]
         cells.append(cell)
@@ -146,11 +167,11 @@ def print_table(cfg: dict, cells: list[dict]) -> None:
         rate = "none" if c["rate"] is None else f"{100 * c['rate']:g}%"
         vals = " ".join(f"{100 * a:7.2f} " + (f"({-g:+6.2f})" if c["rate"] is not None else " " * 8)
                         for a, g in zip(c["accuracy"], c["gap_points"]))
-        print(f"{rate:>10} {c['policy']:<22} {vals}")
+        print(f"{rate:>10} {c['policy']:<36} {vals}")
     print("\n== Phishing: prequential accuracy % at the end (minus OGD's, points) ==")
     for c in (c for c in cells if c["stream"] == "phishing"):
         rate = "none" if c["rate"] is None else f"{100 * c['rate']:g}% ({c['requests']})"
-        print(f"{rate:>10} {c['policy']:<22} {100 * c['accuracy'][-1]:7.2f}"
+        print(f"{rate:>10} {c['policy']:<36} {100 * c['accuracy'][-1]:7.2f}"
               + (f" ({-c['gap_points'][-1]:+6.2f})" if c["rate"] is not None else ""))
 
 
@@ -217,6 +238,17 @@ def main(argv=None) -> int:
                  where=f"synthetic, {at:,} events, {100 * c['accuracy'][-1]:.2f} % vs OGD "
                        f"{100 * cell_of(cells, stream='synthetic', policy='ogd')['accuracy'][-1]:.2f} %, "
                        f"{c['seeds']} seed(s), +- {c['gap_ci_points'][-1]:.2f}")
+    exact, renyi = (cell_of(cells, stream="synthetic", rate=0.01, policy=p.name)
+                    for p in (R.PER_REQUEST_EPS1, R.RENYI_EPS1))
+    factor = math.sqrt(R.RENYI_EPS1.value / exact_rho())
+    ratio = exact["noise_std"][-1] / renyi["noise_std"][-1]
+    loss = 100 * (renyi["accuracy"][-1] - exact["accuracy"][-1])
+    targets.update(exact_noise_factor=factor, measured_noise_ratio=ratio, exact_noise_std=exact["noise_std"][-1],
+                   renyi_noise_std=renyi["noise_std"][-1], exact_accuracy_loss_points=loss)
+    checks.check(NOISE_FACTOR, abs(ratio / factor - 1), where=f"synthetic, 1%, {at:,} events: noise std "
+                 f"{exact['noise_std'][-1]:.3g} vs {renyi['noise_std'][-1]:.3g} (ratio {ratio:.4f}, exact {factor:.4f})")
+    checks.check(NOT_WORSE, loss, where=f"synthetic, 1%, {at:,} events: {100 * exact['accuracy'][-1]:.2f} % vs "
+                 f"{100 * renyi['accuracy'][-1]:.2f} % by the Renyi calibration")
     targets["checks"] = checks.results
     wall = time.perf_counter() - started
     for r in rows:
@@ -253,6 +285,12 @@ def render(report: dict) -> str:
     lines += ["", f"Per-request, eps 1, 1% deletions, {t['at_events']:,} events: {t['per_request_gap_points']:.2f} "
                   f"± {t['per_request_gap_ci_points']:.2f} points below OGD ({t['seeds']} seed(s)): "
                   f"{'MET' if t['checks'][0]['met'] else 'NOT MET'} (target <= 0.5)."]
+    if "exact_noise_factor" in t:  # issue 36
+        lines.append(f"Per-request, eps 1 by the exact Gaussian curve against the Rényi conversion (same noise draws), "
+                     f"1% deletions, {t['at_events']:,} events: release noise std {t['exact_noise_std']:.3g} vs "
+                     f"{t['renyi_noise_std']:.3g}, ratio {t['measured_noise_ratio']:.4f} (exact factor "
+                     f"{t['exact_noise_factor']:.4f}); accuracy {-t['exact_accuracy_loss_points']:+.2f} points: "
+                     + ", ".join(f"{c['target']} {'MET' if c['met'] else 'NOT MET'}" for c in t["checks"][1:]) + ".")
     return "\n".join(lines)
 
 
