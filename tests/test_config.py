@@ -534,10 +534,15 @@ def test_an_explicit_rho_replaces_the_default_target():
 
 def test_the_target_reaches_the_engine_as_the_exact_inverse():
     from worker.olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
+    from worker.olu.privacy.analysis.units import unit_epsilon, unit_rho_for_epsilon
 
     s = load(OLU_TARGET_EPSILON="2", OLU_DELTA="1e-6", OLU_PRIVACY_UNIT="per-request")
     model = ALGORITHMS[s.algorithm](**s.model_kwargs())
-    assert model.accountant.unit == "per-request"
+    assert model.accountant.unit == "per-request"  # inverted through the exact Gaussian curve
+    assert model.accountant.budget == unit_rho_for_epsilon("per-request", 2.0, 1e-6) > rho_for_epsilon(2.0, 1e-6)
+    assert unit_epsilon("per-request", model.accountant.budget, 1e-6) <= 2.0
+    s = load(OLU_TARGET_EPSILON="2", OLU_DELTA="1e-6", OLU_PRIVACY_UNIT="all-deletions")
+    model = ALGORITHMS[s.algorithm](**s.model_kwargs())
     assert model.accountant.budget == rho_for_epsilon(2.0, 1e-6)
     assert rdp_to_dp(model.accountant.budget, 1e-6) <= 2.0
 

@@ -193,6 +193,26 @@ def test_noise_comes_from_fresh_os_entropy_and_is_never_in_state():
     assert set(a.export_state()["arrays"]) == {"z", "tombstones", "applied_tail_keys", "applied_tail_steps"}
 
 
+def test_production_noise_bits_are_aes_ctr_under_a_fresh_os_entropy_key(monkeypatch):
+    """docs/accounting.md 14.1: the bits are cryptographic (not PCG64), each block under its own key."""
+    from worker.olu.core import entropy
+
+    keys = []
+    real = entropy.os.urandom
+
+    def spy(n):
+        keys.append(n)
+        return real(n)
+
+    monkeypatch.setattr(entropy.os, "urandom", spy)
+    m = PassiveOLU(**BASE)
+    gen = m._entropy()
+    assert type(gen.bit_generator).__name__ == "AESCounter" and keys == [16]
+    source = entropy.OsEntropy()
+    first = source.gaussian_rows(entropy.ENTROPY_DRAWS + 1, 3)  # two blocks: two keys
+    assert keys == [16, 16, 16] and len({r.tobytes() for r in first}) == len(first)
+
+
 def test_the_os_entropy_generator_is_renewed_every_64_draws_and_in_a_forked_child(monkeypatch):
     from worker.olu.core import entropy
 

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from worker.cli import main
+from worker.olu.privacy.analysis.gaussian import gaussian_epsilon
 from worker.olu.privacy.analysis.noise import plan_deletions
 from worker.olu.privacy.analysis.rdp import rdp_to_dp, rho_for_epsilon
 
@@ -81,7 +82,8 @@ def test_rho_and_delta_and_unit_flags(capsys):
     code, out, _ = run(capsys, *BASE, "--rho", "0.5", "--delta", "1e-6", "--privacy-unit", "per-request", "--json")
     plan = orjson.loads(out)
     assert code == 0 and plan["unit"] == "per-request" and plan["rho"] == 0.5 and plan["delta"] == 1e-6
-    assert plan["target_epsilon"] is None and plan["epsilon"] == rdp_to_dp(0.5, 1e-6)
+    # per request: the exact Gaussian curve of mu = sqrt(2 rho) = 1 (docs/accounting.md 2.6)
+    assert plan["target_epsilon"] is None and plan["epsilon"] == gaussian_epsilon(1.0, 1e-6) < rdp_to_dp(0.5, 1e-6)
     growth = list(plan["noise_growth"].values())
     assert growth[0] > growth[1] > growth[2]  # per request: falls like T**-1/2
     # Closed form under the strongly convex schedule: a deletion at step tau has the shift
@@ -98,7 +100,8 @@ def test_warning_for_all_deletions_at_one_percent_and_epsilon_one(capsys, unit, 
     assert code == 0
     assert ("WARNING: the all-deletions target epsilon 1" in out) is warned, out
     assert ("cannot be met with useful accuracy" in out) is warned
-    assert "rho 0.03056" in out and "epsilon 1 at delta 1e-05" in out
+    # the same target is a larger slope per request (the exact Gaussian curve, docs/accounting.md 9)
+    assert f"rho {'0.03056' if unit == 'all-deletions' else '0.03593'}" in out and "epsilon 1 at delta 1e-05" in out
 
 
 @pytest.mark.parametrize("unit", ["all-deletions", "per-request"])

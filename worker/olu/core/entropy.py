@@ -1,8 +1,17 @@
-"""Noise generators seeded from OS entropy (invariant 1, docs/worker.md 4.1).
+"""Noise generators keyed from OS entropy (invariant 1, docs/worker.md 4.1; docs/accounting.md 14).
 
-Seeding a generator from OS entropy costs ~20 us, a third of a passive deletion's own work, so one
-generator serves ``ENTROPY_DRAWS`` draws before the next is seeded. It lives in memory only, like
-a deletion's pre-noise state: never stored, logged or released, and never reproducible.
+What the noise is, exactly: standard normals from numpy's ziggurat (float64), whose bits come from
+AES-128 in counter mode (``randomgen.AESCounter``, AES-NI where the CPU has it) under a 128-bit key
+read from the OS's random source (``os.urandom``: getrandom on Linux). AES in counter mode is a
+standard cryptographic generator (the core of NIST SP 800-90A's CTR_DRBG): seeing some of its
+output does not help predict the rest, so learning one deletion's noise (an adversary who knows
+everything else) says nothing about another's. numpy's default PCG64, used before, is a
+statistical generator whose state can be recovered from its output. The Gaussian transform and
+the addition to the iterate are plain floating point: docs/accounting.md 14 says what that leaves.
+
+Keying a generator costs ~20 us, a third of a passive deletion's own work, so one generator serves
+``ENTROPY_DRAWS`` draws before the next is keyed. It lives in memory only, like a deletion's
+pre-noise state: never stored, logged or released, and never reproducible.
 """
 
 from __future__ import annotations
@@ -10,13 +19,24 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from randomgen import AESCounter
 
-#: Noise draws per generator seeded from OS entropy.
+#: Noise draws per generator keyed from OS entropy.
 ENTROPY_DRAWS = 64
+_KEY_BYTES = 16  # AES-128
+
+
+def fresh_generator() -> np.random.Generator:
+    """A generator over AES-128 in counter mode, keyed with 128 bits of OS entropy.
+
+    >>> type(fresh_generator().bit_generator).__name__
+    'AESCounter'
+    """
+    return np.random.Generator(AESCounter(key=int.from_bytes(os.urandom(_KEY_BYTES), "little")))
 
 
 class OsEntropy:
-    """A generator seeded from OS entropy, renewed every ``ENTROPY_DRAWS`` draws and in a forked
+    """A generator keyed from OS entropy, renewed every ``ENTROPY_DRAWS`` draws and in a forked
     child (which must never repeat its parent's noise).
 
     >>> source = OsEntropy()
@@ -35,7 +55,7 @@ class OsEntropy:
 
     def gaussian(self, dim: int) -> np.ndarray:
         """A fresh N(0, I_dim) draw: one of ``ENTROPY_DRAWS`` rows drawn at once from a new
-        OS-seeded generator, handed out once as an array of its own and zeroed here (a new
+        OS-keyed generator, handed out once as an array of its own and zeroed here (a new
         block in a forked child). The caller may scale it in place.
 
         Why a block: numpy releases the GIL while it fills an array, and a busy thread (the delta
@@ -72,14 +92,14 @@ class OsEntropy:
         dimension, or the parent's)."""
         rows, j = self._rows, self._row
         if j >= len(rows) or rows.shape[1] != dim or self._rows_pid != os.getpid():
-            rows = self._rows = np.random.default_rng().standard_normal((ENTROPY_DRAWS, dim))
+            rows = self._rows = fresh_generator().standard_normal((ENTROPY_DRAWS, dim))
             j, self._row, self._rows_pid = 0, 0, os.getpid()
         return rows, j
 
     def generator(self) -> np.random.Generator:
         """The generator for the next draw."""
         if self._held is None or self._left <= 0 or self._pid != os.getpid():
-            self._held = np.random.default_rng()  # a SeedSequence from os.urandom
+            self._held = fresh_generator()
             self._pid, self._left = os.getpid(), ENTROPY_DRAWS
         self._left -= 1
         return self._held

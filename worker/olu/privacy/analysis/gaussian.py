@@ -44,7 +44,8 @@ import functools
 import math
 
 from .checks import positive, real
-from .rdp import _bits_float, _float_bits, rdp_to_dp, rho_for_epsilon
+from .floatgrid import first_passing, last_passing
+from .rdp import rdp_to_dp, rho_for_epsilon
 
 __all__ = ["gaussian_delta", "gaussian_epsilon", "gaussian_rho_for_epsilon", "mu_for_rho"]
 
@@ -108,11 +109,7 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     hi = max(rdp_to_dp(mu * mu / 2.0, delta), 1e-300)
     while not fits(hi):  # only by rounding at the edge of the float range
         hi *= 2.0
-    a, b = 0, _float_bits(hi)  # fits(b) holds, fits(a) fails: bisect on the float grid
-    while b - a > 1:
-        mid = (a + b) // 2
-        a, b = (a, mid) if fits(_bits_float(mid)) else (mid, b)
-    return _bits_float(b)
+    return first_passing(fits, 0.0, hi)
 
 
 @functools.lru_cache(maxsize=64)
@@ -137,8 +134,4 @@ def gaussian_rho_for_epsilon(epsilon: float, delta: float) -> float:
     hi = max(2.0 * lo, 1e-300)
     while fits(hi):
         lo, hi = hi, 2.0 * hi
-    a, b = _float_bits(lo), _float_bits(hi)
-    while b - a > 1:
-        mid = (a + b) // 2
-        a, b = (mid, b) if fits(_bits_float(mid)) else (a, mid)
-    return _bits_float(a)
+    return last_passing(fits, lo, hi)

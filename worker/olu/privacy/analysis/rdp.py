@@ -54,9 +54,9 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
 
 from .checks import count, positive, real
+from .floatgrid import last_passing
 
 __all__ = ["METHODS", "budget_weight", "dp_delta", "noise_multiplier", "optimal_order", "rdp_to_dp",
            "rho_for_epsilon"]
@@ -221,14 +221,6 @@ def dp_delta(rho: float, epsilon: float) -> float:
     return min(1.0, math.exp(min(log_kl, log_rdp)))
 
 
-def _float_bits(x: float) -> int:  # for x >= 0 the bit patterns are ordered like the floats
-    return struct.unpack("<q", struct.pack("<d", x))[0]
-
-
-def _bits_float(b: int) -> float:
-    return struct.unpack("<d", struct.pack("<q", b))[0]
-
-
 def rho_for_epsilon(epsilon: float, delta: float, method: str = "improved") -> float:
     """The largest Rényi slope ``rho`` with ``rdp_to_dp(rho, delta, method) <= epsilon``.
 
@@ -274,8 +266,4 @@ def rho_for_epsilon(epsilon: float, delta: float, method: str = "improved") -> f
         lo, hi = max(0.0, rho - step), rho
         while not fits(lo):
             lo, hi, step = max(0.0, lo - step), lo, step * 2.0
-    a, b = _float_bits(lo), _float_bits(hi)
-    while b - a > 1:  # bisect on the float grid: fits(a) holds, fits(b) fails
-        mid = (a + b) // 2
-        a, b = (mid, b) if fits(_bits_float(mid)) else (a, mid)
-    return _bits_float(a)
+    return last_passing(fits, lo, hi)  # bisect on the float grid: fits(lo) holds, fits(hi) fails
