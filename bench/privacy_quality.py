@@ -61,6 +61,7 @@ from worker.olu.privacy.analysis.units import unit_rho_for_epsilon  # noqa: E402
 def exact_rho() -> float:
     return unit_rho_for_epsilon("per-request", 1.0, R.DELTA)
 
+
 PER_REQUEST_GAP = Target(
     "per_request_gap_points", "per-request, eps 1, 1% deletions: released model within 0.5 points of plain OGD "
     "(OGD minus it)", "<=", 0.5, "points", "privacy units (issue 18)")

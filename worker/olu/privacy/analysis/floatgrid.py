@@ -13,6 +13,7 @@ floats themselves) until the two are neighbours.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 
@@ -39,9 +40,6 @@ def last_passing(passes: Callable[[float], bool], lo: float, hi: float) -> float
 
 def first_passing(passes: Callable[[float], bool], lo: float, hi: float) -> float:
     """The smallest float in (lo, hi] that passes, given ``passes(hi)`` and not ``passes(lo)``
-    (0 <= lo < hi) and a test that fails below its edge and holds above it."""
-    a, b = _bits(lo), _bits(hi)
-    while b - a > 1:
-        mid = (a + b) // 2
-        a, b = (a, mid) if passes(_float(mid)) else (mid, b)
-    return _float(b)
+    (0 <= lo < hi) and a test that fails below its edge and holds above it: the float after the
+    last one that fails."""
+    return math.nextafter(last_passing(lambda x: not passes(x), lo, hi), math.inf)
