@@ -28,7 +28,7 @@ and in snapshots at 100,000 deletions.
 
 - one sorted array, an ``np.insert`` per deletion and all of it copied into every full snapshot
   (before format 3), and
-- :class:`worker.olu.core.index.KeySet` (format 3): an immutable base plus at most 16,384 recent keys;
+- :class:`worker.olu.core.tombstones.KeySet` (format 3): an immutable base plus at most 16,384 recent keys;
   a snapshot copies the recent ones and names the base, stored once as a blob;
 
 and the bench reports the mean and the slowest of 20,000 adds from that size on (so at least one

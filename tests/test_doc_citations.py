@@ -3,13 +3,15 @@
 Code comments, docstrings, tests, benchmarks, schemas, the chart and the README cite sections of
 ``docs/`` in one form: ``docs/<name>.md <number>``, where ``<number>`` (``3`` or ``3.2``) is the
 number at the start of a Markdown heading of that file. This module checks, over every tracked text
-file under worker/, tests/, bench/, schemas/, helm/ and README.md:
+file under worker/, tests/, bench/, schemas/, helm/ and README.md (and, for (d), docs/):
 
 (a) every such citation names an existing file and a heading with exactly that number, and no
     citation uses another form (``... .md section 3``, ``... .md §3``);
 (b) none of the design documents that preceded ``docs/`` is named any more;
 (c) every paper label used (``[P0]``, ``[P1]``, ``[R2D]``, ...) is defined in the references of
-    docs/README.md.
+    docs/README.md;
+(d) every repository path cited (``worker/olu/core/base.py``, ``bench/``, ...) exists, and every
+    dotted name of the package (``worker.olu.core.replay.replay_ogd``) imports and resolves.
 
 Failures name the file and line. This file itself is not scanned (it has to name what it forbids).
 """
@@ -213,3 +215,60 @@ def test_docs_cross_references_resolve(name):
             if number not in headings:
                 problems.append(f"{where}: docs/{match.group(1)}.md has no heading numbered {number}")
     assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- paths and dotted names
+#: A repository path in prose or code: under one of the project's top folders.
+REPO_PATH = re.compile(r"(?<![\w/.$-])((?:worker|tests|bench|schemas|helm|docs)/[A-Za-z0-9_./{}*<>-]*[A-Za-z0-9_/])")
+#: A dotted name of the package: ``worker.<module>...`` (a module, then attributes).
+DOTTED = re.compile(r"(?<![\w./-])(worker(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+#: Placeholders that stand for any file (``bench/NAME.py``, ``bench/x.py``), and patterns.
+PLACEHOLDER = re.compile(r"(?:^|/)(?:NAME|x)(?:[./]|$)|[{}*<>]")
+
+
+def _doc_texts() -> tuple[tuple[str, str], ...]:
+    """The scanned files plus docs/*.md (their own paths are checked too)."""
+    docs = tuple((p.relative_to(ROOT).as_posix(), p.read_text(encoding="utf-8")) for p in sorted(DOCS.glob("*.md")))
+    return _texts() + docs
+
+
+def _resolves(dotted: str) -> bool:
+    """``worker.a.b.c``: the longest importable module prefix, then attributes on it."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 1, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attribute in parts[i:]:
+            if not hasattr(obj, attribute):
+                return False
+            obj = getattr(obj, attribute)
+        return True
+    return False
+
+
+def test_every_cited_repository_path_exists():
+    problems = []
+    for path, text in _doc_texts():
+        for match in REPO_PATH.finditer(text):
+            cited = match.group(1)
+            if PLACEHOLDER.search(cited) or (ROOT / cited.rstrip("/.")).exists():
+                continue
+            problems.append(f"{path}:{_line(text, match.start())}: {cited} does not exist")
+    assert not problems, "paths that name nothing in the repository:\n" + "\n".join(problems)
+
+
+def test_every_dotted_name_of_the_package_resolves():
+    problems = []
+    for path, text in _doc_texts():
+        for match in DOTTED.finditer(text):
+            name = match.group(1)
+            top = name.split(".")[1]
+            if not ((ROOT / "worker" / top).is_dir() or (ROOT / "worker" / f"{top}.py").is_file()):
+                continue  # a variable called worker, not the package
+            if not _resolves(name):
+                problems.append(f"{path}:{_line(text, match.start())}: {name} does not resolve")
+    assert not problems, "dotted names that name nothing:\n" + "\n".join(problems)

@@ -11,6 +11,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "worker"
 MAX_LINES = 600
+# The package's tiers (README "Layout"), each allowed to import only the tiers after it; a module
+# imports freely inside its own package. ``worker`` alone is the package's __init__ (its version).
+TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow", "worker.http", "worker.devtools"),
+         ("worker.stream", "worker.client", "worker.metrics"),
+         ("worker.config", "worker.state", "worker.formats", "worker.kafka_log", "worker.logs", "worker.memory"),
+         ("worker.olu",), ("worker.wire", "worker.exceptions", "worker"))
 # The engine's layers, each allowed to import only the ones after it (and itself).
 ENGINE_LAYERS = ("worker.olu.registry", "worker.olu.algorithms", "worker.olu.core", "worker.olu.privacy",
                  "worker.olu.exceptions", "worker.olu.arith")
@@ -109,6 +115,38 @@ def test_engine_layers_point_one_way():
             if there is not None and there < here:
                 wrong.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}")
     assert not wrong, "\n".join(wrong)
+
+
+def _package(module: str) -> str:
+    """The top-level package (or module) of ``worker`` a module belongs to."""
+    return ".".join(module.split(".")[:2])
+
+
+def _tier(package: str) -> int:
+    return next(rank for rank, members in enumerate(TIERS) if package in members)
+
+
+def test_every_package_has_a_tier():
+    assert {_package(m) for m in MODULES} == {p for members in TIERS for p in members}
+
+
+def test_the_package_tiers_point_one_way():
+    """cli -> commands -> (stream, client, metrics) -> (config, state, formats, ...) -> olu -> (wire, exceptions)."""
+    wrong = []
+    for module in MODULES:
+        here = _package(module)
+        for target, _, line in imports(module):
+            there = _package(target)
+            if there != here and _tier(there) <= _tier(here):
+                wrong.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_engine_imports_only_the_root_exception_of_ours():
+    outside = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}" for m in MODULES if m.startswith("worker.olu")
+               for target, _, line in imports(m)
+               if not target.startswith("worker.olu") and target != "worker.exceptions"]
+    assert not outside, "\n".join(outside)
 
 
 def test_the_engine_does_no_io():

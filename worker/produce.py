@@ -45,7 +45,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "`olu-worker run` is accepted too.")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", metavar="PATH",
-                        help="JSON lines, '-' for stdin: an event of schemas/insert or delete (keyed by its id), "
+                        help="JSON lines, '-' for stdin: an event of schemas/insert.schema.json or "
+                             "delete.schema.json (keyed by its id), "
                              'or {"key": K, "value": EVENT} (null: a tombstone) with the partitioning key')
     source.add_argument("--generate", type=int, metavar="N", help="the demo's synthetic stream of N events")
     p.add_argument("--delete-rate", type=float, default=0.01,

@@ -1,6 +1,6 @@
 """What the demo's released models are worth, beside plain OGD on the same events.
 
-The demo knows its own data: a noisy linear rule (:func:`worker.stream.demo.rule`). Each released
+The demo knows its own data: a noisy linear rule (:func:`worker.stream.demo_scores.rule`). Each released
 model (the newest release of each partition, as a subscriber holds it) is scored on fresh points
 of that rule: accuracy for the logistic loss, mean squared error for ridge. Beside it, plain OGD
 (the same loss, constants and schedule, never unlearning) learns the same events of the same
