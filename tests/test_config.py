@@ -556,3 +556,26 @@ def test_per_request_is_refused_for_an_algorithm_without_its_proof():
 def test_rewind_refuses_a_rho():
     with pytest.raises(ConfigError, match="rewind is calibrated to an \\(epsilon, delta\\) target"):
         load(OLU_RHO="1", OLU_ALGORITHM="rewind", OLU_MAX_DELETIONS="5")
+
+
+def test_an_algorithm_setting_has_one_default_the_classes():
+    """Every setting an algorithm class declares defaults in Settings to the class's own constructor
+    default (or to None: unset, the class decides), so a default is written once (issue 40)."""
+    import inspect
+
+    from worker.config.model import engine_default
+    from worker.config.settings import DEFAULTS
+    from worker.olu.registry import ALGORITHMS
+
+    declared = {name for cls in ALGORITHMS.values() for name in cls.settings}
+    assert {"restart_c", "order_fallback", "on_budget", "lbfgs_memory", "dp_horizon", "retrain_every",
+            "train_steps", "noise_sigma"} <= declared
+    for name in sorted(declared):
+        if DEFAULTS[name] is not None:
+            assert DEFAULTS[name] == engine_default(name), name
+        for cls in ALGORITHMS.values():  # and the model built from the defaults has exactly them
+            keyword = cls.settings.get(name)
+            if keyword and DEFAULTS[name] is not None:
+                init = next(k.__init__ for k in cls.__mro__ if "__init__" in vars(k)
+                            and keyword in inspect.signature(k.__init__).parameters)
+                assert inspect.signature(init).parameters[keyword].default == DEFAULTS[name], (cls, name)

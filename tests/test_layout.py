@@ -14,7 +14,7 @@ MAX_LINES = 600
 # The package's tiers (README "Layout"), each allowed to import only the tiers after it; a module
 # imports freely inside its own package. ``worker`` alone is the package's __init__ (its version).
 TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow", "worker.http", "worker.devtools"),
-         ("worker.stream", "worker.client", "worker.metrics"),
+         ("worker.metrics",), ("worker.stream", "worker.client"),
          ("worker.config", "worker.state", "worker.formats", "worker.kafka_log", "worker.logs", "worker.memory"),
          ("worker.olu",), ("worker.wire", "worker.exceptions", "worker"))
 # The engine's layers, each allowed to import only the ones after it (and itself).
@@ -131,7 +131,7 @@ def test_every_package_has_a_tier():
 
 
 def test_the_package_tiers_point_one_way():
-    """cli -> commands -> (stream, client, metrics) -> (config, state, formats, ...) -> olu -> (wire, exceptions)."""
+    """cli -> commands -> metrics -> (stream, client) -> (config, state, formats, ...) -> olu -> (wire, exceptions)."""
     wrong = []
     for module in MODULES:
         here = _package(module)

@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from worker.http import HealthServer
 from worker.metrics import LABEL_NAMES, Metrics
+from worker.olu.core.deletion import Deletion
+from worker.stream.outcome import Outcome, Release
 
 # A consumer's statistics as librdkafka emits them (STATISTICS.md: top level, brokers, topics ->
 # partitions, cgrp), cut down to the fields that matter and a few that do not.
@@ -88,24 +90,35 @@ class FakeModel:
     def __init__(self, capacity_left=None):
         self.capacity_left = capacity_left
 
+    spends_on_learn = False
+
+    def release_noise_std(self):
+        return None
+
+    def noise_to_signal(self):
+        return None
+
     def privacy(self):
         return {"eps_rdp_slope": 0.25, "budget_used": 0.25, "epsilon": 1.75, "delta": 1e-5,
                 "deletions_capacity_left": self.capacity_left}
 
 
 def runner(partition=0, capacity_left=None, released_version=4_000, next_offset=4_000):
-    return SimpleNamespace(topic="olu.events", partition=partition, model=FakeModel(capacity_left),
+    """A RunnerView (worker/metrics.py): what the metrics read of a PartitionRunner."""
+    return SimpleNamespace(topic="olu.events", partition=partition, model=FakeModel(capacity_left), settings=None,
                            released_version=released_version, next_offset=next_offset, prequential_loss=0.42)
 
 
 def deletion(outcome, sigma=0.0):
-    return SimpleNamespace(outcome=outcome, sigma=sigma, shift=0.0, index=1, steps=(3,))
+    return Deletion(outcome, 1, sigma, 0.0, (3,))
 
 
 def outcome(**kw):
-    base = dict(inserts=0, deletes=0, skipped=0, deletions=[], dead_letters=[], releases=[], resume_at=None)
-    base.update(kw)
-    return SimpleNamespace(**base)
+    return Outcome(**kw)
+
+
+def release(trigger, version, noise_std=None, noise_to_signal=None):
+    return Release(b"k", b"v", [], version, trigger, noise_std=noise_std, noise_to_signal=noise_to_signal)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -152,7 +165,7 @@ def test_loop_facing_updates_and_remove_partition():
     m.set_assigned(2)
     m.record_outcome(r0, outcome(inserts=10, skipped=2, deletes=4, tombstones=1, deletions=[
         deletion("noised", 0.7), deletion("exact"), deletion("not_applied"), deletion("duplicate")]))
-    m.record_release(r0, SimpleNamespace(trigger="deletion", version=4_001))
+    m.record_release(r0, release("deletion", 4_001))
     m.observe_delete_to_release(0.003)
     m.record_dead_letter("olu.events", "not_json")
     m.record_snapshot(r0, "full", 0.05, 12_345)
@@ -216,15 +229,12 @@ def test_a_restored_partition_exports_its_model_and_lag_before_any_input():
 def test_noise_gauges_follow_the_published_release_and_the_restored_model():
     m = Metrics()
     tp = {"topic": "olu.events", "partition": 0}
-    m.record_release(runner(0), SimpleNamespace(trigger="deletion", version=4_001, noise_std=0.02,
-                                                noise_to_signal=0.75))
+    m.record_release(runner(0), release("deletion", 4_001, noise_std=0.02, noise_to_signal=0.75))
     assert value(m, "olu_release_noise_std", **tp) == 0.02
     assert value(m, "olu_noise_to_signal_ratio", **tp) == 0.75
-    m.record_release(runner(0), SimpleNamespace(trigger="events", version=4_002, noise_std=0.0,
-                                                noise_to_signal=float("inf")))  # zero weights, no signal
+    m.record_release(runner(0), release("events", 4_002, noise_std=0.0, noise_to_signal=float("inf")))  # zero weights
     assert value(m, "olu_release_noise_std", **tp) == 0.0 and value(m, "olu_noise_to_signal_ratio", **tp) == math.inf
-    m.record_release(runner(0), SimpleNamespace(trigger="events", version=4_003, noise_std=None,
-                                                noise_to_signal=None))  # not tracked: no series
+    m.record_release(runner(0), release("events", 4_003))  # not tracked: no series
     assert value(m, "olu_release_noise_std", **tp) is None and value(m, "olu_noise_to_signal_ratio", **tp) is None
 
     restored = runner(1)
@@ -272,7 +282,7 @@ def test_every_label_name_is_in_the_allowed_set():
     m.record_restore(r, 0.1)
     m.record_outcome(r, outcome(inserts=1, deletes=1, skipped=1, deletions=[deletion("noised", 1.0),
                                                                             deletion("duplicate")]))
-    m.record_release(r, SimpleNamespace(trigger="events", version=1))
+    m.record_release(r, release("events", 1))
     m.record_dead_letter("olu.events", "wrong_dimension")
     m.record_snapshot(r, "full", 0.1, 10)
     m.snapshot_failure("full")

@@ -20,12 +20,27 @@ import re
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any, Protocol
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from .olu.core.deletion import Deletion
 from .olu.privacy.analysis.units import UNITS
+from .stream.outcome import Outcome, Release
 from .wire import TRIGGERS
+
+
+class RunnerView(Protocol):
+    """What the metrics read of a partition's runner (``worker.stream.partition.PartitionRunner``)."""
+
+    topic: str
+    partition: int
+    model: Any  # the engine model: privacy(), t, deletions_applied, index, release_noise_std(), ...
+    settings: Any  # worker.config.settings.Settings, or None
+    released_version: int | None
+    next_offset: int | None
+    prequential_loss: float | None
 
 __all__ = ["CONTENT_TYPE", "LABEL_NAMES", "Metrics"]
 
@@ -325,21 +340,22 @@ class Metrics:
         else:
             self._child(self.deletions_noop, topic, partition, _code(outcome, NOOP_REASONS)).inc()
 
-    def record_request(self, topic: str, partition: int, deletion, now: int | None) -> None:
+    def record_request(self, topic: str, partition: int, deletion: Deletion, now: int | None) -> None:
         """A deletion request's size (records it named) and the age of each record it deleted."""
-        named = int(getattr(deletion, "records", 0)) + len(getattr(deletion, "not_applied", ()) or ()) + len(
-            getattr(deletion, "duplicates", ()) or ())
+        named = deletion.records + len(deletion.not_applied) + len(deletion.duplicates)
         if named:
             self._child(self.request_records, topic, partition).observe(named)
         if now is not None:
             ages = self._child(self.deleted_age, topic, partition)
-            for u in getattr(deletion, "steps", ()) or ():
+            for u in deletion.steps:
                 ages.observe(max(0, now - int(u)))
 
     def set_plan(self, topic: str, partition: int, settings) -> None:
         """The plan's assumptions the worker was started with (settings; a gauge only where set)."""
+        if settings is None:
+            return
         for name, setting in PLAN_SETTINGS.items():
-            value = getattr(settings, setting, None)
+            value = getattr(settings, setting)
             if value is not None:
                 self._child(self.plan_gauges[name], topic, partition).set(value)
 
@@ -447,60 +463,52 @@ class Metrics:
         self.assigned_partitions.set(n)
 
     # ------------------------------------------------------------------ loop-facing (duck-typed runner)
-    def record_outcome(self, runner, outcome) -> None:
+    def record_outcome(self, runner: RunnerView, outcome: Outcome) -> None:
         """Counters and gauges after ``runner.process(batch)``.
 
         ``outcome.inserts`` (applied) + ``outcome.skipped`` (inserts of ids deleted before they
         arrived) are the insert events; ``outcome.deletes`` the delete events, of which
-        ``outcome.tombstones`` (if the attribute exists) were tombstones.
+        ``outcome.tombstones`` were tombstones.
         """
         topic, partition = runner.topic, runner.partition
-        skipped = int(getattr(outcome, "skipped", 0))
-        self.count_events(topic, partition, "insert", int(getattr(outcome, "inserts", 0)) + skipped)
+        skipped = outcome.skipped
+        self.count_events(topic, partition, "insert", outcome.inserts + skipped)
         self.count_skipped(topic, partition, "deleted_before_insert", skipped)
-        tombstones = int(getattr(outcome, "tombstones", 0) or 0)
-        self.count_events(topic, partition, "delete", int(getattr(outcome, "deletes", 0)) - tombstones)
-        self.count_events(topic, partition, "tombstone", tombstones)
-        deletions = list(getattr(outcome, "deletions", ()) or ())
-        now = getattr(getattr(runner, "model", None), "t", None)
-        for d in deletions:
-            self.record_deletion(topic, partition, d.outcome, getattr(d, "sigma", 0.0))
+        self.count_events(topic, partition, "delete", outcome.deletes - outcome.tombstones)
+        self.count_events(topic, partition, "tombstone", outcome.tombstones)
+        now = runner.model.t if runner.model is not None else None
+        for d in outcome.deletions:
+            self.record_deletion(topic, partition, d.outcome, d.sigma)
             self.record_request(topic, partition, d, now)
-        refused = int(getattr(outcome, "refused", 0) or 0)
-        if refused:
-            self._child(self.deletions_refused, topic, partition).inc(refused)
-        self._update_model(runner, privacy=bool(deletions) or bool(refused))
+        if outcome.refused:
+            self._child(self.deletions_refused, topic, partition).inc(outcome.refused)
+        self._update_model(runner, privacy=bool(outcome.deletions) or bool(outcome.refused))
 
-    def record_release(self, runner, release) -> None:
-        self.count_release(runner.topic, runner.partition, release.trigger, getattr(release, "version", None))
-        if hasattr(release, "noise_std"):  # the figures in the release's value, not the model's now
-            self.set_noise(runner.topic, runner.partition, release.noise_std, release.noise_to_signal)
+    def record_release(self, runner: RunnerView, release: Release) -> None:
+        self.count_release(runner.topic, runner.partition, release.trigger, release.version)
+        # the figures in the release's value, not the model's now
+        self.set_noise(runner.topic, runner.partition, release.noise_std, release.noise_to_signal)
 
-    def record_snapshot(self, runner, kind: str, seconds: float, size: int) -> None:
+    def record_snapshot(self, runner: RunnerView, kind: str, seconds: float, size: int) -> None:
         self.record_snapshot_success(runner.topic, runner.partition, kind, seconds, size)
 
-    def record_restore(self, runner, seconds: float) -> None:
+    def record_restore(self, runner: RunnerView, seconds: float) -> None:
         """A partition was assigned and restored: its privacy spend and model are exported at once,
         so a worker with nothing left to consume still shows them."""
         self.observe_restore(seconds)
         self._update_model(runner, privacy=True)
-        self.set_plan(runner.topic, runner.partition, getattr(runner, "settings", None))
-        model = getattr(runner, "model", None)
-        if hasattr(model, "release_noise_std"):
-            self.set_noise(runner.topic, runner.partition, model.release_noise_std(), model.noise_to_signal())
-        if getattr(runner, "released_version", None) is None and getattr(runner, "next_offset", None) is not None:
+        self.set_plan(runner.topic, runner.partition, runner.settings)
+        model = runner.model
+        self.set_noise(runner.topic, runner.partition, model.release_noise_std(), model.noise_to_signal())
+        if runner.released_version is None and runner.next_offset is not None:
             self._child(self.model_version, runner.topic, runner.partition).set(runner.next_offset)
 
-    def _update_model(self, runner, *, privacy: bool) -> None:
-        topic, partition = runner.topic, runner.partition
-        model = getattr(runner, "model", None)
-        if model is not None:
-            known = (str(topic), str(int(partition))) in self._privacy_known
-            # dp-tofw spends with every record learned, not only with deletions.
-            if privacy or not known or getattr(model, "spends_on_learn", False):
-                self.update_privacy(topic, partition, model)
-        self.set_model(topic, partition, steps=getattr(model, "t", None),
-                       version=getattr(runner, "released_version", None),
-                       prequential_loss=getattr(runner, "prequential_loss", None),
-                       applied_records=len(model.index) if hasattr(model, "index") else None,
-                       deletions=getattr(model, "deletions_applied", None))
+    def _update_model(self, runner: RunnerView, *, privacy: bool) -> None:
+        topic, partition, model = runner.topic, runner.partition, runner.model
+        known = (str(topic), str(int(partition))) in self._privacy_known
+        # dp-tofw spends with every record learned, not only with deletions.
+        if privacy or not known or model.spends_on_learn:
+            self.update_privacy(topic, partition, model)
+        self.set_model(topic, partition, steps=model.t, version=runner.released_version,
+                       prequential_loss=runner.prequential_loss, applied_records=len(model.index),
+                       deletions=model.deletions_applied)

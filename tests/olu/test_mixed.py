@@ -145,12 +145,13 @@ def _untouched(model, before):
 
 
 @pytest.mark.parametrize("case", ["inserted after its delete", "deleted twice", "per-request unit",
-                                  "another rule", "a subclass", "capacity", "tail fills"])
+                                  "another rule", "a subclass with its own deletion", "capacity", "tail fills"])
 def test_where_the_pass_cannot_keep_the_order_it_changes_nothing(case):
     kw = {"privacy_unit": "per-request"} if case == "per-request unit" else {
         "cls": PassiveRestartOLU} if case == "another rule" else {"capacity": 5} if case == "capacity" else {}
-    if case == "a subclass":
-        kw = {"cls": type("Tuned", (PassiveOLU,), {})}  # the fact is the class's own, never inherited
+    if case == "a subclass with its own deletion":  # the fact inherits, a changed step opts out
+        kw = {"cls": type("Tuned", (PassiveOLU,), {"_delete": lambda self, key, steps: PassiveOLU._delete(
+            self, key, steps)})}
     model, earlier = _fed(4, 65_336 if case == "tail fills" else 2_000, **kw)  # 200 of room
     keys, X, y, spans, rows, names = _batch(model, np.random.default_rng(4), 0, earlier, n=500, deletes=8,
                                             pool=earlier[:8])
@@ -161,6 +162,13 @@ def test_where_the_pass_cannot_keep_the_order_it_changes_nothing(case):
     before = model.export_state()
     assert learn_and_unlearn(model, keys, X, y, spans, rows, [record_key(r) for r in names], names) is None
     _untouched(model, before)
+
+
+def test_a_subclass_that_keeps_the_steps_inherits_the_pass():
+    model, earlier = _fed(4, 2_000, cls=type("Renamed", (PassiveOLU,), {"algorithm": "test-renamed"}))
+    keys, X, y, spans, rows, names = _batch(model, np.random.default_rng(4), 0, earlier, n=500, deletes=8,
+                                            pool=earlier[:8])
+    assert learn_and_unlearn(model, keys, X, y, spans, rows, [record_key(r) for r in names], names) is not None
 
 
 def test_a_record_applied_twice_is_left_to_the_one_by_one_path():

@@ -7,6 +7,7 @@ Every algorithm class declares the worker settings it takes beyond the base ones
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..exceptions import ConfigError
@@ -20,6 +21,29 @@ ALGORITHMS = tuple(_REGISTRY)
 BASE_MODEL_SETTINGS = ("dim", "loss", "l2", "label_bound", "radius", "feature_bound", "feature_policy",
                        "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega", "delta",
                        "budget_split", "budget_reserve", "max_records_per_key")
+
+
+def engine_default(setting: str) -> Any:
+    """The default of an algorithm setting where it lives: the constructor keyword of every class
+    that takes it (``cls.settings``), which must agree; Settings reads its default from here, so an
+    algorithm default is written once.
+
+    >>> engine_default("restart_c"), engine_default("dp_horizon")
+    (1.0, 1000000)
+    """
+    found = {}
+    for name, cls in _REGISTRY.items():
+        keyword = cls.settings.get(setting)
+        if keyword is None:
+            continue
+        for klass in cls.__mro__:  # the nearest constructor that names the keyword
+            param = inspect.signature(klass.__init__).parameters.get(keyword) if "__init__" in vars(klass) else None
+            if param is not None and param.default is not inspect.Parameter.empty:
+                found[name] = param.default
+                break
+    if len(set(found.values())) != 1:
+        raise ConfigError(f"setting {setting!r} has no one engine default: {found}")
+    return next(iter(found.values()))
 
 
 def model_kwargs(settings: Any) -> dict[str, Any]:

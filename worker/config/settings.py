@@ -89,14 +89,15 @@ class Settings:
     model_lifetime_events: int = 400_000
     max_records_per_key: int | None = None  # None: no per-key contribution bound
     max_deletions: int | None = None
-    restart_c: float = 1.0
-    order_fallback: str = "retrain"
-    on_budget: str = "retrain"
-    lbfgs_memory: int = 10
-    dp_horizon: int = 1_000_000
-    retrain_every: int = 1000
-    train_steps: int = 100
-    noise_sigma: float = 0.05
+    # an algorithm's own settings: the default is the algorithm class's (written there, once)
+    restart_c: float = model.engine_default("restart_c")
+    order_fallback: str = model.engine_default("order_fallback")
+    on_budget: str = model.engine_default("on_budget")
+    lbfgs_memory: int = model.engine_default("lbfgs_memory")
+    dp_horizon: int = model.engine_default("dp_horizon")
+    retrain_every: int = model.engine_default("retrain_every")
+    train_steps: int = model.engine_default("train_steps")
+    noise_sigma: float = model.engine_default("noise_sigma")
     model_name: str | None = None  # None: group_id
     # Releases and state
     deletion_releases: str = "batch"  # DELETION_RELEASES

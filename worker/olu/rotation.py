@@ -144,6 +144,7 @@ class Rotation:
     # ------------------------------------------------------------- the one-model interface
     algorithm = property(lambda self: self.cls.algorithm, doc="The rotated algorithm (releases show it).")
     keeps_examples = property(lambda self: self.cls.keeps_examples)
+    spends_on_learn = property(lambda self: self.cls.spends_on_learn)
     dim = property(lambda self: self.active.dim)
     loss = property(lambda self: self.active.loss)
     z = property(lambda self: self.active.z, doc="The active (released) model's iterate.")

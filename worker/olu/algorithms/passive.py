@@ -70,6 +70,7 @@ class PassiveRestartOLU(PassiveOLU):
 
     algorithm = "passive-restart"
     settings = {"restart_c": "restart_c", "max_deletions": "max_deletions"}
+    mixes_deletions = False  # a deletion may restart the model: one by one (its _delete)
     privacy_units = ("all-deletions",)  # the restart test's k~ is a lifetime plan: not per request
     rotates = False  # it renews itself by its restart test (docs/accounting.md 12.5)
 

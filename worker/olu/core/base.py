@@ -90,8 +90,10 @@ class OnlineUnlearner(MeteredNoise):
     #: True when two models of the class may run in a warm-standby rotation (worker.olu.rotation):
     #: every deletion is one Gaussian charge of the model's own Rényi accountant (docs/accounting.md 12.5).
     rotates = False
-    #: True when a poll batch's single-record deletes may run inside the learning pass (core/mixed.py);
-    #: read from the class's own namespace, so a subclass that changes the rule does not inherit it.
+    #: True when learning itself spends privacy (dp-tofw), so the metrics refresh it after every batch.
+    spends_on_learn = False
+    #: True when a poll batch's single-record deletes may run inside the learning pass (core/mixed.py).
+    #: It inherits; the pass checks that a subclass keeps the steps it reproduces (``MIXED_METHODS``).
     mixes_deletions = False
     #: True when a deletion's outcome has the same bits on every CPU (the fixed-order arithmetic of
     #: worker/olu/arith.py). False where a deletion-time solve uses LAPACK, whose bits vary with the

@@ -72,12 +72,32 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
     return None if prepared is None else prepared.run()
 
 
+#: What the compiled pass reproduces: a class whose instances take it keeps these as declared by the
+#: class that set ``mixes_deletions`` (a subclass that changes one gets the one-by-one path).
+MIXED_METHODS = ("_learn", "_after_learn", "_after_learn_batch", "_delete", "shift", "_release_with_noise")
+
+
+def keeps_mixed_steps(cls: type) -> bool:
+    """``cls.mixes_deletions``, and every one of :data:`MIXED_METHODS` is the declaring class's.
+
+    >>> from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
+    >>> class Hooked(PassiveOLU):
+    ...     def _after_learn(self, key, step, x, y): pass
+    >>> keeps_mixed_steps(PassiveOLU), keeps_mixed_steps(PassiveRestartOLU), keeps_mixed_steps(Hooked)
+    (True, False, False)
+    """
+    if not cls.mixes_deletions:
+        return False
+    owner = next(k for k in cls.__mro__ if "mixes_deletions" in vars(k))
+    return all(getattr(cls, name, None) is getattr(owner, name, None) for name in MIXED_METHODS)
+
+
 def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects=None) -> Pass | None:
     """Phase 1 of :func:`learn_and_unlearn`: every check, the program and the index pops; the
     :class:`Pass` to run (or to cancel, which leaves the model as it was), or None with the model
     unchanged where this path does not apply. Rows of a key past ``max_records_per_key`` leave
     the spans (passed over, as in ``learn_prepared``); they are counted only when the pass runs."""
-    if not type(model).__dict__.get("mixes_deletions", False):
+    if not keeps_mixed_steps(type(model)):
         return None
     kernels, plan, schedule = compiled(), model.kernel_plan(), model.schedule
     if (plan is None or type(schedule) is not StronglyConvex or model.noise_share != 1.0 or not delete_rows
