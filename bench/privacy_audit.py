@@ -265,7 +265,7 @@ def divergence_audit(draws: int, boot: int, log) -> list[dict]:
                 if sigmas is None:  # public: the same in every draw
                     sigmas = np.array([e["sigma"] for e in model.ledger])
                     shifts = np.array([e["shift"] for e in model.ledger])
-                    rho = model.accountant.rho
+                    rho = model.accountant.spent
             rrng = np.random.default_rng([draws, int(eps * 10), len(schedule)])
             ref = reference_outputs(template, data, plan, sigmas, ref_draws, rrng)
             fresh = reference_outputs(template, data, plan, sigmas, draws, rrng)  # same law as ref, N draws

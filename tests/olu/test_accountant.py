@@ -32,7 +32,7 @@ def spent(pairs):
     acc = PrivacyAccountant(budget=1e12)
     for shift, sigma in pairs:
         acc.charge(shift, sigma)
-    return acc.rho
+    return acc.spent
 
 
 # ---------------------------------------------------------------- formulas
@@ -66,7 +66,7 @@ def test_calibrated_charges_spend_the_cumulative_weight(eps, omega):
         acc.charge(float(a), acc.sigma_for_next(float(a)))
         weights += budget_weight(i, omega)
         assert math.isclose(acc.budget_used, weights, rel_tol=1e-12)
-        assert math.isclose(acc.rho, eps * weights, rel_tol=1e-12)
+        assert math.isclose(acc.spent, eps * weights, rel_tol=1e-12)
     assert acc.deletions == 2000 and 0 < acc.budget_used < 1
 
 
@@ -213,9 +213,9 @@ def test_charge_beyond_eps_is_refused_and_bad_charges_rejected():
     acc.charge(1.0, 1.0)  # spends 0.5
     with pytest.raises(BudgetExhausted):
         acc.charge(1.0, 0.7)  # would spend 1.02 more
-    assert acc.rho == 0.5 and acc.deletions == 1
+    assert acc.spent == 0.5 and acc.deletions == 1
     acc.charge(0.0, 0.0)  # no shift, no noise: a free deletion
-    assert acc.rho == 0.5 and acc.deletions == 2
+    assert acc.spent == 0.5 and acc.deletions == 2
     for shift, sigma in ((1.0, 0.0), (1.0, -1.0), (1.0, math.nan), (1.0, math.inf), (-1.0, 1.0),
                          (math.nan, 1.0), (math.inf, 1.0)):
         with pytest.raises(ValueError, match="shift|sigma"):
@@ -227,9 +227,9 @@ def test_restart_epoch_resets_epoch_but_keeps_lifetime():
     acc = PrivacyAccountant(budget=2.0, capacity=5)
     for _ in range(4):
         acc.charge(1.0, acc.sigma_for_next(1.0))
-    rho1 = acc.rho
+    rho1 = acc.spent
     acc.restart_epoch()
-    assert (acc.deletions, acc.rho, acc.budget_used, acc.capacity_left) == (0, 0.0, 0.0, 5)
+    assert (acc.deletions, acc.spent, acc.budget_used, acc.capacity_left) == (0, 0.0, 0.0, 5)
     assert acc.epochs == 2 and acc.lifetime_deletions == 4 and acc.history == ((4, rho1),)
     assert acc.epsilon() == 0.0
     assert math.isclose(acc.sigma_for_next(1.0), noise_multiplier(1, 2.0), rel_tol=1e-15)
@@ -249,7 +249,7 @@ def test_state_round_trip_is_bit_exact():
     assert loaded == state
     back = PrivacyAccountant.from_state(loaded)
     assert back.to_state() == state
-    assert back.rho.hex() == acc.rho.hex() and back.budget.hex() == acc.budget.hex()
+    assert back.spent.hex() == acc.spent.hex() and back.budget.hex() == acc.budget.hex()
     assert [r.hex() for _, r in back.history] == [r.hex() for _, r in acc.history]
     assert back.epsilon() == acc.epsilon() and back.sigma_for_next(1.3) == acc.sigma_for_next(1.3)
     fresh = PrivacyAccountant(budget=1.0)
@@ -376,7 +376,7 @@ def test_multipliers_refuse_where_a_charge_could_be_refused():
     assert capped.multipliers(3) is not None and capped.multipliers(4) is None
     assert PerRequestAccountant(budget=0.5).multipliers(1) is None  # sigma is a quotient there
     near = PrivacyAccountant(budget=1.0)
-    near._rho = 1.0 - 1e-12  # a budget all but spent (a restored state, say)
+    near._spent = 1.0 - 1e-12  # a budget all but spent (a restored state, say)
     assert near.multipliers(1) is None and near.multipliers(0) == []
 
 

@@ -371,7 +371,7 @@ def test_newton_removal_equals_a_from_scratch_solve_on_the_retained_data(grid):
     w = ridge_solution(X[keep], y[keep], 0.1)
     assert np.linalg.norm(w) < RIDGE["radius"]
     np.testing.assert_allclose(m.z, w, rtol=0, atol=1e-10)
-    assert m.accountant.deletions == 0 and m.accountant.rho == 0.0 and len(m.examples) == 396
+    assert m.accountant.deletions == 0 and m.accountant.spent == 0.0 and len(m.examples) == 396
 
 
 def test_newton_statistics_after_removal_are_bit_identical_to_never_seeing_the_record():

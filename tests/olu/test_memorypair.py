@@ -203,7 +203,7 @@ def test_deletion_is_the_removal_step_plus_the_drawn_noise():
         deletion = m.unlearn_one(ids[10])
         noise = np.random.default_rng(9).normal(0.0, deletion.sigma, size=4)
         np.testing.assert_allclose(m.z, m.ball.project(z_hat + noise), rtol=1e-12)
-        assert m.accountant.rho == pytest.approx(1.0 / 5, rel=1e-12)  # one rho_step charged
+        assert m.accountant.spent == pytest.approx(1.0 / 5, rel=1e-12)  # one rho_step charged
 
 
 def test_odometer_capacity_and_privacy_report():
@@ -253,7 +253,7 @@ def test_retrain_starts_a_new_epoch_from_the_retained_data_only():
     b, _ = run(2)
     assert [d.outcome for d in out_a] == ["noised", "noised", "retrained"]
     assert out_a[-1].changed_model and out_a[-1].sigma == 0.0
-    assert a.epoch == 1 and a.accountant.deletions == 0 and a.accountant.rho == 0.0
+    assert a.epoch == 1 and a.accountant.deletions == 0 and a.accountant.spent == 0.0
     assert a.accountant.history == ((2, pytest.approx(1.0)),) and a.counters["retrains"] == 1
     assert a.privacy()["deletions_capacity_left"] == 2 and a.ledger[-1]["outcome"] == "retrained"
     assert len(a.examples) == 117 and a.t == 120

@@ -138,10 +138,10 @@ def test_output_after_deletion_matches_retraining_plus_matched_noise(halve, monk
 # ------------------------------------------------------------------ stream cases (docs/guarantee.md 1.3)
 def test_delete_of_a_record_never_applied_costs_nothing():
     m, *_ = fed()
-    z, rho = m.weights, m.accountant.rho
+    z, rho = m.weights, m.accountant.spent
     d = m.unlearn_one("never-seen")
     assert d.outcome == "not_applied" and not d.changed_model
-    assert np.array_equal(m.z, z) and m.accountant.rho == rho and m.accountant.deletions == 0
+    assert np.array_equal(m.z, z) and m.accountant.spent == rho and m.accountant.deletions == 0
 
 
 def test_duplicate_delete_is_a_no_op():

@@ -91,7 +91,7 @@ def test_retrain_spends_no_budget_and_logs_exact_outcomes():
     m.learn_many(ids, X, y)
     for k in range(5):
         m.unlearn_one(ids[k])
-    assert m.accountant.deletions == 0 and m.accountant.rho == 0.0
+    assert m.accountant.deletions == 0 and m.accountant.spent == 0.0
     assert [e["outcome"] for e in m.ledger] == ["exact"] * 5
     assert m.ledger[-1]["retained"] == 95 and m.counters["retrains"] == 5
     assert m.unlearn_one(ids[3]).outcome == "duplicate"

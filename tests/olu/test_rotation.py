@@ -70,7 +70,7 @@ def test_each_model_has_half_the_budget_under_all_deletions(variant):
     d = r.unlearn_one(ids[60])  # held by both (overlap) or by one (disjoint)
     assert math.isclose(d.sigma, d.shift * noise_multiplier(1, target / 2), rel_tol=1e-12)
     p = r.privacy()
-    assert p["eps_rdp_slope"] == sum(m.accountant.rho for m in r.models) <= target
+    assert p["eps_rdp_slope"] == sum(m.accountant.spent for m in r.models) <= target
     assert p["epsilon"] == rdp_to_dp(p["eps_rdp_slope"], 1e-5) <= 1.0
 
 
@@ -87,9 +87,9 @@ def test_the_reported_slope_keeps_the_retired_generation_across_promotions(varia
             r.unlearn_one(ids[j - 2])
         for g, m in ((r.generation, r.active), (r.generation + 1, r.standby)):
             if m is not None:
-                spends[g] = m.accountant.rho
+                spends[g] = m.accountant.spent
         reported.append(r.privacy()["eps_rdp_slope"])
-        current.append(sum(m.accountant.rho for m in r.models))
+        current.append(sum(m.accountant.spent for m in r.models))
         pairs = [spends[g] + spends.get(g + 1, 0.0) for g in spends]
         assert reported[-1] == pytest.approx(max(pairs), rel=1e-12, abs=0)  # the worst pair so far
     assert r.rotations >= 6 and all(b >= a for a, b in zip(reported, reported[1:]))  # never drops

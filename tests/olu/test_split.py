@@ -35,9 +35,9 @@ def test_sigma_is_the_formula_inside_the_plan_and_in_the_reserve():
             j = i - K
             expected = shift * math.sqrt(1.2 * j ** 1.2 / (2 * rho * r * 0.2))
         assert math.isclose(sigma, expected, rel_tol=1e-12), i
-        before = acc.rho
+        before = acc.spent
         acc.charge(shift, sigma)
-        assert math.isclose(acc.rho - before, rho * planned_weight(i, capacity=K, reserve=r), rel_tol=1e-9)
+        assert math.isclose(acc.spent - before, rho * planned_weight(i, capacity=K, reserve=r), rel_tol=1e-9)
     assert (acc.capacity_used, acc.overflow) == (K, 29)
 
 
@@ -49,9 +49,9 @@ def test_the_total_never_exceeds_the_budget_across_the_plan_and_any_overflow(K, 
         shift = float(rng.uniform(0.0, 3.0))
         acc.charge(shift, acc.sigma_for_next(shift))
         if i + 1 == K:
-            assert math.isclose(acc.rho, 1 - r, rel_tol=1e-9)
-    assert acc.rho <= 1.0
-    assert acc.rho == pytest.approx(planned_spent(K + 20_000, capacity=K, reserve=r, omega=omega), rel=1e-9)
+            assert math.isclose(acc.spent, 1 - r, rel_tol=1e-9)
+    assert acc.spent <= 1.0
+    assert acc.spent == pytest.approx(planned_spent(K + 20_000, capacity=K, reserve=r, omega=omega), rel=1e-9)
     # the overflow's limit (omega - 1) zeta(omega) / omega is below 1: the reserve is never used up
     assert (1 - r) + r * (omega - 1) * _zeta(omega) / omega < 1.0
 

@@ -54,7 +54,7 @@ class InvalidState(OLUError, ValueError):
 
 
 class BudgetExhausted(OLUError, RuntimeError):
-    """The deletion capacity or the Rényi budget ``eps`` of the current epoch is used up."""
+    """The deletion capacity or the Rényi budget ``rho`` of the current epoch is used up."""
 
 
 class InvalidAccountantState(OLUError, ValueError):

@@ -139,7 +139,7 @@ class Rotation:
         self.retired: list[dict] = []
         # The largest all-deletions slope of two consecutive generations of which one is retired:
         # the guarantee's window is any such pair (docs/accounting.md 12.2), so it never drops.
-        self.closed_pair_rho = 0.0
+        self.closed_pair_spent = 0.0
 
     # ------------------------------------------------------------- the one-model interface
     algorithm = property(lambda self: self.cls.algorithm, doc="The rotated algorithm (releases show it).")
@@ -229,7 +229,7 @@ class Rotation:
         if self.standby is not None:
             old = self.active
             if self.retired:
-                self.closed_pair_rho = max(self.closed_pair_rho, self.retired[-1]["rho"] + old.accountant.rho)
+                self.closed_pair_spent = max(self.closed_pair_spent, self.retired[-1]["rho"] + old.accountant.spent)
             self.retired = (self.retired + [self._summary(old, self.generation)])[-_ARCHIVED:]
             self.active, self.standby = self.standby, None
             self.generation += 1
@@ -241,7 +241,7 @@ class Rotation:
     @staticmethod
     def _summary(model: OnlineUnlearner, generation: int) -> dict:
         acc = model.accountant
-        return {"generation": generation, "t": model.t, "epoch": model.epoch, "rho": acc.rho,
+        return {"generation": generation, "t": model.t, "epoch": model.epoch, "rho": acc.spent,
                 "deletions": acc.lifetime_deletions, "ledger_entries": len(model.ledger)}
 
     # --------------------------------------------------------------- unlearning
@@ -359,23 +359,23 @@ class Rotation:
         return [{**c, "z": z} for c, z in zip(counters, zs)]
 
     # -------------------------------------------------------------------- privacy
-    def pair_rho(self) -> float:
+    def pair_spent(self) -> float:
         """The all-deletions slope of the worst pair of consecutive generations so far: the
         guarantee holds for the releases of any two consecutive generations together
         (docs/accounting.md 12.2), and a retired generation's releases stay with subscribers, so
         its spend stays in the figure after a promotion (the last retired one with the active,
-        and every earlier pair, through :attr:`closed_pair_rho`)."""
+        and every earlier pair, through :attr:`closed_pair_spent`)."""
         last = self.retired[-1]["rho"] if self.retired else 0.0
-        current = sum(m.accountant.rho for m in self.models)
-        return max(self.closed_pair_rho, last + self.active.accountant.rho, current)
+        current = sum(m.accountant.spent for m in self.models)
+        return max(self.closed_pair_spent, last + self.active.accountant.spent, current)
 
     def privacy(self) -> dict:
         """The unit's figures over the window the rotation promises: under all-deletions the slope
-        of the worst two consecutive generations (:meth:`pair_rho`), under per-request the slope of
+        of the worst two consecutive generations (:meth:`pair_spent`), under per-request the slope of
         any charged request (``rho``, split over the models that held it; docs/accounting.md 12.3)."""
         active = self.active.accountant
         if self.unit == "all-deletions":
-            spent = self.pair_rho()
+            spent = self.pair_spent()
             used = spent / self.rho
         else:
             spent, used = (self.rho if self.requests else 0.0), 0.0
@@ -394,7 +394,7 @@ class Rotation:
         meta = {"format": ROTATION_FORMAT, "algorithm": self.state_name, "config": dict(self.config),
                 "events": self.events, "generation": self.generation, "rotations": self.rotations,
                 "deletions_applied": self.deletions_applied, "requests": self.requests,
-                "retired": [dict(r) for r in self.retired], "closed_pair_rho": self.closed_pair_rho,
+                "retired": [dict(r) for r in self.retired], "closed_pair_spent": self.closed_pair_spent,
                 "models": []}
         arrays, shared = {}, {}
         for slot, model in zip(_SLOTS, self.models):
@@ -434,7 +434,7 @@ class Rotation:
             rotation.deletions_applied, rotation.requests = int(meta["deletions_applied"]), int(meta["requests"])
             rotation.retired = [dict(r) for r in meta["retired"]]
             # states before the field: the pairs the archive still shows
-            rotation.closed_pair_rho = float(meta.get("closed_pair_rho", max(
+            rotation.closed_pair_spent = float(meta.get("closed_pair_spent", max(
                 (a["rho"] + b["rho"] for a, b in zip(rotation.retired, rotation.retired[1:])), default=0.0)))
             return rotation
         except InvalidState:

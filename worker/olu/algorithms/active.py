@@ -20,8 +20,8 @@ Compare the real run with the reference process (docs/guarantee.md 2.2: the same
 stream, where every deleted example is the identity step ⊥, with noise of the same law at the same
 deletion times). Each block map is a contraction of the real run; its discrepancy s from the
 reference's block adds to the shift e, which contracts through later blocks: e <- gamma e + s.
-A deletion's noise pays its shift a_i with sigma_i = a_i sqrt(omega i^omega / (2 (omega-1) eps))
-(``_release_with_noise``), so the Renyi divergence stays below alpha eps for every alpha. Shifts
+A deletion's noise pays its shift a_i with sigma_i = a_i sqrt(omega i^omega / (2 (omega-1) rho))
+(``_release_with_noise``), so the Renyi divergence stays below alpha rho for every alpha. Shifts
 may be over-estimated (more noise), never under-estimated (invariant 7). Since every state lies in
 K, any shift can also be capped at the diameter D (the Wasserstein distance of two laws on K).
 
@@ -378,8 +378,8 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
 
         I_i     = max(0, ceil( (omega ln i + 2 ln tau + 2 ln L) / (2 ln(1/gamma*)) ))
         a_i     = gamma*^{I_i} max(L, sum_u Gamma^OGD_{u,tau} Delta_u)
-        sigma_i = sqrt(omega i^omega / (2 (omega - 1) eps)) a_i
-                = sqrt(omega i^omega gamma*^{2 I_i} L^2 / (2 (omega - 1) eps))   when the max is L.
+        sigma_i = sqrt(omega i^omega / (2 (omega - 1) rho)) a_i
+                = sqrt(omega i^omega gamma*^{2 I_i} L^2 / (2 (omega - 1) rho))   when the max is L.
 
     **Shift (derived).** The proof bounds B_i <= gamma*^{I_i} max_z ||psi_i(z) - psi'_i(z)|| <=
     gamma*^{I_i} Gamma^OGD_{u,tau} eta_u L, then by gamma*^{I_i} L using eta_u <= 1 (mu u >= 1) and

@@ -35,7 +35,7 @@ Implements "Mo Memory, Mo Problems" (docs/algorithms.md 9) with the corrections 
   applied copy of the record, capped at the diameter D of K because the pre-noise iterate lies in
   K (any two points of K are at most D apart). Never the realised ``||d||`` or ``||g||`` of
   Algorithm 2 / Theorem 5.4, whose size would itself leak the record (docs/calibration.md 6.1).
-- **Odometer** (docs/accounting.md 3, :mod:`worker.olu.privacy.odometer`): ``rho_total`` = ``eps`` (the engine's
+- **Odometer** (docs/accounting.md 3, :mod:`worker.olu.privacy.odometer`): ``rho_total`` = ``rho`` (the engine's
   lifetime Rényi slope is exactly a zCDP rho), capacity ``m`` = ``max_deletions``,
   ``rho_step = rho_total/m``, ``sigma = Delta / sqrt(2 rho_step)``. The model's accountant
   records each charge (``Delta^2/(2 sigma^2) = rho_step``), so releases and metrics show the
@@ -196,7 +196,7 @@ class MemoryPair(OnlineUnlearner):
     """Online L-BFGS with symmetric quasi-Newton unlearning and a zCDP odometer (module docstring).
 
     ``max_deletions`` is the capacity m of one odometer epoch (docs/accounting.md 3.2; default 20, the author's),
-    ``eps`` its zCDP budget rho_total, ``lbfgs_memory`` the number tau of curvature pairs kept
+    ``rho`` its zCDP budget rho_total, ``lbfgs_memory`` the number tau of curvature pairs kept
     (default 10), ``on_budget`` what a deletion past the capacity does (``retrain``/``refuse``),
     ``removal`` the deletion step scale (``inverse-n``/``unit``).
 
@@ -291,7 +291,7 @@ class MemoryPair(OnlineUnlearner):
             if self.on_budget == "refuse":
                 raise BudgetExhausted(
                     f"memory-pair: the deletion capacity {self.odometer.capacity} of epoch {self.epoch} is used up "
-                    f"(rho {self.accountant.rho:.6g} of {self.odometer.rho_total:.6g}); on_budget=refuse")
+                    f"(rho {self.accountant.spent:.6g} of {self.odometer.rho_total:.6g}); on_budget=refuse")
             return self._retrain(steps)
         rows = [self.examples.row_of_step(u) for u in steps if self.examples.has_step(u)]
         if len(rows) != len(steps):
@@ -312,7 +312,7 @@ class MemoryPair(OnlineUnlearner):
         i = self.accountant.deletions
         self.ledger.append({
             "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps], "shift": shift,
-            "sigma": sigma, "rho": self.accountant.rho, "pairs_purged": purged, "retained": live,
+            "sigma": sigma, "rho": self.accountant.spent, "pairs_purged": purged, "retained": live,
             "removal_scale": scale,
         })
         return Deletion("noised", i, sigma, shift, tuple(steps))
@@ -347,7 +347,7 @@ class MemoryPair(OnlineUnlearner):
             rho_total=odo.rho_total,
             rho_step=odo.rho_step,
             sigma_step=odo.sigma_step(self.sensitivity_bound()),
-            epsilon_zcdp=zcdp_to_dp(self.accountant.rho, self.accountant.delta),  # docs/accounting.md 3.4
+            epsilon_zcdp=zcdp_to_dp(self.accountant.spent, self.accountant.delta),  # docs/accounting.md 3.4
             epsilon_remaining=odo.epsilon_remaining(k),
             retrains=self.counters["retrains"],
         )

@@ -4,7 +4,7 @@ Passive OLU never revisits data: OGD runs as usual and each deletion adds Gaussi
 calibrated to the shift the deleted record can still cause (docs/algorithms.md 2.1, docs/calibration.md 3.4):
 
     a_i     = sum over the record's applied steps u of Gamma_{u,tau} * Delta_u
-    sigma_i = a_i * sqrt(omega i^omega / (2 (omega - 1) eps))        (= a_i sqrt(3 i^1.2/eps))
+    sigma_i = a_i * sqrt(omega i^omega / (2 (omega - 1) rho))        (= a_i sqrt(3 i^1.2/rho))
     z       = Proj_K(z + N(0, sigma_i^2 I))                          (project after noise, docs/algorithms.md 2.3)
 
 with the time-varying contraction of [P1] Corollary 3.2 (never [P0]'s constant gamma, docs/calibration.md 3.2).

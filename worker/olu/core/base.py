@@ -480,11 +480,11 @@ class OnlineUnlearner(MeteredNoise):
         self.z = self.ball.project(z_hat + self._noise(sigma))
         i = self.accountant.deletions
         if len(steps) == 1 and not extra and self.noise_share == 1.0:  # the common entry: stored as columns
-            self.ledger.append_core(i, self.epoch, self.t, int(steps[0]), shift, sigma, self.accountant.rho)
+            self.ledger.append_core(i, self.epoch, self.t, int(steps[0]), shift, sigma, self.accountant.spent)
         else:
             self.ledger.append({
                 "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
-                "shift": shift, "sigma": sigma, "rho": self.accountant.rho, **extra,
+                "shift": shift, "sigma": sigma, "rho": self.accountant.spent, **extra,
                 **({"share": self.noise_share} if self.noise_share != 1.0 else {}),
             })
         self.noise_meter.add(self.epoch, self.t, sigma)
@@ -521,7 +521,7 @@ class OnlineUnlearner(MeteredNoise):
         acc = self.accountant
         return {
             **self.privacy_unit_facts(),
-            "eps_rdp_slope": acc.rho,
+            "eps_rdp_slope": acc.spent,
             "budget_used": acc.budget_used,
             "epsilon": acc.epsilon(),
             "delta": acc.delta,

@@ -224,7 +224,7 @@ def _account(model, popped, tombstoned, ids, steps_u, taus, shifts, sigmas, z_af
         else:
             accountant.charge(shift, sigma)  # cannot refuse: multipliers() said so
             i = accountant.deletions
-            ledger.append_core(i, epoch, tau, u, shift, sigma, accountant.rho)
+            ledger.append_core(i, epoch, tau, u, shift, sigma, accountant.spent)
             meter.add(epoch, tau, sigma)
             deletions.append(Deletion("noised", i, sigma, shift, (u,), records=1))
         model.deletions_applied += bool(steps)

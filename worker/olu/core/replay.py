@@ -66,7 +66,7 @@ def record_outcome(model: OnlineUnlearner, outcome: str, steps, **extra) -> None
     """
     model.ledger.append({
         "i": model.accountant.deletions, "epoch": model.epoch, "tau": model.t,
-        "u": [int(s) for s in steps], "shift": 0.0, "sigma": 0.0, "rho": model.accountant.rho,
+        "u": [int(s) for s in steps], "shift": 0.0, "sigma": 0.0, "rho": model.accountant.spent,
         "outcome": outcome, **extra,
     })
 

@@ -68,11 +68,12 @@ class PrivacyAccountant:
         self.omega = real("omega", omega, lo=1.0, lo_open=True)
         self.delta = real("delta", delta, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
         self.capacity = None if capacity is None else count("capacity", capacity, minimum=1)
-        self._deletions, self._rho, self._history = 0, 0.0, []
+        self._deletions, self._spent, self._history = 0, 0.0, []
 
     deletions = property(lambda self: self._deletions, doc="Deletions charged in this epoch.")
-    rho = property(lambda self: self._rho, doc="Rényi slope spent this epoch (D_alpha <= alpha*rho).")
-    budget_used = property(lambda self: self._rho / self.budget, doc="rho/budget, equals W_i when calibrated.")
+    spent = property(lambda self: self._spent, doc="Rényi slope spent this epoch (D_alpha <= alpha * spent); "
+                     "the configured one is ``budget``, the rho of the settings and releases.")
+    budget_used = property(lambda self: self._spent / self.budget, doc="spent/budget, equals W_i when calibrated.")
     epochs = property(lambda self: len(self._history) + 1, doc="Epochs started, the current included.")
     history = property(lambda self: tuple(self._history),
                        doc="(deletions, rho) of each closed epoch, oldest first.")
@@ -99,7 +100,7 @@ class PrivacyAccountant:
             return None
         factors = [self._multiplier(self._deletions + k) for k in range(1, n + 1)]
         # each charge adds 0.5 (shift / (shift m))^2, 0.5 / m^2 within a few ulps; 1e-6 of margin
-        if not self._rho + math.fsum(0.5 / (m * m) for m in factors) * (1.0 + 1e-6) <= self.budget:
+        if not self._spent + math.fsum(0.5 / (m * m) for m in factors) * (1.0 + 1e-6) <= self.budget:
             return None
         return factors
 
@@ -117,29 +118,29 @@ class PrivacyAccountant:
         sigma = real("sigma", sigma, lo=0.0, lo_open=shift > 0.0)
         if self.capacity is not None and self._deletions >= self.capacity:
             raise BudgetExhausted(f"deletion capacity {self.capacity} of this epoch is used up")
-        new = self._rho + (0.5 * (shift / sigma) ** 2 if shift > 0.0 else 0.0)
+        new = self._spent + (0.5 * (shift / sigma) ** 2 if shift > 0.0 else 0.0)
         if not new <= self.budget * (1.0 + _SLACK):
             raise BudgetExhausted(f"charge would raise rho to {new!r} > budget = {self.budget!r}")
-        self._deletions, self._rho = self._deletions + 1, new
+        self._deletions, self._spent = self._deletions + 1, new
 
     def epsilon(self, delta: float | None = None, method: str = "improved") -> float:
         """(epsilon, delta)-DP of the current epoch's model; ``delta`` defaults to ``self.delta``."""
-        return rdp_to_dp(self._rho, self.delta if delta is None else delta, method)
+        return rdp_to_dp(self._spent, self.delta if delta is None else delta, method)
 
     def delta_for(self, epsilon: float) -> float:
         """Smallest delta for a target epsilon (improved conversion with the KL bound)."""
-        return dp_delta(self._rho, epsilon)
+        return dp_delta(self._spent, epsilon)
 
     def restart_epoch(self) -> None:
         """Close the current epoch and start a fresh one (sound only after a data-independent re-init)."""
-        self._history.append((self._deletions, self._rho))
-        self._deletions, self._rho = 0, 0.0
+        self._history.append((self._deletions, self._spent))
+        self._deletions, self._spent = 0, 0.0
 
     def to_state(self) -> dict:
         """Plain JSON-able dict (ints, floats, None, lists); round-trips bit-exactly."""
         return {"version": _STATE_VERSION, "unit": self.unit, "budget": self.budget, "omega": self.omega,
                 "delta": self.delta, "capacity": self.capacity, "deletions": self._deletions,
-                "rho": self._rho, "history": [[d, r] for d, r in self._history]}
+                "rho": self._spent, "history": [[d, r] for d, r in self._history]}
 
     @classmethod
     def from_state(cls, state: dict) -> PrivacyAccountant:
@@ -163,7 +164,7 @@ class PrivacyAccountant:
                 if d > cap or (d == 0 and r != 0.0) or not acc._consistent(d, r):
                     raise ValueError(f"epoch with {d} deletions and rho {r!r} is inconsistent")
                 acc._history.append((d, r))
-            acc._deletions, acc._rho = acc._history.pop()
+            acc._deletions, acc._spent = acc._history.pop()
             return acc
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidAccountantState(f"invalid accountant state: {exc}") from exc
@@ -200,7 +201,7 @@ class PerRequestAccountant(PrivacyAccountant):
     >>> acc = PerRequestAccountant(budget=0.5)
     >>> for shift in (0.3, 0.1):
     ...     acc.charge(shift, acc.sigma_for_next(shift))
-    >>> acc.deletions, acc.rho, acc.sigma_for_next(0.3)
+    >>> acc.deletions, acc.spent, acc.sigma_for_next(0.3)
     (2, 0.5, 0.3)
     >>> round(acc.epsilon(), 4), round(acc.epsilon(method="improved"), 4)
     (4.3772, 4.7284)
@@ -214,12 +215,12 @@ class PerRequestAccountant(PrivacyAccountant):
         or a Rényi conversion of :data:`METHODS`."""
         delta = self.delta if delta is None else delta
         if method == "gaussian":
-            return gaussian_epsilon(mu_for_rho(self._rho), delta)
+            return gaussian_epsilon(mu_for_rho(self._spent), delta)
         return super().epsilon(delta, method)
 
     def delta_for(self, epsilon: float) -> float:
         """Smallest delta of a charged request at ``epsilon`` (the exact Gaussian curve)."""
-        return gaussian_delta(mu_for_rho(self._rho), epsilon)
+        return gaussian_delta(mu_for_rho(self._spent), epsilon)
 
     def sigma_for_next(self, shift: float) -> float:
         """``shift / sqrt(2 budget)`` (:func:`.analysis.units.per_request_sigma`): no index enters."""
@@ -239,7 +240,7 @@ class PerRequestAccountant(PrivacyAccountant):
         if not spent <= self._charge_limit():
             raise BudgetExhausted(f"request would spend rho {spent!r} > budget = {self.budget!r}")
         self._deletions += 1
-        self._rho = max(self._rho, self.budget if spent > 0.0 else 0.0)
+        self._spent = max(self._spent, self.budget if spent > 0.0 else 0.0)
 
     def _consistent(self, deletions: int, rho: float) -> bool:
         return rho in (0.0, self.budget)
@@ -254,7 +255,7 @@ class PlannedAccountant(PrivacyAccountant):
     >>> acc = PlannedAccountant(budget=1.0, planned=4, reserve=0.2)
     >>> for _ in range(6):
     ...     acc.charge(0.5, acc.sigma_for_next(0.5))
-    >>> acc.capacity_used, acc.overflow, round(acc.rho, 6)  # 0.8 + 0.2 (1/6 + 1/(6 2^1.2))
+    >>> acc.capacity_used, acc.overflow, round(acc.spent, 6)  # 0.8 + 0.2 (1/6 + 1/(6 2^1.2))
     (4, 2, 0.847843)
     """
 

@@ -3,7 +3,7 @@
 Two units
 ---------
 * ``"all-deletions"`` (what the accountant charges today): the current model is indistinguishable
-  from one that never saw ANY deleted record. The slope ``eps`` is a lifetime budget of the model,
+  from one that never saw ANY deleted record. The slope ``rho`` is a lifetime budget of the model,
   split over deletions (:func:`.rdp.budget_weight`), so ``sigma_i`` grows with the deletion index i.
 * ``"per-request"``: after a deletion request is honoured, every later release is
   indistinguishable from the masked reference run for that request alone: the same stream in which
