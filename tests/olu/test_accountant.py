@@ -402,3 +402,15 @@ def test_the_newton_root_of_the_conversion_is_bisections_root():
         assert newton == pytest.approx(bisection, rel=1e-13, abs=1e-300)
         exact += newton == bisection
     assert exact >= 0.99 * len(cases)
+
+
+def test_every_unit_and_split_has_its_accountant_in_the_registries():
+    """The registries list each unit and split once, in the order the analysis names them (these were
+    import-time asserts, which ``python -O`` drops)."""
+    from worker.olu.privacy.accountant import ACCOUNTANTS, SPLITS
+    from worker.olu.privacy.analysis.split import SPLIT_NAMES
+    from worker.olu.privacy.analysis.units import UNITS
+
+    assert tuple(ACCOUNTANTS) == UNITS and tuple(SPLITS) == SPLIT_NAMES
+    assert all(cls.unit == unit for unit, cls in ACCOUNTANTS.items())
+    assert all(cls.split == split for split, cls in SPLITS.items())

@@ -315,12 +315,6 @@ class SeaweedS3:
         finally:
             conn.close()
 
-    def create_bucket(self, name: str) -> None:
-        """Create another bucket (no error if it already exists)."""
-        status, body = self.request("PUT", f"/{name}")
-        if status not in (200, 409):
-            raise RuntimeError(f"create bucket {name}: HTTP {status} {body[:300]!r}")
-
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

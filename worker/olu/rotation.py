@@ -174,9 +174,6 @@ class Rotation:
         """Events since the active model was born."""
         return self.events - (self.generation * self.half if self.generation else 0)
 
-    def born_at(self, generation: int) -> int:
-        return generation * self.half
-
     def _fresh(self) -> OnlineUnlearner:
         return self.cls(noise_rng=self._noise_rng, **self.model_kwargs)
 

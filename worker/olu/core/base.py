@@ -15,6 +15,7 @@ import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
 from ..privacy.accountant import make_accountant
+from ..privacy.analysis.checks import positive
 from ..privacy.analysis.split import DEFAULT_RESERVE
 from ..privacy.analysis.units import UNITS, unit_rho_for_epsilon
 from ..privacy.ledger import Ledger
@@ -39,12 +40,6 @@ STATE_FORMAT = 4
 _REMOVED = object()
 _EPS_REMOVED = ("eps= was removed: it was the Rényi slope, not epsilon. Pass rho= for the slope, or "
                 "target_epsilon= (with delta=) for an (epsilon, delta) target (docs/accounting.md 9)")
-
-
-def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < value < float("inf")):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def _schedule(name, constants, ball, t0, step) -> Schedule:
@@ -187,7 +182,7 @@ class OnlineUnlearner(MeteredNoise):
         try:
             if target_epsilon is not None:
                 return unit_rho_for_epsilon(unit, target_epsilon, delta)
-            return _positive("rho", 1.0 if rho is None else rho)
+            return positive("rho", 1.0 if rho is None else rho)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 

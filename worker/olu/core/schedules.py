@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 
 from ..exceptions import ConfigError
+from ..privacy.analysis.checks import positive, real
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise ConfigError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
-    return float(value)
+    """The one checker (analysis/checks.py), raising the engine's ConfigError."""
+    if allow_zero:
+        return real(name, value, lo=0.0, error=ConfigError)
+    return positive(name, value, error=ConfigError)
 
 
 class Schedule:
@@ -170,14 +171,3 @@ class Constant(Schedule):
     def params(self) -> dict:
         return {**super().params(), "eta": self.step}
 
-
-def schedule_from_params(params: dict) -> Schedule:
-    """Rebuild a schedule from :meth:`Schedule.params` (used by state import)."""
-    name = params.get("name")
-    if name == StronglyConvex.name:
-        return StronglyConvex(params["mu"], params["beta"], params["t0"])
-    if name == Convex.name:
-        return Convex(params["diameter"], params["L"], params["beta"], params["mu"])
-    if name == Constant.name:
-        return Constant(params["eta"], params["mu"], params["beta"])
-    raise ConfigError(f"unknown schedule {name!r}")
