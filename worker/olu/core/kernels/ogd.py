@@ -12,7 +12,7 @@ projection ``z * (r / ||z||)``), and its two length-d reductions (x.z and ||z||^
 right from 0.0, as the reference's ``worker.olu.arith`` does: the two agree bit for bit, at any d,
 on every CPU. ``fastmath=False`` keeps LLVM from reordering those sums or fusing a multiply and an
 add, so the host's code generation (AVX2, AVX-512 or generic) changes the speed, never the bits
-(``tests/olu/test_kernels.py`` checks the generated code holds no fused multiply-add).
+(``tests/olu/core/test_kernels.py`` checks the generated code holds no fused multiply-add).
 Compilation, the disk cache and the reference switch: :mod:`.jit`.
 """
 

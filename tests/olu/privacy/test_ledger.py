@@ -228,7 +228,7 @@ def test_an_unknown_state_format_is_refused():
 def test_a_format_3_snapshot_with_json_segments_still_restores(name):
     """Written by the build of commit 61f409a (tests/olu/data/make_format3.py): 21 deletions,
     segments of 8, two sealed as JSON. Read, sealed again in columns, exported in format 4."""
-    header, arrays = decode((Path(__file__).parent / "data" / f"format3_{name}.snap").read_bytes())
+    header, arrays = decode((Path(__file__).parents[1] / "data" / f"format3_{name}.snap").read_bytes())
     state = {"meta": header["meta"], "arrays": {}, "shared": {}}
     for key, arr in arrays.items():
         parts = key.split("/")

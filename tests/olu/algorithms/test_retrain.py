@@ -8,6 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.olu.helpers import masked_run, synthetic_stream
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.algorithms.baselines import PlainOGD
 from worker.olu.algorithms.retrain import Retrain
@@ -15,8 +16,6 @@ from worker.olu.core.examples import ExampleStore
 from worker.olu.core.kernels import jit
 from worker.olu.core.replay import replay_ogd
 from worker.olu.exceptions import InvalidState
-
-from .helpers import masked_run, synthetic_stream
 
 KW = dict(dim=5, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 

@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 
 import worker.olu  # noqa: F401  (registers every algorithm)
+from tests.olu.helpers import synthetic_stream
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.exceptions import InvalidState
 
-from .helpers import synthetic_stream
-
 ALGORITHM_NAMES = sorted(name for name in ALGORITHMS if not name.startswith("test-"))
-RELEASE_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "release.schema.json"
+RELEASE_SCHEMA = Path(__file__).resolve().parents[3] / "schemas" / "release.schema.json"
 #: Algorithms whose deletions leave the model as it is (ogd ignores them, dp-tofw's releases are
 #: private anyway): nothing is applied, so nothing is counted.
 NOT_APPLIED = {"ogd", "dp-tofw"}

@@ -7,11 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from tests.olu.helpers import synthetic_stream
 from worker.olu import ALGORITHMS, BudgetExhausted, MemoryPair, PassiveOLU, load_model
 from worker.olu.algorithms.memorypair import CurvaturePairs
 from worker.olu.exceptions import ConfigError, InvalidState
-
-from .helpers import synthetic_stream
 
 BASE = dict(dim=4, loss="logistic", l2=0.1, radius=100.0, feature_bound=1.0, rho=1.0, max_deletions=5)
 

@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.olu.helpers import synthetic_stream
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, iterations_for
 from worker.olu.algorithms.baselines import PlainOGD
@@ -20,8 +21,6 @@ from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.examples import ExampleStore
 from worker.olu.core.kernels import jit
 from worker.olu.exceptions import BudgetExhausted, ConfigError, InvalidState
-
-from .helpers import synthetic_stream
 
 # logistic, R = 1, lam = 0.1, r = 5: L = 1.5, mu = 0.1, beta = 0.35, gamma* = 5/9, D = 10, t0 = 1.25
 KW = dict(dim=5, loss="logistic", l2=0.1, radius=5.0, feature_bound=1.0, rho=1.0)

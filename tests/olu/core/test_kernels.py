@@ -27,6 +27,8 @@ from worker.olu.core.kernels import hashing, jit, ogd
 from worker.olu.core.losses import Logistic, Ridge
 from worker.olu.exceptions import InvalidLabel, InvalidRecordId
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
+
 D = 6
 
 CONFIGS = {
@@ -236,7 +238,7 @@ def test_environment_forces_reference():
     code = "from worker.olu.core.kernels import hashing, jit, ogd, warmup; print(jit.FORCE_REFERENCE)"
     env = {**os.environ, "OLU_REFERENCE_KERNEL": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+                         cwd=ROOT)
     assert out.stdout.strip() == "True", out.stderr
 
 
@@ -380,7 +382,7 @@ def test_kernels_work_without_a_writable_cache_dir():
         m.learn_many(["a", "b"], [[0.6, 0.8], [0.8, -0.6]], [1, -1])
         print(jit.CACHE_ENABLED, m.t, m.kernel_plan() is not None)
     """)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = ROOT
     env = {k: v for k, v in os.environ.items() if k not in ("OLU_REFERENCE_KERNEL", "NUMBA_CACHE_DIR")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
     assert out.returncode == 0, out.stderr
@@ -450,7 +452,7 @@ def test_warm_up_compiles_every_version_production_uses():
     """numba compiles one version per argument types, read-only arrays included; a version that
     warm_up misses is compiled inside a batch (a stall of 0.1-0.3 s, bench/delete_latency.py).
     A fresh interpreter, so no other test's calls count."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = ROOT
     out = subprocess.run([sys.executable, "-c", WARM_UP_COVERS], capture_output=True, text=True, cwd=root)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("True"), out.stdout
@@ -480,7 +482,7 @@ def test_compiled_kernels_hold_no_fused_multiply_add():
     """fastmath=False: LLVM neither reorders a sum nor fuses a multiply and an add, whatever the
     host (AVX2 and AVX-512 have FMA), so the reference's separate roundings are the kernels' too.
     A fresh cache, so the generated code can be read (numba hides that of cached kernels)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = ROOT
     with tempfile.TemporaryDirectory() as cache:
         env = {**{k: v for k, v in os.environ.items() if k != "OLU_REFERENCE_KERNEL"}, "NUMBA_CACHE_DIR": cache}
         out = subprocess.run([sys.executable, "-c", NO_FUSED_OPS], env=env, capture_output=True, text=True, cwd=root)

@@ -13,6 +13,7 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 
+from tests.olu.helpers import synthetic_stream
 from worker import config
 from worker.metrics import Metrics
 from worker.olu import ALGORITHMS, load_model
@@ -27,8 +28,6 @@ from worker.olu.exceptions import ConfigError, InvalidState
 from worker.olu.privacy.accountant import rdp_to_dp
 from worker.olu.privacy.tree import NodeNoise, TreeAggregator, level_closed_at, record_levels, tree_levels
 from worker.state.codec import decode, encode
-
-from .helpers import synthetic_stream
 
 BASE = dict(dim=4, loss="logistic", l2=0.0, radius=2.0, feature_bound=1.0, rho=1.0, delta=1e-5)
 
