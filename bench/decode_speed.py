@@ -1,4 +1,4 @@
-"""Micro-benchmark of worker.stream.decode.decode_event (not a test): prints microseconds per record.
+"""Micro-benchmark of worker.stream.input.decode.decode_event (not a test): prints microseconds per record.
 
     .venv/bin/python bench/decode_speed.py [--dim 10] [--n 200000] [--repeat 7] [--quick] [--out DIR]
 
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h  # noqa: E402
 
-from worker.stream.decode import decode_event  # noqa: E402
 from worker.stream.exceptions import DeadLetter  # noqa: E402
+from worker.stream.input.decode import decode_event  # noqa: E402
 
 REPORT_KEYS = ("config", "rows")
 SERVICES = ()

@@ -63,6 +63,7 @@ from worker.devtools.messages import messages  # noqa: E402
 from worker.metrics import Metrics  # noqa: E402
 from worker.state.store import SnapshotStore, open_store  # noqa: E402
 from worker.stream import partition as partition_module  # noqa: E402
+from worker.stream.input import batch as batch_module  # noqa: E402
 from worker.stream.app import prepare_process  # noqa: E402
 from worker.stream.partition import PartitionRunner  # noqa: E402
 
@@ -72,10 +73,10 @@ TOPIC = "events"
 
 # (label, where, attribute): the steps the breakdown times, outermost first
 STEPS = (
-    ("decode the deletes", "module", "decode_message"),
+    ("decode the deletes", "input stage", "decode_message"),
     ("look the deletes up ahead (prefetch)", "model", "prefetch_deletes"),
     ("batch with deletes, one pass (all of it)", "runner", "_process_mixed"),
-    ("  engine pass: inserts and deletes", "module", "learn_and_unlearn"),
+    ("  engine pass: inserts and deletes", "runner module", "learn_and_unlearn"),
     ("    index lookups (pop_each)", "index", "pop_each"),
     ("    tombstone adds (add_many)", "tombstones", "add_many"),
     ("    noise rows", "model", "_noise_rows"),
@@ -185,10 +186,11 @@ def instrument(loop: Loop, timers: Timers) -> list:
     owners = {"runner": runner, "model": model, "index": model.index, "tombstones": model.tombstones,
               "outbox": runner.outbox, "metrics": loop.metrics}
     undo = []
+    modules = {"input stage": batch_module, "runner module": partition_module}
     for label, where, attr in STEPS:
-        if where == "module":
-            undo.append((partition_module, attr, getattr(partition_module, attr)))
-            timers.wrap(partition_module, attr, label)
+        if where in modules:
+            undo.append((modules[where], attr, getattr(modules[where], attr)))
+            timers.wrap(modules[where], attr, label)
         elif hasattr(owners[where], attr):
             timers.wrap(owners[where], attr, label)
     return undo

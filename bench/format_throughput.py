@@ -28,7 +28,7 @@ import _harness as h  # noqa: E402
 
 from worker.formats.events import event_serializer  # noqa: E402
 from worker.formats.input import InputDecoder  # noqa: E402
-from worker.stream.decode import decode_event  # noqa: E402
+from worker.stream.input.decode import decode_event  # noqa: E402
 
 REPORT_KEYS = ("config", "rows")
 SERVICES = ()

@@ -16,7 +16,7 @@ deletes of earlier ids), as fast as possible. Then, in the same run, reading tha
     ``consume(num_messages=batch_size, timeout=poll_timeout)`` like the worker, and per message
     - ``consume``:       nothing (librdkafka + Message objects only),
     - ``orjson``:        ``orjson.loads(msg.value())``  <- the ceiling the target refers to,
-    - ``decode_event``:  ``worker.stream.decode.decode_event(key, value, ...)`` (full validation).
+    - ``decode_event``:  ``worker.stream.input.decode.decode_event(key, value, ...)`` (full validation).
 (b) the worker in-process: ``Worker(settings, Metrics()).run(max_events=N)`` with its state on
     file:// in a temp dir, release_every_events 10000, snapshot_every_events 200000 (other
     settings at their defaults: batch_size 2000, poll_timeout 0.1 s, acks=all idempotent releases).
@@ -101,8 +101,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: 
 from worker.metrics import Metrics  # noqa: E402
 from worker.olu.core.kernels import warmup  # noqa: E402
 from worker.stream.app import Worker  # noqa: E402
-from worker.stream.decode import decode_event  # noqa: E402
 from worker.stream.exceptions import DeadLetter  # noqa: E402
+from worker.stream.input.decode import decode_event  # noqa: E402
 
 TARGET_EVENTS_PER_S = int(WORKER_EVENTS_PER_S.threshold)
 TARGET_CEILING_RATIO = WORKER_X_CEILING.threshold

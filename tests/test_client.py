@@ -2,7 +2,7 @@
 
 Validation and prediction are checked offline; deduplication, "latest per partition",
 isolation and the CLI against the session's real Kafka broker, with release records built
-exactly as the worker builds them (worker/stream/releases.py).
+exactly as the worker builds them (worker/stream/output/releases.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from tests.infra.schema_samples import validate
 from worker.client import InvalidRelease, ModelRelease, ParamsSubscriber, parse_release, sigmoid
 from worker.olu import MemoryPair, PassiveOLU
-from worker.stream.releases import release_headers, release_value
+from worker.stream.output.releases import release_headers, release_value
 from worker.wire import release_key
 
 INPUT = "clicks"
@@ -158,7 +158,7 @@ def test_a_deletion_requests_release_carries_and_shows_its_request():
     from types import SimpleNamespace
 
     from worker.follow import _text_line
-    from worker.stream.releases import request_report
+    from worker.stream.output.releases import request_report
 
     model = _model(delete=True)
     # what the engine reports for a request naming 4 ids: 1 applied, 2 never seen, 1 deleted before

@@ -24,8 +24,8 @@ import orjson
 
 from worker.olu import ALGORITHMS
 from worker.olu.exceptions import InvalidExample
-from worker.stream.decode import Delete, Insert, decode_event
 from worker.stream.exceptions import DeadLetter
+from worker.stream.input.decode import Delete, Insert, decode_event
 
 DIM = 4
 _ALPHABETS = ["abcxyz-_0123456789", "éüßñç", "日本語中文", "😀🙈🦄", "\u0301\u200b\u00a0\ufeff", "\x00\x01\x7f"]

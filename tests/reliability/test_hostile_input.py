@@ -49,8 +49,8 @@ from worker.config import load_settings
 from worker.devtools.messages import messages
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.deadletter import DETAIL_MAX_CHARS, REASONS, dead_letter_headers
-from worker.stream.decode import MAX_ID_CHARS, Delete, Insert, decode_event
 from worker.stream.exceptions import DeadLetter
+from worker.stream.input.decode import MAX_ID_CHARS, Delete, Insert, decode_event
 from worker.stream.partition import PartitionRunner
 
 T = "hostile"

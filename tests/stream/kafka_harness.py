@@ -47,8 +47,8 @@ from worker.olu.exceptions import BudgetExhausted, InvalidExample
 from worker.state.codec import decode
 from worker.state.groups import GROUP_KIND, unpack_group
 from worker.state.store import SnapshotStore
-from worker.stream.decode import Insert, decode_event
 from worker.stream.exceptions import DeadLetter
+from worker.stream.input.decode import Insert, decode_event
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 4

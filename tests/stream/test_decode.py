@@ -1,4 +1,4 @@
-"""worker.stream.decode and worker.stream.deadletter against the wire schemas in schemas/.
+"""worker.stream.input.decode and worker.stream.deadletter against the wire schemas in schemas/.
 
 - every dead-letter reason code is produced by a crafted record (decode, or the engine checks that
   run after it), and the exact reason is asserted;
@@ -22,7 +22,6 @@ from tests.infra.schema_samples import VALID, decode_headers, load_schema, valid
 from worker import __version__
 from worker.olu import exceptions as engine_errors
 from worker.olu.core.domain import FeatureBound
-from worker.stream import decode as decode_mod
 from worker.stream.deadletter import (
     DETAIL_MAX_CHARS,
     FALLBACK_REASON,
@@ -31,8 +30,9 @@ from worker.stream.deadletter import (
     dead_letter_headers,
     reason_of,
 )
-from worker.stream.decode import MAX_ID_CHARS, Delete, Insert, decode_event
 from worker.stream.exceptions import DeadLetter
+from worker.stream.input import decode as decode_mod
+from worker.stream.input.decode import MAX_ID_CHARS, Delete, Insert, decode_event
 from worker.wire import DEAD_LETTER_HEADERS
 
 BIG = 1 << 20  # max_bytes that never triggers in the agreement tests

@@ -1,4 +1,4 @@
-"""The bookkeeping of exactly-once output (worker/stream/exactly_once.py) and the position a
+"""The bookkeeping of exactly-once output (worker/stream/output/exactly_once.py) and the position a
 transaction commits. The end-to-end proof, 20 SIGKILLs on the real broker with every release
 version and dead letter seen once at read_committed, is tests/reliability/test_crash_equivalence.py."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stream.exactly_once import CommittedOutput, decode_metadata, encode_metadata, output_position
+from worker.stream.output.exactly_once import CommittedOutput, decode_metadata, encode_metadata, output_position
 
 
 @given(st.one_of(st.none(), st.integers(min_value=0, max_value=2**63 - 1)))

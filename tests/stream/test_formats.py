@@ -22,7 +22,7 @@ from worker.formats.input import InputDecoder, Transcoded, transcode
 from worker.formats.registry import classify
 from worker.formats.release import avro_schema, release_json_schema
 from worker.stream.exceptions import DeadLetter
-from worker.stream.framed import decode_message, original
+from worker.stream.input.framed import decode_message, original
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "events"

@@ -17,9 +17,9 @@ from worker.config import load_settings
 from worker.config.model import build_model
 from worker.olu.core.index import record_key
 from worker.state.store import SnapshotStore, open_store
-from worker.stream import partition as partition_mod
-from worker.stream import scan
-from worker.stream.decode import InsertRun
+from worker.stream.input import batch as batch_mod
+from worker.stream.input import scan
+from worker.stream.input.decode import InsertRun
 from worker.stream.partition import PartitionRunner
 
 from ..olu.test_contract import assert_same_state
@@ -93,7 +93,7 @@ def test_every_path_admits_what_the_engine_admits(unit, monkeypatch):
     runs = {"compiled": _run(msgs, settings)}
     with scan.python_decoder():
         runs["python"] = _run(msgs, settings)
-        monkeypatch.setattr(partition_mod, "decode_inserts",  # every insert record by record
+        monkeypatch.setattr(batch_mod, "decode_inserts",  # every insert record by record
                             lambda messages, start, **_: InsertRun(start, [], np.empty((0, DIM)), np.empty(0), 0))
         runs["one by one"] = _run(msgs, settings)
     assert direct.key_cap.refused > 100 and direct.deletions_applied > 20

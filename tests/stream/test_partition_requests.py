@@ -17,8 +17,8 @@ from worker.config import load_settings
 from worker.devtools.messages import messages
 from worker.olu import PassiveOLU
 from worker.state.store import SnapshotStore, open_store
-from worker.stream import scan
 from worker.stream.exceptions import PartialRequest
+from worker.stream.input import scan
 from worker.stream.partition import PartitionRunner
 
 DIM = 3

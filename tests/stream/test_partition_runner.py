@@ -17,8 +17,9 @@ from worker.olu import PassiveOLU
 from worker.olu.rotation import Rotation
 from worker.state.store import SnapshotStore, open_store
 from worker.stream import partition as partition_mod
-from worker.stream import scan
-from worker.stream.decode import InsertRun
+from worker.stream.input import batch as batch_mod
+from worker.stream.input import scan
+from worker.stream.input.decode import InsertRun
 from worker.stream.partition import PartitionRunner
 
 from ..olu.test_contract import assert_same_state
@@ -72,7 +73,7 @@ def test_record_by_record_fallback_matches_the_batch_path(monkeypatch):
     with scan.python_decoder():
         fast, fast_outs = _run(msgs)
         # Force every insert through the fallback: the fast path finds no run at all.
-        monkeypatch.setattr(partition_mod, "decode_inserts",
+        monkeypatch.setattr(batch_mod, "decode_inserts",  # the input stage's Python decoder
                             lambda messages, start, **_: InsertRun(start, [], np.empty((0, 3)), np.empty(0), 0))
         slow, slow_outs = _run(msgs)
     _assert_same(slow, slow_outs, fast, fast_outs, msgs)

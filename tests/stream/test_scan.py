@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from tests.stream.test_decode import BIG, SETTINGS, records
 from worker.olu.core.index import record_key
-from worker.stream import insert_kernel
-from worker.stream import scan as scan_mod
-from worker.stream.decode import Insert, decode_event
 from worker.stream.exceptions import DeadLetter
-from worker.stream.scan import scan_batch
+from worker.stream.input import insert_kernel
+from worker.stream.input import scan as scan_mod
+from worker.stream.input.decode import Insert, decode_event
+from worker.stream.input.scan import scan_batch
 
 
 def _scan(pairs, dim, max_bytes=BIG):

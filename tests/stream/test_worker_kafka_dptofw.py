@@ -33,8 +33,8 @@ from worker.olu import ALGORITHMS, load_model
 from worker.olu.exceptions import InvalidExample
 from worker.olu.privacy.tree import record_levels
 from worker.state.store import SnapshotStore, open_store
-from worker.stream.decode import Insert, decode_event
 from worker.stream.exceptions import DeadLetter
+from worker.stream.input.decode import Insert, decode_event
 
 pytestmark = pytest.mark.kafka
 

@@ -35,8 +35,8 @@ from worker.olu import load_model
 from worker.olu.exceptions import InvalidExample
 from worker.olu.rotation import Rotation
 from worker.state.store import SnapshotStore, open_store
-from worker.stream.decode import Insert, decode_event
 from worker.stream.exceptions import DeadLetter
+from worker.stream.input.decode import Insert, decode_event
 
 pytestmark = pytest.mark.kafka
 

@@ -8,5 +8,5 @@ json-schema it publishes releases framed the same way (release.py). Decoding and
 confluent-kafka's serializers and its ``SchemaRegistryClient`` (registry.py), which caches every
 schema it has fetched. events.py has the event's schemas for producers.
 
-No Kafka client calls here: worker/stream/framed.py and registry_releases.py wire this into the loop.
+No Kafka client calls here: worker/stream/input/framed.py and registry_releases.py wire this into the loop.
 """

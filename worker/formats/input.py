@@ -21,7 +21,7 @@ Verdicts, first failing one wins (reason codes of schemas/dead-letter.schema.jso
 4. ``schema_violation``: a JSON Schema record that does not validate against its schema;
    ``not_decodable``: a payload that does not parse with its schema (truncated, wrong format);
 5. ``schema_mismatch``: the schema does not have the fields the mapping needs;
-6. ``non_finite`` and everything else: as for JSON (worker/stream/decode.py).
+6. ``non_finite`` and everything else: as for JSON (worker/stream/input/decode.py).
 """
 
 from __future__ import annotations

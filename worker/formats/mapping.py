@@ -9,7 +9,7 @@ and a delete ignores every field but ``op``, ``id``, ``ids`` (optional: a reques
 records, as in schemas/delete.schema.json) and ``ts`` (one schema describes both events).
 
 The result is the documented JSON object, which the worker then checks exactly as it checks a
-JSON record (worker/stream/decode.py), so a field's meaning, its checks and its dead-letter reasons
+JSON record (worker/stream/input/decode.py), so a field's meaning, its checks and its dead-letter reasons
 are the same in every format. Decided here, before that:
 
 - ``schema_mismatch``: with Avro and Protobuf every field of the writer schema is in the decoded

@@ -4,7 +4,7 @@ One ``confluent_kafka.schema_registry.SchemaRegistryClient`` per process, config
 settings (URL, basic auth, TLS); its caches (schemas by id, ids by schema) mean the registry is
 asked once per schema id, not per record. Requests are not retried inside the client
 (``max.retries`` 0, a 5 s timeout): the worker retries itself, with backoff, while the partition
-is paused (worker/stream/framed.py), so the loop never sits in a retry for long.
+is paused (worker/stream/input/framed.py), so the loop never sits in a retry for long.
 
 :func:`classify` sorts an error raised while decoding: the registry has no such schema
 (``unknown_schema``: the record can never be decoded, dead-letter it) or the registry could not be

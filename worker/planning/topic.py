@@ -2,7 +2,7 @@
 
 The records are read with ``run``'s connection settings (bootstrap servers, ``OLU_KAFKA_*``, the
 input format and its Schema Registry) by a consumer of a group of its own that commits nothing, and
-decoded by the worker's own decoder (worker/stream/decode.py, worker/stream/framed.py), so the
+decoded by the worker's own decoder (worker/stream/input/decode.py, worker/stream/input/framed.py), so the
 sample is what the worker would see: inserts, deletes and tombstones, with their keys. Records the
 worker would dead-letter are counted and left out. Partitions are read from ``end - N / P`` each
 and merged by Kafka timestamp (a subject's records share a partition, so each one's order holds).
@@ -72,9 +72,9 @@ def _fetch(consumer, pending: set[int]) -> list:
 
 
 def _decoded(settings, messages: list) -> tuple[list[tuple[str, bytes, dict | None]], int]:
-    from ..stream.decode import Insert
     from ..stream.exceptions import DeadLetter
-    from ..stream.framed import RegistryInput, decode_message, original
+    from ..stream.input.decode import Insert
+    from ..stream.input.framed import RegistryInput, decode_message, original
 
     registry = RegistryInput.from_settings(settings)
     if registry is not None:

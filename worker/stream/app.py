@@ -27,13 +27,13 @@ from ..logs import get_logger
 from ..memory import fix_malloc_thresholds
 from ..state.exceptions import StorageUnavailable
 from ..state.store import SnapshotStore, open_store
-from . import scan
-from .dlq import DeadLetters, TopicLimit
-from .exactly_once import Transactions
 from .exceptions import ClientFailed, DeliveryFailed
-from .framed import RegistryInput, original
+from .input import scan
+from .input.framed import RegistryInput, original
+from .output.dlq import DeadLetters, TopicLimit
+from .output.exactly_once import Transactions
+from .output.registry_releases import release_encoder
 from .partition import PartitionRunner
-from .registry_releases import release_encoder
 from .replay_floor import ReplayFloor, input_end
 
 log = get_logger("olu.worker")

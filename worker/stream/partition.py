@@ -35,16 +35,14 @@ from ..wire import (
     TRIGGER_INTERVAL,
     release_key,
 )
-from .decode import Delete, Insert, InsertRun, decode_inserts, insert_ids
 from .exceptions import DeadLetter, PartialRequest
-from .framed import decode_message
-from .keys import delete_keys, partitioning_keys
+from .input.batch import DecodedBatch, decode_batch
+from .input.decode import Delete, Insert, InsertRun, insert_ids
 from .loss_kernel import ALL_ROWS, batch_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
-from .releases import budget_header, noise_figures, release_headers, release_value, request_report
+from .output.releases import budget_header, noise_figures, release_headers, release_value, request_report
 from .replay_floor import ReplayFloor
-from .scan import compiled_decoder, scan_batch
 
 log = get_logger("olu.partition")
 
@@ -110,33 +108,26 @@ class PartitionRunner:
         Stops after a deletion whose delta could not be stored (``resume_at``, ``blocked``).
         """
         out = Outcome()
-        messages = self._unseen(messages)
-        # each message's subject (its Kafka key), for a model that caps what one key contributes
-        self._subjects = partitioning_keys(messages) if getattr(self.model, "key_cap", None) is not None else None
-        dim, max_bytes = self.model.dim, self.settings.max_record_bytes
-        scan = scan_batch(messages, dim=dim, max_bytes=max_bytes) if compiled_decoder() else None
-        stretches = scan.stretches() if scan is not None else [(0, len(messages), False)]
-        # the batch's last message that may be a delete: its deletion releases for the batch's deletions
-        last_candidate = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
+        # the input stage chooses the decoder; each message's subject (its Kafka key) is hashed
+        # for a model that caps what one key contributes
+        batch = decode_batch(self._unseen(messages), dim=self.model.dim, max_bytes=self.settings.max_record_bytes,
+                             subjects=self.model.key_cap is not None)
+        messages, self._subjects, stretches = batch.messages, batch.subjects, batch.stretches
         # Inserts split by deletes: check all of them once, then learn each stretch (a check per
         # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.
-        rows = self._checked_rows(scan) if len(stretches) > 1 else None
+        rows = self._checked_rows(batch.scan) if batch.scan is not None and len(stretches) > 1 else None
         if rows is not None:  # test-then-train on the batch's inserts, as for a batch of inserts only
-            self._observe_loss(rows[1], rows[2], scan.accepted)
-        # the rest (deletes, framed records, dead letters) decoded at once, the deletes' ids hashed
-        decoded = self._decode_rest(messages, stretches) if scan is not None else None
-        if rows is not None:  # up to the batch's last delete in one engine pass, where it applies
-            stretches = stretches[self._process_mixed(messages, rows, decoded, stretches, last_candidate, out):]
-        if decoded is not None:  # the deletes left to take one by one, looked up together
-            self._prefetch(decoded, stretches)
+            self._observe_loss(rows[1], rows[2], batch.scan.accepted)
+            # up to the batch's last delete in one engine pass, where it applies
+            stretches = stretches[self._process_mixed(batch, rows, out):]
+        self._prefetch(batch, stretches)  # the deletes left to take one by one, looked up together
         for start, stop, accepted in stretches:
             if accepted and rows is not None:
                 self._apply_checked(rows, start, stop, messages, out)
-            elif accepted:  # common inserts, already decoded by the compiled path
-                run = InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
-                                scan.keys[start:stop])
-                self._apply_inserts(run, messages, start, out)
-            elif not self._process_each(messages, start, stop, out, last_candidate, decoded):
+            elif accepted:
+                self._apply_inserts(batch.runs[start], messages, start, out)
+            elif not all(self._take(messages, j, batch.events[j], out, batch.last_candidate, batch.keys.get(j))
+                         for j in range(start, stop)):
                 break
         self._settle_batch()
         if not self.blocked:
@@ -148,38 +139,13 @@ class PartitionRunner:
             out.resume_at = self.next_offset
         return out
 
-    def _process_each(self, messages: list, i: int, stop: int, out: Outcome, last_candidate: int,
-                      decoded: tuple[dict, dict] | None = None) -> bool:
-        """The Python decoder over ``messages[i:stop]``; False once processing must stop.
-
-        ``decoded``: what :meth:`_decode_rest` made of them, when the compiled scan took every valid
-        JSON insert already (these are deletes, framed records or dead letters: no insert runs to
-        look for, a parse that cost each delete ~10 us)."""
-        dim, max_bytes = self.model.dim, self.settings.max_record_bytes
-        if decoded is not None:
-            events, keys = decoded
-            return all(self._take(messages, j, events[j], out, last_candidate, keys.get(j)) for j in range(i, stop))
-        while i < stop:
-            run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=stop)
-            if run is not None and run.end > i:
-                self._apply_inserts(run, messages, i, out)
-                i = run.end
-                if i == stop:
-                    break
-            # not a valid insert: a delete, or a dead letter with its reason
-            if not self._take(messages, i, self._decoded(messages[i], dim, max_bytes), out, last_candidate):
-                return False
-            i += 1
-        return True
-
-    def _process_mixed(self, messages: list, rows, decoded: tuple[dict, dict], stretches: list, last_candidate: int,
-                       out: Outcome) -> int:
+    def _process_mixed(self, batch: DecodedBatch, rows, out: Outcome) -> int:
         """The batch's inserts and single-record deletes up to its last delete in one engine pass
-        (worker/olu/core/mixed.py); how many of ``stretches`` it took (0 where that path does not
+        (worker/olu/core/mixed.py); how many of its stretches it took (0 where that path does not
         apply). The inserts after the last delete are left for the usual path, so the release
         that follows the deletions shows the state right after the last one, as it does there:
         the state, the deltas and the releases are those of the message-by-message path."""
-        events, keys = decoded
+        messages, events, keys, stretches = batch.messages, batch.events, batch.keys, batch.stretches
         deletes = [j for j, event in events.items() if isinstance(event, Delete)]
         if (not deletes or self.replay_deltas or self.blocked or self.settings.deletion_releases != "batch"
                 or any(len(events[j].ids) != 1 for j in deletes)
@@ -206,19 +172,11 @@ class PartitionRunner:
             for j in range(start, stop):
                 event = events[j]
                 if isinstance(event, DeadLetter):
-                    self._take(messages, j, event, out, last_candidate)
+                    self._take(messages, j, event, out, batch.last_candidate)
                 else:
                     deletion, state = found[j]
-                    self._honoured(messages[j], event, deletion, out, started, j >= last_candidate, state)
+                    self._honoured(messages[j], event, deletion, out, started, j >= batch.last_candidate, state)
         return taken
-
-    @staticmethod
-    def _decoded(msg, dim: int, max_bytes: int):
-        """The message's event, or the :class:`DeadLetter` saying why it has none."""
-        try:
-            return decode_message(msg, dim=dim, max_bytes=max_bytes)
-        except DeadLetter as dead:
-            return dead
 
     def _take(self, messages: list, j: int, event, out: Outcome, last_candidate: int, keys=None) -> bool:
         """Apply ``messages[j]`` decoded as ``event``; False once processing must stop."""
@@ -227,7 +185,7 @@ class PartitionRunner:
             out.dead_letters.append(DeadLetterOut(msg, event.reason, event.detail))
             self._advance(msg)
             return True
-        if isinstance(event, Insert):  # not expected (the fast path mirrors decode_event), never lost
+        if isinstance(event, Insert):  # not expected (the runs mirror decode_event), never lost
             kind, ts = msg.timestamp()
             single = InsertRun(j + 1, [event.id], np.array([event.x], np.float64), np.array([event.y]),
                                ts if kind else 0)
@@ -236,24 +194,14 @@ class PartitionRunner:
         last = j >= last_candidate or self.settings.deletion_releases == "each"
         return self._delete(msg, event, out, last=last, keys=keys)
 
-    def _decode_rest(self, messages: list, stretches: list) -> tuple[dict, dict]:
-        """({position: event or DeadLetter}, {position: record keys of a delete}) for the messages
-        of the stretches the compiled scan did not take. Decoding is pure, so doing it up front
-        changes nothing but the cost: the batch's delete ids are hashed in one call."""
-        dim, max_bytes = self.model.dim, self.settings.max_record_bytes
-        events = {j: self._decoded(messages[j], dim, max_bytes)
-                  for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
-        return events, delete_keys(events)
-
-    def _prefetch(self, decoded: tuple[dict, dict], stretches: list) -> None:
+    def _prefetch(self, batch: DecodedBatch, stretches: list) -> None:
         """Look the deletes of ``stretches`` up in the model at once (one compiled call each for
         the index and the tombstones instead of one per delete). Only for the deletes taken one
         by one: the one-pass path searches the index itself, and a second search of every run
         cost a poll batch ~120 us. Only a hint: results are the same with or without it."""
-        keys = decoded[1]
         prefetch = getattr(self.model, "prefetch_deletes", None)
         wanted = [k for start, stop, accepted in stretches if not accepted
-                  for j in range(start, stop) for k in keys.get(j, ())]
+                  for j in range(start, stop) for k in batch.keys.get(j, ())]
         if len(wanted) >= 2 and prefetch is not None:
             prefetch(np.array(wanted, np.uint64))
 

@@ -28,7 +28,7 @@ from worker.olu.privacy.analysis.noise import release_noise_std
 from worker.olu.privacy.ledger import Ledger
 from worker.olu.privacy.meter import NoiseMeter
 from worker.olu.rotation import Rotation
-from worker.stream.releases import noise_figures
+from worker.stream.output.releases import noise_figures
 
 SCHEDULES = {
     "strongly-convex": {},

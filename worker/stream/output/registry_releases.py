@@ -9,10 +9,10 @@ needs no registry (worker/formats/release.py).
 
 from __future__ import annotations
 
-from ..formats.registry import new_client
-from ..formats.release import ReleaseEncoder
-from ..logs import get_logger
-from .exceptions import RegistryStartFailed
+from ...formats.registry import new_client
+from ...formats.release import ReleaseEncoder
+from ...logs import get_logger
+from ..exceptions import RegistryStartFailed
 from .releases import release_value
 
 __all__ = ["release_encoder"]

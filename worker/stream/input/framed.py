@@ -22,11 +22,11 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from ..formats.input import InputDecoder, Transcoded, transcode
-from ..formats.registry import new_client
-from ..logs import get_logger
+from ...formats.input import InputDecoder, Transcoded, transcode
+from ...formats.registry import new_client
+from ...logs import get_logger
+from ..exceptions import DeadLetter
 from .decode import Delete, Insert, decode_event
-from .exceptions import DeadLetter
 
 __all__ = ["RegistryInput", "decode_message", "original"]
 

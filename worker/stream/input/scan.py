@@ -30,7 +30,7 @@ from itertools import chain
 
 import numpy as np
 
-from ..olu.core.kernels import hashing, jit
+from ...olu.core.kernels import hashing, jit
 from .insert_kernel import parse_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "python_decoder", "scan_batch"]
@@ -138,7 +138,7 @@ def warm_up() -> None:
     from confluent_kafka import Message
 
     scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","x":[0.5],"y":1}')], dim=1, max_bytes=64)
-    from .loss_kernel import ALL_ROWS, batch_mean_loss  # the prequential loss of every insert run
+    from ..loss_kernel import ALL_ROWS, batch_mean_loss  # the prequential loss of every insert run
 
     for ridge in (False, True):
         batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, np.ones(1, np.bool_))

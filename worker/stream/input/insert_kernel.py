@@ -41,7 +41,7 @@ from numba.core import types
 from numba.cpython.unsafe.numbers import leading_zeros
 from numba.extending import intrinsic
 
-from ..olu.core.kernels.jit import jit
+from ...olu.core.kernels.jit import jit
 from .decode import MAX_ID_CHARS
 
 __all__ = ["POW10_HI", "POW10_LO", "parse_kernel", "read_number"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from ..logs import get_logger
+from ...logs import get_logger
 
 log = get_logger("olu.worker")
 

@@ -21,9 +21,9 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from .. import __version__
-from ..logs import get_logger
-from .deadletter import PREFIX_BYTES, carry_headers, dead_letter_headers, record_bytes, truncated
+from ... import __version__
+from ...logs import get_logger
+from ..deadletter import PREFIX_BYTES, carry_headers, dead_letter_headers, record_bytes, truncated
 
 log = get_logger("olu.deadletter")
 

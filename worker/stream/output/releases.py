@@ -13,9 +13,9 @@ import math
 import numpy as np
 import orjson
 
-from .. import __version__
-from ..wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGGER_HEADER, WORKER_VERSION_HEADER
-from .exceptions import UnreleasableState
+from ... import __version__
+from ...wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGGER_HEADER, WORKER_VERSION_HEADER
+from ..exceptions import UnreleasableState
 
 #: What a release adds to ``privacy`` for a rotation and for the planned split (schemas/release.schema.json).
 ROTATION_PRIVACY = ("rotation", "model_rho", "model_age", "rotations")

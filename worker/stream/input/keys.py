@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..olu.core.kernels.hashing import blake2b64_many, record_keys
-from ..olu.exceptions import InvalidExample
+from ...olu.core.kernels.hashing import blake2b64_many, record_keys
+from ...olu.exceptions import InvalidExample
 from .decode import Delete
 
 __all__ = ["delete_keys", "partitioning_keys"]

@@ -60,7 +60,7 @@ from itertools import chain
 import numpy as np
 import orjson
 
-from .exceptions import DeadLetter
+from ..exceptions import DeadLetter
 
 __all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "MAX_REQUEST_IDS", "decode_event", "decode_inserts",
            "insert_ids"]

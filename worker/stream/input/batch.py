@@ -1,0 +1,98 @@
+"""A fetched batch in one decoded form: runs of inserts, and between them deletes and dead letters.
+
+The runner (worker/stream/partition.py) keeps ordering, durability and releases; which decoder
+reads the records is chosen here, once per batch:
+
+- the compiled scan (scan.py) takes every common JSON insert of the batch in one call, into
+  columns over the whole batch; the records it declines (deletes, framed records, anything
+  unusual, dead letters) are decoded in Python (decode.py, framed.py), each delete's ids hashed
+  in one call (keys.py);
+- the Python decoder (under ``OLU_REFERENCE_KERNEL=1`` or :func:`.scan.python_decoder`) decodes
+  runs of inserts with :func:`.decode.decode_inserts` and the rest one by one.
+
+Registry-framed records arrive transcoded (framed.py, before the runner): they are JSON events by
+now, or carry their verdict. Decoding is pure, so decoding the whole batch before applying any of
+it changes nothing but the cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..exceptions import DeadLetter
+from .decode import Delete, Insert, InsertRun, decode_inserts
+from .framed import decode_message
+from .keys import delete_keys, partitioning_keys
+from .scan import BatchScan, compiled_decoder, scan_batch
+
+__all__ = ["DecodedBatch", "decode_batch"]
+
+
+@dataclass
+class DecodedBatch:
+    """``messages`` decoded, in offset order.
+
+    ``stretches``: (start, stop, accepted) covering the batch; an accepted stretch is a run of
+    valid inserts, decoded in ``runs[start]``; the other positions are in ``events`` (a
+    :class:`Delete`, a rare :class:`Insert` the run declined, or the :class:`DeadLetter` saying
+    why the record has no event), each delete's record keys in ``keys``. ``scan``: the compiled
+    scan's columns over the whole batch (None under the Python decoder). ``subjects``: each
+    message's partitioning key, when asked for. ``last_candidate``: the last position that may
+    be a delete (its deletion releases for the batch's deletions, docs/worker.md 3.4).
+    """
+
+    messages: list
+    stretches: list[tuple[int, int, bool]]
+    runs: dict[int, InsertRun]
+    events: dict[int, Insert | Delete | DeadLetter]
+    keys: dict[int, list[int]]
+    scan: BatchScan | None
+    subjects: np.ndarray | None
+    last_candidate: int
+
+
+def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False) -> DecodedBatch:
+    """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning key."""
+    found = partitioning_keys(messages) if subjects else None
+    if compiled_decoder():
+        return _scanned(messages, dim, max_bytes, found)
+    return _python(messages, dim, max_bytes, found)
+
+
+def decoded_event(msg, dim: int, max_bytes: int) -> Insert | Delete | DeadLetter:
+    """The message's event, or the :class:`DeadLetter` saying why it has none."""
+    try:
+        return decode_message(msg, dim=dim, max_bytes=max_bytes)
+    except DeadLetter as dead:
+        return dead
+
+
+def _scanned(messages: list, dim: int, max_bytes: int, subjects) -> DecodedBatch:
+    scan = scan_batch(messages, dim=dim, max_bytes=max_bytes)
+    stretches = scan.stretches()
+    runs = {start: InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
+                             scan.keys[start:stop])
+            for start, stop, accepted in stretches if accepted}
+    events = {j: decoded_event(messages[j], dim, max_bytes)
+              for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
+    last = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
+    return DecodedBatch(messages, stretches, runs, events, delete_keys(events), scan, subjects, last)
+
+
+def _python(messages: list, dim: int, max_bytes: int, subjects) -> DecodedBatch:
+    stretches, runs, events = [], {}, {}
+    i, n = 0, len(messages)
+    while i < n:
+        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n)
+        if run is not None and run.end > i:
+            stretches.append((i, run.end, True))
+            runs[i] = run
+            i = run.end
+            continue
+        events[i] = decoded_event(messages[i], dim, max_bytes)  # not a valid insert: a delete or a dead letter
+        stretches.append((i, i + 1, False))
+        i += 1
+    # this decoder knows a record's kind only once it reached it: any message may be a delete
+    return DecodedBatch(messages, stretches, runs, events, delete_keys(events), None, subjects, n - 1)
