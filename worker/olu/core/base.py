@@ -27,7 +27,7 @@ from .entropy import OsEntropy
 from .index import AppliedIndex, record_key
 from .kernels.loader import compiled
 from .losses import make_loss
-from .rebuild import rebuild, subclass_named
+from .rebuild import exported, rebuild, subclass_named
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 from .tombstones import KeySet
 
@@ -526,26 +526,9 @@ class OnlineUnlearner(MeteredNoise):
 
     # -------------------------------------------------------------------- state
     def export_state(self) -> dict:
-        """{'meta': JSON-able dict, 'arrays': {name: ndarray}}; round-trips bit-exactly."""
-        meta = {
-            "format": STATE_FORMAT, "algorithm": self.algorithm, "config": dict(self.config),
-            "t": self.t, "epoch": self.epoch, "counters": dict(self.counters),
-            "deletions_applied": self.deletions_applied,
-            "accountant": self.accountant.to_state(), "extra": self._export_extra(),
-        }
-        meta["ledger"], sealed, ledger_shared = self.ledger.export()
-        meta["ledger_sealed"] = {"segments": sealed, "segment_entries": self.ledger.segment_entries}
-        index_arrays, shared = self.index.export()
-        recent_tombstones, tombstone_shared = self.tombstones.export()
-        shared.update(ledger_shared)
-        shared.update(tombstone_shared)
-        arrays = {"z": self.z.copy(), "tombstones": recent_tombstones, **index_arrays}
-        if self.key_cap is not None:
-            arrays["key_cap_keys"], arrays["key_cap_counts"] = self.key_cap.export()
-            meta["key_cap_refused"] = self.key_cap.refused
-        arrays.update(self._export_arrays())
-        # ``shared`` arrays are immutable and not copied: a store may write each group once.
-        return {"meta": meta, "arrays": arrays, "shared": shared}
+        """{'meta': JSON-able dict, 'arrays': {name: ndarray}, 'shared': ...}; round-trips bit-exactly
+        (core/rebuild.py writes it and reads it back)."""
+        return exported(self, STATE_FORMAT)
 
     def _export_extra(self) -> dict:
         return {}

@@ -1,4 +1,5 @@
-"""A model rebuilt from its exported state (``OnlineUnlearner.from_state``), every part checked."""
+"""A model's state, written (``OnlineUnlearner.export_state``) and rebuilt from it
+(``OnlineUnlearner.from_state``), every part checked."""
 
 from __future__ import annotations
 
@@ -13,6 +14,29 @@ from .index import AppliedIndex
 from .tombstones import KeySet
 
 READABLE_FORMATS = (1, 2, 3, 4)
+
+
+def exported(model, state_format: int) -> dict:
+    """{'meta': JSON-able dict, 'arrays': {name: ndarray}, 'shared': immutable array groups} of ``model``."""
+    meta = {
+        "format": state_format, "algorithm": model.algorithm, "config": dict(model.config),
+        "t": model.t, "epoch": model.epoch, "counters": dict(model.counters),
+        "deletions_applied": model.deletions_applied,
+        "accountant": model.accountant.to_state(), "extra": model._export_extra(),
+    }
+    meta["ledger"], sealed, ledger_shared = model.ledger.export()
+    meta["ledger_sealed"] = {"segments": sealed, "segment_entries": model.ledger.segment_entries}
+    index_arrays, shared = model.index.export()
+    recent_tombstones, tombstone_shared = model.tombstones.export()
+    shared.update(ledger_shared)
+    shared.update(tombstone_shared)
+    arrays = {"z": model.z.copy(), "tombstones": recent_tombstones, **index_arrays}
+    if model.key_cap is not None:
+        arrays["key_cap_keys"], arrays["key_cap_counts"] = model.key_cap.export()
+        meta["key_cap_refused"] = model.key_cap.refused
+    arrays.update(model._export_arrays())
+    # ``shared`` arrays are immutable and not copied: a store may write each group once.
+    return {"meta": meta, "arrays": arrays, "shared": shared}
 
 
 def subclass_named(cls: type, name: str) -> type | None:
