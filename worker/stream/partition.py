@@ -125,7 +125,7 @@ class PartitionRunner:
             if accepted and rows is not None:
                 self._apply_checked(rows, start, stop, messages, out)
             elif accepted:
-                self._apply_inserts(batch.runs[start], messages, start, out)
+                self._apply_inserts(batch.run(start, stop), messages, start, out)
             elif not all(self._take(messages, j, batch.events[j], out, batch.last_candidate, batch.keys.get(j))
                          for j in range(start, stop)):
                 break
@@ -199,11 +199,10 @@ class PartitionRunner:
         the index and the tombstones instead of one per delete). Only for the deletes taken one
         by one: the one-pass path searches the index itself, and a second search of every run
         cost a poll batch ~120 us. Only a hint: results are the same with or without it."""
-        prefetch = getattr(self.model, "prefetch_deletes", None)
         wanted = [k for start, stop, accepted in stretches if not accepted
                   for j in range(start, stop) for k in batch.keys.get(j, ())]
-        if len(wanted) >= 2 and prefetch is not None:
-            prefetch(np.array(wanted, np.uint64))
+        if len(wanted) >= 2:
+            self.model.prefetch_deletes(np.array(wanted, np.uint64))
 
     @property
     def blocked(self) -> bool:

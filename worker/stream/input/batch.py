@@ -35,7 +35,7 @@ class DecodedBatch:
     """``messages`` decoded, in offset order.
 
     ``stretches``: (start, stop, accepted) covering the batch; an accepted stretch is a run of
-    valid inserts, decoded in ``runs[start]``; the other positions are in ``events`` (a
+    valid inserts, :meth:`run` decoded; the other positions are in ``events`` (a
     :class:`Delete`, a rare :class:`Insert` the run declined, or the :class:`DeadLetter` saying
     why the record has no event), each delete's record keys in ``keys``. ``scan``: the compiled
     scan's columns over the whole batch (None under the Python decoder). ``subjects``: each
@@ -45,12 +45,22 @@ class DecodedBatch:
 
     messages: list
     stretches: list[tuple[int, int, bool]]
-    runs: dict[int, InsertRun]
+    runs: dict[int, InsertRun]  # the Python decoder's, by start (empty with the compiled scan)
     events: dict[int, Insert | Delete | DeadLetter]
     keys: dict[int, list[int]]
     scan: BatchScan | None
     subjects: np.ndarray | None
     last_candidate: int
+
+    def run(self, start: int, stop: int) -> InsertRun:
+        """The accepted stretch ``start:stop`` as one run: the Python decoder's, or a view of the
+        compiled scan's columns (made only here: a batch whose stretches are learned from checked
+        rows never needs it, and the newest timestamp costs a few us a stretch)."""
+        if self.scan is None:
+            return self.runs[start]
+        scan = self.scan
+        return InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
+                         scan.keys[start:stop])
 
 
 def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False) -> DecodedBatch:
@@ -72,13 +82,10 @@ def decoded_event(msg, dim: int, max_bytes: int) -> Insert | Delete | DeadLetter
 def _scanned(messages: list, dim: int, max_bytes: int, subjects) -> DecodedBatch:
     scan = scan_batch(messages, dim=dim, max_bytes=max_bytes)
     stretches = scan.stretches()
-    runs = {start: InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
-                             scan.keys[start:stop])
-            for start, stop, accepted in stretches if accepted}
     events = {j: decoded_event(messages[j], dim, max_bytes)
               for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
     last = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
-    return DecodedBatch(messages, stretches, runs, events, delete_keys(events), scan, subjects, last)
+    return DecodedBatch(messages, stretches, {}, events, delete_keys(events), scan, subjects, last)
 
 
 def _python(messages: list, dim: int, max_bytes: int, subjects) -> DecodedBatch:
