@@ -27,10 +27,10 @@ import math
 
 from ..exceptions import BudgetExhausted, InvalidAccountantState
 from .analysis.checks import count, real
-from .analysis.gaussian import gaussian_delta, gaussian_epsilon, mu_for_rho
+from .analysis.gaussian import gaussian_delta, mu_for_rho
 from .analysis.rdp import METHODS, budget_weight, dp_delta, noise_multiplier, optimal_order, rdp_to_dp
 from .analysis.split import DEFAULT_RESERVE, planned_multiplier
-from .analysis.units import UNITS, per_request_sigma
+from .analysis.units import UNITS, per_request_sigma, unit_epsilon
 
 __all__ = [
     "ACCOUNTANTS", "BudgetExhausted", "InvalidAccountantState", "PerRequestAccountant", "PlannedAccountant",
@@ -215,7 +215,7 @@ class PerRequestAccountant(PrivacyAccountant):
         or a Rényi conversion of :data:`METHODS`."""
         delta = self.delta if delta is None else delta
         if method == "gaussian":
-            return gaussian_epsilon(mu_for_rho(self._spent), delta)
+            return unit_epsilon(self.unit, self._spent, delta)
         return super().epsilon(delta, method)
 
     def delta_for(self, epsilon: float) -> float:

@@ -58,6 +58,17 @@ UNITS = ("all-deletions", "per-request")
 #: is one Gaussian mechanism (its exact curve); all-deletions composes amplification-by-iteration
 #: bounds, which only give the Rényi curve (its conversion, :func:`.rdp.rdp_to_dp`).
 ACCOUNTING = {"all-deletions": "renyi", "per-request": "gaussian"}
+#: Each accounting's (slope -> epsilon at delta, epsilon at delta -> the largest slope) pair.
+_CONVERSIONS = {
+    "renyi": (rdp_to_dp, rho_for_epsilon),
+    "gaussian": (lambda rho, delta: gaussian_epsilon(mu_for_rho(rho), delta), gaussian_rho_for_epsilon),
+}
+
+
+def _conversions(unit: str):
+    if unit not in ACCOUNTING:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    return _CONVERSIONS[ACCOUNTING[unit]]
 
 
 def unit_epsilon(unit: str, rho: float, delta: float) -> float:
@@ -66,11 +77,7 @@ def unit_epsilon(unit: str, rho: float, delta: float) -> float:
     >>> round(unit_epsilon("per-request", 0.030557, 1e-5), 3), round(unit_epsilon("all-deletions", 0.030557, 1e-5), 3)
     (0.915, 1.0)
     """
-    if ACCOUNTING.get(unit) == "gaussian":
-        return gaussian_epsilon(mu_for_rho(rho), delta)
-    if unit not in UNITS:
-        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-    return rdp_to_dp(rho, delta)
+    return _conversions(unit)[0](rho, delta)
 
 
 def unit_rho_for_epsilon(unit: str, epsilon: float, delta: float) -> float:
@@ -79,11 +86,7 @@ def unit_rho_for_epsilon(unit: str, epsilon: float, delta: float) -> float:
     >>> [round(unit_rho_for_epsilon(unit, 1.0, 1e-5), 6) for unit in ("per-request", "all-deletions")]
     [0.035926, 0.030557]
     """
-    if ACCOUNTING.get(unit) == "gaussian":
-        return gaussian_rho_for_epsilon(epsilon, delta)
-    if unit not in UNITS:
-        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-    return rho_for_epsilon(epsilon, delta)
+    return _conversions(unit)[1](epsilon, delta)
 
 
 def request_shift(shifts: Iterable[float]) -> float:
