@@ -30,6 +30,8 @@ from .olu.privacy.analysis.units import UNITS
 from .stream.outcome import Outcome, Release
 from .wire import TRIGGERS
 
+__all__ = ["CONTENT_TYPE", "LABEL_NAMES", "Metrics"]
+
 
 class RunnerView(Protocol):
     """What the metrics read of a partition's runner (``worker.stream.partition.PartitionRunner``)."""
@@ -42,7 +44,6 @@ class RunnerView(Protocol):
     next_offset: int | None
     prequential_loss: float | None
 
-__all__ = ["CONTENT_TYPE", "LABEL_NAMES", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 LABEL_NAMES = frozenset({"topic", "partition", "op", "reason", "type", "kind", "trigger", "unit"})
@@ -476,7 +477,7 @@ class Metrics:
         self.count_skipped(topic, partition, "deleted_before_insert", skipped)
         self.count_events(topic, partition, "delete", outcome.deletes - outcome.tombstones)
         self.count_events(topic, partition, "tombstone", outcome.tombstones)
-        now = runner.model.t if runner.model is not None else None
+        now = runner.model.t
         for d in outcome.deletions:
             self.record_deletion(topic, partition, d.outcome, d.sigma)
             self.record_request(topic, partition, d, now)
