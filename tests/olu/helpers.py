@@ -83,3 +83,20 @@ def released_law_is_private(state: dict, request: list[str], reference: np.ndarr
     spread = math.sqrt((real.var(0, ddof=1).mean() + masked.var(0, ddof=1).mean()) / 2)
     ratio, bound = gap / spread, math.sqrt(2 * rho)
     return bool(ratio <= bound * 1.15 and abs(spread / sigma - 1) < 0.05), (ratio, bound, spread / sigma)
+
+
+def tight_last_deletion(**extra):
+    """A passive model whose last record it misclassifies badly, along z: the record's gradient
+    has norm ~L, so the worst-case shift bound a = eta_u L is nearly attained and a privacy check
+    on deleting it is near-tight. Returns (kw, ids, model, masked reference run, tightness =
+    ||model - reference|| / shift bound)."""
+    from worker.olu import PassiveOLU
+
+    kw = {**dict(dim=2, loss="logistic", l2=1e-3, radius=50.0, feature_bound=1.0, rho=1.0), **extra}
+    ids, X, y = synthetic_stream(200, 2, seed=3)
+    base = PassiveOLU(**kw)
+    base.learn_many(ids[:-1], X[:-1], y[:-1])
+    X[-1], y[-1] = base.z / np.linalg.norm(base.z), -1.0
+    base.learn_one(ids[-1], X[-1], y[-1])
+    reference = masked_run(PassiveOLU, kw, X, y, skip={base.t})
+    return kw, ids, base, reference, np.linalg.norm(base.z - reference) / base.shift([base.t], base.t)

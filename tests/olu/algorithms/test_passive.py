@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.olu.helpers import masked_run, synthetic_stream
+from tests.olu.helpers import masked_run, synthetic_stream, tight_last_deletion
 from worker.olu import load_model
 from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
 from worker.olu.core.schedules import StronglyConvex
@@ -85,16 +85,8 @@ def test_runs_with_and_without_a_record_stay_within_gamma_delta(loss, l2, seed):
 
 # ------------------------------------------------------------------ indistinguishability
 def _tight_deletion_setup():
-    """A last record that the model misclassifies badly, along z: its gradient has norm ~L, so the
-    worst-case shift bound a = eta_u L is nearly attained and the check below is near-tight."""
-    kw = dict(dim=2, loss="logistic", l2=1e-3, radius=50.0, feature_bound=1.0, rho=1.0)
-    ids, X, y = synthetic_stream(200, 2, seed=3)
-    base = PassiveOLU(**kw)
-    base.learn_many(ids[:-1], X[:-1], y[:-1])
-    X[-1], y[-1] = base.z / np.linalg.norm(base.z), -1.0
-    base.learn_one(ids[-1], X[-1], y[-1])
-    reference = masked_run(PassiveOLU, kw, X, y, skip={base.t})
-    tightness = np.linalg.norm(base.z - reference) / base.shift([base.t], base.t)
+    """:func:`tests.olu.helpers.tight_last_deletion`, its model as an exported state."""
+    kw, ids, base, reference, tightness = tight_last_deletion()
     return kw, ids, base.export_state(), reference, tightness
 
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.olu.helpers import halve_sigma, masked_run, released_law_is_private, synthetic_stream
+from tests.olu.helpers import halve_sigma, released_law_is_private, synthetic_stream, tight_last_deletion
 from worker.olu import PassiveOLU, load_model
 from worker.olu.core.index import record_key
 from worker.olu.exceptions import ConfigError
@@ -166,14 +166,8 @@ def test_per_request_release_matches_the_masked_run_plus_the_same_noise(halve, m
     A last record misclassified along z makes the shift bound nearly attained; halving sigma,
     in the calibration or in the draw, must be caught."""
     rho = 0.5
-    kw = dict(dim=2, loss="logistic", l2=1e-3, radius=50.0, feature_bound=1.0, rho=rho, privacy_unit="per-request")
-    ids, X, y = synthetic_stream(200, 2, seed=3)
-    base = PassiveOLU(**kw)
-    base.learn_many(ids[:-1], X[:-1], y[:-1])
-    X[-1], y[-1] = base.z / np.linalg.norm(base.z), -1.0
-    base.learn_one(ids[-1], X[-1], y[-1])
-    reference = masked_run(PassiveOLU, kw, X, y, skip={base.t})
-    assert np.linalg.norm(base.z - reference) / base.shift([base.t], base.t) > 0.9
+    _, ids, base, reference, tightness = tight_last_deletion(rho=rho, privacy_unit="per-request")
+    assert tightness > 0.9
     halve_sigma(halve, monkeypatch)
     private, figures = released_law_is_private(base.export_state(), [ids[-1]], reference, rho)
     assert private is (halve is None), figures
