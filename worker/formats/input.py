@@ -1,11 +1,12 @@
 """Input records framed by a Schema Registry: Avro, JSON Schema or Protobuf in, the JSON event out.
 
-:class:`InputDecoder` decodes one record value with confluent-kafka's deserializer for the
-format (``AvroDeserializer``, ``JSONDeserializer``, ``ProtobufDeserializer``: the writer schema
-is fetched from the registry by the id in the framing, once per id, and cached by the client),
-maps it to the documented event (mapping.py) and writes that as the JSON object the worker reads
-(schemas/insert.schema.json, delete.schema.json). The worker then decides on it exactly as on a
-JSON record, fast path included, so the formats cannot drift apart.
+:class:`InputDecoder` is the generic path: it decodes one record value with the format's reader
+(readers.py: the writer schema is fetched from the registry by the id in the framing, once per
+id, and cached), maps it to the documented event (mapping.py) and writes that as the JSON object
+the worker reads (schemas/insert.schema.json, delete.schema.json). The worker then decides on it
+exactly as on a JSON record, so the formats cannot drift apart. The common insert does not come
+this way: the compiled readers (framed_kernel.py, worker/stream/input/framed_scan.py) take it
+straight into the batch's columns, and decline to this path whatever they are not certain of.
 
 :func:`transcode` does that for a fetched batch: each record becomes a :class:`Transcoded` (the
 original message, whose bytes a dead letter carries, with the JSON value), a tombstone stays as it
@@ -26,16 +27,15 @@ Verdicts, first failing one wins (reason codes of schemas/dead-letter.schema.jso
 
 from __future__ import annotations
 
-import io
 import struct
 
 import orjson
 from confluent_kafka.schema_registry import topic_subject_name_strategy
-from confluent_kafka.schema_registry.serde import SchemaId
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from .exceptions import RegistryUnavailable, UndecodableRecord
-from .mapping import FieldMapping, message_dict
+from .mapping import FieldMapping
+from .readers import READERS
 from .registry import classify
 
 __all__ = ["FORMATS", "InputDecoder", "Transcoded", "transcode"]
@@ -90,17 +90,16 @@ class InputDecoder:
             raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
         self.format, self.client, self.max_bytes = fmt, client, max_bytes
         self.mapping = FieldMapping(fields, feature_fields, complete=fmt != "json-schema")
-        self._protobuf: dict[tuple[int, tuple[int, ...]], object] = {}  # (schema id, indexes) -> deserializer
-        if fmt == "avro":
-            from confluent_kafka.schema_registry.avro import AvroDeserializer
+        self.reader = READERS[fmt](client, _CONF)
 
-            self._deserialize = AvroDeserializer(client, conf=_CONF)
-        elif fmt == "json-schema":
-            from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    def writer_schema(self, schema_id: int):
+        """The registered schema of ``schema_id`` (cached by the client); raises UndecodableRecord
+        (``unknown_schema``) or RegistryUnavailable."""
+        return self.reader.writer_schema(schema_id)
 
-            self._deserialize = JSONDeserializer(None, schema_registry_client=client, conf=_CONF)
-        else:
-            self._deserialize = self._protobuf_record
+    def protobuf_class(self, schema_id: int, indexes: tuple[int, ...]):
+        """The Protobuf message class a framing names (built once per schema id and indexes)."""
+        return self.reader.message_class(schema_id, indexes)
 
     def decode(self, topic: str, key: bytes | None, value: bytes) -> bytes:
         """The JSON event of a framed ``value``; raises UndecodableRecord or RegistryUnavailable."""
@@ -111,18 +110,15 @@ class InputDecoder:
             raise UndecodableRecord("not_framed", f"value is not Schema Registry framed ({len(value)} bytes, "
                                                   + (f"first byte {value[0]}, " if value else "")
                                                   + f"expected the magic byte {MAGIC_BYTE} and a 4-byte schema id)")
-        ctx = SerializationContext(topic, MessageField.VALUE)
         try:
-            record = self._deserialize(value, ctx)
+            record = self.reader.read(value, SerializationContext(topic, MessageField.VALUE))
         except (UndecodableRecord, RegistryUnavailable):
             raise
-        except Exception as exc:  # the serdes raise several types; classify() sorts them
+        except Exception as exc:  # the readers raise several types; classify() sorts them
             sorted_out = classify(exc)
             if sorted_out is not exc:
                 raise sorted_out from None
             raise self._undecodable(exc) from None
-        if self.format == "protobuf":
-            record = message_dict(record)
         event = orjson.dumps(self.mapping.event(record))
         if len(event) + (len(key) if key is not None else 0) > self.max_bytes:
             raise UndecodableRecord("oversized", f"the record's JSON form is {len(event)} bytes, more than "
@@ -141,28 +137,6 @@ class InputDecoder:
                                                          "JSON Schema")
         return UndecodableRecord("not_decodable", f"the payload does not decode with its registered {self.format} "
                                                   f"schema ({type(exc).__name__})")
-
-    def _protobuf_record(self, value: bytes, ctx):
-        schema_id = SchemaId("PROTOBUF")
-        try:
-            schema_id.from_bytes(io.BytesIO(value))
-        except Exception:
-            raise UndecodableRecord("not_decodable", "the Protobuf framing's message indexes do not parse") from None
-        cache_key = (schema_id.id, tuple(schema_id.message_indexes or [0]))
-        deserializer = self._protobuf.get(cache_key)
-        if deserializer is None:
-            from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
-
-            from .protobuf import message_class
-
-            schema = self.client.get_schema(schema_id.id, fmt="serialized")
-            if schema.schema_type != "PROTOBUF":
-                raise UndecodableRecord("schema_mismatch", f"schema {schema_id.id} is {schema.schema_type}, "
-                                                           "not PROTOBUF")
-            cls = message_class(schema.schema_str, list(cache_key[1]))
-            deserializer = ProtobufDeserializer(cls, {"use.deprecated.format": False, **_CONF}, self.client)
-            self._protobuf[cache_key] = deserializer
-        return deserializer(value, ctx)
 
 
 def transcode(decoder: InputDecoder, messages: list) -> tuple[list, int | None, RegistryUnavailable | None]:

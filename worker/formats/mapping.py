@@ -50,6 +50,8 @@ class FieldMapping:
         self.op, self.id, self.x, self.y, self.ts, self.ids = (names[r] for r in ROLES)
         self.features = tuple(feature_fields)
         self.complete = complete
+        #: every role read from the field of its own name, features from ``x``
+        self.identity = all(names[r] == r for r in ROLES) and not self.features
         wanted = [self.op, self.id, self.y, *(self.features or (self.x,))]
         self._required = tuple(dict.fromkeys(wanted))
 

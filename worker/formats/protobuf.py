@@ -8,8 +8,9 @@ returns), picking the message the record's framing names (its message indexes).
 :func:`event_class` builds the documented event as a Protobuf message (``olu.v1.Event``: op, id,
 repeated double x, optional double y, optional int64 ts, repeated string ids), for producers,
 tests and benches.
-Self-contained schemas only: a registered schema that imports another file other than Google's
-well-known types is refused (``schema_mismatch``).
+A registered schema may import Google's well-known types (from the runtime's own pool) and files
+registered as its references (fetched from the registry by subject and version, recursively); any
+other import is refused (``schema_mismatch``), as is a reference the registry does not hold.
 """
 
 from __future__ import annotations
@@ -37,28 +38,101 @@ message Event {
 """
 
 
-def _pool_with(fdp: descriptor_pb2.FileDescriptorProto) -> descriptor_pool.DescriptorPool:
-    pool = descriptor_pool.DescriptorPool()
-    for dep in fdp.dependency:
-        if not dep.startswith("google/protobuf/"):
-            raise UndecodableRecord("schema_mismatch", f"the registered Protobuf schema imports {dep[:80]!r}; "
-                                                       "only self-contained schemas are supported")
-        from google.protobuf import descriptor_pool as default
-
-        pool.AddSerializedFile(default.Default().FindFileByName(dep).serialized_pb)
-    pool.Add(fdp)
-    return pool
-
-
-def message_class(schema_str: str, indexes: list[int]):
-    """The message class of ``indexes`` (the framing's message path) in a base64 FileDescriptorProto."""
+def _file(schema_str: str, what: str) -> descriptor_pb2.FileDescriptorProto:
     fdp = descriptor_pb2.FileDescriptorProto()
     try:
         fdp.ParseFromString(base64.standard_b64decode(schema_str))
     except Exception:
-        raise UndecodableRecord("schema_mismatch", "the registered Protobuf schema is not a serialized "
-                                                   "FileDescriptorProto") from None
-    pool = _pool_with(fdp)
+        raise UndecodableRecord("schema_mismatch", f"{what} is not a serialized FileDescriptorProto") from None
+    return fdp
+
+
+def _add(pool, fdp, files: dict, done: set) -> None:
+    """Add ``fdp`` to ``pool`` after what it imports: ``files`` (the registry's references, by
+    import name) or Google's well-known types from the runtime's own pool."""
+    if fdp.name in done:
+        return
+    done.add(fdp.name)
+    for dep in fdp.dependency:
+        if dep in files:
+            _add(pool, files[dep], files, done)
+        elif dep.startswith("google/protobuf/"):
+            if dep not in done:
+                done.add(dep)
+                _add_well_known(pool, dep, done)
+        else:
+            raise UndecodableRecord("schema_mismatch", f"the registered Protobuf schema imports {dep[:80]!r}, "
+                                                       "which is neither a registered reference nor a "
+                                                       "well-known type")
+    pool.Add(fdp)
+
+
+def _add_well_known(pool, name: str, done: set) -> None:
+    from google.protobuf import descriptor_pool as default
+
+    try:
+        known = default.Default().FindFileByName(name)
+    except KeyError:
+        _import_well_known(name)
+        known = default.Default().FindFileByName(name)
+    proto = descriptor_pb2.FileDescriptorProto.FromString(known.serialized_pb)
+    for dep in proto.dependency:
+        if dep not in done:
+            done.add(dep)
+            _add_well_known(pool, dep, done)
+    pool.Add(proto)
+
+
+def _import_well_known(name: str) -> None:
+    """Load a well-known type's module (its file is in the default pool once imported)."""
+    import importlib
+
+    stem = name.removeprefix("google/protobuf/").removesuffix(".proto").replace("/", ".")
+    module = f"google.protobuf.{stem}_pb2"
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise UndecodableRecord("schema_mismatch", f"the registered Protobuf schema imports {name[:80]!r}, "
+                                                   "not a well-known type of this protobuf runtime") from None
+
+
+def _references(schema, client, files: dict) -> None:
+    """Fetch the files ``schema`` references (and theirs) from the registry into ``files``."""
+    from confluent_kafka.schema_registry import SchemaRegistryError
+
+    from .registry import classify
+
+    for ref in schema.references or ():
+        if ref.name in files:
+            continue
+        try:
+            registered = client.get_version(ref.subject, ref.version, fmt="serialized")
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise UndecodableRecord("schema_mismatch", f"the schema's reference {ref.name[:80]!r} "
+                                                           f"({ref.subject[:80]} v{ref.version}) is not in the "
+                                                           "registry") from None
+            raise classify(exc) from None
+        except Exception as exc:
+            sorted_out = classify(exc)
+            raise (sorted_out if sorted_out is not exc else exc) from None
+        files[ref.name] = _file(registered.schema.schema_str, f"reference {ref.name[:80]!r}")
+        files[ref.name].name = ref.name
+        _references(registered.schema, client, files)
+
+
+def message_class(schema, indexes: list[int], client=None):
+    """The message class of ``indexes`` (the framing's message path) in a registered schema (its
+    ``schema_str`` a base64 FileDescriptorProto; its references fetched with ``client``)."""
+    schema_str = schema if isinstance(schema, str) else schema.schema_str
+    fdp = _file(schema_str, "the registered Protobuf schema")
+    files: dict = {}
+    if not isinstance(schema, str) and schema.references:
+        if client is None:
+            raise UndecodableRecord("schema_mismatch", "the registered Protobuf schema has references")
+        _references(schema, client, files)
+    pool = descriptor_pool.DescriptorPool()
+    _add(pool, fdp, files, set())
     names, level = [], fdp.message_type
     for index in indexes or [0]:
         if not 0 <= index < len(level):

@@ -38,6 +38,7 @@ from ..wire import (
 from .exceptions import DeadLetter, PartialRequest
 from .input.batch import DecodedBatch, decode_batch
 from .input.decode import Delete, Insert, InsertRun, insert_ids
+from .input.framed_scan import FramedBatch
 from .loss_kernel import ALL_ROWS, batch_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
@@ -218,7 +219,8 @@ class PartitionRunner:
         floor = self.next_offset
         if floor is None or not messages or messages[0].offset() >= floor:
             return messages
-        return [m for m in messages if m.offset() >= floor]
+        start = next((j for j, m in enumerate(messages) if m.offset() >= floor), len(messages))
+        return messages.tail(start) if isinstance(messages, FramedBatch) else messages[start:]
 
     def _advance(self, msg) -> None:
         self.next_offset = msg.offset() + 1

@@ -10,8 +10,9 @@ reads the records is chosen here, once per batch:
 - the Python decoder (under ``OLU_REFERENCE_KERNEL=1`` or :func:`.scan.python_decoder`) decodes
   runs of inserts with :func:`.decode.decode_inserts` and the rest one by one.
 
-Registry-framed records arrive transcoded (framed.py, before the runner): they are JSON events by
-now, or carry their verdict. Decoding is pure, so decoding the whole batch before applying any of
+Registry-framed records arrive prepared (framed.py, before the runner): the compiled readers' columns
+come with the batch (framed_scan.py), and the records they declined are JSON events by now, or
+carry their verdict. Decoding is pure, so decoding the whole batch before applying any of
 it changes nothing but the cost.
 """
 
@@ -66,8 +67,9 @@ class DecodedBatch:
 def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False) -> DecodedBatch:
     """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning key."""
     found = partitioning_keys(messages) if subjects else None
-    if compiled_decoder():
-        return _scanned(messages, dim, max_bytes, found)
+    prepared = getattr(messages, "scan", None)  # a framed batch the compiled readers read (framed_scan.py)
+    if prepared is not None or compiled_decoder():
+        return _scanned(messages, dim, max_bytes, found, prepared)
     return _python(messages, dim, max_bytes, found)
 
 
@@ -79,10 +81,11 @@ def decoded_event(msg, dim: int, max_bytes: int) -> Insert | Delete | DeadLetter
         return dead
 
 
-def _scanned(messages: list, dim: int, max_bytes: int, subjects) -> DecodedBatch:
-    scan = scan_batch(messages, dim=dim, max_bytes=max_bytes)
+def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan | None) -> DecodedBatch:
+    scan = scan if scan is not None else scan_batch(messages, dim=dim, max_bytes=max_bytes)
     stretches = scan.stretches()
-    events = {j: decoded_event(messages[j], dim, max_bytes)
+    known = getattr(messages, "events", {})  # deletes a framed reader decoded already
+    events = {j: known.get(j) or decoded_event(messages[j], dim, max_bytes)
               for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
     last = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
     return DecodedBatch(messages, stretches, {}, events, delete_keys(events), scan, subjects, last)

@@ -2,11 +2,12 @@
 registry cannot be asked, and resume it with backoff (worker/formats does the decoding).
 
 With ``OLU_INPUT_FORMAT`` = avro, json-schema or protobuf, the loop hands each partition's batch to
-:meth:`RegistryInput.prepare` before the partition runner sees it. Records become their JSON
-event (worker/formats/input.py) and go through the runner unchanged, so every check, the compiled
-fast path and the dead-letter reasons are those of JSON input; :func:`decode_message` (the
-runner's one call into this module) turns a record's decoding verdict into its dead letter, and
-:func:`original` gives the dead-letter topic the record's original bytes.
+:meth:`RegistryInput.prepare` before the partition runner sees it. The compiled readers take the
+common insert straight into the batch's columns (framed_scan.py); every other record becomes its
+JSON event (worker/formats/input.py) and goes through the runner unchanged, so every check and
+dead-letter reason is that of JSON input (under ``OLU_REFERENCE_KERNEL=1`` every record does).
+:func:`decode_message` (the runner's one call into this module) turns a record's decoding verdict
+into its dead letter, and :func:`original` gives the dead-letter topic the record's original bytes.
 
 Registry down (connection refused, timeout, HTTP 5xx, credentials refused): the batch is cut
 before the first record whose schema the client has not cached, the partition is paused and
@@ -23,10 +24,13 @@ import time
 from confluent_kafka import TopicPartition
 
 from ...formats.input import InputDecoder, Transcoded, transcode
+from ...formats.plans import PlanCache
 from ...formats.registry import new_client
 from ...logs import get_logger
 from ..exceptions import DeadLetter
 from .decode import Delete, Insert, decode_event
+from .framed_scan import prepare_framed
+from .scan import compiled_decoder
 
 __all__ = ["RegistryInput", "decode_message", "original"]
 
@@ -51,12 +55,17 @@ def original(msg):
 class RegistryInput:
     """Transcoding and registry pauses for the loop (one per worker)."""
 
-    def __init__(self, decoder: InputDecoder, clock=time.monotonic):
-        self.decoder = decoder
+    def __init__(self, decoder: InputDecoder, dim: int, clock=time.monotonic):
+        self.decoder, self.dim = decoder, dim
+        self.plans = PlanCache(decoder, dim, on_no_plan=self._no_plan)
         self.clock = clock
         self.paused: dict[tuple[str, int], tuple[float, int]] = {}  # key -> (retry at, offset)
         self.backoff: dict[tuple[str, int], float] = {}  # key -> the next pause's length (an outage goes on)
         self.pauses = 0
+
+    def _no_plan(self, schema_id: int, why: str) -> None:
+        log.info("records of this schema take the generic decoder (slower)",
+                 extra={"schema_id": schema_id, "format": self.decoder.format, "why": why})
 
     @classmethod
     def from_settings(cls, settings) -> RegistryInput | None:
@@ -64,13 +73,16 @@ class RegistryInput:
             return None
         decoder = InputDecoder(settings.input_format, new_client(settings), fields=settings.input_fields or (),
                                feature_fields=settings.input_feature_fields or (), max_bytes=settings.max_record_bytes)
-        return cls(decoder)
+        return cls(decoder, settings.dim)
 
     def prepare(self, consumer, key: tuple[str, int], batch: list) -> list:
         """The part of ``batch`` to process now, transcoded; pauses the partition where it stops."""
         if key in self.paused:  # fetched before the pause took effect: fetched again on resume
             return []
-        decoded, stop, error = transcode(self.decoder, batch)
+        if compiled_decoder():  # the common insert straight into columns (framed_scan.py)
+            decoded, stop, error = prepare_framed(self.plans, batch, dim=self.dim, max_bytes=self.decoder.max_bytes)
+        else:
+            decoded, stop, error = transcode(self.decoder, batch)
         if stop is None:
             self.backoff.pop(key, None)
             return decoded

@@ -401,10 +401,13 @@ def _data_pointer(typingctx, array):
 
 
 @jit
-def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted):
+def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted, framing=0):
     """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X``, ``y_out[r]`` and
     its id's place ``vbuf[spans[r, 0]:spans[r, 1]]`` (value r is ``vbuf[voff[r]:voff[r + 1]]``, its
-    key ``klen[r]`` bytes long)."""
+    key ``klen[r]`` bytes long; the JSON text starts ``framing`` bytes in, after a Schema Registry
+    framing, which counts towards ``max_bytes``)."""
     v, x, y, s = _data_pointer(vbuf), _data_pointer(X), _data_pointer(y_out), _data_pointer(spans)
     for r in range(accepted.shape[0]):
-        accepted[r] = _insert(v, voff[r], voff[r + 1], klen[r], dim, max_bytes, x, y, s, r)
+        start = voff[r] + framing
+        accepted[r] = start <= voff[r + 1] and _insert(v, start, voff[r + 1], klen[r], dim, max_bytes - framing,
+                                                       x, y, s, r)

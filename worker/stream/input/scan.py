@@ -33,7 +33,7 @@ import numpy as np
 from ...olu.core.kernels import hashing, jit
 from .insert_kernel import parse_kernel
 
-__all__ = ["BatchScan", "compiled_decoder", "python_decoder", "scan_batch"]
+__all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths", "python_decoder", "scan_batch"]
 
 
 @dataclass(slots=True)
@@ -55,6 +55,11 @@ class BatchScan:
         first = bool(self.accepted[0])
         return [(cuts[k], cuts[k + 1], first ^ bool(k & 1)) for k in range(len(cuts) - 1)]
 
+    def rows(self, start: int, stop: int) -> BatchScan:
+        """Records ``start:stop`` (views)."""
+        return BatchScan(self.accepted[start:stop], self.X[start:stop], self.y[start:stop], self.keys[start:stop],
+                         self.stamps[start:stop])
+
     def newest_ts(self, start: int, stop: int) -> int:
         """The largest available Kafka timestamp among records ``start:stop`` (0: none)."""
         kinds, ts = self.stamps[start:stop, 0], self.stamps[start:stop, 1]
@@ -66,7 +71,7 @@ class BatchScan:
         return np.maximum.accumulate(np.where(kinds != 0, np.maximum(ts, 0), 0))
 
 
-def _lengths(keys: list) -> np.ndarray:
+def key_lengths(keys: list) -> np.ndarray:
     """The length of each key (a None or non-bytes key counts as empty, which the kernel never
     accepts: unkeyed records go to the Python decoder)."""
     try:
@@ -75,7 +80,7 @@ def _lengths(keys: list) -> np.ndarray:
         return np.fromiter((len(k) if isinstance(k, (bytes, bytearray)) else 0 for k in keys), np.int64, len(keys))
 
 
-def _joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
+def joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
     """One buffer of all parts and the offsets of each (a None or non-bytes part counts as empty,
     which the kernel never accepts: tombstones go to the Python decoder)."""
     try:
@@ -100,17 +105,22 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int) -> BatchScan:
     """
     n = len(messages)
     # comprehensions, not map(methodcaller(...)): ~15 against ~50 ns per message
-    vbuf, voff = _joined([m.value() for m in messages])
-    klen = _lengths([m.key() for m in messages])
+    vbuf, voff = joined([m.value() for m in messages])
+    klen = key_lengths([m.key() for m in messages])
     X = np.empty((n, dim), np.float64)
     y = np.empty(n, np.float64)
     keys = np.zeros(n, np.uint64)
     spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
-    parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted)
+    parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
     hashing.blake2b64_spans(vbuf, spans, accepted, keys)
-    stamps = np.fromiter(chain.from_iterable([m.timestamp() for m in messages]), np.int64, 2 * n).reshape(n, 2)
-    return BatchScan(accepted, X, y, keys, stamps)
+    return BatchScan(accepted, X, y, keys, kafka_stamps(messages))
+
+
+def kafka_stamps(messages: list) -> np.ndarray:
+    """(n, 2) int64: each message's Kafka timestamp (type, ms)."""
+    n = len(messages)
+    return np.fromiter(chain.from_iterable([m.timestamp() for m in messages]), np.int64, 2 * n).reshape(n, 2)
 
 
 _python_only = False
