@@ -120,10 +120,23 @@ ROTATION_WORKER_X = Target(
     "rotation_worker_x", "with rotation on, the worker end to end >= 0.8x its rate without rotation", ">=", 0.8,
     "x", "issue 19")
 
+# --------------------------------------------------------------------------- issue 37 (formats at speed)
+AVRO_X_JSON = Target(
+    "avro_x_json", "Avro input, the worker end to end >= 1.0x its JSON rate on the same events", ">=", 1.0, "x",
+    "issue 37")
+PROTOBUF_X_JSON = Target(
+    "protobuf_x_json", "Protobuf input, the worker end to end >= 0.8x its JSON rate on the same events", ">=", 0.8,
+    "x", "issue 37")
+JSON_SCHEMA_X_JSON = Target(
+    "json_schema_x_json", "JSON Schema input (validated), the worker end to end >= 0.5x its JSON rate", ">=", 0.5,
+    "x", "issue 37")
+FORMAT_X_JSON = {"avro": AVRO_X_JSON, "protobuf": PROTOBUF_X_JSON, "json-schema": JSON_SCHEMA_X_JSON}
+
 ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS, ROTATION_X_ONE_MODEL, ROTATION_WORKER_X,
        LEARN_MANY_EVENTS_PER_S, LEDGER_BYTES_PER_DELETION, MERGE_STALL_MS,
        DELETION_IN_PLACE_US, DELETE_RATE_X_INSERTS_1PCT, DELETE_RATE_X_INSERTS_01PCT, BURST_100K_S,
-       WORKER_EVENTS_PER_S, WORKER_X_CEILING, DELETE_TO_RELEASE_P99_S, RESTORE_1M_S)
+       WORKER_EVENTS_PER_S, WORKER_X_CEILING, DELETE_TO_RELEASE_P99_S, RESTORE_1M_S, AVRO_X_JSON, PROTOBUF_X_JSON,
+       JSON_SCHEMA_X_JSON)
 
 
 class Checks:

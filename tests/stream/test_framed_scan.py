@@ -224,20 +224,24 @@ def _rich_proto():
     for k, name in enumerate(["other", "delete", "insert"]):
         enum.value.add(name=name, number=k)
     msg = fdp.message_type.add(name="Rich")  # first: the framing's message index 0
-    inner = fdp.message_type.add(name="Inner")
+    inner = fdp.message_type.add(name="Inner")  # scalars only: read by the compiled reader
     inner.field.add(name="a", number=1, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+    inner.field.add(name="b", number=2, type=F.TYPE_DOUBLE, label=F.LABEL_REPEATED)
+    deep = fdp.message_type.add(name="Deep")  # a string inside: left to the generic parser
+    deep.field.add(name="s", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     fields = [("op", 1, F.TYPE_ENUM, F.LABEL_OPTIONAL), ("id", 2, F.TYPE_STRING, F.LABEL_OPTIONAL),
               ("x", 3, F.TYPE_FLOAT, F.LABEL_REPEATED), ("ids", 6, F.TYPE_STRING, F.LABEL_REPEATED),
               ("flag", 7, F.TYPE_BOOL, F.LABEL_OPTIONAL), ("count", 8, F.TYPE_INT32, F.LABEL_OPTIONAL),
               ("name", 9, F.TYPE_STRING, F.LABEL_OPTIONAL), ("blob", 10, F.TYPE_BYTES, F.LABEL_OPTIONAL),
               ("inner", 12, F.TYPE_MESSAGE, F.LABEL_OPTIONAL), ("y", 4, F.TYPE_INT32, F.LABEL_OPTIONAL),
+              ("deep", 13, F.TYPE_MESSAGE, F.LABEL_OPTIONAL),
               ("ts", 5, F.TYPE_SINT64, F.LABEL_OPTIONAL)]
     for name, number, kind, label in fields:
         f = msg.field.add(name=name, number=number, type=kind, label=label)
         if kind == F.TYPE_ENUM:
             f.type_name = ".t.Op"
         if kind == F.TYPE_MESSAGE:
-            f.type_name = ".t.Inner"
+            f.type_name = ".t.Inner" if name == "inner" else ".t.Deep"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return fdp, GetMessageClass(pool.FindMessageTypeByName("t.Rich"))
@@ -332,7 +336,10 @@ def test_protobuf_reader_agrees_on_generated_messages(proto_client, data):
                   count=data.draw(st.integers(-2**31, 2**31 - 1)), name=data.draw(st.text(max_size=3)),
                   y=data.draw(st.integers(-2**31, 2**31 - 1)), ts=data.draw(st.integers(-2, 2**62)))
         if data.draw(st.booleans()):
-            msg.inner.a = 1
+            msg.inner.a = data.draw(st.integers(-5, 5))
+            msg.inner.b.extend(data.draw(st.lists(st.floats(), max_size=2)))
+        if data.draw(st.booleans()):
+            msg.deep.s = data.draw(st.text(max_size=2))
         pairs.append((data.draw(KEYS), mutations(framed(proto_client.ids["rich"], msg.SerializeToString(), b"\0"),
                                                  data)))
     compare("protobuf", proto_client, pairs)
@@ -349,8 +356,12 @@ def test_protobuf_reader_takes_the_common_records(proto_client):
     assert compare("protobuf", proto_client,
                    [(b"k", framed(proto_client.ids["rich"], rich.SerializeToString(), b"\0"))]) == 0  # ts < 0
     rich.ts = 9
+    rich.inner.a = 4
     assert compare("protobuf", proto_client,
                    [(b"k", framed(proto_client.ids["rich"], rich.SerializeToString(), b"\0"))]) == 1
+    rich.deep.s = "a"
+    assert compare("protobuf", proto_client,
+                   [(b"k", framed(proto_client.ids["rich"], rich.SerializeToString(), b"\0"))]) == 0
 
 
 # ------------------------------------------------------------------------- JSON Schema

@@ -48,7 +48,7 @@ PROTO_COLUMNS = ("role", "kind", "flags", "insert", "delete")
 NO_SYMBOL = -(1 << 40)
 P_VARINT, P_ZIGZAG, P_UNSIGNED, P_INT32, P_DOUBLE, P_FLOAT, P_STRING, P_BYTES, P_ENUM, P_BOOL, P_FIXED32, \
     P_FIXED64, P_MESSAGE = range(1, 14)
-F_REPEATED, F_PRESENCE, F_ASCII = 1, 2, 4
+F_REPEATED, F_PRESENCE, F_ASCII, F_FLAT = 1, 2, 4, 8  # F_FLAT: a message of scalars (Timestamp, wrappers)
 _INSERT = (105, 110, 115, 101, 114, 116)  # "insert"
 _DELETE = (100, 101, 108, 101, 116, 101)  # "delete"
 
@@ -376,6 +376,23 @@ def _proto_skip(buf, p, end, wire):
 
 
 @_helper
+def _proto_fields(buf, p, end):
+    """Whether ``buf[p:end]`` is a well-formed run of fields (of a message with scalars only: any
+    field of it, of any number and wire type, parses or is kept as unknown)."""
+    while p < end:
+        key, p = _varint(buf, p, end)
+        if p < 0:
+            return False
+        wire = np.int64(key & np.uint64(7))
+        if key >> np.uint64(3) == np.uint64(0) or wire == 3 or wire == 4 or wire > 5:
+            return False
+        p = _proto_skip(buf, p, end, wire)
+        if p < 0:
+            return False
+    return p == end
+
+
+@_helper
 def _wire_ok(kind, flags, wire):
     """Whether a field declared ``kind`` may arrive with ``wire`` (repeated numbers packed or not)."""
     if wire == 2:
@@ -418,8 +435,12 @@ def _proto_message(v, buf, p, end, plan, defaults, op_default, dim, X, y_out, sp
         role, kind, flags = plan[number, 0], plan[number, 1], plan[number, 2]
         if not _wire_ok(kind, flags, wire):
             return DECLINED
-        if kind == P_MESSAGE:
-            return DECLINED  # a sub-message the generic parser checks: let it
+        if kind == P_MESSAGE:  # the generic parser parses it: only one of scalars is certain here
+            n, q = _varint(buf, p, end)
+            if q < 0 or n > np.uint64(end - q) or not flags & F_FLAT or not _proto_fields(buf, q, q + np.int64(n)):
+                return DECLINED
+            p = q + np.int64(n)
+            continue
         if kind == P_STRING:  # proto3 checks UTF-8: only ASCII is certain here
             n, q = _varint(buf, p, end)
             if q < 0 or n > np.uint64(end - q) or not _ascii(buf, q, q + np.int64(n)):

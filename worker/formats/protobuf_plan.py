@@ -8,6 +8,10 @@ generic parser keeps them aside as unknown fields. Beside it, ``defaults``: the 
 and of each named feature when absent (proto3's 0, or NaN for a field with presence, which
 declines the record so that the generic path names the missing value).
 
+A field of a message type that is not a role is read when its message has scalars only (most
+well-known types: Timestamp, Duration, the numeric wrappers): its bytes must be well-formed
+fields; a record setting any other message field is declined.
+
 Types the reader does not map get no plan and their records take the generic path (input.py):
 a role on a field of a message type (well-known wrappers included), in a real ``oneof``, repeated
 where a scalar is meant or of a type the event does not read (``bool`` label, ``bytes`` id), a
@@ -29,6 +33,7 @@ from .framed_kernel import (
     DECLINED,
     DELETE,
     F_ASCII,
+    F_FLAT,
     F_PRESENCE,
     F_REPEATED,
     FEATURE,
@@ -121,8 +126,10 @@ def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
 
 def _flags(f) -> int:
     repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+    flat = f.type == FD.TYPE_MESSAGE and all(
+        g.type not in (FD.TYPE_STRING, FD.TYPE_MESSAGE, FD.TYPE_GROUP) for g in f.message_type.fields)
     return ((F_REPEATED if repeated else 0) | (F_PRESENCE if f.has_presence else 0)
-            | (F_ASCII if f.type == FD.TYPE_STRING else 0))
+            | (F_ASCII if f.type == FD.TYPE_STRING else 0) | (F_FLAT if flat else 0))
 
 
 def _check_role(f, role: int) -> None:
