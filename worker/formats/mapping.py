@@ -109,19 +109,49 @@ def _check_finite(values, name: str) -> None:
 
 
 def message_dict(msg) -> dict:
-    """A Protobuf message as a dict of its schema's fields: repeated fields as lists, enum values by
-    name, a field with presence that is unset as None (proto3 scalars without it: their value)."""
-    out = {}
-    for f in msg.DESCRIPTOR.fields:
-        value = getattr(msg, f.name)
-        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
-        if repeated:
-            out[f.name] = list(value)
-        elif f.has_presence and not msg.HasField(f.name):
-            out[f.name] = None
-        elif f.enum_type is not None:
+    """A Protobuf message as a dict of its schema's fields: repeated fields as lists (an empty one as
+    ``()``), enum values by name, a field with presence that is unset as None (proto3 scalars without
+    it: their value). Only the fields set are visited (``ListFields``), over a template of the
+    unset values built once per message type.
+
+    >>> from worker.formats.protobuf import event_class
+    >>> message_dict(event_class()(op="insert", id="r-1", x=[0.5]))
+    {'op': 'insert', 'id': 'r-1', 'x': [0.5], 'y': None, 'ts': None, 'ids': ()}
+    """
+    descriptor = msg.DESCRIPTOR
+    template = _TEMPLATES.get(descriptor)
+    if template is None:
+        template = _TEMPLATES[descriptor] = _template(descriptor)
+    out = dict(template)
+    for f, value in msg.ListFields():
+        if f.enum_type is not None and not _repeated(f):
             symbol = f.enum_type.values_by_number.get(value)
             out[f.name] = symbol.name if symbol is not None else value
+        elif _repeated(f):
+            out[f.name] = list(value)
         else:
             out[f.name] = value
+    return out
+
+
+_TEMPLATES: dict = {}
+
+
+def _repeated(f) -> bool:
+    return f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+
+
+def _template(descriptor) -> dict:
+    """Each field's value when unset: () repeated, None with presence, else its default (an enum's by name)."""
+    out = {}
+    for f in descriptor.fields:
+        if _repeated(f):
+            out[f.name] = ()
+        elif f.has_presence:
+            out[f.name] = None
+        elif f.enum_type is not None:
+            symbol = f.enum_type.values_by_number.get(f.default_value)
+            out[f.name] = symbol.name if symbol is not None else f.default_value
+        else:
+            out[f.name] = f.default_value
     return out
