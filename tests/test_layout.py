@@ -16,7 +16,7 @@ MAX_LINES = 600
 TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow", "worker.http", "worker.devtools"),
          ("worker.metrics",), ("worker.stream", "worker.client"),
          ("worker.config", "worker.state", "worker.formats", "worker.kafka_log", "worker.logs", "worker.memory"),
-         ("worker.olu",), ("worker.wire", "worker.exceptions", "worker"))
+         ("worker.features",), ("worker.olu",), ("worker.wire", "worker.exceptions", "worker"))
 # The engine's layers, each allowed to import only the ones after it (and itself).
 ENGINE_LAYERS = ("worker.olu.registry", "worker.olu.algorithms", "worker.olu.core", "worker.olu.privacy",
                  "worker.olu.exceptions", "worker.olu.arith")

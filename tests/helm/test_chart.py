@@ -217,8 +217,9 @@ ALL_SETTINGS = {
     "input_feature_fields": [f"f{i}" for i in range(16)],
 }
 NOT_SETTABLE = {"transactional_id", "schema_registry_user_info"}
-#: Settable, but excluded by one in ALL_SETTINGS (rho): wired on their own below.
+#: Settable, but excluded by one in ALL_SETTINGS (rho; dim and input_feature_fields): wired on their own below.
 EXCLUSIVE = {"target_epsilon": 2.0}
+FEATURES = {"features_file": "features.yaml", "features_reset": True}
 
 
 def test_config_keys_are_exactly_the_worker_settings(chart):
@@ -227,7 +228,7 @@ def test_config_keys_are_exactly_the_worker_settings(chart):
     schema = chart.schema["properties"]["config"]
     assert set(schema["properties"]) == settings, "values.schema.json config: must list every setting"
     assert schema["additionalProperties"] is False  # a typo fails at install
-    assert set(ALL_SETTINGS) | NOT_SETTABLE | set(EXCLUSIVE) == settings
+    assert set(ALL_SETTINGS) | NOT_SETTABLE | set(EXCLUSIVE) | set(FEATURES) == settings
 
 
 def test_the_privacy_target_is_wired_on_its_own(chart):
@@ -235,6 +236,15 @@ def test_the_privacy_target_is_wired_on_its_own(chart):
     assert float(env["OLU_TARGET_EPSILON"]) == 2.0 and "OLU_RHO" not in env
     settings = load_settings([], env)
     assert (settings.target_epsilon, settings.rho, settings.origin("target_epsilon")) == (2.0, None, "env")
+
+
+def test_the_feature_spec_is_wired_on_its_own(chart, tmp_path):
+    spec = tmp_path / "features.yaml"
+    spec.write_text("features:\n  - {name: age, type: numeric, range: [0, 100]}\n")
+    env = plain_env(render(chart, merge(REQUIRED, {"config": {**FEATURES, "features_file": str(spec), "dim": None}})))
+    assert env["OLU_FEATURES_FILE"] == str(spec) and env["OLU_FEATURES_RESET"] == "true"
+    settings = load_settings([], env)
+    assert (settings.dim, settings.features_reset, settings.origin("features_file")) == (2, True, "env")
 
 
 def test_every_setting_is_wired_to_its_env_var(chart):

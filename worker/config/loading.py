@@ -234,6 +234,7 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     if "rho" in explicit:
         values["target_epsilon"] = None  # the default target gives way to an explicit slope
 
+    _apply_feature_spec(values, explicit)
     required = {"run": ("bootstrap_servers", "dim"), "produce": ("bootstrap_servers",)}.get(command, ())
     for name in required:
         if values[name] is None:
@@ -272,6 +273,38 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     settings = Settings(**values)
     _check_model(settings)
     return settings
+
+
+#: The feature bound is the spec's own norm bound with this much room, so that rounding in the
+#: engine's norm (summed in another order than the spec's) never refuses a vector of the spec.
+FEATURE_BOUND_ROOM = 1 + 1e-9
+
+
+def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
+    """Load ``features_file``: it sets ``dim`` and ``feature_bound`` (worker/features)."""
+    if values["features_file"] is None:
+        if values["features_reset"]:
+            raise ConfigError(f"{_label('features_reset')} applies only with {_label('features_file')}")
+        return
+    from ..features.exceptions import FeatureSpecError
+    from ..features.spec import load_spec
+
+    try:
+        spec = load_spec(values["features_file"])
+    except FeatureSpecError as bad:
+        raise ConfigError(f"{_label('features_file')} ({values['features_file']}): the feature spec has mistakes:\n"
+                          + "\n".join(f"  - {p}" for p in bad.problems)) from None
+    if values["dim"] is not None and values["dim"] != spec.dim:
+        raise ConfigError(f"{_label('dim')} is {values['dim']}, but the feature spec makes {spec.dim} coordinates: "
+                          f"leave {_label('dim')} unset with {_label('features_file')}")
+    if "feature_bound" in explicit:
+        raise ConfigError(f"{_label('feature_bound')} is set, but the feature spec bounds the vector: declare "
+                          f"'bound:' in the spec instead (docs/calibration.md 7)")
+    if values["input_feature_fields"]:
+        raise ConfigError(f"{_label('input_feature_fields')} and {_label('features_file')} exclude each other: "
+                          "the spec names the feature fields")
+    values["dim"], values["feature_bound"] = spec.dim, spec.norm_bound * FEATURE_BOUND_ROOM
+    values["feature_spec"] = spec
 
 
 def _check_registry(values: dict[str, Any]) -> None:

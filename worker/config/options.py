@@ -118,7 +118,12 @@ OPTIONS: tuple[Option, ...] = (
            "this order (instead of the array field x); as many as dim", "registry"),
     # Model
     Option("algorithm", choice(ALGORITHMS), "learner-unlearner", "model"),
-    Option("dim", number(1, integer=True), "feature dimension (required for run)", "model"),
+    Option("dim", number(1, integer=True), "feature dimension (required for run, unless features_file gives it)",
+           "model"),
+    Option("features_file", text, "feature spec (YAML or JSON): inserts carry named fields, turned into the "
+           "vector by declared transforms; sets dim and feature_bound (README, Named fields)", "model"),
+    Option("features_reset", boolean, "a snapshot trained under another feature spec starts a fresh model "
+           "(default: the restore is refused)", "model"),
     Option("loss", choice(LOSSES), "loss function", "model"),
     Option("l2", non_negative, "L2 regularisation (strong convexity mu)", "model"),
     Option("label_bound", positive, "bound on the label magnitude, abs(y) (ridge)", "model"),

@@ -34,7 +34,7 @@ from .kafka import (
 #: recorded for the start-up log line.
 #: OLU_DELETION_RELEASES: one release per poll batch of deletions, or one per deletion request
 DELETION_RELEASES = ("batch", "each")
-NOT_OPTIONS = ("kafka_overrides", "storage_credentials_present", "origins")
+NOT_OPTIONS = ("kafka_overrides", "storage_credentials_present", "origins", "feature_spec")
 
 
 @dataclass(frozen=True, repr=False)
@@ -64,6 +64,8 @@ class Settings:
     # Model
     algorithm: str = "passive"
     dim: int | None = None
+    features_file: str | None = None
+    features_reset: bool = False
     loss: str = "logistic"
     l2: float = 0.01
     label_bound: float = 1.0
@@ -125,6 +127,7 @@ class Settings:
     # Not settings: facts recorded for the start-up log line
     storage_credentials_present: bool = False
     origins: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # name -> flag|env|default
+    feature_spec: Any = field(default=None, compare=False)  # worker.features.FeatureSpec of features_file
 
     def __post_init__(self):
         if isinstance(self.input_topics, str):

@@ -24,10 +24,8 @@ import math
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic
 
+from ..olu.core.kernels.intrinsics import data_pointer, f32, f64
 from ..olu.core.kernels.jit import jit
 
 __all__ = ["AVRO_KINDS", "MAX_BRANCHES", "PROTO_COLUMNS", "ROLES", "avro_kernel", "protobuf_kernel"]
@@ -53,36 +51,6 @@ _INSERT = (105, 110, 115, 101, 114, 116)  # "insert"
 _DELETE = (100, 101, 108, 101, 116, 101)  # "delete"
 
 _helper = numba.njit(nogil=True)
-
-
-@intrinsic
-def _data_pointer(typingctx, array):
-    """The raw pointer to an array's first element (valid while the array is alive)."""
-    def codegen(context, builder, signature, args):
-        return context.make_array(signature.args[0])(context, builder, args[0]).data
-
-    return types.CPointer(array.dtype)(array), codegen
-
-
-@intrinsic
-def _f64(typingctx, pointer, offset):
-    """The little-endian double at byte ``pointer + offset`` (any alignment)."""
-    def codegen(context, builder, signature, args):
-        address = builder.gep(args[0], [args[1]])
-        return builder.load(builder.bitcast(address, ir.DoubleType().as_pointer()), align=1)
-
-    return types.float64(pointer, offset), codegen
-
-
-@intrinsic
-def _f32(typingctx, pointer, offset):
-    """The little-endian float at byte ``pointer + offset``, widened exactly to a double."""
-    def codegen(context, builder, signature, args):
-        address = builder.gep(args[0], [args[1]])
-        value = builder.load(builder.bitcast(address, ir.FloatType().as_pointer()), align=1)
-        return builder.fpext(value, ir.DoubleType())
-
-    return types.float64(pointer, offset), codegen
 
 
 @_helper
@@ -205,9 +173,9 @@ def _avro_skip(buf, p, end, kind, aux, aux2):
 def _avro_number(v, buf, p, end, kind):
     """(value as the event's double, position after it) of a numeric field; -1 when not numeric."""
     if kind == A_DOUBLE:
-        return (_f64(v, p), p + 8) if p + 8 <= end else (0.0, -1)
+        return (f64(v, p), p + 8) if p + 8 <= end else (0.0, -1)
     if kind == A_FLOAT:
-        return (_f32(v, p), p + 4) if p + 4 <= end else (0.0, -1)
+        return (f32(v, p), p + 4) if p + 4 <= end else (0.0, -1)
     if kind == A_INT or kind == A_LONG:
         n, q = _long(buf, p, end)
         return float(n), q
@@ -235,7 +203,7 @@ def _avro_doubles(v, buf, p, end, kind, row, dim, X):
             return -1, False
         for _ in range(count):
             if got < dim:
-                value = _f64(v, p) if kind == A_DOUBLE else _f32(v, p)
+                value = f64(v, p) if kind == A_DOUBLE else f32(v, p)
                 finite &= math.isfinite(value)
                 X[row, got] = value
             got += 1
@@ -317,7 +285,7 @@ def avro_kernel(vbuf, voff, klen, slots, slot, plan, named, dim, max_bytes, X, y
     bytes first, key ``klen[r]`` bytes): ``kinds[r]`` (INSERT, DELETE, DECLINED), the id's place
     ``vbuf[spans[r, 0]:spans[r, 1]]`` and, for an insert, its row of ``X`` and ``y_out[r]``.
     ``named``: the features are named fields (else one array field)."""
-    v = _data_pointer(vbuf)
+    v = data_pointer(vbuf)
     nfields = plan.shape[0]
     for r in range(slots.shape[0]):
         if slots[r] != slot:
@@ -337,11 +305,11 @@ def _proto_scalar(v, buf, p, end, kind, wire):
     if kind == P_DOUBLE:
         if wire != 1 or p + 8 > end:
             return 0.0, -1
-        return _f64(v, p), p + 8
+        return f64(v, p), p + 8
     if kind == P_FLOAT:
         if wire != 5 or p + 4 > end:
             return 0.0, -1
-        return _f32(v, p), p + 4
+        return f32(v, p), p + 4
     if wire != 0:
         return 0.0, -1
     raw, p = _varint(buf, p, end)
@@ -470,7 +438,7 @@ def _proto_message(v, buf, p, end, plan, defaults, op_default, dim, X, y_out, sp
                     return DECLINED
             while p < stop:
                 if got < dim:
-                    X[r, got] = _f64(v, p) if width == 8 else _f32(v, p)
+                    X[r, got] = f64(v, p) if width == 8 else f32(v, p)
                 got += 1
                 p += width
         elif role == Y:
@@ -498,7 +466,7 @@ def protobuf_kernel(vbuf, voff, klen, slots, slot, plan, defaults, op_default, d
     0 byte after the schema id); ``defaults``: the label's value when absent, then each named
     feature's (NaN: the field has presence, so absent is no value and the record is declined);
     ``op_default``: what an absent ``op`` reads as (an enum's value 0 may be "insert")."""
-    v = _data_pointer(vbuf)
+    v = data_pointer(vbuf)
     for r in range(slots.shape[0]):
         if slots[r] != slot:
             continue

@@ -112,7 +112,7 @@ class PartitionRunner:
         # the input stage chooses the decoder; each message's subject (its Kafka key) is hashed
         # for a model that caps what one key contributes
         batch = decode_batch(self._unseen(messages), dim=self.model.dim, max_bytes=self.settings.max_record_bytes,
-                             subjects=self.model.key_cap is not None)
+                             subjects=self.model.key_cap is not None, features=self.settings.feature_spec)
         messages, self._subjects, stretches = batch.messages, batch.subjects, batch.stretches
         # Inserts split by deletes: check all of them once, then learn each stretch (a check per
         # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.

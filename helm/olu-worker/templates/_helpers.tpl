@@ -142,8 +142,8 @@ Checks that values.schema.json cannot express (each fails the install with a mes
 {{- if not (include "olu-worker.isSet" $c.bootstrap_servers) -}}
 {{- fail "config.bootstrap_servers is required (OLU_KAFKA_BOOTSTRAP_SERVERS: the Kafka bootstrap servers, host:port[,host:port])" -}}
 {{- end -}}
-{{- if not (include "olu-worker.isSet" $c.dim) -}}
-{{- fail "config.dim is required (OLU_DIM: the feature dimension of the input events)" -}}
+{{- if not (or (include "olu-worker.isSet" $c.dim) (include "olu-worker.isSet" $c.features_file)) -}}
+{{- fail "config.dim is required (OLU_DIM: the feature dimension of the input events), unless config.features_file gives it" -}}
 {{- end -}}
 {{- if not (include "olu-worker.isSet" $c.privacy_unit) -}}
 {{- fail "config.privacy_unit is required (OLU_PRIVACY_UNIT): per-request protects each deletion request on its own, all-deletions every deleted record together at a far larger noise; olu-worker plan shows what each costs on your events" -}}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...features.spec import FeatureSpec
 from ..exceptions import DeadLetter
 from .decode import Delete, Insert, InsertRun, decode_inserts
 from .framed import decode_message
@@ -64,44 +65,46 @@ class DecodedBatch:
                          scan.keys[start:stop])
 
 
-def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False) -> DecodedBatch:
-    """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning key."""
+def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False,
+                 features: FeatureSpec | None = None) -> DecodedBatch:
+    """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning key;
+    ``features``: inserts carry named fields, turned into vectors by this spec (worker/features)."""
     found = partitioning_keys(messages) if subjects else None
     prepared = getattr(messages, "scan", None)  # a framed batch the compiled readers read (framed_scan.py)
     if prepared is not None or compiled_decoder():
-        return _scanned(messages, dim, max_bytes, found, prepared)
-    return _python(messages, dim, max_bytes, found)
+        return _scanned(messages, dim, max_bytes, found, prepared, features)
+    return _python(messages, dim, max_bytes, found, features)
 
 
-def decoded_event(msg, dim: int, max_bytes: int) -> Insert | Delete | DeadLetter:
+def decoded_event(msg, dim: int, max_bytes: int, features=None) -> Insert | Delete | DeadLetter:
     """The message's event, or the :class:`DeadLetter` saying why it has none."""
     try:
-        return decode_message(msg, dim=dim, max_bytes=max_bytes)
+        return decode_message(msg, dim=dim, max_bytes=max_bytes, features=features)
     except DeadLetter as dead:
         return dead
 
 
-def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan | None) -> DecodedBatch:
-    scan = scan if scan is not None else scan_batch(messages, dim=dim, max_bytes=max_bytes)
+def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan | None, features) -> DecodedBatch:
+    scan = scan if scan is not None else scan_batch(messages, dim=dim, max_bytes=max_bytes, features=features)
     stretches = scan.stretches()
     known = getattr(messages, "events", {})  # deletes a framed reader decoded already
-    events = {j: known.get(j) or decoded_event(messages[j], dim, max_bytes)
+    events = {j: known.get(j) or decoded_event(messages[j], dim, max_bytes, features)
               for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
     last = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
     return DecodedBatch(messages, stretches, {}, events, delete_keys(events), scan, subjects, last)
 
 
-def _python(messages: list, dim: int, max_bytes: int, subjects) -> DecodedBatch:
+def _python(messages: list, dim: int, max_bytes: int, subjects, features) -> DecodedBatch:
     stretches, runs, events = [], {}, {}
     i, n = 0, len(messages)
     while i < n:
-        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n)
+        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n, features=features)
         if run is not None and run.end > i:
             stretches.append((i, run.end, True))
             runs[i] = run
             i = run.end
             continue
-        events[i] = decoded_event(messages[i], dim, max_bytes)  # not a valid insert: a delete or a dead letter
+        events[i] = decoded_event(messages[i], dim, max_bytes, features)  # not an insert: a delete or a dead letter
         stretches.append((i, i + 1, False))
         i += 1
     # this decoder knows a record's kind only once it reached it: any message may be a delete

@@ -60,6 +60,9 @@ from itertools import chain
 import numpy as np
 import orjson
 
+from ...features.exceptions import BadFeature
+from ...features.spec import FeatureSpec
+from ...features.transform import vectorize
 from ..exceptions import DeadLetter
 
 __all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "MAX_REQUEST_IDS", "decode_event", "decode_inserts",
@@ -215,7 +218,40 @@ def _bad_item(x: list) -> DeadLetter:
     return DeadLetter("bad_features", "x holds a non-number")  # pragma: no cover (caller checked)
 
 
-def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes: int) -> Insert | Delete:
+def _label(obj: dict) -> float:
+    y = obj.get("y", _MISSING)
+    kind = type(y)
+    if kind is float:
+        return y
+    if kind is not int:
+        if y is _MISSING:
+            raise DeadLetter("bad_label", "no 'y' field")
+        raise DeadLetter("bad_label", f"'y' is a {_type_name(y)}, expected a number")
+    try:
+        return float(y)
+    except OverflowError:
+        raise DeadLetter("non_finite", "the integer label is too large for a double") from None
+
+
+def _named_insert(key, obj: dict, features: FeatureSpec) -> Insert:
+    """An insert whose features are named fields, turned into the vector by the feature spec
+    (worker/features/transform.py). Fields the spec does not name are ignored."""
+    record_id = _check_id(obj)
+    _check_key(key)
+    if "x" in obj:
+        raise DeadLetter("bad_features", "'x' is given, but with a feature spec the features come from its "
+                                         "named fields")
+    y = _label(obj)
+    ts = _check_ts({"ts": obj["ts"]}, ("ts",), 0) if "ts" in obj else None
+    try:
+        x, _ = vectorize(features, obj)
+    except BadFeature as bad:
+        raise DeadLetter(bad.reason, bad.detail) from None
+    return Insert(record_id, x.tolist(), y, ts)
+
+
+def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes: int,
+                 features: FeatureSpec | None = None) -> Insert | Delete:
     """Decode a Kafka record of the input topic; raise :class:`DeadLetter` if it must be rejected.
 
     >>> decode_event(b"r-1", b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}', dim=2, max_bytes=4096)
@@ -243,6 +279,8 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
         raise DeadLetter("not_object", f"value is a JSON {_type_name(obj)}, expected an object")
     op = obj.get("op")
 
+    if op == "insert" and features is not None:
+        return _named_insert(key, obj, features)
     if op == "insert":
         record_id = _check_id(obj)
         _check_key(key)
@@ -263,17 +301,7 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
                 x = list(map(float, x))
             except OverflowError:
                 raise DeadLetter("non_finite", "an integer in x is too large for a double") from None
-        y = obj.get("y", _MISSING)
-        kind = type(y)
-        if kind is not float:
-            if kind is not int:
-                if y is _MISSING:
-                    raise DeadLetter("bad_label", "no 'y' field")
-                raise DeadLetter("bad_label", f"'y' is a {_type_name(y)}, expected a number")
-            try:
-                y = float(y)
-            except OverflowError:
-                raise DeadLetter("non_finite", "the integer label is too large for a double") from None
+        y = _label(obj)
         ts = None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4)
         return Insert(record_id, x, y, ts)
 
@@ -304,7 +332,8 @@ class InsertRun:
     keys: np.ndarray | None = None  # record_key of each id, when already known
 
 
-def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int | None = None) -> InsertRun:
+def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int | None = None,
+                   features: FeatureSpec | None = None) -> InsertRun:
     """Decode the longest run of valid inserts in ``messages[start:stop]``, in one pass.
 
     The values and the accept/reject decision are exactly those of :func:`decode_event`; this is
@@ -321,6 +350,8 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
     >>> run.end, run.ids, run.X.tolist(), run.y.tolist()
     (1, ['r-1'], [[0.5, 1.0]], [1.0])
     """
+    if features is not None:
+        return _named_inserts(messages, start, len(messages) if stop is None else stop, max_bytes, features)
     loads, decode_error, limit = _loads, _JSONDecodeError, MAX_ID_CHARS
     ids: list[str] = []
     xs: list[list] = []
@@ -363,4 +394,26 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
         newest = max((ts for kind, ts in stamps if kind), default=0)
     # orjson reads integers within 64 bits only, so every item and label fits a double.
     X = np.array(xs, dtype=np.float64).reshape(len(xs), dim)
+    return InsertRun(end, ids, X, np.array(ys, dtype=np.float64), newest)
+
+
+def _named_inserts(messages, start: int, stop: int, max_bytes: int, features: FeatureSpec) -> InsertRun:
+    """:func:`decode_inserts` under a feature spec: each record through :func:`decode_event`."""
+    ids, xs, ys, newest, end = [], [], [], 0, start
+    for j in range(start, stop):
+        msg = messages[j]
+        try:
+            event = decode_event(msg.key(), msg.value(), dim=features.dim, max_bytes=max_bytes, features=features)
+        except DeadLetter:
+            break
+        if not isinstance(event, Insert):
+            break
+        kind, ts = msg.timestamp()
+        if kind and ts > newest:
+            newest = ts
+        ids.append(event.id)
+        xs.append(event.x)
+        ys.append(event.y)
+        end = j + 1
+    X = np.array(xs, dtype=np.float64).reshape(len(xs), features.dim)
     return InsertRun(end, ids, X, np.array(ys, dtype=np.float64), newest)

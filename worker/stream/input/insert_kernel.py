@@ -36,37 +36,14 @@ import math
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import types
 from numba.cpython.unsafe.numbers import leading_zeros
-from numba.extending import intrinsic
 
+from ...olu.core.kernels.intrinsics import data_pointer, load8, mul64
 from ...olu.core.kernels.jit import jit
 from .decode import MAX_ID_CHARS
+from .pow10 import POW10_HI, POW10_LO, POW10_MAX, POW10_MIN
 
-__all__ = ["POW10_HI", "POW10_LO", "parse_kernel", "read_number"]
-
-_POW10_MIN, _POW10_MAX = -348, 347
-
-
-def _powers_of_ten() -> tuple[np.ndarray, np.ndarray]:
-    """128-bit mantissas of 10^e, e in [-348, 347], normalised (top bit set) and rounded down."""
-    lo, hi = [], []
-    for e in range(_POW10_MIN, _POW10_MAX + 1):
-        if e >= 0:
-            v = 10**e
-            bits = v.bit_length()
-            m = v << (128 - bits) if bits <= 128 else v >> (bits - 128)
-        else:
-            v = 10**-e
-            m = (1 << (127 + v.bit_length())) // v
-        assert 1 << 127 <= m < 1 << 128
-        lo.append(m & (2**64 - 1))
-        hi.append(m >> 64)
-    return np.array(lo, np.uint64), np.array(hi, np.uint64)
-
-
-POW10_LO, POW10_HI = _powers_of_ten()
+__all__ = ["POW10_HI", "POW10_LO", "parse_kernel", "parse_named_kernel", "read_number"]
 
 # uint64 constants: numba would turn uint64-with-int64 arithmetic into float64
 _U0, _U1, _U3, _U4, _U8, _U9, _U10, _U16, _U32, _U53, _U63 = (
@@ -84,28 +61,6 @@ _MINUS, _PLUS, _DOT, _ZERO, _NINE, _E, _LOWER_E = 45, 43, 46, 48, 57, 69, 101
 
 # Helpers: plain compiled functions on scalars and raw pointers (LLVM inlines them).
 _helper = numba.njit(nogil=True)
-
-
-@intrinsic
-def _mul64(typingctx, a, b):
-    """The 128-bit product of two uint64 as (high, low): one machine multiplication."""
-    def codegen(context, builder, signature, args):
-        wide = ir.IntType(128)
-        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
-        high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
-        return context.make_tuple(builder, signature.return_type, (high, builder.trunc(product, ir.IntType(64))))
-
-    return types.UniTuple(types.uint64, 2)(types.uint64, types.uint64), codegen
-
-
-@intrinsic
-def _load8(typingctx, pointer, offset):
-    """The eight bytes at ``pointer + offset`` as one little-endian uint64 (any alignment)."""
-    def codegen(context, builder, signature, args):
-        address = builder.gep(args[0], [args[1]])
-        return builder.load(builder.bitcast(address, ir.IntType(64).as_pointer()), align=1)
-
-    return types.uint64(pointer, offset), codegen
 
 
 @_helper
@@ -138,15 +93,15 @@ def _to_double(man, exp10, neg):
 @_helper
 def _eisel_lemire(man, exp10, neg):
     """:func:`_to_double` for any man and exp10 (Go's ``eiselLemire64``)."""
-    if exp10 < _POW10_MIN or exp10 > _POW10_MAX:
+    if exp10 < POW10_MIN or exp10 > POW10_MAX:
         return 0.0, False
     clz = np.int64(leading_zeros(man))
     man <<= np.uint64(clz)
     exp2 = ((217706 * exp10) >> 16) + 64 + 1023 - clz  # floor(log2(10**exp10)) + bias + 64, as in Go
-    i = exp10 - _POW10_MIN
-    x_hi, x_lo = _mul64(man, POW10_HI[i])
+    i = exp10 - POW10_MIN
+    x_hi, x_lo = mul64(man, POW10_HI[i])
     if x_hi & _LOW9 == _LOW9 and x_lo + man < man:  # the truncated power's error may reach x_hi
-        y_hi, y_lo = _mul64(man, POW10_LO[i])
+        y_hi, y_lo = mul64(man, POW10_LO[i])
         merged_hi, merged_lo = x_hi, x_lo + y_hi
         if merged_lo < x_lo:
             merged_hi += _U1
@@ -202,7 +157,7 @@ def read_number(buf, p, end):
         first = p
         while p < end and _is_digit(buf[p]):
             if man != _U0 and digits <= 11 and p + 8 <= end:  # eight digits at once, if they are
-                chunk = _load8(buf, p)
+                chunk = load8(buf, p)
                 if _eight_digits(chunk):
                     man = man * _U10_8 + _eight_digit_value(chunk)
                     digits += 8
@@ -310,6 +265,27 @@ def _is_insert(buf, p, stop):
 
 
 @_helper
+def _op_id_ts(buf, p, end, field, spans, r):
+    """Past the value of ``op`` (must be "insert"), ``id`` (its place into ``spans``) or ``ts`` (a
+    plain non-negative integer of at most 18 digits); -1 when it is not one the fast path takes."""
+    if field == _TS:
+        first = p
+        while p < end and _is_digit(buf[p]):
+            p += 1
+        return -1 if p == first or p - first > 18 or (buf[first] == _ZERO and p - first > 1) else p
+    if buf[p] != _QUOTE:
+        return -1
+    stop = _string_end(buf, p + 1, end)
+    if stop < 0 or (field == _OP and not _is_insert(buf, p + 1, stop)):
+        return -1
+    if field == _ID:
+        if stop == p + 1 or stop - (p + 1) > MAX_ID_CHARS:  # ASCII: bytes are characters
+            return -1
+        spans[2 * r], spans[2 * r + 1] = p + 1, stop
+    return stop + 1
+
+
+@_helper
 def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r):
     """Accept record r (value ``buf[p:end]``, a key of ``klen`` bytes) as a common insert? Its id is
     then ``buf[spans[2r]:spans[2r + 1]]``."""
@@ -337,21 +313,10 @@ def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r):
         p = _skip_ws(buf, p + 1, end)
         if p >= end:
             return False
-        if field == _OP or field == _ID:
-            if buf[p] != _QUOTE:
+        if field == _OP or field == _ID or field == _TS:
+            p = _op_id_ts(buf, p, end, field, spans, r)
+            if p < 0:
                 return False
-            stop = _string_end(buf, p + 1, end)
-            if stop < 0:
-                return False
-            if field == _OP:
-                if not _is_insert(buf, p + 1, stop):
-                    return False
-            else:
-                if stop == p + 1 or stop - (p + 1) > MAX_ID_CHARS:  # ASCII: bytes are characters
-                    return False
-                spans[2 * r] = p + 1
-                spans[2 * r + 1] = stop
-            p = stop + 1
         elif field == _X:
             if buf[p] != _LBRACKET:
                 return False
@@ -372,17 +337,11 @@ def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r):
                     return False
             if count != dim:
                 return False
-        elif field == _Y:
+        else:
             p, value, ok = read_number(buf, p, end)
             if not ok:
                 return False
             y_out[r] = value
-        else:  # ts: a plain non-negative integer of at most 18 digits
-            first = p
-            while p < end and _is_digit(buf[p]):
-                p += 1
-            if p == first or p - first > 18 or (buf[first] == _ZERO and p - first > 1):
-                return False
         p, c = _separator(buf, p, end)
         if c == _RBRACE:
             break
@@ -391,13 +350,228 @@ def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r):
     return seen & _REQUIRED == _REQUIRED and _skip_ws(buf, p, end) == end
 
 
-@intrinsic
-def _data_pointer(typingctx, array):
-    """The raw pointer to an array's first element (valid while the array is alive)."""
-    def codegen(context, builder, signature, args):
-        return context.make_array(signature.args[0])(context, builder, args[0]).data
+# ------------------------------------------------------- named fields (worker/features: the spec)
+_K_RANGE, _K_SCALE, _K_BOOL, _K_CAT = 0, 1, 2, 3  # worker/features/tables.py's kind codes (4: hashed)
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+_MIX1, _MIX2, _U27, _U30, _U31 = (np.uint64(v) for v in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 27, 30, 31))
+_NULL, _TRUE, _FALSE = (110, 117, 108, 108), (116, 114, 117, 101), (102, 97, 108, 115, 101)
 
-    return types.CPointer(array.dtype)(array), codegen
+
+@_helper
+def _category_hash(buf, p, stop):
+    """worker.features.transform.category_hash of ``buf[p:stop]``."""
+    h = _FNV_OFFSET
+    for i in range(p, stop):
+        h = (h ^ np.uint64(buf[i])) * _FNV_PRIME
+    h = (h ^ (h >> _U30)) * _MIX1
+    h = (h ^ (h >> _U27)) * _MIX2
+    return h ^ (h >> _U31)
+
+
+@_helper
+def _same(buf, p, size, other, start):  # buf[p:p + size] == other[start:start + size]
+    for i in range(size):
+        if buf[p + i] != other[start + i]:
+            return False
+    return True
+
+
+@_helper
+def _literal(buf, p, end, word):
+    """The position after ``word`` at ``p``, or -1."""
+    for i in range(len(word)):
+        if p + i >= end or buf[p + i] != word[i]:
+            return -1
+    return p + len(word)
+
+
+@_helper
+def _spec_field(buf, p, stop, names, offsets):
+    """The spec field named ``buf[p:stop]``, or -1."""
+    for k in range(offsets.shape[0] - 1):
+        if offsets[k + 1] - offsets[k] == stop - p and _same(buf, p, stop - p, names, offsets[k]):
+            return k
+    return -1
+
+
+@_helper
+def _vocabulary_slot(buf, p, stop, row, table, vocab, vocab_offsets):
+    """The slot of the category ``buf[p:stop]`` in its field (the "other" slot when not listed)."""
+    size, first, count = row[7], row[8], row[2] - 1 - row[4]
+    at = np.int64(_category_hash(buf, p, stop) & np.uint64(size - 1))
+    while True:
+        g = table[row[6] + at]
+        if g < 0:
+            return count
+        a = vocab_offsets[g]
+        if vocab_offsets[g + 1] - a == stop - p and _same(buf, p, stop - p, vocab, a):
+            return g - first
+        at = (at + 1) & (size - 1)
+
+
+@_helper
+def _scaled(v, kind, par):
+    """A numeric field's coordinate (before the weight) and whether its value was clipped."""
+    clipped = False
+    if kind == _K_RANGE:
+        if v < par[0]:
+            v, clipped = par[0], True
+        elif v > par[1]:
+            v, clipped = par[1], True
+        return (v - par[2]) / par[3], clipped
+    z = (v - par[2]) / par[3]
+    if z < par[0]:
+        z, clipped = par[0], True
+    elif z > par[1]:
+        z, clipped = par[1], True
+    return z, clipped
+
+
+@_helper
+def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base):
+    """Parse the value of a spec field at ``p`` into its coordinates: (position after it, 1 when set,
+    0 when null, -1 when not certain; clipped)."""
+    kind, slot = row[0], base + row[1]
+    if buf[p] == 110:  # null: missing
+        q = _literal(buf, p, end, _NULL)
+        return q, (0 if q >= 0 else -1), False
+    if kind <= _K_SCALE:
+        q, value, ok = read_number(buf, p, end)
+        if not ok:
+            return q, -1, False
+        z, clipped = _scaled(value, kind, par)
+        x[slot] = z * par[4]
+        return q, 1, clipped
+    if kind == _K_BOOL:
+        q = _literal(buf, p, end, _TRUE)
+        if q >= 0:
+            x[slot] = par[4]
+            return q, 1, False
+        q = _literal(buf, p, end, _FALSE)
+        return q, (1 if q >= 0 else -1), False
+    if buf[p] != _QUOTE:
+        return p, -1, False
+    stop = _string_end(buf, p + 1, end)
+    if stop < 0:
+        return p, -1, False
+    if kind == _K_CAT:
+        x[slot + _vocabulary_slot(buf, p + 1, stop, row, table, vocab, vocab_offsets)] = par[4]
+    else:
+        h = _category_hash(buf, p + 1, stop)
+        x[slot + np.int64(h % np.uint64(row[7]))] = par[4] if h >> _U63 == _U0 else -par[4]
+    return stop + 1, 1, False
+
+
+@_helper
+def _skip_value(buf, p, end):
+    """Past a value of a field the spec does not name (flat values only), or -1."""
+    c = buf[p]
+    if c == _QUOTE:
+        stop = _string_end(buf, p + 1, end)
+        return stop + 1 if stop >= 0 else -1
+    if c == 110:
+        return _literal(buf, p, end, _NULL)
+    if c == 116:
+        return _literal(buf, p, end, _TRUE)
+    if c == 102:
+        return _literal(buf, p, end, _FALSE)
+    q, _, ok = read_number(buf, p, end)
+    return q if ok else -1
+
+
+@_helper
+def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, floats, table, vocab, vocab_offsets,
+                  intercept, bound, dim, x, y_out, spans, r):
+    """As :func:`_insert` for an insert whose features are the spec's named fields: (accepted, the
+    mask of the fields clipped). Fields the spec does not name are skipped; ``x`` is declined."""
+    if klen == 0 or klen + (end - p) > max_bytes:
+        return False, 0
+    base = r * dim
+    for i in range(dim):
+        x[base + i] = 0.0
+    if intercept != 0.0:
+        x[base] = intercept
+    p = _skip_ws(buf, p, end)
+    if p >= end or buf[p] != _LBRACE:
+        return False, 0
+    p += 1
+    seen, present, valued, clipped = 0, np.int64(0), np.int64(0), np.int64(0)
+    while True:
+        p = _skip_ws(buf, p, end)
+        if p >= end or buf[p] != _QUOTE:
+            return False, 0
+        stop = _string_end(buf, p + 1, end)
+        if stop < 0:
+            return False, 0
+        field = _field(buf, p + 1, stop)
+        k = -1 if field else _spec_field(buf, p + 1, stop, names, name_offsets)
+        p = _skip_ws(buf, stop + 1, end)
+        if p >= end or buf[p] != _COLON:
+            return False, 0
+        p = _skip_ws(buf, p + 1, end)
+        if p >= end or field == _X or seen & field:
+            return False, 0
+        seen |= field
+        if field == _OP or field == _ID or field == _TS:
+            p = _op_id_ts(buf, p, end, field, spans, r)
+            if p < 0:
+                return False, 0
+        elif field == _Y:
+            p, value, ok = read_number(buf, p, end)
+            if not ok:
+                return False, 0
+            y_out[r] = value
+        elif k >= 0:
+            bit = np.int64(1) << k
+            if present & bit:
+                return False, 0
+            present |= bit
+            p, state, clip = _named_value(buf, p, end, ints[k], floats[k], table, vocab, vocab_offsets, x, base)
+            if state < 0:
+                return False, 0
+            if state:
+                valued |= bit
+            if clip:
+                clipped |= bit
+        else:
+            p = _skip_value(buf, p, end)
+            if p < 0:
+                return False, 0
+        p, c = _separator(buf, p, end)
+        if c == _RBRACE:
+            break
+        if c != _COMMA:
+            return False, 0
+    if seen & (_OP | _ID | _Y) != _OP | _ID | _Y or _skip_ws(buf, p, end) != end:
+        return False, 0
+    for k in range(ints.shape[0]):  # the missing fields: their fill, or the Python decoder names them
+        row, par = ints[k], floats[k]
+        if not valued & (np.int64(1) << k) and not row[3]:
+            return False, 0
+        if valued & (np.int64(1) << k):
+            continue
+        slot = base + row[1]
+        if row[4]:
+            x[slot + row[2] - 1] = 1.0
+        if row[0] <= _K_SCALE:
+            z, clip = _scaled(par[5], row[0], par)
+            x[slot] = z * par[4]
+            if clip:
+                clipped |= np.int64(1) << k
+        elif row[0] == _K_BOOL:
+            x[slot] = par[4] if par[5] != 0.0 else 0.0
+        else:
+            x[slot + row[5]] = par[4] if row[0] == _K_CAT else par[5] * par[4]
+    if bound < np.inf:
+        sq = 0.0
+        for i in range(dim):
+            sq += x[base + i] * x[base + i]
+        norm = math.sqrt(sq)
+        if norm > bound:
+            factor = bound / norm
+            for i in range(dim):
+                x[base + i] = x[base + i] * factor
+    return True, clipped
 
 
 @jit
@@ -406,8 +580,20 @@ def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted, fr
     its id's place ``vbuf[spans[r, 0]:spans[r, 1]]`` (value r is ``vbuf[voff[r]:voff[r + 1]]``, its
     key ``klen[r]`` bytes long; the JSON text starts ``framing`` bytes in, after a Schema Registry
     framing, which counts towards ``max_bytes``)."""
-    v, x, y, s = _data_pointer(vbuf), _data_pointer(X), _data_pointer(y_out), _data_pointer(spans)
+    v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
     for r in range(accepted.shape[0]):
         start = voff[r] + framing
         accepted[r] = start <= voff[r + 1] and _insert(v, start, voff[r + 1], klen[r], dim, max_bytes - framing,
                                                        x, y, s, r)
+
+
+@jit
+def parse_named_kernel(vbuf, voff, klen, max_bytes, names, name_offsets, ints, floats, table, vocab, vocab_offsets,
+                       intercept, bound, X, y_out, spans, clipped, accepted):
+    """:func:`parse_kernel` for inserts of named fields under a feature spec (its tables:
+    worker/features/tables.py): ``clipped[r]``, the mask of the fields whose value was clipped."""
+    v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
+    dim = X.shape[1]
+    for r in range(accepted.shape[0]):
+        accepted[r], clipped[r] = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes, names, name_offsets, ints,
+                                                floats, table, vocab, vocab_offsets, intercept, bound, dim, x, y, s, r)

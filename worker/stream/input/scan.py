@@ -30,8 +30,10 @@ from itertools import chain
 
 import numpy as np
 
+from ...features.spec import FeatureSpec
+from ...features.tables import SpecTables, spec_tables
 from ...olu.core.kernels import hashing, jit
-from .insert_kernel import parse_kernel
+from .insert_kernel import parse_kernel, parse_named_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths", "python_decoder", "scan_batch"]
 
@@ -45,6 +47,7 @@ class BatchScan:
     y: np.ndarray  # (n,) float64
     keys: np.ndarray  # (n,) uint64, record_key of the id
     stamps: np.ndarray  # (n, 2) int64: the Kafka timestamp (type, ms) of each message
+    clipped: np.ndarray | None = None  # (n,) int64 under a feature spec: the fields clipped, a bit each
 
     def stretches(self):
         """(start, stop, accepted) for the maximal stretches of equal ``accepted``, in order."""
@@ -58,7 +61,7 @@ class BatchScan:
     def rows(self, start: int, stop: int) -> BatchScan:
         """Records ``start:stop`` (views)."""
         return BatchScan(self.accepted[start:stop], self.X[start:stop], self.y[start:stop], self.keys[start:stop],
-                         self.stamps[start:stop])
+                         self.stamps[start:stop], None if self.clipped is None else self.clipped[start:stop])
 
     def newest_ts(self, start: int, stop: int) -> int:
         """The largest available Kafka timestamp among records ``start:stop`` (0: none)."""
@@ -93,7 +96,7 @@ def joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(raw, np.uint8), offsets
 
 
-def scan_batch(messages: list, *, dim: int, max_bytes: int) -> BatchScan:
+def scan_batch(messages: list, *, dim: int, max_bytes: int, features: FeatureSpec | None = None) -> BatchScan:
     """Run the compiled fast path over ``messages`` (see the module doc).
 
     >>> from confluent_kafka import Message
@@ -112,9 +115,26 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int) -> BatchScan:
     keys = np.zeros(n, np.uint64)
     spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
-    parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
+    clipped = None
+    if features is None:
+        parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
+    else:  # named fields through the feature spec (worker/features)
+        t, clipped = tables_of(features), np.zeros(n, np.int64)
+        parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats, t.table, t.vocab,
+                           t.vocab_offsets, t.intercept, t.bound, X, y, spans, clipped, accepted)
     hashing.blake2b64_spans(vbuf, spans, accepted, keys)
-    return BatchScan(accepted, X, y, keys, kafka_stamps(messages))
+    return BatchScan(accepted, X, y, keys, kafka_stamps(messages), clipped)
+
+
+_TABLES: dict[str, SpecTables] = {}
+
+
+def tables_of(features: FeatureSpec) -> SpecTables:
+    """The compiled reader's tables of a spec (built once per spec digest)."""
+    found = _TABLES.get(features.digest)
+    if found is None:
+        found = _TABLES[features.digest] = spec_tables(features)
+    return found
 
 
 def kafka_stamps(messages: list) -> np.ndarray:

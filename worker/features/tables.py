@@ -1,0 +1,89 @@
+"""A feature spec as flat arrays for the compiled JSON reader (worker/stream/input/insert_kernel.py).
+
+:func:`spec_tables` lays the spec out as the kernel reads it: the field names' bytes, one integer
+row and one float row per field, the vocabularies' bytes and an open-addressing table per
+categorical field (keyed by :func:`~.transform.category_hash`, probed linearly, the bytes compared
+on a hit). The arithmetic is transform.py's; these are only its constants.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .spec import FeatureSpec
+from .transform import category_hash
+
+__all__ = ["KIND_CODES", "SpecTables", "spec_tables"]
+
+#: Kernel codes of the field kinds (numeric splits by where it clips).
+NUMERIC_RANGE, NUMERIC_SCALE, BOOLEAN, CATEGORICAL, HASHED = range(5)
+KIND_CODES = ("numeric-range", "numeric-scale", "boolean", "categorical", "hashed")
+#: Columns of ``ints``: kind, first slot, width, optional, indicator, the fill's slot offset
+#: (categorical, hashed), the vocabulary table's start and size (categorical) or buckets (hashed),
+#: the field's first vocabulary entry.
+I_KIND, I_SLOT, I_WIDTH, I_OPTIONAL, I_INDICATOR, I_FILL_SLOT, I_TABLE, I_TABLE_SIZE, I_VOCAB = range(9)
+#: Columns of ``floats``: low, high, center, scale, weight, the fill (numeric value, boolean 0/1,
+#: hashed sign).
+F_LOW, F_HIGH, F_CENTER, F_SCALE, F_WEIGHT, F_FILL = range(6)
+
+
+@dataclass(frozen=True)
+class SpecTables:
+    names: np.ndarray  # uint8: the field names' UTF-8 bytes, one after another
+    name_offsets: np.ndarray  # int64 (fields + 1)
+    ints: np.ndarray  # int64 (fields, 9)
+    floats: np.ndarray  # float64 (fields, 6)
+    table: np.ndarray  # int64: vocabulary entry index or -1, every categorical field's table in turn
+    vocab: np.ndarray  # uint8: every vocabulary value's bytes
+    vocab_offsets: np.ndarray  # int64 (entries + 1)
+    intercept: float
+    bound: float  # inf: none declared
+    dim: int
+
+
+def _joined(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    raw = [t.encode("utf-8", "surrogatepass") for t in texts]
+    offsets = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(b) for b in raw], out=offsets[1:])
+    return np.frombuffer(b"".join(raw), np.uint8).copy(), offsets
+
+
+def spec_tables(spec: FeatureSpec) -> SpecTables:
+    """The kernel's arrays of ``spec``."""
+    names, name_offsets = _joined([f.name for f in spec.fields])
+    ints = np.zeros((len(spec.fields), 9), np.int64)
+    floats = np.zeros((len(spec.fields), 6), np.float64)
+    tables: list[int] = []
+    vocab: list[str] = []
+    for k, f in enumerate(spec.fields):
+        kind = {"numeric": NUMERIC_RANGE if f.scale_from_range else NUMERIC_SCALE, "boolean": BOOLEAN,
+                "categorical": CATEGORICAL, "hashed": HASHED}[f.kind]
+        ints[k, [I_KIND, I_SLOT, I_WIDTH, I_OPTIONAL, I_INDICATOR]] = kind, f.slot, f.width, f.optional, f.indicator
+        floats[k, [F_LOW, F_HIGH, F_CENTER, F_SCALE, F_WEIGHT]] = f.low, f.high, f.center, f.scale, f.weight
+        if f.optional and f.kind in ("numeric", "boolean"):
+            floats[k, F_FILL] = float(f.fill)
+        if kind == CATEGORICAL:
+            size = 1 << max(2, math.ceil(math.log2(2 * len(f.vocabulary))))
+            slots = [-1] * size
+            for i, value in enumerate(f.vocabulary):
+                at = category_hash(value.encode("utf-8", "surrogatepass")) & (size - 1)
+                while slots[at] != -1:
+                    at = (at + 1) & (size - 1)
+                slots[at] = len(vocab) + i
+            ints[k, [I_TABLE, I_TABLE_SIZE, I_VOCAB]] = len(tables), size, len(vocab)
+            tables += slots
+            vocab += f.vocabulary
+            if f.optional:
+                ints[k, I_FILL_SLOT] = f.index.get(f.fill, len(f.vocabulary))
+        elif kind == HASHED:
+            ints[k, I_TABLE_SIZE] = f.buckets
+            if f.optional:
+                h = category_hash(f.fill.encode("utf-8", "surrogatepass"))
+                ints[k, I_FILL_SLOT] = h % f.buckets
+                floats[k, F_FILL] = 1.0 if h >> 63 == 0 else -1.0
+    vocab_bytes, vocab_offsets = _joined(vocab)
+    return SpecTables(names, name_offsets, ints, floats, np.array(tables or [-1], np.int64), vocab_bytes,
+                      vocab_offsets, spec.intercept, math.inf if spec.bound is None else spec.bound, spec.dim)
