@@ -1,0 +1,219 @@
+"""The feature spec (worker/features): every mistake named, the norm bound held, and one vector for a
+record whether the worker's compiled reader, its Python decoder or the reference transform (which
+the planner and the subscriber call) computes it, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import orjson
+import pytest
+from confluent_kafka import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.stream.test_framed_scan import outcomes
+from worker.config import load_settings
+from worker.exceptions import ConfigError
+from worker.features.exceptions import BadFeature, FeatureSpecError
+from worker.features.spec import load_spec, parse_spec
+from worker.features.transform import category_hash, vectorize
+from worker.stream.input.batch import decode_batch
+from worker.stream.input.scan import python_decoder
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BIG = 1 << 20
+
+
+@pytest.mark.parametrize("raw,message", [
+    ([], "must be a mapping"),
+    ({}, "features: a non-empty list"),
+    ({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}], "colour": 1}, "unknown key 'colour'"),
+    ({"features": [{"type": "numeric"}]}, "'name' must be a non-empty string"),
+    ({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}] * 2}, "declared twice"),
+    ({"features": [{"name": "id", "type": "boolean"}]}, "is an event field"),
+    ({"features": [{"name": "a", "type": "text"}]}, "type 'text' is not one of"),
+    ({"features": [{"name": "a", "type": "numeric"}]}, "needs 'range' or both 'center' and 'scale'"),
+    ({"features": [{"name": "a", "type": "numeric", "range": [1, 1]}]}, "'range' must be [low, high]"),
+    ({"features": [{"name": "a", "type": "numeric", "range": [0, 1], "center": 0}]}, "either 'range' or"),
+    ({"features": [{"name": "a", "type": "numeric", "center": 0, "scale": 0}]}, "'scale' 0 is not a positive"),
+    ({"features": [{"name": "a", "type": "numeric", "center": 0, "scale": 1, "clip": -1}]}, "'clip' -1"),
+    ({"features": [{"name": "a", "type": "categorical"}]}, "'vocabulary' must be a non-empty list"),
+    ({"features": [{"name": "a", "type": "categorical", "vocabulary": ["x", "x"]}]}, "lists a value twice"),
+    ({"features": [{"name": "a", "type": "hashed", "buckets": 1}]}, "'buckets' must be an integer"),
+    ({"features": [{"name": "a", "type": "boolean", "buckets": 4}]}, "applies to hashed fields only"),
+    ({"features": [{"name": "a", "type": "boolean", "weight": 0}]}, "weight 0 is not a positive"),
+    ({"features": [{"name": "a", "type": "boolean", "missing": {"fill": "yes"}}]}, "missing.fill 'yes'"),
+    ({"features": [{"name": "a", "type": "boolean", "missing": True}]}, "'missing' must be a mapping"),
+    ({"features": [{"name": "a", "type": "boolean"}], "bound": -1}, "bound: -1 is not a positive"),
+    ({"features": [{"name": "a", "type": "boolean"}], "intercept": "yes"}, "intercept: 'yes'"),
+    ({"features": [{"name": "a", "type": "boolean"}], "version": 2}, "version: 2"),
+])
+def test_every_spec_mistake_has_its_message(raw, message):
+    with pytest.raises(FeatureSpecError) as caught:
+        parse_spec(raw)
+    assert any(message in p for p in caught.value.problems), caught.value.problems
+
+
+def test_all_mistakes_are_reported_at_once():
+    with pytest.raises(FeatureSpecError) as caught:
+        parse_spec({"features": [{"name": "a", "type": "text"}, {"name": "b", "type": "numeric"}], "bound": 0})
+    assert len(caught.value.problems) == 3
+
+
+def test_a_spec_file_in_yaml_or_json(tmp_path):
+    yaml_file, json_file = tmp_path / "f.yaml", tmp_path / "f.json"
+    yaml_file.write_text("intercept: false\nfeatures:\n  - {name: age, type: numeric, range: [0, 100]}\n")
+    json_file.write_text(json.dumps({"intercept": False, "features": [{"name": "age", "type": "numeric",
+                                                                         "range": [0, 100]}]}))
+    assert load_spec(yaml_file).digest == load_spec(json_file).digest and load_spec(yaml_file).dim == 1
+    (tmp_path / "bad.yaml").write_text("features: [\n")
+    for path, message in ((tmp_path / "bad.yaml", "does not parse"), (tmp_path / "none.yaml", "cannot read")):
+        with pytest.raises(FeatureSpecError, match=message):
+            load_spec(path)
+
+
+def test_the_spec_sets_the_dimension_and_bound_and_refuses_what_contradicts_it(tmp_path):
+    spec = tmp_path / "f.yaml"
+    spec.write_text("features:\n  - {name: age, type: numeric, range: [0, 100]}\n"
+                    "  - {name: plan, type: categorical, vocabulary: [free, pro]}\n")
+    base = {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "OLU_PRIVACY_UNIT": "per-request", "OLU_FEATURES_FILE": str(spec)}
+    s = load_settings([], base)
+    assert s.dim == 5 and math.isclose(s.feature_bound, math.sqrt(3), rel_tol=1e-8) and s.feature_spec.dim == 5
+    for extra, message in (({"OLU_DIM": "4"}, "makes 5 coordinates"), ({"OLU_FEATURE_BOUND": "2"}, "declare 'bound:'"),
+                           ({"OLU_FEATURES_FILE": str(tmp_path / "no.yaml")}, "cannot read")):
+        with pytest.raises(ConfigError, match=message):
+            load_settings([], {**base, **extra})
+    with pytest.raises(ConfigError, match="OLU_FEATURES_RESET"):
+        load_settings([], {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "OLU_DIM": "2", "OLU_FEATURES_RESET": "1"})
+
+
+# --------------------------------------------------------------------- one vector everywhere
+@st.composite
+def field_specs(draw, k: int):
+    kind = draw(st.sampled_from(["numeric-range", "numeric-scale", "boolean", "categorical", "hashed"]))
+    name = draw(st.sampled_from(["a", "b", "c", "dd", "e_1", "f"])) + str(k)
+    out: dict = {"name": name}
+    if kind == "numeric-range":
+        low = draw(st.floats(-100, 100))
+        out.update(type="numeric", range=[low, low + draw(st.floats(0.5, 100))])
+    elif kind == "numeric-scale":
+        out.update(type="numeric", center=draw(st.floats(-10, 10)), scale=draw(st.floats(0.1, 10)),
+                   clip=draw(st.floats(0.5, 5)))
+    elif kind == "boolean":
+        out["type"] = "boolean"
+    elif kind == "categorical":
+        out.update(type="categorical", vocabulary=draw(st.lists(st.text("abcxyz", min_size=0, max_size=3),
+                                                                min_size=1, max_size=6, unique=True)))
+    else:
+        out.update(type="hashed", buckets=draw(st.integers(2, 9)))
+    if draw(st.booleans()):
+        out["weight"] = draw(st.floats(0.1, 3))
+    if draw(st.booleans()):
+        fill = {"numeric": draw(st.floats(-200, 200)), "boolean": draw(st.booleans()),
+                "categorical": draw(st.text("abcz", max_size=2)), "hashed": draw(st.text("abcz", max_size=2))}
+        out["missing"] = {"fill": fill[out["type"]], "indicator": draw(st.booleans())}
+    return out
+
+
+@st.composite
+def specs(draw):
+    n = draw(st.integers(1, 5))
+    raw = {"features": [draw(field_specs(k)) for k in range(n)],
+           "intercept": draw(st.sampled_from([1.0, 0.0, 0.5]))}
+    if draw(st.booleans()):
+        raw["bound"] = draw(st.floats(0.3, 4))
+    return parse_spec(raw)
+
+
+def values_for(f, draw):
+    """A value for field ``f``: usually of its type, sometimes missing, null, or of another type."""
+    choice = draw(st.sampled_from(["ok"] * 6 + ["missing", "null", "other"]))
+    if choice == "missing":
+        return ...
+    if choice == "null":
+        return None
+    if choice == "other":
+        return draw(st.sampled_from([True, "s", 1.5, [1], {"a": 1}, 7]))
+    if f.kind == "numeric":
+        return draw(st.one_of(st.floats(-1e3, 1e3), st.integers(-300, 300), st.floats(allow_nan=False,
+                                                                                        allow_infinity=False)))
+    if f.kind == "boolean":
+        return draw(st.booleans())
+    pool = list(f.vocabulary) + ["zz", "", "é"] if f.kind == "categorical" else ["a", "b", "zz", "", "é", "x\\y"]
+    return draw(st.sampled_from(pool))
+
+
+@SETTINGS
+@given(st.data())
+def test_the_compiled_reader_the_decoder_and_the_transform_agree(data):
+    spec = data.draw(specs())
+    messages = []
+    for j in range(data.draw(st.integers(1, 6))):
+        event = {"op": "insert", "id": f"r-{j}", "y": data.draw(st.sampled_from([0, 1, 0.5]))}
+        for f in spec.fields:
+            v = values_for(f, data.draw)
+            if v is not ...:
+                event[f.name] = v
+        if data.draw(st.booleans()):
+            event["extra"] = data.draw(st.sampled_from([1, "t", None, True, [1, 2], {"a": 1}]))
+        if data.draw(st.integers(0, 9)) == 0:
+            event["x"] = [1.0]
+        if data.draw(st.integers(0, 9)) == 0:
+            event = {"op": "delete", "id": f"r-{j}"}
+        value = orjson.dumps(event)
+        if data.draw(st.integers(0, 9)) == 0:
+            value = value.replace(b" ", b"").replace(b",", b" ,\n", 1)
+        messages.append(Message(topic="t", partition=0, offset=j, key=b"k", value=value, timestamp=(1, 10 + j)))
+    compiled = decode_batch(messages, dim=spec.dim, max_bytes=BIG, features=spec)
+    with python_decoder():
+        reference = decode_batch(messages, dim=spec.dim, max_bytes=BIG, features=spec)
+    assert outcomes(compiled) == outcomes(reference)
+    for j, msg in enumerate(messages):  # what the planner and the subscriber compute: the same bits
+        got = outcomes(compiled)[j]
+        if got[0] == "insert":
+            x, _ = vectorize(spec, orjson.loads(msg.value()))
+            assert got[1] == np.asarray(x).view(np.uint64).tolist()
+            assert math.sqrt(float(np.dot(x, x))) <= spec.norm_bound * (1 + 1e-12)
+
+
+def test_the_compiled_reader_takes_the_common_named_record():
+    spec = parse_spec({"features": [{"name": "age", "type": "numeric", "range": [0, 100]},
+                                    {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]},
+                                    {"name": "city", "type": "hashed", "buckets": 8},
+                                    {"name": "vip", "type": "boolean", "missing": {"fill": False, "indicator": True}}]})
+    msgs = [Message(topic="t", partition=0, offset=j, key=b"k", timestamp=(1, j), value=orjson.dumps(
+        {"op": "insert", "id": f"r-{j}", "y": 1, "age": 20 + j, "plan": "pro", "city": "Lyon", "source": "app"}))
+        for j in range(5)]
+    batch = decode_batch(msgs, dim=spec.dim, max_bytes=BIG, features=spec)
+    assert batch.scan.accepted.all()
+    x = batch.scan.X[0]
+    assert x[0] == 1.0 and x[1] == (20 - 50) / 50 and x[3] == 1.0 and x[-1] == 1.0  # vip missing: flagged
+    h = category_hash(b"Lyon")
+    assert x[5 + h % 8] == (1.0 if h >> 63 == 0 else -1.0)
+
+
+@pytest.mark.parametrize("record,reason,field", [
+    ({"plan": "pro"}, "bad_features", "'age'"),
+    ({"age": "old", "plan": "pro"}, "bad_features", "'age' is a string"),
+    ({"age": 3, "plan": 7}, "bad_features", "'plan' is a integer"),
+    ({"age": float("nan"), "plan": "pro"}, "non_finite", "'age'"),
+])
+def test_bad_fields_are_named(record, reason, field):
+    spec = parse_spec({"features": [{"name": "age", "type": "numeric", "range": [0, 100]},
+                                    {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]}]})
+    with pytest.raises(BadFeature) as caught:
+        vectorize(spec, record)
+    assert caught.value.reason == reason and field in caught.value.detail
+
+
+def test_out_of_range_values_are_clipped_and_said():
+    spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 10]},
+                                    {"name": "b", "type": "numeric", "center": 0, "scale": 1, "clip": 2}],
+                       "intercept": 0})
+    x, clipped = vectorize(spec, {"a": 11, "b": -5})
+    assert x.tolist() == [1.0, -2.0] and clipped == 0b11
+    x, clipped = vectorize(spec, {"a": 5, "b": 1})
+    assert x.tolist() == [0.0, 1.0] and clipped == 0
