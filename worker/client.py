@@ -39,6 +39,8 @@ Use ``isolation="read_committed"`` (the default) when the worker runs with ``tra
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import threading
 import time
@@ -51,6 +53,9 @@ import numpy as np
 import orjson
 
 from .exceptions import InvalidRelease
+from .features.exceptions import FeatureSpecError
+from .features.spec import FeatureSpec, parse_spec
+from .features.transform import vectorize
 from .wire import PARAMS_TOPIC as DEFAULT_TOPIC
 from .wire import RELEASE_SCHEMA_VERSION as SCHEMA_VERSION
 from .wire import TRIGGER_HEADER, decode_key, release_key_text
@@ -96,6 +101,8 @@ class ModelRelease:
     #: not_applied (the ids the partition never applied), duplicates; None on other releases
     request: Mapping[str, Any] | None = None
     generation: int | None = None  # warm-standby rotation: the generation of the released model
+    #: the feature spec the model was trained under (releases of a worker with OLU_FEATURES_FILE)
+    features: FeatureSpec | None = field(default=None, repr=False)
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the value as received
     raw: bytes = field(default=b"", repr=False)
 
@@ -103,9 +110,24 @@ class ModelRelease:
     def key(self) -> tuple[str, int]:
         return (self.topic, self.partition)
 
-    def predict(self, x: Sequence[float]) -> float:
-        """This release's prediction for ``x`` (probability for logistic losses, w.x for ridge)."""
-        return _predict(self.loss, self.weights, _features(x, self.dim))
+    def predict(self, x: Sequence[float] | Mapping[str, Any]) -> float:
+        """This release's prediction for ``x`` (probability for logistic losses, w.x for ridge): a
+        vector, or a raw record (a dict of named fields) under the release's feature spec."""
+        return _predict(self.loss, self.weights, self.vector(x))
+
+    def vector(self, x: Sequence[float] | Mapping[str, Any]) -> np.ndarray:
+        """The model's vector of ``x``: a raw record through the feature spec, bit for bit as the
+        worker computed it (worker/features/transform.py), or a vector as it is."""
+        if isinstance(x, Mapping):
+            if self.features is None:
+                raise ValueError("this release has no feature spec: pass the feature vector, not a record")
+            return vectorize(self.features, x)[0]
+        return _features(x, self.dim)
+
+    @property
+    def feature_names(self) -> tuple[str, ...] | None:
+        """Each coordinate's name under the feature spec (``age``, ``plan=pro``, ``city#3``), or None."""
+        return None if self.features is None else self.features.names
 
     def to_dict(self) -> dict[str, Any]:
         """The release record as received, plus ``trigger``."""
@@ -218,14 +240,38 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
     generation = record.get("generation")
     if generation is not None and not (_is_int(generation) and generation >= 0):
         raise InvalidRelease("bad_field", f"generation must be an integer >= 0, got {generation!r}")
+    features = _feature_spec(record.get("features"), dim)
     return ModelRelease(
-        generation=generation,
+        generation=generation, features=features,
         model=record["model"], topic=record["topic"], partition=record["partition"], version=record["version"],
         offset=record["offset"], t=record["t"], deletions=record["deletions"], epoch=record["epoch"],
         algorithm=record["algorithm"], loss=record["loss"], dim=dim,
         weights=np.asarray(weights, dtype=np.float64), privacy=dict(privacy),
         released_at=float(record["released_at"]), trigger=trigger, request=request, record=record, raw=raw,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_of(text: str) -> FeatureSpec:
+    return parse_spec(orjson.loads(text))
+
+
+def _feature_spec(value: Any, dim: int) -> FeatureSpec | None:
+    """The release's feature spec (parsed once per spec), checked against its digest and ``dim``."""
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and isinstance(value.get("spec"), str) and isinstance(value.get("digest"), str)):
+        raise InvalidRelease("bad_field", "features must be an object of digest and spec (strings)")
+    text = value["spec"]
+    if "sha256:" + hashlib.sha256(text.encode()).hexdigest() != value["digest"]:
+        raise InvalidRelease("bad_field", "features.digest is not the SHA-256 of features.spec")
+    try:
+        spec = _spec_of(text)
+    except (FeatureSpecError, orjson.JSONDecodeError) as exc:
+        raise InvalidRelease("bad_field", f"features.spec is not a feature spec: {str(exc)[:200]}") from None
+    if spec.dim != dim:
+        raise InvalidRelease("wrong_dimension", f"the feature spec makes {spec.dim} coordinates, dim is {dim}")
+    return spec
 
 
 def _is_request(request: Any) -> bool:
@@ -438,16 +484,19 @@ class ParamsSubscriber:
             return chosen[0], chosen[0].weights
         return chosen[0], np.mean(np.stack([r.weights for r in chosen]), axis=0)
 
-    def predict(self, x: Sequence[float], partition: int | None = None, *, topic: str | None = None) -> float:
-        """Prediction for the features ``x``: the probability of the positive class (sigmoid of
-        w.x) for the logistic losses, w.x for ridge.
+    def predict(self, x: Sequence[float] | Mapping[str, Any], partition: int | None = None, *,
+                topic: str | None = None) -> float:
+        """Prediction for ``x``: the probability of the positive class (sigmoid of w.x) for the
+        logistic losses, w.x for ridge. ``x`` is the feature vector, or a raw record (a dict of
+        named fields) when the releases carry a feature spec: it is turned into the vector as the
+        worker did (worker/features/transform.py).
 
         ``partition`` picks one input partition's model; ``None`` averages the weights of every
         partition's model of the same model and input topic. ``topic`` (the input topic) is needed
         only when releases of several input topics or models are held.
         """
         release, weights = self.weights(partition, topic=topic)
-        return _predict(release.loss, weights, _features(x, release.dim))
+        return _predict(release.loss, weights, release.vector(x))
 
     def _select(self, partition: int | None, topic: str | None) -> list[ModelRelease]:
         with self._lock:
@@ -463,9 +512,9 @@ class ParamsSubscriber:
             names = ", ".join(f"{m} on {t}" for m, t in sorted(groups))
             raise ValueError(f"releases of several models are held ({names}): pass topic= (and a model "
                              "name to the subscriber) to choose one")
-        shapes = {(r.dim, r.loss in LOGISTIC_LOSSES) for r in releases}
+        shapes = {(r.dim, r.loss in LOGISTIC_LOSSES, r.features.digest if r.features else None) for r in releases}
         if len(shapes) > 1:
-            raise ValueError("the partitions' models differ in dim or loss; predict with partition=")
+            raise ValueError("the partitions' models differ in dim, loss or feature spec; predict with partition=")
         return sorted(releases, key=lambda r: r.partition)
 
     # ------------------------------------------------------------------ lifecycle

@@ -123,6 +123,11 @@ class FeatureSpec:
         return self.bound if self.bound is not None else self.spec_bound
 
     @property
+    def text(self) -> str:
+        """The canonical JSON text of the spec (what releases carry, and what the digest covers)."""
+        return canonical(self.source).decode()
+
+    @property
     def digest(self) -> str:
         return "sha256:" + hashlib.sha256(canonical(self.source)).hexdigest()
 

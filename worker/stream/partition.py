@@ -435,7 +435,7 @@ class PartitionRunner:
         noise = noise_figures(self.model)
         value = release_value(model_name=self.model_name, topic=self.topic, partition=self.partition,
                               offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model,
-                              noise=noise, request=self._request_here())
+                              noise=noise, request=self._request_here(), features=self.settings.feature_spec)
         self.released_version = self.next_offset
         self.events_since_release = 0
         self.last_release_at = time.monotonic()

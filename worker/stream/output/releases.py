@@ -43,10 +43,11 @@ def request_report(ids, deletion) -> dict:
 
 
 def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model,
-                  noise: tuple[float | None, float | None] | None = None, request: dict | None = None) -> bytes:
+                  noise: tuple[float | None, float | None] | None = None, request: dict | None = None,
+                  features=None) -> bytes:
     """The release's JSON value; ``noise`` is :func:`noise_figures` when the caller has it already;
     ``request``: the report of the deletion request the state directly follows (see
-    :func:`request_report`), else None."""
+    :func:`request_report`), else None; ``features``: the feature spec the model learns under."""
     weights = model.weights
     if not np.isfinite(weights).all():  # the method: np.all's wrapper cost ~10 us a release
         raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
@@ -83,6 +84,8 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
     }
     if request is not None:
         record["request"] = request
+    if features is not None:
+        record["features"] = {"digest": features.digest, "spec": features.text}
     if "rotation" in privacy:  # a warm-standby rotation: which model this is (docs/accounting.md 12.1)
         record["generation"] = privacy["generation"]
         record["privacy"].update({k: privacy[k] for k in ROTATION_PRIVACY})
