@@ -38,6 +38,11 @@ class UnreleasableState(OluWorkerError, RuntimeError):
     """The iterate is not finite; publishing it would put nulls on the wire (orjson maps NaN to null)."""
 
 
+class FeatureSpecChanged(OluWorkerError, RuntimeError):
+    """The partition's state was trained under another feature spec than the one configured: a
+    different model, which is not restored into this one (OLU_FEATURES_RESET starts afresh)."""
+
+
 class PartialRequest(OluWorkerError, RuntimeError):
     """A deletion request was refused for an exhausted budget after the engine had already
     unlearned some of its records (an algorithm that applies a request's records one by one). That

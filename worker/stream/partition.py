@@ -35,7 +35,7 @@ from ..wire import (
     TRIGGER_INTERVAL,
     release_key,
 )
-from .exceptions import DeadLetter, PartialRequest
+from .exceptions import DeadLetter, FeatureSpecChanged, PartialRequest
 from .input.batch import DecodedBatch, decode_batch
 from .input.decode import Delete, Insert, InsertRun, insert_ids
 from .input.framed_scan import FramedBatch
@@ -46,6 +46,25 @@ from .output.releases import budget_header, noise_figures, release_headers, rele
 from .replay_floor import ReplayFloor
 
 log = get_logger("olu.partition")
+
+
+def _spec_changed(restored, settings, topic: str, partition: int) -> bool:
+    """Whether the stored state was trained under another feature spec (every header says which);
+    raises :class:`FeatureSpecChanged` unless ``features_reset`` lets a new model start."""
+    wanted = None if settings.feature_spec is None else settings.feature_spec.digest
+    headers = ([restored.header] if restored.key is not None else []) + [hdr for _, hdr, _ in restored.deltas]
+    stored = {hdr.get("features") for hdr in headers}
+    if stored <= {wanted}:
+        return False
+    other = next(iter(stored - {wanted}))
+    if not settings.features_reset:
+        raise FeatureSpecChanged(
+            f"{topic}/{partition}: the stored state (offset {restored.offset}) was trained under feature spec "
+            f"{other or 'none'}, the worker is configured with {wanted or 'none'}: a different model. Restore "
+            "with the spec it was trained under, or set OLU_FEATURES_RESET=true to start a new model from here")
+    log.warning("feature spec changed: a new model starts at the stored offset", extra={
+        "topic": topic, "partition": partition, "offset": restored.offset, "stored": other, "configured": wanted})
+    return True
 
 
 class PartitionRunner:
@@ -92,6 +111,8 @@ class PartitionRunner:
         common = dict(snapshots=snapshots, settings=settings, model_name=model_name, delta_writer=delta_writer)
         if restored is None:
             return cls(topic, partition, model_factory(), **common), None
+        if _spec_changed(restored, settings, topic, partition):  # OLU_FEATURES_RESET: a new model from here
+            return cls(topic, partition, model_factory(), next_offset=restored.offset, **common), None
         deltas = {off: (hdr, arrs) for off, hdr, arrs in restored.deltas}
         if restored.key is None:  # deletions before the first full snapshot: replay from the start
             return cls(topic, partition, model_factory(), replay_deltas=deltas, **common), restored
@@ -407,12 +428,17 @@ class PartitionRunner:
         """Store the deltas that are not durable, in order (raises StorageUnavailable); the releases."""
         return self.outbox.retry()
 
+    def _features_header(self) -> dict:
+        """The feature spec's digest, in every snapshot and delta (none without a spec)."""
+        spec = self.settings.feature_spec
+        return {} if spec is None else {"features": spec.digest}
+
     def _delta_payload(self, after: int, state: dict) -> tuple[dict, dict]:
         # The model's deletion state: its arrays (the post-noise iterate ``z``; a rotation's standby
         # ``z_standby`` too) and its counters. "deletions" counts charged deletions (the
         # accountant's), "deletions_applied" all of them (the release's "deletions"); a replay
         # checks both (OnlineUnlearner._adopt), a rotation also its generation and event count.
-        header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms}
+        header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms, **self._features_header()}
         arrays = {}
         for k, v in state.items():
             (arrays if isinstance(v, np.ndarray) else header)[k] = v
@@ -421,7 +447,7 @@ class PartitionRunner:
     @staticmethod
     def _post_state(stored) -> dict:
         header, arrays = stored
-        state = {k: v for k, v in header.items() if k not in ("kind", "offset", "event_time_ms")}
+        state = {k: v for k, v in header.items() if k not in ("kind", "offset", "event_time_ms", "features")}
         state.setdefault("deletions_applied", None)  # absent from older deltas
         return {**state, **arrays}
 
@@ -496,7 +522,7 @@ class PartitionRunner:
         self.outbox.seal()  # no delta group spans this snapshot's offset
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
-                  "model": state["meta"]}
+                  "model": state["meta"], **self._features_header()}
         if (request := self._request_here()) is not None:  # a release at this offset after a restore
             header["request"] = request  # must carry it too (docs/worker.md 5.2)
         # Deletions after this point may need their own purge: they are not in this copy's past.
