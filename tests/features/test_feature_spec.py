@@ -217,3 +217,35 @@ def test_out_of_range_values_are_clipped_and_said():
     assert x.tolist() == [1.0, -2.0] and clipped == 0b11
     x, clipped = vectorize(spec, {"a": 5, "b": 1})
     assert x.tolist() == [0.0, 1.0] and clipped == 0
+
+
+def test_registry_records_take_the_spec_by_field_name():
+    """Avro named fields pass through the field mapping to the spec, compiled readers or not."""
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import MockSchemaRegistryClient
+
+    from tests.stream.test_framed_scan import _avro, framed
+    from worker.formats.input import InputDecoder
+    from worker.formats.plans import PlanCache
+    from worker.stream.input.framed_scan import prepare_framed
+
+    spec = parse_spec({"features": [{"name": "age", "type": "numeric", "range": [0, 100]},
+                                    {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]},
+                                    {"name": "vip", "type": "boolean", "missing": {"fill": False}}]})
+    schema = {"type": "record", "name": "E", "fields": [
+        {"name": "op", "type": "string"}, {"name": "id", "type": "string"}, {"name": "y", "type": "double"},
+        {"name": "age", "type": ["null", "long"]}, {"name": "plan", "type": "string"},
+        {"name": "vip", "type": ["null", "boolean"]}]}
+    client = MockSchemaRegistryClient({"url": "mock://features"})
+    schema_id = client.register_schema("e-value", Schema(orjson.dumps(schema).decode(), "AVRO"))
+    rows = [{"op": "insert", "id": "r-1", "y": 1.0, "age": 30, "plan": "pro", "vip": None},
+            {"op": "insert", "id": "r-2", "y": 0.0, "age": None, "plan": "free", "vip": True}]
+    msgs = [Message(topic="t", partition=0, offset=j, key=b"k", timestamp=(1, j),
+                    value=framed(schema_id, _avro(schema, r))) for j, r in enumerate(rows)]
+    decoder = InputDecoder("avro", client, named=[f.name for f in spec.fields])
+    batch, _, _ = prepare_framed(PlanCache(decoder, spec.dim), msgs, dim=spec.dim, max_bytes=BIG, features=spec)
+    decoded = decode_batch(batch, dim=spec.dim, max_bytes=BIG, features=spec)
+    got = outcomes(decoded)
+    assert got[0][0] == "insert"
+    assert got[0][1] == vectorize(spec, {"age": 30, "plan": "pro"})[0].view(np.uint64).tolist()
+    assert got[1][:2] == ("dead", "bad_features") and "'age'" in got[1][2]

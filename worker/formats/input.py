@@ -85,11 +85,11 @@ class Transcoded:
 class InputDecoder:
     """Decode framed values of ``fmt`` with ``client`` (a ``SchemaRegistryClient``)."""
 
-    def __init__(self, fmt: str, client, *, fields=(), feature_fields=(), max_bytes: int = 1 << 20):
+    def __init__(self, fmt: str, client, *, fields=(), feature_fields=(), named=(), max_bytes: int = 1 << 20):
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
         self.format, self.client, self.max_bytes = fmt, client, max_bytes
-        self.mapping = FieldMapping(fields, feature_fields, complete=fmt != "json-schema")
+        self.mapping = FieldMapping(fields, feature_fields, complete=fmt != "json-schema", named=named)
         self.reader = READERS[fmt](client, _CONF)
 
     def writer_schema(self, schema_id: int):

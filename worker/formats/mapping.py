@@ -44,15 +44,17 @@ class FieldMapping:
     """
 
     def __init__(self, fields: Mapping[str, str] | Sequence[tuple[str, str]] = (),
-                 feature_fields: Sequence[str] = (), *, complete: bool):
+                 feature_fields: Sequence[str] = (), *, complete: bool, named: Sequence[str] = ()):
         names = {role: role for role in ROLES}
         names.update(dict(fields))
         self.op, self.id, self.x, self.y, self.ts, self.ids = (names[r] for r in ROLES)
         self.features = tuple(feature_fields)
+        #: a feature spec's fields (worker/features): passed on by name, for the spec to read
+        self.named = tuple(named)
         self.complete = complete
         #: every role read from the field of its own name, features from ``x``
-        self.identity = all(names[r] == r for r in ROLES) and not self.features
-        wanted = [self.op, self.id, self.y, *(self.features or (self.x,))]
+        self.identity = all(names[r] == r for r in ROLES) and not self.features and not self.named
+        wanted = [self.op, self.id, self.y, *(() if self.named else self.features or (self.x,))]
         self._required = tuple(dict.fromkeys(wanted))
 
     def event(self, record) -> dict:
@@ -80,7 +82,9 @@ class FieldMapping:
                 record_id = None
         if record_id is not None:
             out["id"] = record_id
-        if op == "insert":
+        if op == "insert" and self.named:  # missing ones stay missing: the spec fills or names them
+            out.update((name, record[name]) for name in self.named if record.get(name) is not None)
+        elif op == "insert":
             if self.features:
                 x = [record.get(name) for name in self.features]
             else:
@@ -89,6 +93,7 @@ class FieldMapping:
             if x is not None:
                 out["x"] = x
                 _check_finite(x, "x")
+        if op == "insert":
             y = record.get(self.y)
             if y is not None:
                 out["y"] = y

@@ -63,6 +63,8 @@ class PlanCache:
 
     def _build(self, schema, schema_id: int):
         fmt, mapping = self.decoder.format, self.decoder.mapping
+        if mapping.named:
+            return None, "a feature spec (its named fields are read by the JSON reader after transcoding)"
         expected = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}[fmt]
         if (schema.schema_type or "AVRO") != expected:
             return None, f"the schema is {schema.schema_type}, not {expected}"

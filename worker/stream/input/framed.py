@@ -55,8 +55,8 @@ def original(msg):
 class RegistryInput:
     """Transcoding and registry pauses for the loop (one per worker)."""
 
-    def __init__(self, decoder: InputDecoder, dim: int, clock=time.monotonic):
-        self.decoder, self.dim = decoder, dim
+    def __init__(self, decoder: InputDecoder, dim: int, clock=time.monotonic, features=None):
+        self.decoder, self.dim, self.features = decoder, dim, features
         self.plans = PlanCache(decoder, dim, on_no_plan=self._no_plan)
         self.clock = clock
         self.paused: dict[tuple[str, int], tuple[float, int]] = {}  # key -> (retry at, offset)
@@ -71,16 +71,19 @@ class RegistryInput:
     def from_settings(cls, settings) -> RegistryInput | None:
         if settings.input_format == "json":
             return None
+        spec = settings.feature_spec
         decoder = InputDecoder(settings.input_format, new_client(settings), fields=settings.input_fields or (),
-                               feature_fields=settings.input_feature_fields or (), max_bytes=settings.max_record_bytes)
-        return cls(decoder, settings.dim)
+                               feature_fields=settings.input_feature_fields or (), max_bytes=settings.max_record_bytes,
+                               named=() if spec is None else tuple(f.name for f in spec.fields))
+        return cls(decoder, settings.dim, features=spec)
 
     def prepare(self, consumer, key: tuple[str, int], batch: list) -> list:
         """The part of ``batch`` to process now, transcoded; pauses the partition where it stops."""
         if key in self.paused:  # fetched before the pause took effect: fetched again on resume
             return []
         if compiled_decoder():  # the common insert straight into columns (framed_scan.py)
-            decoded, stop, error = prepare_framed(self.plans, batch, dim=self.dim, max_bytes=self.decoder.max_bytes)
+            decoded, stop, error = prepare_framed(self.plans, batch, dim=self.dim, max_bytes=self.decoder.max_bytes,
+                                                  features=self.features)
         else:
             decoded, stop, error = transcode(self.decoder, batch)
         if stop is None:

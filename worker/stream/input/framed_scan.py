@@ -80,8 +80,9 @@ def schema_ids(vbuf: np.ndarray, voff: np.ndarray) -> np.ndarray:
     return np.where(framed, ids, -1)
 
 
-def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int):
-    """``(batch, stop, error)`` as ``transcode``'s, the batch a :class:`FramedBatch` (module doc)."""
+def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int, features=None):
+    """``(batch, stop, error)`` as ``transcode``'s, the batch a :class:`FramedBatch` (module doc);
+    ``features``: the feature spec the transcoded inserts' named fields go through."""
     n = len(messages)
     vbuf, voff = joined([m.value() for m in messages])
     klen = key_lengths([m.key() for m in messages])
@@ -109,7 +110,7 @@ def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int):
     for j, msg in zip(declined.tolist(), generic):
         out[j] = msg
     if len(generic):  # the generic path's inserts into the same columns, by the JSON scan
-        again = scan_batch(generic, dim=dim, max_bytes=max_bytes)
+        again = scan_batch(generic, dim=dim, max_bytes=max_bytes, features=features)
         accepted[declined] = again.accepted
         X[declined], y[declined], keys[declined] = again.X, again.y, again.keys
     scan = BatchScan(accepted[:cut], X[:cut], y[:cut], keys[:cut], kafka_stamps(out))
