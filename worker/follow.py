@@ -3,9 +3,11 @@
     olu-worker follow --bootstrap-servers broker:9092 --topic olu.params
     olu-worker follow --json --once                       # catch up, one JSON line per version, exit
     olu-worker follow --predict "0.1,0.2,0.3"             # and a prediction after each update
+    olu-worker follow --predict '{"age": 41, "plan": "pro"}'  # a raw record, under a feature spec
 
 One line per accepted new version on stdout (a JSON object with ``--json``: the release record
-plus ``trigger``, and ``prediction`` with ``--predict``). The release a deletion request published
+plus ``trigger``, ``prediction`` with ``--predict`` and, under a feature spec, ``feature_names``;
+a text line then names the largest weights, ``plan=pro=+1.2 age=-0.4 ...``). The release a deletion request published
 shows the request: ``request=applied 2/3 not_applied=1 [r-9] duplicates=0`` (its ``request``
 object in JSON, every not-applied id included; the text line shows the first few). Duplicates
 and versions older than the one held are skipped silently; invalid records are reported on stderr
@@ -41,6 +43,7 @@ __all__ = ["add_parser", "follow", "main"]
 
 BOOTSTRAP_ENV = ("OLU_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS")
 _SHOWN_IDS = 5  # not-applied ids listed on a text line (--json has them all)
+_SHOWN_WEIGHTS = 8  # under a feature spec: the largest weights, named, on a text line
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -65,8 +68,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="isolation level (default read_committed: never show releases of aborted transactions)")
     p.add_argument("--json", action="store_true", help="one JSON object per accepted new version")
     p.add_argument("--predict", metavar="X1,X2,...",
-                   help="features: after each update, print the prediction of the averaged model of that "
-                        "update's input topic (probability for logistic, w.x for ridge)")
+                   help="features, or a raw JSON record under a feature spec: after each update, print the "
+                        "prediction of the averaged model of that update's input topic (probability for "
+                        "logistic, w.x for ridge)")
     p.add_argument("--partition", type=int, default=None,
                    help="with --predict: use this input partition's model instead of the average")
     p.add_argument("--once", action="store_true",
@@ -82,7 +86,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _features(text: str) -> list[float]:
+def _features(text: str) -> list[float] | dict:
+    if text.lstrip().startswith("{"):  # a raw record, for releases under a feature spec
+        try:
+            record = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise ValueError(f"--predict: {text!r} is not a JSON object") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"--predict: {text!r} is not a JSON object")
+        return record
     try:
         values = [float(item) for item in text.replace(" ", "").split(",") if item]
     except ValueError:
@@ -136,6 +148,11 @@ def _text_line(release: ModelRelease, prediction: float | str | None) -> str:
         line += f" trigger={release.trigger}"
     if release.request is not None:
         line += " " + _request_text(release.request)
+    if release.feature_names is not None:  # the strongest weights, by the spec's names
+        order = sorted(range(release.dim), key=lambda i: -abs(release.weights[i]))[:_SHOWN_WEIGHTS]
+        line += " weights: " + " ".join(f"{release.feature_names[i]}={release.weights[i]:+.3g}" for i in order)
+        if release.dim > _SHOWN_WEIGHTS:
+            line += f" (largest {_SHOWN_WEIGHTS} of {release.dim})"
     if prediction is not None:
         line += f" prediction={prediction:.6g}" if isinstance(prediction, float) else f" prediction={prediction}"
     return line
@@ -167,6 +184,7 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     from confluent_kafka import KafkaException
 
     from .client import ParamsSubscriber
+    from .features.exceptions import BadFeature
 
     as_json = bool(option("json", False))
     once = bool(option("once", False))
@@ -209,12 +227,19 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     def show(release: ModelRelease) -> None:
         prediction: float | str | None = None
         if features is not None:
-            if len(features) != release.dim:
+            if isinstance(features, dict) and release.features is None:
+                wrong_features.append(f"--predict is a record, but the model of {release.topic}/{release.partition} "
+                                      "has no feature spec: give its features as numbers")
+                return
+            if not isinstance(features, dict) and len(features) != release.dim:
                 wrong_features.append(f"--predict has {len(features)} features, the model of {release.topic}/"
                                       f"{release.partition} has {release.dim}")
                 return
             try:
                 prediction = sub.predict(features, partition=partition, topic=release.topic)
+            except BadFeature as bad:
+                wrong_features.append(f"--predict: {bad.detail}")
+                return
             except (LookupError, ValueError) as exc:
                 prediction = None
                 print(f"olu-worker follow: no prediction for {release.topic}: {exc}", file=err, flush=True)
@@ -222,6 +247,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
             record = release.to_dict()
             if features is not None:
                 record["prediction"] = prediction
+            if release.feature_names is not None:
+                record["feature_names"] = list(release.feature_names)
             out.write(orjson.dumps(record).decode() + "\n")
         else:
             out.write(_text_line(release, prediction) + "\n")

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.infra.schema_samples import decode_headers
+from tests.test_client import _follow
 from tests.stream.kafka_harness import WorkerProcess, read_topic, topics_for, wait_for, worker_env
 from worker.client import ParamsSubscriber
 from worker.features.spec import load_spec
@@ -91,6 +92,14 @@ def test_named_events_are_learned_and_predicted_from_raw_records(kafka_bootstrap
             assert sub.predict(record) == pytest.approx(expected, rel=1e-12)
             assert sub.predict(record) > sub.predict({**record, "plan": "free"})  # it learned the label's rule
         assert proc.terminate() == 0
+        # olu-worker follow: the names beside the weights, a prediction from a raw record
+        code, out, _ = _follow(["--bootstrap-servers", kafka_bootstrap, "--topic", topics.params, "--once",
+                                "--json", "--predict", orjson.dumps(record).decode()])
+        last = orjson.loads(out.splitlines()[-1])
+        assert code == 0 and last["feature_names"] == list(spec.names)
+        assert last["prediction"] == pytest.approx(sub.predict(record), rel=1e-12) or last["version"] != release.version
+        code, out, _ = _follow(["--bootstrap-servers", kafka_bootstrap, "--topic", topics.params, "--once"])
+        assert code == 0 and " weights: " in out.splitlines()[-1] and "plan=" in out.splitlines()[-1]
     finally:
         proc.cleanup()
     dead = {r.key: decode_headers(list(r.headers.items())) for r in read_topic(kafka_bootstrap, topics.dlq)}
