@@ -192,6 +192,9 @@ class Metrics:
                                       registry=r)
         self.dead_letters = Counter("olu_dead_letters", "Records sent to the dead-letter topic, by reason",
                                     ("topic", "reason"), registry=r)
+        self.features_clipped = Counter("olu_features_clipped", "Inserts whose value of a feature spec field was "
+                                        "out of its declared range and clipped, by field", ("topic", "field"),
+                                        registry=r)
         self.releases = Counter("olu_releases", "Parameter releases published, by trigger",
                                 _TP + ("trigger",), registry=r)
         self.delete_to_release = Histogram("olu_delete_to_release_seconds", "Time from handling a delete to "
@@ -483,6 +486,8 @@ class Metrics:
             self.record_request(topic, partition, d, now)
         if outcome.refused:
             self._child(self.deletions_refused, topic, partition).inc(outcome.refused)
+        for name, count in outcome.clipped.items():
+            self.features_clipped.labels(str(topic), name).inc(count)
         self._update_model(runner, privacy=bool(outcome.deletions) or bool(outcome.refused))
 
     def record_release(self, runner: RunnerView, release: Release) -> None:

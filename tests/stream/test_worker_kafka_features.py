@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.infra.schema_samples import decode_headers
-from tests.test_client import _follow
 from tests.stream.kafka_harness import WorkerProcess, read_topic, topics_for, wait_for, worker_env
+from tests.test_client import _follow
 from worker.client import ParamsSubscriber
 from worker.features.spec import load_spec
 from worker.features.transform import vectorize
@@ -91,6 +91,9 @@ def test_named_events_are_learned_and_predicted_from_raw_records(kafka_bootstrap
             expected = 1 / (1 + math.exp(-float(np.dot(release.weights, x))))
             assert sub.predict(record) == pytest.approx(expected, rel=1e-12)
             assert sub.predict(record) > sub.predict({**record, "plan": "free"})  # it learned the label's rule
+        _, metrics = proc.get("/metrics")
+        out_of_range = sum(1 for e in events if not 18 <= e["age"] <= 90)
+        assert f'olu_features_clipped_total{{field="age",topic="{topics.input}"}} {float(out_of_range)}' in metrics
         assert proc.terminate() == 0
         # olu-worker follow: the names beside the weights, a prediction from a raw record
         code, out, _ = _follow(["--bootstrap-servers", kafka_bootstrap, "--topic", topics.params, "--once",

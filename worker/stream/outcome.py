@@ -37,6 +37,7 @@ class Outcome:
     deletions: list = field(default_factory=list)  # the engine's Deletion results, in order
     skipped: int = 0
     refused: int = 0  # deletes refused for an exhausted privacy budget (also in ``dead_letters``)
+    clipped: dict = field(default_factory=dict)  # feature spec field name -> inserts whose value was clipped
 
 
 @dataclass

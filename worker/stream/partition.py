@@ -135,6 +135,9 @@ class PartitionRunner:
         batch = decode_batch(self._unseen(messages), dim=self.model.dim, max_bytes=self.settings.max_record_bytes,
                              subjects=self.model.key_cap is not None, features=self.settings.feature_spec)
         messages, self._subjects, stretches = batch.messages, batch.subjects, batch.stretches
+        if (spec := self.settings.feature_spec) is not None and (counts := batch.count_clipped(len(spec.fields))) \
+                is not None:
+            out.clipped = {f.name: int(c) for f, c in zip(spec.fields, counts) if c}
         # Inserts split by deletes: check all of them once, then learn each stretch (a check per
         # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.
         rows = self._checked_rows(batch.scan) if batch.scan is not None and len(stretches) > 1 else None

@@ -53,6 +53,16 @@ class DecodedBatch:
     scan: BatchScan | None
     subjects: np.ndarray | None
     last_candidate: int
+    def count_clipped(self, fields: int) -> np.ndarray | None:
+        """Per spec field, how many of the batch's decoded inserts had their value clipped (None: none)."""
+        parts = [np.array([e.clipped for e in self.events.values() if isinstance(e, Insert)], np.int64)]
+        if self.scan is not None and self.scan.clipped is not None:
+            parts.append(self.scan.clipped[self.scan.accepted])
+        parts += [r.clipped for r in self.runs.values() if r.clipped is not None]
+        masks = np.concatenate(parts)
+        if not masks.any():
+            return None
+        return np.array([np.count_nonzero(masks & np.left_shift(np.int64(1), k)) for k in range(fields)], np.int64)
 
     def run(self, start: int, stop: int) -> InsertRun:
         """The accepted stretch ``start:stop`` as one run: the Python decoder's, or a view of the

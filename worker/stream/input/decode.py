@@ -88,6 +88,7 @@ class Insert:
     x: list[float]
     y: float
     ts: int | None = None
+    clipped: int = 0  # under a feature spec: the fields whose value was clipped, a bit each
 
 
 @dataclass(slots=True)
@@ -244,10 +245,10 @@ def _named_insert(key, obj: dict, features: FeatureSpec) -> Insert:
     y = _label(obj)
     ts = _check_ts({"ts": obj["ts"]}, ("ts",), 0) if "ts" in obj else None
     try:
-        x, _ = vectorize(features, obj)
+        x, clipped = vectorize(features, obj)
     except BadFeature as bad:
         raise DeadLetter(bad.reason, bad.detail) from None
-    return Insert(record_id, x.tolist(), y, ts)
+    return Insert(record_id, x.tolist(), y, ts, clipped)
 
 
 def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes: int,
@@ -330,6 +331,7 @@ class InsertRun:
     y: np.ndarray  # (n,) float64
     newest_ts: int  # the largest Kafka timestamp among them (0: none)
     keys: np.ndarray | None = None  # record_key of each id, when already known
+    clipped: np.ndarray | None = None  # under a feature spec: each row's mask of clipped fields
 
 
 def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int | None = None,
@@ -399,7 +401,7 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
 
 def _named_inserts(messages, start: int, stop: int, max_bytes: int, features: FeatureSpec) -> InsertRun:
     """:func:`decode_inserts` under a feature spec: each record through :func:`decode_event`."""
-    ids, xs, ys, newest, end = [], [], [], 0, start
+    ids, xs, ys, clipped, newest, end = [], [], [], [], 0, start
     for j in range(start, stop):
         msg = messages[j]
         try:
@@ -414,6 +416,7 @@ def _named_inserts(messages, start: int, stop: int, max_bytes: int, features: Fe
         ids.append(event.id)
         xs.append(event.x)
         ys.append(event.y)
+        clipped.append(event.clipped)
         end = j + 1
     X = np.array(xs, dtype=np.float64).reshape(len(xs), features.dim)
-    return InsertRun(end, ids, X, np.array(ys, dtype=np.float64), newest)
+    return InsertRun(end, ids, X, np.array(ys, dtype=np.float64), newest, None, np.array(clipped, np.int64))
