@@ -249,3 +249,37 @@ def test_registry_records_take_the_spec_by_field_name():
     assert got[0][0] == "insert"
     assert got[0][1] == vectorize(spec, {"age": 30, "plan": "pro"})[0].view(np.uint64).tolist()
     assert got[1][:2] == ("dead", "bad_features") and "'age'" in got[1][2]
+
+
+def test_the_planner_reads_a_named_sample_through_the_spec(tmp_path, capsys, monkeypatch):
+    """olu-worker plan --features-file: the sample's records become the worker's vectors, bit for bit."""
+    from worker.cli import main
+    from worker.planning.sample import read_sample
+    from worker.planning.target import build_engine, resolve_target
+
+    for name in [n for n in __import__("os").environ if n.startswith("OLU_")]:
+        monkeypatch.delenv(name)
+    spec_path = tmp_path / "features.yaml"
+    spec_path.write_text("features:\n  - {name: age, type: numeric, range: [18, 90]}\n"
+                         "  - {name: plan, type: categorical, vocabulary: [free, pro]}\n")
+    rng = np.random.default_rng(4)
+    records = [{"op": "insert", "id": f"u-{j}", "age": int(rng.integers(10, 99)), "plan": ["free", "pro"][j % 2],
+                "y": j % 2} for j in range(400)]
+    sample = tmp_path / "sample.jsonl"
+    sample.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    settings = load_settings(["--features-file", str(spec_path), "--privacy-unit", "per-request"], {},
+                             command="plan")
+    read = read_sample(str(sample), build_engine(settings, resolve_target(settings)), settings.feature_spec)
+    expected = np.array([vectorize(settings.feature_spec, r)[0] for r in records])
+    assert np.array_equal(read.X.view(np.uint64), expected.view(np.uint64))
+    code = main(["plan", "--features-file", str(spec_path), "--privacy-unit", "per-request", "--sample",
+                 str(sample), "--deletion-rate", "0.01", "--events", "20000", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = orjson.loads(out)
+    assert report["dim"] == 5 and report["feature_bound"] == pytest.approx(math.sqrt(3))
+    records[3].pop("age")
+    sample.write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    assert main(["plan", "--features-file", str(spec_path), "--privacy-unit", "per-request", "--sample",
+                 str(sample), "--deletion-rate", "0.01"]) == 2
+    assert "line 4: no 'age' field" in capsys.readouterr().err

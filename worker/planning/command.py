@@ -105,7 +105,8 @@ def _settings(options: dict, sample_path: str | None, from_topic: int | None):
     names = {o.name for o in OPTION_BY_NAME.values()}
     # removed_*: the hidden flags of removed settings, so the loader refuses them by name
     namespace = argparse.Namespace(**{k: v for k, v in options.items() if k in names or k.startswith("removed_")})
-    if namespace.dim is None and not os.environ.get(OPTION_BY_NAME["dim"].env):
+    spec_given = getattr(namespace, "features_file", None) or os.environ.get(OPTION_BY_NAME["features_file"].env)
+    if namespace.dim is None and not os.environ.get(OPTION_BY_NAME["dim"].env) and not spec_given:
         if sample_path is None:
             raise PlanError(f"{OPTION_BY_NAME['dim'].label} is required (or --sample, whose records give it)")
         from .sample import sample_dimension
@@ -168,7 +169,7 @@ def _sample(settings, model, path: str | None, from_topic: int | None):
     from .sample import read_sample, sample_from_records
 
     if path is not None:
-        return read_sample(path, model), path
+        return read_sample(path, model, settings.feature_spec), path
     if from_topic is None:
         return None, None
     from .topic import read_topic_records

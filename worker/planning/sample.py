@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..features.exceptions import BadFeature
+from ..features.transform import vectorize
 from ..formats.exceptions import BadKeyedLine
 from ..formats.keyed_lines import numbered_records
 from ..olu.exceptions import InvalidExample, NormExceeded
@@ -56,10 +58,15 @@ def _records(path: str):
         raise SampleError(f"sample {path!r} {exc}") from None
 
 
-def _insert_fields(where: str, value: dict) -> None:
-    missing = [k for k in ("id", "x", "y") if k not in value]
+def _insert_fields(where: str, value: dict, features=None) -> None:
+    missing = [k for k in ("id", "y") + (() if features is not None else ("x",)) if k not in value]
     if missing:
         raise SampleError(f"{where}: missing {', '.join(missing)}")
+    if features is not None:
+        try:  # named fields: the spec makes the vector, exactly as the worker does (worker/features)
+            value["x"] = vectorize(features, value)[0].tolist()
+        except BadFeature as bad:
+            raise SampleError(f"{where}: {bad.detail} (the worker dead-letters it: {bad.reason})") from None
     if not isinstance(value["x"], list) or not value["x"]:
         raise SampleError(f"{where}: x must be a non-empty array of numbers")
 
@@ -80,14 +87,18 @@ def sample_dimension(path: str) -> int:
     raise SampleError(f"sample {path!r} has no insert events")
 
 
-def read_sample(path: str, model) -> Sample:
-    """The sample's events, checked with ``model``'s feature bound, policy and loss."""
-    return sample_from_records(((f"line {n}", k, v) for n, k, v in _records(path)), model, f"sample {path!r}")
+def read_sample(path: str, model, features=None) -> Sample:
+    """The sample's events, checked with ``model``'s feature bound, policy and loss; ``features``:
+    the feature spec its inserts' named fields go through."""
+    return sample_from_records(((f"line {n}", k, v) for n, k, v in _records(path)), model, f"sample {path!r}",
+                               features)
 
 
-def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model, name: str) -> Sample:
+def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model, name: str,
+                        features=None) -> Sample:
     """A :class:`Sample` of (where, Kafka key, event or None for a tombstone) in stream order (a
-    file's lines, or the records read from a topic); ``name`` and ``where`` name each record."""
+    file's lines, or the records read from a topic); ``name`` and ``where`` name each record;
+    ``features``: the inserts carry named fields for this feature spec, not ``x``."""
     ids, rows, labels, subjects, requests, dropped, seen = [], [], [], [], [], 0, set()
     keyed = False
     for at, key, value in records:
@@ -101,7 +112,7 @@ def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model
             continue
         if op != "insert":
             raise SampleError(f"{where}: expected an insert or a delete event, got op {op!r}")
-        _insert_fields(where, value)
+        _insert_fields(where, value, features)
         if value["id"] in seen:
             raise SampleError(f"{where}: id {value['id']!r} appears twice")
         if len(value["x"]) != model.dim:

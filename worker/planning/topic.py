@@ -86,7 +86,8 @@ def _decoded(settings, messages: list) -> tuple[list[tuple[str, bytes, dict | No
     records, left_out = [], 0
     for msg in messages:
         try:
-            event = decode_message(msg, dim=settings.dim, max_bytes=settings.max_record_bytes)
+            event = decode_message(msg, dim=settings.dim, max_bytes=settings.max_record_bytes,
+                                   features=settings.feature_spec)
         except DeadLetter:
             left_out += 1
             continue
