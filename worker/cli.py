@@ -207,7 +207,12 @@ def _print_report(report: dict, worker) -> None:
         print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} {_guarantee(p)}")
     for (topic, partition), release in sorted(worker.latest_release.items()):
         value = orjson.loads(release.value)
-        weights = ", ".join(f"{w:+.3f}" for w in value["weights"][:4])
+        names = worker.settings.feature_spec.names if worker.settings.feature_spec is not None else None
+        if names is None:
+            weights = ", ".join(f"{w:+.3f}" for w in value["weights"][:4])
+        else:  # the largest weights, by the spec's names
+            top = sorted(range(len(names)), key=lambda i: -abs(value["weights"][i]))[:4]
+            weights = ", ".join(f"{names[i]}={value['weights'][i]:+.3f}" for i in top)
         print(f"  latest release {topic}/{partition} v{value['version']} ({release.trigger}): [{weights}, ...]")
     q = report["quality"]
     noise = [v for v in q["noise_to_signal_by_partition"].values() if v is not None]
@@ -250,7 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (never of the noise)")
     d.add_argument("--json", action="store_true", help="print a final JSON summary on stdout")
     d.add_argument("--state-dir", help="where snapshots go (default: a new temporary directory)")
-    add_arguments(d, shown=DEMO_SHOWN_SETTINGS)
+    d.add_argument("--features", "--features-file", dest="features_file", metavar="FILE",
+                   help="a feature spec (YAML or JSON): the stream's events carry its named fields "
+                        "(same as --features-file)")
+    add_arguments(d, shown=DEMO_SHOWN_SETTINGS, exclude=("features_file",))
     d.set_defaults(func=demo)
     add_follow_parser(sub)
     add_plan_parser(sub)

@@ -87,3 +87,14 @@ def test_a_long_demo_consumes_every_event_it_produced():
     out = orjson.loads(proc.stdout)
     assert out["events"] == 400_000 and out["events_produced_all_delivered"] is True
     assert sum(p["offset"] for p in out["partitions"].values()) == 400_000
+
+
+def test_the_demo_runs_on_named_fields_under_a_feature_spec():
+    """olu-worker demo --features: events of named fields (some out of range, unlisted categories,
+    missing optional ones), learned through the spec; the poison records (a bad label) dead-lettered."""
+    root = Path(__file__).resolve().parents[2]
+    out = _summary("--features", str(root / "examples/features.yaml"), events=20_000)
+    assert out["events"] == 20_000 and out["dead_letters"] == 20_000 // 997
+    q = out["quality"]
+    assert q["plain_ogd"] > 0.8 and q["released"] > 0.7  # the rule is learnable, the released models learn it
+    assert sum(p["t"] for p in out["partitions"].values()) > 19_000 * 0.97

@@ -60,6 +60,53 @@ def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int, poison_eve
             yield rid.encode(), {"op": "insert", "id": rid, "x": x.round(6).tolist(), "y": y}
 
 
+def named_record(spec, rng) -> dict:
+    """A record of the spec's named fields, as an application would send it: numbers around and a
+    little past their declared ranges, booleans, categories including ones the vocabulary lacks,
+    open-ended strings for hashed fields, optional fields sometimes absent."""
+    out: dict = {}
+    for f in spec.fields:
+        if f.optional and rng.random() < 0.1:
+            continue
+        if f.kind == "numeric":
+            if f.scale_from_range:
+                width = f.high - f.low
+                out[f.name] = round(float(rng.uniform(f.low - 0.05 * width, f.high + 0.05 * width)), 4)
+            else:
+                out[f.name] = round(float(rng.normal(f.center, f.scale)), 4)
+        elif f.kind == "boolean":
+            out[f.name] = bool(rng.random() < 0.5)
+        elif f.kind == "categorical":
+            k = int(rng.integers(len(f.vocabulary) + 1))
+            out[f.name] = f.vocabulary[k] if k < len(f.vocabulary) else f"unlisted-{int(rng.integers(5))}"
+        else:
+            out[f.name] = f"{f.name}-{int(rng.zipf(1.6)) % 500}"
+    return out
+
+
+def synthetic_named_stream(n: int, spec, delete_rate: float, seed: int, poison_every: int = POISON_EVERY):
+    """:func:`synthetic_stream` with named fields under the feature spec ``spec``: the label is the
+    noisy linear rule of the vector the spec makes of each record (demo_scores.rule, same draw)."""
+    from ..features.transform import vectorize
+
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=spec.dim)
+    inserted: list[str] = []
+    for j in range(n):
+        if poison_every and j and j % poison_every == 0:
+            yield b"poison-%d" % j, b'{"op": "insert", "id": "poison-%d", "y": "not a label"}' % j
+        elif inserted and rng.random() < delete_rate:
+            victim = inserted[int(rng.integers(len(inserted)))]
+            yield victim.encode(), {"op": "delete", "id": victim}
+        else:
+            record = named_record(spec, rng)
+            x, _ = vectorize(spec, record)
+            y = 1 if arith.dot(x, w) + 0.3 * rng.normal() >= 0 else 0
+            rid = f"r-{j}"
+            inserted.append(rid)
+            yield rid.encode(), {"op": "insert", "id": rid, "y": y, **record}
+
+
 def synthetic_events(n: int, dim: int, delete_rate: float, seed: int):
     """:func:`synthetic_stream` as (key, JSON value) pairs, the worker's own wire format."""
     for key, event in synthetic_stream(n, dim, delete_rate, seed):
@@ -212,7 +259,8 @@ def start_producer(bootstrap: str, settings, events: int, delete_rate: float, se
     done = threading.Event()
     done.failed = None
     topic = settings.input_topics[0]
-    stream = synthetic_stream(events, settings.dim, delete_rate, seed)
+    stream = (synthetic_stream(events, settings.dim, delete_rate, seed) if settings.feature_spec is None
+              else synthetic_named_stream(events, settings.feature_spec, delete_rate, seed))
     encode = event_encoder(settings)
     thread = threading.Thread(target=produce, args=(bootstrap, topic, stream, done, encode),
                               kwargs={"partitions": partitions, "observe": observe, "consumed": consumed},

@@ -37,13 +37,26 @@ def rule(dim: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=dim)
 
 
-def fresh_points(w: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Fresh points of the rule, drawn as the stream draws them (norm at most 1, label noise 0.3)."""
+def fresh_points(w: np.ndarray, n: int, seed: int, spec=None) -> tuple[np.ndarray, np.ndarray]:
+    """Fresh points of the rule, drawn as the stream draws them (norm at most 1, label noise 0.3;
+    under a feature spec: records of its named fields, as demo.named_record draws them)."""
     rng = np.random.default_rng([seed, 1])
+    if spec is not None:
+        from ..features.transform import vectorize
+        from .demo import named_record
+
+        X = np.array([vectorize(spec, named_record(spec, rng))[0] for _ in range(n)])
+        return X, (X @ w + 0.3 * rng.normal(size=n) >= 0).astype(np.float64)
     X = rng.normal(size=(n, len(w)))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
     y = (X @ w + 0.3 * rng.normal(size=n) >= 0).astype(np.float64)
     return X, y
+
+
+def _vector(spec, event: dict) -> list[float]:
+    from ..features.transform import vectorize
+
+    return vectorize(spec, event)[0].tolist()
 
 
 class DemoScores:
@@ -54,7 +67,8 @@ class DemoScores:
         self.unit = getattr(settings, "privacy_unit", None)
         self.metric = "mean_squared_error" if self.ridge else "accuracy"
         self.w = rule(settings.dim, seed)
-        self.X, self.y = fresh_points(self.w, test_n, seed)
+        self.spec = settings.feature_spec
+        self.X, self.y = fresh_points(self.w, test_n, seed, self.spec)
         constants = {k: getattr(settings, k) for k in ("dim", "loss", "l2", "label_bound", "radius", "feature_bound")}
         self.ogd = [PlainOGD(**constants, feature_policy="clip") for _ in range(partitions)]
         self._rows: list[list] = [[] for _ in range(partitions)]
@@ -64,9 +78,10 @@ class DemoScores:
         """An event the demo produced to ``partition`` (deletes and poison records teach OGD nothing)."""
         if not isinstance(event, dict) or event.get("op") != "insert":
             return
+        x = event["x"] if self.spec is None else _vector(self.spec, event)
         with self._lock:
             rows = self._rows[partition]
-            rows.append((event["id"], event["x"], event["y"]))
+            rows.append((event["id"], x, event["y"]))
             if len(rows) >= _FLUSH_ROWS:
                 self._flush(partition)
 
