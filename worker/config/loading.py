@@ -299,7 +299,7 @@ def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
                           f"leave {_label('dim')} unset with {_label('features_file')}")
     if "feature_bound" in explicit:
         raise ConfigError(f"{_label('feature_bound')} is set, but the feature spec bounds the vector: declare "
-                          f"'bound:' in the spec instead (docs/calibration.md 7)")
+                          f"'bound:' in the spec instead (docs/calibration.md 2.4)")
     if values["input_feature_fields"]:
         raise ConfigError(f"{_label('input_feature_fields')} and {_label('features_file')} exclude each other: "
                           "the spec names the feature fields")

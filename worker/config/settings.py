@@ -127,7 +127,7 @@ class Settings:
     # Not settings: facts recorded for the start-up log line
     storage_credentials_present: bool = False
     origins: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # name -> flag|env|default
-    feature_spec: Any = field(default=None, compare=False)  # worker.features.FeatureSpec of features_file
+    feature_spec: Any = field(default=None, compare=False)  # worker.features.spec.FeatureSpec of features_file
 
     def __post_init__(self):
         if isinstance(self.input_topics, str):

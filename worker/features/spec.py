@@ -17,7 +17,7 @@ The spec (``OLU_FEATURES_FILE``, YAML or JSON) lists the fields and how each bec
 
 Every transform is fixed before the stream starts: nothing is fitted to the data. A scaler fitted
 on the stream would carry each record's influence into every later vector, deleted records
-included, which no deletion certificate covers (docs/calibration.md 7). Each field's coordinates
+included, which no deletion certificate covers (docs/calibration.md 2.4). Each field's coordinates
 are bounded by its declaration, so the vector's norm is too (:attr:`FeatureSpec.norm_bound`).
 
 :func:`parse_spec` checks a whole spec and raises :class:`~.exceptions.FeatureSpecError` with one
