@@ -535,9 +535,10 @@ def produce_all(bootstrap: str, topic: str, records: Records, plan, *, label: st
                          "queue.buffering.max.kbytes": 1_048_576, "acks": "all", "enable.idempotence": True,
                          "compression.type": "none"})
     produce = producer.produce
-    ins, dele = records.insert, records.delete
-    if encode is not None:
-        ins, dele = (lambda j: encode("i", j)), (lambda j: encode("d", j))
+    if encode is None:
+        ins, dele = records.insert, records.delete
+    else:
+        ins, dele = (lambda j: encode("i", j)), (lambda j: encode("d", j))  # records: unused (may be None)
     nbytes = 0
     t0 = time.perf_counter()
     for n, (op, j) in enumerate(plan):
