@@ -38,26 +38,37 @@ def mock_cluster() -> tuple[AdminClient, str]:
     return holder, ",".join(f"{b.host}:{b.port}" for b in brokers)
 
 
-def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int = POISON_EVERY):
-    """(key, event) pairs: inserts of a noisy linear rule, deletes of earlier ids, and a poison
-    record every ``poison_every`` events (0: none). An event is a dict, or raw bytes (the poison
-    records: JSON that no format's schema describes)."""
+def _stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int, poison: bytes, insert):
+    """(key, event) pairs: ``insert(rng, w)`` -> (record fields, label) for each insert, deletes of
+    earlier ids, a ``poison`` record every ``poison_every`` events (0: none). ``w`` is the rule's
+    ``dim`` weights, the generator's first draw (demo_scores.rule draws it alike)."""
     rng = np.random.default_rng(seed)
-    w = rng.normal(size=dim)  # demo_scores.rule: the same first draw
+    w = rng.normal(size=dim)
     inserted: list[str] = []
     for j in range(n):
         if poison_every and j and j % poison_every == 0:
-            yield b"poison-%d" % j, b'{"op": "insert", "id": "poison-%d", "x": "not a vector"}' % j
+            yield b"poison-%d" % j, poison % j
         elif inserted and rng.random() < delete_rate:
             victim = inserted[int(rng.integers(len(inserted)))]
             yield victim.encode(), {"op": "delete", "id": victim}
         else:
-            x = rng.normal(size=dim)
-            x /= max(1.0, arith.norm(x))  # the same stream on every CPU (worker/olu/arith.py)
-            y = 1 if arith.dot(x, w) + 0.3 * rng.normal() >= 0 else 0
+            fields, y = insert(rng, w)
             rid = f"r-{j}"
             inserted.append(rid)
-            yield rid.encode(), {"op": "insert", "id": rid, "x": x.round(6).tolist(), "y": y}
+            yield rid.encode(), {"op": "insert", "id": rid, **fields, "y": y}
+
+
+def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int = POISON_EVERY):
+    """(key, event) pairs: inserts of a noisy linear rule, deletes of earlier ids, and a poison
+    record every ``poison_every`` events (0: none). An event is a dict, or raw bytes (the poison
+    records: JSON that no format's schema describes)."""
+    def insert(rng, w):
+        x = rng.normal(size=dim)
+        x /= max(1.0, arith.norm(x))  # the same stream on every CPU (worker/olu/arith.py)
+        return {"x": x.round(6).tolist()}, 1 if arith.dot(x, w) + 0.3 * rng.normal() >= 0 else 0
+
+    return _stream(n, dim, delete_rate, seed, poison_every,
+                   b'{"op": "insert", "id": "poison-%d", "x": "not a vector"}', insert)
 
 
 def named_record(spec, rng) -> dict:
@@ -89,22 +100,12 @@ def synthetic_named_stream(n: int, spec, delete_rate: float, seed: int, poison_e
     noisy linear rule of the vector the spec makes of each record (demo_scores.rule, same draw)."""
     from ..features.transform import vectorize
 
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=spec.dim)
-    inserted: list[str] = []
-    for j in range(n):
-        if poison_every and j and j % poison_every == 0:
-            yield b"poison-%d" % j, b'{"op": "insert", "id": "poison-%d", "y": "not a label"}' % j
-        elif inserted and rng.random() < delete_rate:
-            victim = inserted[int(rng.integers(len(inserted)))]
-            yield victim.encode(), {"op": "delete", "id": victim}
-        else:
-            record = named_record(spec, rng)
-            x, _ = vectorize(spec, record)
-            y = 1 if arith.dot(x, w) + 0.3 * rng.normal() >= 0 else 0
-            rid = f"r-{j}"
-            inserted.append(rid)
-            yield rid.encode(), {"op": "insert", "id": rid, "y": y, **record}
+    def insert(rng, w):
+        record = named_record(spec, rng)
+        return record, 1 if arith.dot(vectorize(spec, record)[0], w) + 0.3 * rng.normal() >= 0 else 0
+
+    return _stream(n, spec.dim, delete_rate, seed, poison_every,
+                   b'{"op": "insert", "id": "poison-%d", "y": "not a label"}', insert)
 
 
 def synthetic_events(n: int, dim: int, delete_rate: float, seed: int):
