@@ -171,11 +171,15 @@ def test_the_compiled_reader_the_decoder_and_the_transform_agree(data):
     with python_decoder():
         reference = decode_batch(messages, dim=spec.dim, max_bytes=BIG, features=spec)
     assert outcomes(compiled) == outcomes(reference)
+    shipped = parse_spec(orjson.loads(spec.text))  # the spec as a release carries it to a subscriber
+    assert shipped.digest == spec.digest
     for j, msg in enumerate(messages):  # what the planner and the subscriber compute: the same bits
         got = outcomes(compiled)[j]
         if got[0] == "insert":
             x, _ = vectorize(spec, orjson.loads(msg.value()))
             assert got[1] == np.asarray(x).view(np.uint64).tolist()
+            assert np.array_equal(vectorize(shipped, orjson.loads(msg.value()))[0].view(np.uint64),
+                                  np.asarray(x).view(np.uint64))
             assert math.sqrt(float(np.dot(x, x))) <= spec.norm_bound * (1 + 1e-12)
 
 
