@@ -550,3 +550,23 @@ def test_the_readme_values_examples_pass_the_schema_and_render(chart):
         chart.validate_schema(values)
         objects = render(chart, values)
         assert only(objects, "Deployment")
+
+
+def test_a_feature_spec_in_the_values_is_mounted_and_named(chart, tmp_path):
+    spec = {"features": [{"name": "age", "type": "numeric", "range": [18, 90]},
+                         {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]}]}
+    objects = render(chart, merge(REQUIRED, {"config": {"dim": None}, "featureSpec": spec}))
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-features"))
+    env = plain_env(objects)
+    assert env["OLU_FEATURES_FILE"] == "/etc/olu-worker/features/features.yaml" and "OLU_DIM" not in env
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["feature-spec"] == "/etc/olu-worker/features"
+    assert pod["metadata"]["annotations"]["checksum/feature-spec"]
+    # the worker reads the mounted file as the chart writes it
+    (tmp_path / "features.yaml").write_text(config_map["data"]["features.yaml"])
+    settings = load_settings([], {**env, "OLU_FEATURES_FILE": str(tmp_path / "features.yaml")})
+    assert settings.dim == 5 and [f.name for f in settings.feature_spec.fields] == ["age", "plan"]
+    with pytest.raises(Exception, match="exclude each other"):
+        render(chart, merge(REQUIRED, {"config": {"features_file": "/x.yaml"}, "featureSpec": spec}))

@@ -142,8 +142,11 @@ Checks that values.schema.json cannot express (each fails the install with a mes
 {{- if not (include "olu-worker.isSet" $c.bootstrap_servers) -}}
 {{- fail "config.bootstrap_servers is required (OLU_KAFKA_BOOTSTRAP_SERVERS: the Kafka bootstrap servers, host:port[,host:port])" -}}
 {{- end -}}
-{{- if not (or (include "olu-worker.isSet" $c.dim) (include "olu-worker.isSet" $c.features_file)) -}}
-{{- fail "config.dim is required (OLU_DIM: the feature dimension of the input events), unless config.features_file gives it" -}}
+{{- if not (or (include "olu-worker.isSet" $c.dim) (include "olu-worker.isSet" $c.features_file) .Values.featureSpec) -}}
+{{- fail "config.dim is required (OLU_DIM: the feature dimension of the input events), unless a feature spec (featureSpec or config.features_file) gives it" -}}
+{{- end -}}
+{{- if and .Values.featureSpec (include "olu-worker.isSet" $c.features_file) -}}
+{{- fail "featureSpec and config.features_file exclude each other: featureSpec mounts the spec and sets OLU_FEATURES_FILE itself" -}}
 {{- end -}}
 {{- if not (include "olu-worker.isSet" $c.privacy_unit) -}}
 {{- fail "config.privacy_unit is required (OLU_PRIVACY_UNIT): per-request protects each deletion request on its own, all-deletions every deleted record together at a far larger noise; olu-worker plan shows what each costs on your events" -}}
@@ -189,6 +192,10 @@ The container's environment, generated from values (extraEnv is appended by the 
 {{- define "olu-worker.env" -}}
 - name: NUMBA_CACHE_DIR
   value: {{ .Values.numbaCacheDir | quote }}
+{{- if .Values.featureSpec }}
+- name: OLU_FEATURES_FILE
+  value: {{ printf "%s/features.yaml" .Values.featureSpecMountPath | quote }}
+{{- end }}
 {{- range $name, $value := .Values.config }}
 {{- if and (include "olu-worker.isSet" $value) (ne $name "transactional_id") (ne $name "schema_registry_user_info") }}
 - name: {{ include "olu-worker.settingEnv" $name }}
