@@ -39,14 +39,15 @@ from .replay_floor import ReplayFloor, input_end
 log = get_logger("olu.worker")
 
 
-def _warm_up_kernels() -> None:
+def _warm_up_kernels(settings=None) -> None:
     try:
         from ..olu.core.kernels import warmup
     except ImportError:
         return  # numba unavailable: the engine uses its numpy reference step
     seconds = warmup.warm_up()
     started = time.perf_counter()
-    scan.warm_up()
+    scan.warm_up(features=getattr(settings, "feature_spec", None),
+                 input_format=getattr(settings, "input_format", "json"))
     seconds += time.perf_counter() - started
     log.info("compiled kernels ready", extra={"seconds": round(seconds, 3)})
 
@@ -54,10 +55,11 @@ def _warm_up_kernels() -> None:
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def prepare_process() -> float:
+def prepare_process(settings=None) -> float:
     """Set the process up for the loop, before the first batch (the worker; benches that drive
-    the partition runner without it): returns the GIL switch interval it replaced."""
-    _warm_up_kernels()  # compile before the first batch, not inside it
+    the partition runner without it): returns the GIL switch interval it replaced. ``settings``:
+    also compile the readers its input needs (a feature spec's, a registry format's)."""
+    _warm_up_kernels(settings)  # compile before the first batch, not inside it
     # The delta and snapshot writers hand the GIL back and forth with the loop around every
     # store call and fsync; at the default 5 ms switch interval each hand-over can cost a
     # deletion 5 ms of latency while the loop is busy learning.
@@ -139,7 +141,7 @@ class Worker:
         if install_signals and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
-        switch_interval = prepare_process()
+        switch_interval = prepare_process(self.settings)
         self.release_encoder = release_encoder(s, self._new_model())  # None: JSON releases
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error,
                                   "logger": client_logger()})

@@ -462,13 +462,19 @@ def test_warm_up_compiles_every_version_production_uses():
 NO_FUSED_OPS = textwrap.dedent("""
     import re
     import numba
+    from worker.features.spec import parse_spec
+    from worker.formats import framed_kernel
     from worker.olu.core.kernels import hashing, merge, ogd, warmup
     from worker.stream import loss_kernel
+    from worker.stream.input import insert_kernel, scan
 
     warmup.warm_up()
+    spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}], "bound": 0.5})
+    scan.warm_up(features=spec, input_format="avro")
+    scan.warm_up(input_format="protobuf")
     fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
     found, versions = [], 0
-    for module in (hashing, merge, ogd, loss_kernel):
+    for module in (hashing, merge, ogd, loss_kernel, insert_kernel, framed_kernel):
         for name, d in vars(module).items():
             if isinstance(d, numba.core.registry.CPUDispatcher):
                 for asm in d.inspect_asm().values():

@@ -149,3 +149,22 @@ def _read(plans, vbuf, voff, klen, dim, max_bytes, X, y, spans, kinds):
             protobuf_kernel(vbuf, voff, klen, slots, slot, plan.table, plan.defaults, plan.op_default, dim,
                             max_bytes, X, y, spans, kinds)
     return None, None
+
+
+def warm_up_reader(fmt: str) -> None:
+    """Compile (or load from the numba cache) the binary reader of ``fmt`` on the event schema."""
+    from ...formats.avro_plan import avro_plan
+    from ...formats.events import EVENT_AVRO_SCHEMA
+    from ...formats.mapping import FieldMapping
+    from ...formats.protobuf import event_class
+    from ...formats.protobuf_plan import protobuf_plan
+
+    one = np.zeros(1, np.int64)
+    args = (np.zeros(8, np.uint8), np.array([0, 8], np.int64), one + 1, one, 0)
+    out = (np.zeros((1, 1)), np.zeros(1), np.zeros((1, 2), np.int64), np.zeros(1, np.int8))
+    if fmt == "avro":
+        table, _ = avro_plan(EVENT_AVRO_SCHEMA, FieldMapping(complete=True), dim=1)
+        avro_kernel(*args, table, False, 1, 64, *out)
+    else:
+        table, defaults, op_default, _ = protobuf_plan(event_class().DESCRIPTOR, FieldMapping(complete=True), dim=1)
+        protobuf_kernel(*args, table, defaults, op_default, 1, 64, *out)
