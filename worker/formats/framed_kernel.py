@@ -2,12 +2,13 @@
 
 Each kernel walks the records of one writer schema (a *plan*: avro_plan.py, protobuf_plan.py) in
 a joined value buffer and, like the JSON scan (worker/stream/input/scan.py), either **accepts** a
-record, writing its features into a row of ``X``, its label into ``y`` and where its id lies into
-``spans``, or **declines** it. A declined record goes to the generic decoder (input.py), which
-decides and names the reason; a kernel never rejects anything itself. So correctness needs only
-"accepted => the generic decoder gives an insert with these very values", and the kernels decline
-whatever they are not certain of: a delete, a value out of range, a string that is not ASCII,
-bytes left over, a varint longer than 10 bytes, a wire type the schema does not declare.
+record, as an INSERT (its features into a row of ``X``, its label into ``y``, where its id lies
+into ``spans``) or as a DELETE of one id (where the id lies), or **declines** it. A declined record
+goes to the generic decoder (input.py), which decides and names the reason; a kernel never rejects
+anything itself. So correctness needs only "accepted => the generic decoder gives this very event",
+and the kernels decline whatever they are not certain of: a request naming several ids, a value
+out of range, a string that is not ASCII, bytes left over, a varint longer than 10 bytes, a wire
+type the schema does not declare, a sub-message with strings inside.
 
 Values are bit for bit those of the generic path: a double is its 8 bytes (the JSON round trip of
 a finite double is exact), a float its exact widening, an integer its ``float()`` (round to
@@ -15,7 +16,8 @@ nearest even in both). The host must be little-endian, as both formats are (chec
 callers: worker/stream/input/framed_scan.py).
 
 Everything a cached kernel calls is in this one file (numba's disk cache tracks the file of a
-kernel, not of its helpers; worker/olu/core/kernels/jit.py).
+kernel, not of its helpers; worker/olu/core/kernels/jit.py), but the LLVM intrinsics, which never
+change (worker/olu/core/kernels/intrinsics.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from ..memory import fix_malloc_thresholds
 from ..state.exceptions import StorageUnavailable
 from ..state.store import SnapshotStore, open_store
 from .exceptions import ClientFailed, DeliveryFailed
-from .input import scan
+from .input import framed_scan, scan
 from .input.framed import RegistryInput, original
 from .output.dlq import DeadLetters, TopicLimit
 from .output.exactly_once import Transactions
@@ -46,8 +46,9 @@ def _warm_up_kernels(settings=None) -> None:
         return  # numba unavailable: the engine uses its numpy reference step
     seconds = warmup.warm_up()
     started = time.perf_counter()
-    scan.warm_up(features=getattr(settings, "feature_spec", None),
-                 input_format=getattr(settings, "input_format", "json"))
+    scan.warm_up(features=getattr(settings, "feature_spec", None))
+    if getattr(settings, "input_format", "json") in ("avro", "protobuf"):
+        framed_scan.warm_up_reader(settings.input_format)
     seconds += time.perf_counter() - started
     log.info("compiled kernels ready", extra={"seconds": round(seconds, 3)})
 

@@ -466,12 +466,13 @@ NO_FUSED_OPS = textwrap.dedent("""
     from worker.formats import framed_kernel
     from worker.olu.core.kernels import hashing, merge, ogd, warmup
     from worker.stream import loss_kernel
-    from worker.stream.input import insert_kernel, scan
+    from worker.stream.input import framed_scan, insert_kernel, scan
 
     warmup.warm_up()
     spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}], "bound": 0.5})
-    scan.warm_up(features=spec, input_format="avro")
-    scan.warm_up(input_format="protobuf")
+    scan.warm_up(features=spec)
+    framed_scan.warm_up_reader("avro")
+    framed_scan.warm_up_reader("protobuf")
     fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
     found, versions = [], 0
     for module in (hashing, merge, ogd, loss_kernel, insert_kernel, framed_kernel):

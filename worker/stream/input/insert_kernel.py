@@ -22,10 +22,11 @@ bit. When it is not certain, the caller declines the record and orjson decides.
 
 **Records.** :func:`parse_kernel` walks the object of each record (fields in any order, each once,
 JSON whitespace anywhere) and notes where its id lies in the value buffer (the caller hashes the id
-from there: the Kafka key is the partitioning key and need not equal the id).
+from there: the Kafka key is the partitioning key and need not equal the id). :func:`parse_named_kernel`
+does it for named fields under a feature spec, in worker/features/transform.py's arithmetic.
 
-Everything the cached kernel calls is in this one file on purpose: numba's disk cache notices a
-change to the file of a cached function, not to functions it calls in other files. The helpers
+All the cached kernels call is in this file (but intrinsics.py and pow10.py, which never change):
+numba's disk cache notices a change to a cached function's file, not to other files. The helpers
 take raw pointers, not arrays: numba counts references to an array argument around every call of
 a helper (the parser has many exits), and that cost more than the parsing.
 """

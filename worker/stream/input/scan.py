@@ -163,19 +163,15 @@ def python_decoder():
         _python_only = saved
 
 
-def warm_up(features: FeatureSpec | None = None, input_format: str = "json") -> None:
+def warm_up(features: FeatureSpec | None = None) -> None:
     """Compile (or load from the numba cache) the kernel with the production types; with a feature
-    spec its named-field reader too, with a registry format that format's compiled reader."""
+    spec its named-field reader too (a registry format's: framed_scan.warm_up_reader)."""
     from confluent_kafka import Message
 
     scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","x":[0.5],"y":1}')], dim=1, max_bytes=64)
     if features is not None:
         scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","y":1}')], dim=features.dim, max_bytes=64,
                    features=features)
-    if input_format in ("avro", "protobuf"):
-        from .framed_scan import warm_up_reader
-
-        warm_up_reader(input_format)
     from ..loss_kernel import ALL_ROWS, batch_mean_loss  # the prequential loss of every insert run
 
     for ridge in (False, True):
