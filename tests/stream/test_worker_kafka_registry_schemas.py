@@ -26,6 +26,7 @@ from google.protobuf.message_factory import GetMessageClass
 from tests.stream.kafka_harness import WorkerProcess, end_offsets, event_stream, read_topic, topics_for
 from tests.stream.test_worker_kafka_registry import SAME, _env, _framed, _produce, _releases
 from worker.formats.events import EVENT_AVRO_SCHEMA, EVENT_JSON_SCHEMA, event_serializer
+from worker.formats.protobuf import event_file
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
@@ -103,20 +104,11 @@ def test_a_field_added_with_a_default_is_read_without_a_restart(kafka_bootstrap,
 def _event_message(name: str, *, extra=None, imports=(), pool=None):
     """The event message (olu.v1.Event's fields) in a file ``name``, with more fields added by
     ``extra(msg, FieldDescriptorProto)``, importing ``imports``."""
-    F = descriptor_pb2.FieldDescriptorProto
-    package = name.rsplit("/", 1)[0].replace("/", ".") if "/" in name else "t"
-    fdp = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3", dependency=list(imports))
-    msg = fdp.message_type.add(name="Event")
-    msg.field.add(name="op", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
-    msg.field.add(name="id", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
-    msg.field.add(name="x", number=3, type=F.TYPE_DOUBLE, label=F.LABEL_REPEATED)
-    for number, (field, kind) in enumerate((("y", F.TYPE_DOUBLE), ("ts", F.TYPE_INT64)), start=4):
-        msg.field.add(name=field, number=number, type=kind, label=F.LABEL_OPTIONAL,
-                      oneof_index=len(msg.oneof_decl), proto3_optional=True)
-        msg.oneof_decl.add(name=f"_{field}")
-    msg.field.add(name="ids", number=6, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
+    package = name.rsplit("/", 1)[0].replace("/", ".")
+    fdp = event_file(name, package)
+    fdp.dependency.extend(imports)
     if extra is not None:
-        extra(msg, F)
+        extra(fdp.message_type[0], descriptor_pb2.FieldDescriptorProto)
     pool = pool or descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return GetMessageClass(pool.FindMessageTypeByName(f"{package}.Event"))

@@ -23,7 +23,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from .exceptions import UndecodableRecord
 
-__all__ = ["EVENT_PROTO", "event_class", "message_class"]
+__all__ = ["EVENT_PROTO", "event_class", "event_file", "message_class"]
 
 EVENT_PROTO = """syntax = "proto3";
 package olu.v1;
@@ -143,21 +143,27 @@ def message_class(schema, indexes: list[int], client=None):
     return GetMessageClass(pool.FindMessageTypeByName(full))
 
 
-@functools.cache
-def event_class():
-    """``olu.v1.Event``, the documented event as a Protobuf message (EVENT_PROTO)."""
+def event_file(name: str = "olu/v1/event.proto", package: str = "olu.v1") -> descriptor_pb2.FileDescriptorProto:
+    """A file holding the documented event as message ``Event`` (EVENT_PROTO), to extend (tests add
+    fields and imports to it)."""
     F = descriptor_pb2.FieldDescriptorProto
-    fdp = descriptor_pb2.FileDescriptorProto(name="olu/v1/event.proto", package="olu.v1", syntax="proto3")
+    fdp = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3")
     msg = fdp.message_type.add(name="Event")
     msg.field.add(name="op", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     msg.field.add(name="id", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     msg.field.add(name="x", number=3, type=F.TYPE_DOUBLE, label=F.LABEL_REPEATED)
-    for number, (name, kind) in enumerate((("y", F.TYPE_DOUBLE), ("ts", F.TYPE_INT64)), start=4):
+    for number, (field, kind) in enumerate((("y", F.TYPE_DOUBLE), ("ts", F.TYPE_INT64)), start=4):
         # proto3 "optional": a synthetic oneof per field gives it presence
-        msg.field.add(name=name, number=number, type=kind, label=F.LABEL_OPTIONAL,
+        msg.field.add(name=field, number=number, type=kind, label=F.LABEL_OPTIONAL,
                       oneof_index=len(msg.oneof_decl), proto3_optional=True)
-        msg.oneof_decl.add(name=f"_{name}")
+        msg.oneof_decl.add(name=f"_{field}")
     msg.field.add(name="ids", number=6, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
+    return fdp
+
+
+@functools.cache
+def event_class():
+    """``olu.v1.Event``, the documented event as a Protobuf message (EVENT_PROTO)."""
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
+    pool.Add(event_file())
     return GetMessageClass(pool.FindMessageTypeByName("olu.v1.Event"))
