@@ -24,6 +24,7 @@ import json
 
 import numpy as np
 
+from .exceptions import NoPlan
 from .framed_kernel import (
     A_ARRAY,
     A_ENUM,
@@ -47,16 +48,13 @@ __all__ = ["avro_plan"]
 _PRIMITIVE = {name: k for k, name in enumerate(AVRO_KINDS) if name not in ("enum", "fixed", "array", "map")}
 
 
-class _NoPlan(Exception):
-    """The schema has something the compiled reader does not walk (the message says what)."""
-
 
 def avro_plan(schema_str: str, mapping: FieldMapping, *, dim: int) -> tuple[np.ndarray | None, str]:
     """``(plan, "")`` for ``schema_str`` read under ``mapping``, or ``(None, why not)``."""
     try:
         schema = json.loads(schema_str)
         if not isinstance(schema, dict) or schema.get("type") != "record":
-            raise _NoPlan("the schema is not a record")
+            raise NoPlan("the schema is not a record")
         named: dict[str, tuple[int, int, int]] = {}
         roles = _roles(mapping)
         rows, used = [], set()
@@ -68,17 +66,17 @@ def avro_plan(schema_str: str, mapping: FieldMapping, *, dim: int) -> tuple[np.n
             branches = field["type"] if isinstance(field["type"], list) else None
             nodes = [_node(t, named, schema.get("namespace")) for t in (branches or [field["type"]])]
             if len(nodes) > MAX_BRANCHES:
-                raise _NoPlan(f"field {name!r} is a union of more than {MAX_BRANCHES} types")
+                raise NoPlan(f"field {name!r} is a union of more than {MAX_BRANCHES} types")
             row = [role, len(nodes) if branches is not None else 0]
             for node in nodes:
                 row.extend(node)
             rows.append(row + [0] * (2 + 3 * MAX_BRANCHES - len(row)))
         missing = [n for n in _required(mapping) if n not in used]
         if missing:
-            raise _NoPlan("no field for " + ", ".join(missing))
+            raise NoPlan("no field for " + ", ".join(missing))
         if mapping.features and len(mapping.features) != dim:
-            raise _NoPlan(f"{len(mapping.features)} feature fields for dimension {dim}")
-    except _NoPlan as why:
+            raise NoPlan(f"{len(mapping.features)} feature fields for dimension {dim}")
+    except NoPlan as why:
         return None, str(why)
     except (ValueError, KeyError, TypeError) as exc:
         return None, f"the schema does not parse ({type(exc).__name__})"
@@ -92,7 +90,7 @@ def _roles(mapping: FieldMapping) -> dict[str, int]:
     roles: dict[str, int] = {}
     for name, role in pairs:
         if name in roles:
-            raise _NoPlan(f"field {name!r} has two roles")
+            raise NoPlan(f"field {name!r} has two roles")
         roles[name] = role
     return roles
 
@@ -120,13 +118,13 @@ def _node(t, named: dict, namespace: str | None) -> tuple[int, int, int]:
         for key in (_fullname(t, namespace), t):
             if key in named:
                 return named[key]
-        raise _NoPlan(f"type {t!r} is not a type the reader walks")
+        raise NoPlan(f"type {t!r} is not a type the reader walks")
     if isinstance(t, list):
-        raise _NoPlan("a union inside another type")
+        raise NoPlan("a union inside another type")
     if not isinstance(t, dict):
-        raise _NoPlan("a type that is not a name, union or object")
+        raise NoPlan("a type that is not a name, union or object")
     if "logicalType" in t:
-        raise _NoPlan(f"logical type {t['logicalType']!r} (the generic reader converts it)")
+        raise NoPlan(f"logical type {t['logicalType']!r} (the generic reader converts it)")
     kind = t.get("type")
     if kind in _PRIMITIVE:
         return _PRIMITIVE[kind], 0, 0
@@ -139,6 +137,6 @@ def _node(t, named: dict, namespace: str | None) -> tuple[int, int, int]:
     if kind in ("array", "map"):
         item = _node(t["items" if kind == "array" else "values"], named, namespace)
         if item[0] in (A_ARRAY, A_MAP):
-            raise _NoPlan(f"an {kind} of {AVRO_KINDS[item[0]]}s")
+            raise NoPlan(f"an {kind} of {AVRO_KINDS[item[0]]}s")
         return (A_ARRAY if kind == "array" else A_MAP), item[0], item[1]
-    raise _NoPlan(f"a {kind!r} inside the record (nested records are read by the generic path)")
+    raise NoPlan(f"a {kind!r} inside the record (nested records are read by the generic path)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..exceptions import OluWorkerError
 
-__all__ = ["BadKeyedLine", "RegistryUnavailable", "UndecodableRecord"]
+__all__ = ["BadKeyedLine", "NoPlan", "RegistryUnavailable", "UndecodableRecord"]
 
 
 class UndecodableRecord(OluWorkerError, ValueError):
@@ -28,3 +28,8 @@ class RegistryUnavailable(OluWorkerError, RuntimeError):
 
 class BadKeyedLine(OluWorkerError, ValueError):
     """A line of a keyed JSON-lines file that cannot be a Kafka record (formats/keyed_lines.py)."""
+
+
+class NoPlan(OluWorkerError, ValueError):
+    """A writer schema the compiled readers do not walk (the message says what): its records take
+    the generic path (avro_plan.py, protobuf_plan.py, jsonschema_plan.py)."""

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .exceptions import NoPlan
+
 __all__ = ["JsonSchemaPlan", "jsonschema_plan"]
 
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
@@ -58,9 +60,6 @@ _TYPES = {"op": ("string",), "id": ("string",), "x": ("array",), "y": ("number",
 _ANY = (-math.inf, math.inf)
 _EXACT = 2.0**53
 
-
-class _NoPlan(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ def jsonschema_plan(schema_str: str, *, dim: int) -> tuple[JsonSchemaPlan | None
     try:
         schema = json.loads(schema_str)
         return _plan(schema, dim), ""
-    except _NoPlan as why:
+    except NoPlan as why:
         return None, str(why)
     except (ValueError, TypeError, KeyError) as exc:
         return None, f"the schema does not parse ({type(exc).__name__})"
@@ -98,21 +97,21 @@ def _plan(schema, dim: int) -> JsonSchemaPlan:
     if schema is True or schema == {}:
         return JsonSchemaPlan()
     if not isinstance(schema, dict):
-        raise _NoPlan("the schema is not an object")
+        raise NoPlan("the schema is not an object")
     unknown = set(schema) - _TOP
     if unknown:
-        raise _NoPlan(f"keyword {sorted(unknown)[0]!r}")
+        raise NoPlan(f"keyword {sorted(unknown)[0]!r}")
     if schema.get("type", "object") != "object":
-        raise _NoPlan("the schema's type is not 'object'")
+        raise NoPlan("the schema's type is not 'object'")
     props = schema.get("properties", {})
     required = schema.get("required", [])
     if not isinstance(props, dict) or not isinstance(required, list) or set(required) - {"op", "id", "x", "y"}:
-        raise _NoPlan("'required' names a field a scanned insert may lack")
+        raise NoPlan("'required' names a field a scanned insert may lack")
     extra = schema.get("additionalProperties", True)
     if not isinstance(extra, bool):
-        raise _NoPlan("'additionalProperties' is a schema")
+        raise NoPlan("'additionalProperties' is a schema")
     if not extra and set(_FIELDS) - set(props):
-        raise _NoPlan("a closed schema without every field of an insert (ts included)")
+        raise NoPlan("a closed schema without every field of an insert (ts included)")
     checks = {name: _property(name, props[name], dim) for name in _FIELDS if name in props}
     return JsonSchemaPlan(
         id_chars=checks.get("id", (1, 256)),
@@ -125,34 +124,34 @@ def _property(name: str, spec, dim: int):
     if spec is True or spec == {}:
         return None if name in ("op", "ts") else _defaults(name)
     if not isinstance(spec, dict):
-        raise _NoPlan(f"property {name!r} is not an object")
+        raise NoPlan(f"property {name!r} is not an object")
     unknown = set(spec) - _ALLOWED[name] - _ANNOTATIONS
     if unknown:
-        raise _NoPlan(f"property {name!r}: keyword {sorted(unknown)[0]!r}")
+        raise NoPlan(f"property {name!r}: keyword {sorted(unknown)[0]!r}")
     kind = spec.get("type", _TYPES[name][0])
     if kind not in _TYPES[name]:
-        raise _NoPlan(f"property {name!r}: type {kind!r} (a {_TYPES[name][0]} is accepted by the scan)")
+        raise NoPlan(f"property {name!r}: type {kind!r} (a {_TYPES[name][0]} is accepted by the scan)")
     if name == "op":
         allowed = spec["enum"] if "enum" in spec else [spec["const"]] if "const" in spec else ["insert"]
         if "insert" not in allowed:
-            raise _NoPlan("'op' does not allow 'insert'")
+            raise NoPlan("'op' does not allow 'insert'")
         return None
     if name == "ts":
         if _number(spec.get("minimum", 0)) > 0:
-            raise _NoPlan("'ts' has a positive minimum")
+            raise NoPlan("'ts' has a positive minimum")
         return None
     if name == "id":
         return (max(1, _count(spec.get("minLength", 0))), min(256, _count(spec.get("maxLength", 256))))
     if name == "y":
         return (_number(spec.get("minimum", -math.inf)), _number(spec.get("maximum", math.inf)))
     if not _count(spec.get("minItems", 0)) <= dim <= _count(spec.get("maxItems", dim)):
-        raise _NoPlan(f"'x' does not allow {dim} items")
+        raise NoPlan(f"'x' does not allow {dim} items")
     items = spec.get("items", {})
     if items is True or items == {}:
         return (-math.inf, math.inf)
     if not isinstance(items, dict) or set(items) - {"type", "minimum", "maximum"} - _ANNOTATIONS \
             or items.get("type", "number") != "number":
-        raise _NoPlan("'x' items are not plain numbers")
+        raise NoPlan("'x' items are not plain numbers")
     return (_number(items.get("minimum", -math.inf)), _number(items.get("maximum", math.inf)))
 
 
@@ -162,11 +161,11 @@ def _defaults(name: str):
 
 def _number(v) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or float(v) != v:
-        raise _NoPlan("a bound that is not a number, or not a double")
+        raise NoPlan("a bound that is not a number, or not a double")
     return float(v)
 
 
 def _count(v) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _NoPlan("a length that is not an integer")
+        raise NoPlan("a length that is not an integer")
     return v

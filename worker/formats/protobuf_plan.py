@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from google.protobuf.descriptor import FieldDescriptor as FD
 
+from .exceptions import NoPlan
 from .framed_kernel import (
     DECLINED,
     DELETE,
@@ -80,9 +81,6 @@ _ALLOWED = {OP: {FD.TYPE_STRING, FD.TYPE_ENUM}, ID: {FD.TYPE_STRING}, XS: {FD.TY
 _REPEATED_ROLES = (XS, IDS)
 
 
-class _NoPlan(Exception):
-    pass
-
 
 def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
     """``(plan, defaults, op_default, "")`` for the message ``descriptor`` read under ``mapping``, or
@@ -92,18 +90,18 @@ def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
         roles = [(mapping.op, OP), (mapping.id, ID), (mapping.y, Y), (mapping.ts, TS), (mapping.ids, IDS)]
         roles += [(n, FEATURE + j) for j, n in enumerate(mapping.features)] if mapping.features else [(mapping.x, XS)]
         if mapping.features and len(mapping.features) != dim:
-            raise _NoPlan(f"{len(mapping.features)} feature fields for dimension {dim}")
+            raise NoPlan(f"{len(mapping.features)} feature fields for dimension {dim}")
         if len({name for name, _ in roles}) != len(roles):
-            raise _NoPlan("a field has two roles")
+            raise NoPlan("a field has two roles")
         missing = [name for name, role in roles if role not in (TS, IDS) and name not in fields]
         if missing:
-            raise _NoPlan("no field for " + ", ".join(missing))
+            raise NoPlan("no field for " + ", ".join(missing))
         if max(f.number for f in descriptor.fields) >= MAX_FIELD_NUMBER:
-            raise _NoPlan(f"a field number of {MAX_FIELD_NUMBER} or more")
+            raise NoPlan(f"a field number of {MAX_FIELD_NUMBER} or more")
         plan = np.zeros((max(f.number for f in descriptor.fields) + 1, 5), np.int64)
         for f in descriptor.fields:
             if f.type == FD.TYPE_GROUP:
-                raise _NoPlan(f"field {f.name!r} is a group")
+                raise NoPlan(f"field {f.name!r} is a group")
             plan[f.number] = (SKIP, _KINDS[f.type], _flags(f), NO_SYMBOL, NO_SYMBOL)
         defaults = [np.nan] * (1 + len(mapping.features))
         op_default = DECLINED
@@ -119,7 +117,7 @@ def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
                     op_default = INSERT if plan[f.number, 3] == 0 else DELETE if plan[f.number, 4] == 0 else DECLINED
             if role == Y or role >= FEATURE:
                 defaults[0 if role == Y else 1 + role - FEATURE] = np.nan if f.has_presence else 0.0
-    except _NoPlan as why:
+    except NoPlan as why:
         return None, None, None, str(why)
     return plan, np.array(defaults, np.float64), op_default, ""
 
@@ -136,11 +134,11 @@ def _check_role(f, role: int) -> None:
     allowed = _ALLOWED.get(role, _NUMBER)
     repeated = bool(_flags(f) & F_REPEATED)
     if f.type not in allowed or repeated != (role in _REPEATED_ROLES):
-        raise _NoPlan(f"field {f.name!r} has a type the compiled reader does not map")
+        raise NoPlan(f"field {f.name!r} has a type the compiled reader does not map")
     oneof = f.containing_oneof
     if oneof is not None and not getattr(oneof, "is_synthetic", False) and not (
             len(oneof.fields) == 1 and oneof.name == f"_{f.name}"):
-        raise _NoPlan(f"field {f.name!r} is in a oneof")
+        raise NoPlan(f"field {f.name!r} is in a oneof")
 
 
 def _number_of(f, symbol: str) -> int:

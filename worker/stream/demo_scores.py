@@ -67,7 +67,7 @@ class DemoScores:
         self.unit = getattr(settings, "privacy_unit", None)
         self.metric = "mean_squared_error" if self.ridge else "accuracy"
         self.w = rule(settings.dim, seed)
-        self.spec = settings.feature_spec
+        self.spec = getattr(settings, "feature_spec", None)
         self.X, self.y = fresh_points(self.w, test_n, seed, self.spec)
         constants = {k: getattr(settings, k) for k in ("dim", "loss", "l2", "label_bound", "radius", "feature_bound")}
         self.ogd = [PlainOGD(**constants, feature_policy="clip") for _ in range(partitions)]

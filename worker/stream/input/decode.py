@@ -54,7 +54,7 @@ the dead-letter topic).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
@@ -88,7 +88,7 @@ class Insert:
     x: list[float]
     y: float
     ts: int | None = None
-    clipped: int = 0  # under a feature spec: the fields whose value was clipped, a bit each
+    clipped: int = field(default=0, repr=False)  # under a feature spec: the fields clipped, a bit each
 
 
 @dataclass(slots=True)
