@@ -34,6 +34,7 @@ releases and snapshots: a model trained under one spec is a different model from
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -105,7 +106,7 @@ class FeatureSpec:
     def dim(self) -> int:
         return (1 if self.intercept else 0) + sum(f.width for f in self.fields)
 
-    @property
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
         return tuple((["(intercept)"] if self.intercept else []) + [n for f in self.fields for n in f.names()])
 
@@ -122,14 +123,15 @@ class FeatureSpec:
         """The feature bound the model is calibrated with: the declared bound, or the spec's own."""
         return self.bound if self.bound is not None else self.spec_bound
 
-    @property
+    @functools.cached_property
     def text(self) -> str:
         """The canonical JSON text of the spec (what releases carry, and what the digest covers)."""
         return canonical(self.source).decode()
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        return "sha256:" + hashlib.sha256(canonical(self.source)).hexdigest()
+        """Computed once: the reader's tables, every snapshot, delta and release ask for it."""
+        return "sha256:" + hashlib.sha256(self.text.encode()).hexdigest()
 
 
 def canonical(source: dict) -> bytes:

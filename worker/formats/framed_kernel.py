@@ -258,21 +258,20 @@ def _avro_record(v, buf, p, end, plan, nfields, named, dim, X, y_out, spans, r):
             value, p = _avro_number(v, buf, p, end, kind)
             x_ok &= math.isfinite(value)
             X[r, role - FEATURE] = value
-        else:
-            if role == IDS and kind == A_ARRAY:
-                count, _ = _long(buf, p, end)
-                ids_empty = count == 0
-            elif role == OP or role == ID or role == XS or role == Y or role >= FEATURE:
-                if role == OP:
-                    op = DECLINED
-                elif role == ID:
-                    id_ok = False
-                elif role == Y:
-                    y_ok = False
-                else:
-                    x_ok = False
+        else:  # not a role, or a type its role does not read (a null, say): skipped
+            if role == OP:
+                op = DECLINED
+            elif role == ID:
+                id_ok = False
+            elif role == Y:
+                y_ok = False
+            elif role == XS or role >= FEATURE:
+                x_ok = False
             elif role == TS:
                 ts_ok = kind == A_NULL
+            elif role == IDS and kind == A_ARRAY:
+                count, _ = _long(buf, p, end)
+                ids_empty = count == 0
             p = _avro_skip(buf, p, end, kind, aux, aux2)
         if p < 0:
             return DECLINED

@@ -15,6 +15,7 @@ from .avro_plan import avro_plan
 from .exceptions import UndecodableRecord
 from .jsonschema_plan import jsonschema_plan
 from .protobuf_plan import protobuf_plan
+from .readers import has_rules
 
 __all__ = ["AvroPlan", "PlanCache", "ProtobufPlan"]
 
@@ -65,11 +66,10 @@ class PlanCache:
         fmt, mapping = self.decoder.format, self.decoder.mapping
         if mapping.named:
             return None, "a feature spec (its named fields are read by the JSON reader after transcoding)"
-        expected = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}[fmt]
+        expected = self.decoder.reader.schema_type
         if (schema.schema_type or "AVRO") != expected:
             return None, f"the schema is {schema.schema_type}, not {expected}"
-        if schema.rule_set is not None and (schema.rule_set.domain_rules or schema.rule_set.migration_rules
-                                            or getattr(schema.rule_set, "encoding_rules", None)):
+        if has_rules(schema):
             return None, "the schema has data-contract rules"
         if fmt == "avro":
             if schema.references:

@@ -26,14 +26,15 @@ import orjson
 from .exceptions import UndecodableRecord
 from .registry import classify
 
-__all__ = ["READERS", "AvroReader", "JsonSchemaReader", "ProtobufReader"]
+__all__ = ["READERS", "AvroReader", "JsonSchemaReader", "ProtobufReader", "has_rules"]
 
 
-def _plain(schema) -> bool:
-    """No data-contract rules: nothing but the schema decides how a value reads."""
+def has_rules(schema) -> bool:
+    """Data-contract rules: only confluent-kafka's deserializers execute them, so they decide how a
+    value reads, not the schema alone."""
     rules = schema.rule_set
-    return rules is None or not (rules.domain_rules or rules.migration_rules
-                                 or getattr(rules, "encoding_rules", None))
+    return rules is not None and bool(rules.domain_rules or rules.migration_rules
+                                      or getattr(rules, "encoding_rules", None))
 
 
 class _Reader:
@@ -55,13 +56,18 @@ class _Reader:
                 raise
             raise sorted_out from None
 
+    def own_schema(self, schema_id: int):
+        """:meth:`writer_schema`, refused (``schema_mismatch``) when it is of another format."""
+        schema = self.writer_schema(schema_id)
+        if (schema.schema_type or "AVRO") != self.schema_type:
+            raise UndecodableRecord("schema_mismatch", f"schema {schema_id} is {schema.schema_type}, "
+                                                       f"not {self.schema_type}")
+        return schema
+
     def parsed(self, schema_id: int):
         if schema_id not in self._parsed:
-            schema = self.writer_schema(schema_id)
-            if (schema.schema_type or "AVRO") != self.schema_type:
-                raise UndecodableRecord("schema_mismatch", f"schema {schema_id} is {schema.schema_type}, "
-                                                           f"not {self.schema_type}")
-            self._parsed[schema_id] = self._parse(schema) if _plain(schema) and self._direct(schema) else None
+            schema = self.own_schema(schema_id)
+            self._parsed[schema_id] = self._parse(schema) if not has_rules(schema) and self._direct(schema) else None
         return self._parsed[schema_id]
 
     def _direct(self, schema) -> bool:
@@ -149,11 +155,7 @@ class ProtobufReader(_Reader):
         if cls is None:
             from .protobuf import message_class
 
-            schema = self.writer_schema(schema_id)
-            if schema.schema_type != "PROTOBUF":
-                raise UndecodableRecord("schema_mismatch", f"schema {schema_id} is {schema.schema_type}, "
-                                                           "not PROTOBUF")
-            cls = self._classes[key] = message_class(schema, list(indexes), self.client)
+            cls = self._classes[key] = message_class(self.own_schema(schema_id), list(indexes), self.client)
         return cls
 
     def read(self, value: bytes, ctx):

@@ -53,6 +53,7 @@ class DecodedBatch:
     scan: BatchScan | None
     subjects: np.ndarray | None
     last_candidate: int
+
     def count_clipped(self, fields: int) -> np.ndarray | None:
         """Per spec field, how many of the batch's decoded inserts had their value clipped (None: none)."""
         parts = [np.array([e.clipped for e in self.events.values() if isinstance(e, Insert)], np.int64)]

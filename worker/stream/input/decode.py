@@ -201,7 +201,11 @@ def _check_ts(obj: dict, allowed: tuple[str, ...], base: int) -> int:
     """``ts`` of an object that has ``base`` known fields plus more: ts must be the only extra."""
     if len(obj) != base + 1 or "ts" not in obj:
         raise _extra_fields(obj, allowed)
-    ts = obj["ts"]
+    return _ts(obj["ts"])
+
+
+def _ts(ts) -> int:
+    """A ``ts`` value: a non-negative integer (an integral float is one for JSON Schema)."""
     kind = type(ts)
     if kind is int and ts >= 0:
         return ts
@@ -243,7 +247,7 @@ def _named_insert(key, obj: dict, features: FeatureSpec) -> Insert:
         raise DeadLetter("bad_features", "'x' is given, but with a feature spec the features come from its "
                                          "named fields")
     y = _label(obj)
-    ts = _check_ts({"ts": obj["ts"]}, ("ts",), 0) if "ts" in obj else None
+    ts = _ts(obj["ts"]) if "ts" in obj else None
     try:
         x, clipped = vectorize(features, obj)
     except BadFeature as bad:
