@@ -4,15 +4,20 @@ A reduction's value depends on the order of its additions. numpy's BLAS-backed p
 (``x @ z``, ``np.dot``, ``np.linalg.norm``) take the order, and whether a multiply and an add are
 fused, from the BLAS kernel the process picked for its CPU (OpenBLAS chooses among Prescott,
 Haswell, Zen, SkylakeX, ... at load time), and numpy's own SIMD loops (``np.exp``, ``np.log``)
-change with the CPU features they dispatch on. The compiled kernels (``kernels/ogd.py``) add in a
-plain loop from 0.0, left to right, and never fuse (``fastmath=False``). So every reduction here
-does exactly that, in pure numpy:
+change with the CPU features they dispatch on. So the engine defines its own order, and both the
+compiled kernels (``core/kernels/lanes.py``) and this pure-numpy reference follow it exactly:
 
+- a sum over coordinates 0..d-1 runs in **eight lanes**: coordinate i < d - d % 8 goes to lane
+  ``i % 8``, each lane adds its terms in order from 0.0; the lanes fold as
+  ``((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))``; the last ``d % 8`` terms are then added
+  one by one. Eight independent chains let the kernels add a vector of eight at a time (the chain
+  of a left-to-right sum kept a wide model waiting on one addition after another) while every
+  addition stays where the definition puts it;
 - an element-wise product or sum is correctly rounded whatever SIMD width computes it, so ``a * b``
-  is the same on every CPU;
-- ``np.add.accumulate`` is defined element by element (``out[i] = out[i-1] + in[i]``): a strict
-  left-to-right sum whatever the CPU; its last entry plus 0.0 is the kernels' ``acc = 0.0;
-  acc += p_i`` bit for bit (the 0.0 makes an all-negative-zero sum +0.0, as the loop does);
+  is the same on every CPU, and nothing is fused (the kernels have no fast-math flags);
+- ``np.add.accumulate`` along an axis is defined element by element (``out[i] = out[i-1] +
+  in[i]``): a lane's strict in-order sum whatever the CPU (a first term of -0.0 can only change
+  the sign of a zero, which the final ``+ 0.0`` of :func:`_fold` settles as the kernels' 0.0 start does);
 - square roots are correctly rounded everywhere (IEEE 754), and ``math.exp`` calls the same C
   library function the compiled kernels call.
 
@@ -20,8 +25,10 @@ Where no result is promised bit for bit (a subscriber's predictions, deletion-ti
 outcome is stored and adopted on replay) BLAS stays: see docs/worker.md 4.3.
 
 >>> x, z = np.array([1e16, 1.0, -1e16]), np.array([1.0, 1.0, 1.0])
->>> dot(x, z)  # ((0 + 1e16) + 1) - 1e16: the 1 is lost, in this order, on every CPU
+>>> dot(x, z)  # d < 8: no lane, ((0 + 1e16) + 1) - 1e16: the 1 is lost, on every CPU
 0.0
+>>> dot(np.array([1e16, 1.0, 0, 0, -1e16, 0, 0, 0]), np.ones(8))  # lanes 0 and 4 cancel, lane 1 is kept
+1.0
 >>> sqnorm(np.array([3.0, 4.0])), norm(np.array([3.0, 4.0]))
 (25.0, 5.0)
 >>> X = np.array([[3.0, 4.0], [1.0, 2.0]])
@@ -37,10 +44,27 @@ import math
 
 import numpy as np
 
+LANES = 8
+
+
+def _fold(lanes: np.ndarray) -> np.ndarray:
+    """((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) over the last axis, plus 0.0."""
+    lane = [lanes[..., k] for k in range(LANES)]
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7])) + 0.0
+
+
+def _lane_sum(p: np.ndarray) -> float:
+    """The engine's sum of the terms ``p`` (module docstring)."""
+    full = len(p) - len(p) % LANES
+    total = float(_fold(np.add.accumulate(p[:full].reshape(-1, LANES), axis=0)[-1])) if full else 0.0
+    for term in p[full:].tolist():
+        total += term
+    return total
+
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:
-    """sum_i a_i b_i, added left to right from 0.0 (the kernels' loop), as a Python float."""
-    return float(np.add.accumulate(np.multiply(a, b))[-1]) + 0.0 if len(a) else 0.0
+    """sum_i a_i b_i in the engine's order (the kernels' ``lane_dot``), as a Python float."""
+    return _lane_sum(np.multiply(a, b))
 
 
 def sqnorm(a: np.ndarray) -> float:
@@ -53,13 +77,23 @@ def norm(a: np.ndarray) -> float:
     return math.sqrt(sqnorm(a))
 
 
+def _row_sums(X: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """:func:`dot` of each row of ``X`` with ``other`` (a vector, or a matrix row by row): one pass
+    per block of eight columns, the eight lanes side by side, then the tail's columns."""
+    n, d = X.shape
+    full = d - d % LANES
+    lanes = np.zeros((n, LANES))
+    for i in range(0, full, LANES):
+        lanes += X[:, i:i + LANES] * other[..., i:i + LANES]
+    acc = _fold(lanes) if full else np.zeros(n)
+    for i in range(full, d):
+        acc += X[:, i] * other[..., i]
+    return acc
+
+
 def matvec(X: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """``X @ z`` with each row's dot product added as :func:`dot` adds it: one pass per column, so a
-    row's sum takes its terms left to right (``acc += X[:, i] * z[i]``)."""
-    acc = np.zeros(X.shape[0])
-    for i in range(X.shape[1]):
-        acc += X[:, i] * z[i]
-    return acc + 0.0
+    """``X @ z`` with each row's dot product added as :func:`dot` adds it."""
+    return _row_sums(X, z)
 
 
 def rmatvec(X: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -92,10 +126,7 @@ def sum_rows(P: np.ndarray) -> np.ndarray:
 
 def row_sqnorms(X: np.ndarray) -> np.ndarray:
     """||x_r||^2 of every row, each added as :func:`sqnorm` adds it."""
-    acc = np.zeros(X.shape[0])
-    for i in range(X.shape[1]):
-        acc += X[:, i] * X[:, i]
-    return acc + 0.0
+    return _row_sums(X, X)
 
 
 def exp(a: np.ndarray) -> np.ndarray:

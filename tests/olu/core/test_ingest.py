@@ -96,7 +96,10 @@ def test_ids_the_fast_path_leaves_to_the_general_one(ids):
 def test_rows_and_labels_the_fast_path_leaves_to_the_general_one():
     X = np.array([[0.6, 0.8 - 1e-9], [0.1, 0.2]])
     assert fast(["a", "b"], X) is not None
-    for row in ([0.6, 0.8], [0.6, 0.81], [np.nan, 0.0], [np.inf, 0.0], [1e200, 0.0]):
+    for row in ([0.6, 0.8], [0.6, 0.8 + 1e-12]):  # at the bound, or a rounding over it: clipped as check_many does
+        at_bound = np.array([row, [0.1, 0.2]])
+        assert fast(["a", "b"], at_bound)[1].tobytes() == FeatureBound(2, 1.0).check_many(at_bound).tobytes()
+    for row in ([0.6, 0.81], [np.nan, 0.0], [np.inf, 0.0], [1e200, 0.0]):
         assert fast(["a", "b"], np.array([row, [0.1, 0.2]])) is None
     for labels in ([1.0, 2.0], [1.0, np.nan], [0.5, 1.0]):
         assert fast(["a", "b"], y=np.array(labels)) is None
@@ -183,7 +186,7 @@ def test_checked_rows_gives_what_the_general_checks_give_or_leaves_the_batch_to_
     assert np.array_equal(got[0], keys) and got[1] is X
     assert np.array_equal(got[2], np.where(y == 0.0, -1.0, y))
     bad_rows = X.copy()
-    bad_rows[7] = [1.0, 0.0, 0.0, 0.0]  # on the bound: the general path decides (it may clip)
+    bad_rows[7] = [1.0, 1e-2, 0.0, 0.0]  # over the bound (by more than a rounding): the general path rejects it
     assert hashing.checked_rows(loss, features, keys, bad_rows, y) is None
     assert hashing.checked_rows(loss, features, keys, X, np.where(y == 0.0, 2.0, y)) is None
     assert hashing.checked_rows(loss, features, keys, X.tolist(), y) is None  # not an array

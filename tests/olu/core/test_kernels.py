@@ -192,6 +192,21 @@ def test_kernel_matches_numpy_reference(name, tiny_tail):
     assert np.array_equal(fast.index.to_arrays()["applied_steps"], ref.index.to_arrays()["applied_steps"])
 
 
+@pytest.mark.parametrize("d", [8, 21, 300])
+@pytest.mark.parametrize("name", ["logistic-sc", "logistic-sc-t0=0-clipped", "ridge-constant-clipped"])
+def test_kernel_matches_numpy_reference_in_lanes(name, d, tiny_tail, monkeypatch):
+    """Widths the eight lanes reach (whole blocks, blocks and a tail): still bit for bit."""
+    monkeypatch.setattr(sys.modules[__name__], "D", d)
+    config = CONFIGS[name]
+    ids, X, y = stream(1500, config["loss"], seed=2, d=d)
+    fast, ref = model(config), model(config, reference=True)
+    drive(fast, ids, X, y, batch=257)
+    drive(ref, ids, X, y, batch=257)
+    assert_same_state(fast, ref)
+    if name in CLIPPED:
+        assert ref.clipped > 0
+
+
 @pytest.mark.parametrize("name", ["logistic-sc", "logistic-lam0-convex-clipped", "ridge-constant-clipped"])
 def test_learn_one_kernel_matches_reference(name):
     config = CONFIGS[name]

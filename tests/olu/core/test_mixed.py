@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -73,7 +75,9 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_pass_changes_the_model_exactly_as_one_by_one(seed):
+def test_the_pass_changes_the_model_exactly_as_one_by_one(seed, monkeypatch):
+    if seed >= 4:  # widths the kernels' eight lanes reach: blocks and a tail, blocks only
+        monkeypatch.setattr(sys.modules[__name__], "DIM", [19, 64][seed - 4])
     rng = np.random.default_rng(seed)
     n0 = [300, 5_000, 40_000, 64_000, 1_000, 20_000][seed]
     fast, earlier = _fed(seed, n0)

@@ -9,12 +9,15 @@ back as vectors, it cost ~20 ns an id more (the wide loads wait for the narrow s
 take the scalar compression, block by block.
 
 :func:`ingest` is the compiled front of ``learn_many``: the ids of a batch, joined by NUL bytes,
-hashed, and the batch's rows and labels checked in one call; anything it does not pass untouched
-(a bad or NUL-holding id, a row near or over the norm bound, a bad label) sends the batch down the
-general path, which raises or clips exactly as before.
+hashed, and the batch's rows and labels checked in one call; rows a hair over the norm bound (a
+normaliser's output, rounded) are clipped in compiled code exactly as ``FeatureBound`` clips them;
+anything else it does not pass (a bad or NUL-holding id, a row far over the bound, a non-finite
+value, a bad label) sends the batch down the general path, which raises or clips exactly as before.
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -26,7 +29,9 @@ from numba.extending import intrinsic
 from ..domain import FeatureBound
 from ..index import MAX_ID_BYTES, record_key
 from ..losses import Logistic, Ridge
+from .intrinsics import data_pointer
 from .jit import jit
+from .lanes import lane_sqnorm
 
 # BLAKE2b (RFC 7693) with an 8-byte digest and no key, i.e. hashlib.blake2b(raw, digest_size=8),
 # read little-endian: the same 64-bit value as index.record_key (tests compare them).
@@ -278,15 +283,23 @@ def blake2b64_spans(buf, spans, selected, out):
         _hash_ranges(buf, spans[:, 0], spans[:, 1], selected, out)
 
 
-# ingest statuses: OK, or why the batch takes the general path
-INGEST_OK, INGEST_IDS, INGEST_ROWS = 0, 1, 2
+# ingest statuses: OK (CLIP: OK once the rows marked over the bound are clipped), or why the
+# batch takes the general path
+INGEST_OK, INGEST_IDS, INGEST_ROWS, INGEST_CLIP = 0, 1, 2, 3
+_TINY, _MAX = np.finfo(np.float64).tiny, np.finfo(np.float64).max
 
 
 @jit
-def _rows_pass(X, y, logistic, label_bound, sq_limit, labels):
-    """True when every row passes untouched (see :func:`ingest`); ``labels`` gets the labels."""
+def _rows_pass(X, y, logistic, label_bound, bound, far, over, labels):
+    """INGEST_OK when every row passes untouched (see :func:`ingest`), INGEST_CLIP when some are
+    over the bound but by no more than ``far`` (marked in ``over``), INGEST_ROWS otherwise;
+    ``labels`` gets the labels. A row's norm is ``row_norms``' (the lanes' sum of squares, its
+    square root) wherever that is exact: a sum of squares outside [tiny, max] goes the general way."""
     n, d = X.shape
-    ok = True  # no branch per row (random labels would mispredict half of them): one test at the end
+    xp = data_pointer(X)
+    sq_limit = bound * bound * (1.0 - 1e-12)  # below it, no rounding can put a row over the bound
+    ok = True  # no branch per label (random labels would mispredict half of them): one test at the end
+    status = INGEST_OK
     for j in range(n):
         yj = y[j]
         if logistic:
@@ -295,29 +308,64 @@ def _rows_pass(X, y, logistic, label_bound, sq_limit, labels):
         else:
             labels[j] = yj
             ok &= (abs(yj) <= label_bound) & (abs(yj) < np.inf)
-        sq = 0.0
+        sq = lane_sqnorm(xp, j * d, d)
+        over[j] = False
+        if sq <= sq_limit:
+            continue
+        if not _TINY <= sq <= _MAX:  # NaN, inf, overflow or underflow: the general path decides
+            return INGEST_ROWS
+        norm = math.sqrt(sq)
+        if norm > bound:
+            if norm > far or not bound / norm >= _TINY:
+                return INGEST_ROWS
+            over[j] = True
+            status = INGEST_CLIP
+    return status if ok else INGEST_ROWS
+
+
+@jit
+def clip_rows(X, over, bound):
+    """``FeatureBound._clip`` on the rows marked ``over``, in place, bit for bit: x * (R / ||x||),
+    then one ulp towards zero, coordinate by coordinate, while the norm is still over R. False
+    (X partly written: the caller's copy is dropped) where the general path must decide."""
+    n, d = X.shape
+    xp = data_pointer(X)
+    for j in range(n):
+        if not over[j]:
+            continue
+        factor = bound / math.sqrt(lane_sqnorm(xp, j * d, d))
         for i in range(d):
-            sq += X[j, i] * X[j, i]
-        ok &= sq <= sq_limit  # NaN and inf fail too
-    return ok
+            X[j, i] = X[j, i] * factor
+        for _ in range(64):
+            sq = lane_sqnorm(xp, j * d, d)
+            if not _TINY <= sq <= _MAX:
+                return False
+            if math.sqrt(sq) <= bound:
+                break
+            for i in range(d):
+                X[j, i] = np.nextafter(X[j, i], 0.0)
+        else:
+            return False
+    return True
 
 
 @jit
-def check_rows(X, y, logistic, label_bound, sq_limit, labels):
-    """:func:`ingest` without the ids (the caller has their keys): INGEST_OK or INGEST_ROWS."""
-    return INGEST_OK if _rows_pass(X, y, logistic, label_bound, sq_limit, labels) else INGEST_ROWS
+def check_rows(X, y, logistic, label_bound, bound, far, over, labels):
+    """:func:`ingest` without the ids (the caller has their keys): INGEST_OK, _CLIP or _ROWS."""
+    return _rows_pass(X, y, logistic, label_bound, bound, far, over, labels)
 
 
 @jit
-def ingest(buf, X, y, logistic, label_bound, sq_limit, keys, labels):
+def ingest(buf, X, y, logistic, label_bound, bound, far, over, keys, labels):
     """Check and hash one ``learn_many`` batch: ``buf`` holds its ids' UTF-8 bytes joined by NUL
     bytes (one id per row of ``X``), ``keys`` gets their keys and ``labels`` the labels as
-    ``check_labels`` returns them. Returns INGEST_OK when every row passes untouched: each
-    squared norm at most ``sq_limit`` (a hair under the bound's square: rounding cannot put such a
-    row over the bound, nor make ``check_many`` clip it), each label valid, each id 1 to
-    MAX_ID_BYTES bytes with no NUL. Otherwise INGEST_ROWS or INGEST_IDS, and nothing is hashed."""
+    ``check_labels`` returns them. Returns INGEST_OK when every row passes untouched: each norm at
+    most ``bound``, each label valid, each id 1 to MAX_ID_BYTES bytes with no NUL; INGEST_CLIP
+    when, besides, rows over the bound by at most ``far`` are marked in ``over`` (``check_many``
+    clips them: :func:`clip_rows`). Otherwise INGEST_ROWS or INGEST_IDS, and nothing is hashed."""
     n = X.shape[0]
-    if not _rows_pass(X, y, logistic, label_bound, sq_limit, labels):
+    rows = _rows_pass(X, y, logistic, label_bound, bound, far, over, labels)
+    if rows == INGEST_ROWS:
         return INGEST_ROWS
     ends = np.empty(n, np.int64)
     k = 0
@@ -338,7 +386,7 @@ def ingest(buf, X, y, logistic, label_bound, sq_limit, keys, labels):
         if not 0 < ends[k] - starts[k] <= MAX_ID_BYTES:
             return INGEST_IDS  # an empty id, or one too long
     _hash_ranges(buf, starts, ends, _EVERY, keys)
-    return INGEST_OK
+    return rows
 
 
 def _label_kind(loss, features):
@@ -349,6 +397,21 @@ def _label_kind(loss, features):
         return True, 1.0
     if type(loss) is Ridge:
         return False, loss.label_bound
+    return None
+
+
+def _far(features) -> float:
+    """The norm past which ``check_many`` rejects a row instead of clipping it (inf: never)."""
+    return min(features.bound * (1 + 1e-6), _MAX) if features.policy == "reject" else np.inf
+
+
+def _clipped(status, X, over, bound):
+    """The batch's rows as ``check_many`` returns them for a passing ``status``, or None."""
+    if status == INGEST_OK:
+        return X
+    if status == INGEST_CLIP:
+        X = X.copy()
+        return X if clip_rows(X, over, bound) else None
     return None
 
 
@@ -365,10 +428,10 @@ def checked_rows(loss, features, keys, X, y):
     n = len(keys)
     if X.shape != (n, features.dim) or y.shape != (n,):
         return None
-    labels = np.empty(n, np.float64)
-    sq_limit = features.bound * features.bound * (1.0 - 1e-12)
-    status = check_rows(X, y, kind[0], kind[1], sq_limit, labels)
-    return (np.asarray(keys, np.uint64), X, labels) if status == INGEST_OK else None
+    labels, over = np.empty(n, np.float64), np.empty(n, np.bool_)
+    status = check_rows(X, y, kind[0], kind[1], features.bound, _far(features), over, labels)
+    X = _clipped(status, X, over, features.bound)
+    return None if X is None else (np.asarray(keys, np.uint64), X, labels)
 
 
 def ingest_batch(loss, features, record_ids, X, y):
@@ -387,10 +450,11 @@ def ingest_batch(loss, features, record_ids, X, y):
     n = len(record_ids)
     if X.shape != (n, features.dim) or y.shape != (n,):
         return None
-    keys, labels = np.empty(n, np.uint64), np.empty(n, np.float64)
-    sq_limit = features.bound * features.bound * (1.0 - 1e-12)
-    status = ingest(np.frombuffer(raw, np.uint8), X, y, logistic, label_bound, sq_limit, keys, labels)
-    return (keys, X, labels) if status == INGEST_OK else None
+    keys, labels, over = np.empty(n, np.uint64), np.empty(n, np.float64), np.empty(n, np.bool_)
+    status = ingest(np.frombuffer(raw, np.uint8), X, y, logistic, label_bound, features.bound, _far(features), over,
+                    keys, labels)
+    X = _clipped(status, X, over, features.bound)
+    return None if X is None else (keys, X, labels)
 
 
 def record_keys(record_ids) -> np.ndarray:

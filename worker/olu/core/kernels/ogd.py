@@ -8,10 +8,11 @@ and the append of (key, step) to the applied index's tail.
 
 The pure-numpy ``OnlineUnlearner._learn`` stays the reference implementation. The kernel follows
 its formulas operation by operation (same eta expression, same overflow-free logistic form,
-projection ``z * (r / ||z||)``), and its two length-d reductions (x.z and ||z||^2) add left to
-right from 0.0, as the reference's ``worker.olu.arith`` does: the two agree bit for bit, at any d,
-on every CPU. ``fastmath=False`` keeps LLVM from reordering those sums or fusing a multiply and an
-add, so the host's code generation (AVX2, AVX-512 or generic) changes the speed, never the bits
+projection ``z * (r / ||z||)``), and its two length-d reductions (x.z and ||z||^2) add in the
+engine's eight lanes (``lanes.py``), as the reference's ``worker.olu.arith`` does: the two agree
+bit for bit, at any d, on every CPU, and the update writes z and sums its squares in one pass.
+``fastmath=False`` keeps LLVM from reordering those sums or fusing a multiply and an add, so the
+host's code generation (AVX2, AVX-512 or generic) changes the speed, never the bits
 (``tests/olu/core/test_kernels.py`` checks the generated code holds no fused multiply-add).
 Compilation, the disk cache and the reference switch: :mod:`.jit`.
 """
@@ -28,7 +29,9 @@ from ..index import AppliedIndex
 from ..losses import Logistic, Ridge
 from ..schedules import Constant, Convex, StronglyConvex
 from ..tombstones import KeySet
+from .intrinsics import data_pointer
 from .jit import jit
+from .lanes import lane_axpy, lane_dot, lane_step
 
 LOSS_LOGISTIC, LOSS_RIDGE = 0, 1
 SCHED_STRONGLY_CONVEX, SCHED_CONVEX, SCHED_CONSTANT = 0, 1, 2
@@ -111,6 +114,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     n_tomb, n_recent = tombstones.shape[0], recent_tombstones.shape[0]
     any_tomb = n_tomb + n_recent > 0
     fshift = _filter_shift(tomb_filter)
+    xp, zp = data_pointer(X), data_pointer(z)  # both C-contiguous (run_batch, run_mixed)
     applied = 0
     j = start
     while j < n:
@@ -135,9 +139,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
         else:
             eta = sa
         yj = y[j]
-        dot = 0.0
-        for i in range(d):
-            dot += X[j, i] * z[i]
+        dot = lane_dot(xp, j * d, zp, 0, d)
         if loss_kind == LOSS_LOGISTIC:
             m = yj * dot
             # d/dm log(1+e^{-m}) = -1/(1+e^m), in the reference's overflow-free form
@@ -148,12 +150,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
                 s = -yj * e / (1.0 + e)
         else:
             s = dot - yj
-        sq = 0.0
-        for i in range(d):
-            zi = z[i] - eta * (s * X[j, i] + lam * z[i])
-            z[i] = zi
-            sq += zi * zi
-        _project(z, sq, radius)
+        _project(z, lane_step(zp, xp, j * d, d, eta, s, lam), radius)
         tail_keys[tail_len] = key
         tail_steps[tail_len] = np.uint32(t)
         tail_len += 1
@@ -179,13 +176,7 @@ def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, no
     if shift == 0.0:
         return 0.0, 0.0
     sigma = shift * multiplier
-    d = z.shape[0]
-    sq = 0.0
-    for i in range(d):
-        zi = z[i] + noise_row[i] * sigma
-        z[i] = zi
-        sq += zi * zi
-    _project(z, sq, radius)
+    _project(z, lane_axpy(data_pointer(z), data_pointer(noise_row), 0, z.shape[0], sigma), radius)
     return shift, sigma
 
 
@@ -299,8 +290,11 @@ def plan_for(model):
     return lk, float(loss.lam), sk, float(sa), float(sb), float(model.ball.radius)
 
 
-def _contiguous(keys, X, y):
-    """A batch as the kernels take it."""
+def _contiguous(keys, X, y, z):
+    """A batch as the kernels take it; ``z``, updated in place, must already be (the kernels read
+    it through its data pointer)."""
+    if not (type(z) is np.ndarray and z.dtype == np.float64 and z.ndim == 1 and z.flags.c_contiguous):
+        raise ValueError("the iterate must be a contiguous 1-D float64 array")
     return (np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(X, dtype=np.float64),
             np.ascontiguousarray(y, dtype=np.float64))
 
@@ -319,7 +313,7 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
     rows from ``consumed`` on were not touched (only when the step counter would overflow).
     """
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y), _tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y, z), _tombstone_arrays(tombstones)
     n = len(keys)
     steps = np.zeros(n, np.int64)
     j, t, reason = 0, int(t), DONE
@@ -341,7 +335,8 @@ def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diamete
     the same way. ``steps_u`` is updated in place. Returns (t, steps, taus, shifts, sigmas, z_after,
     stop reason); on a step overflow the ops from the stopping one on were not applied."""
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y), _tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y, z), _tombstone_arrays(tombstones)
+    noise = np.ascontiguousarray(noise, dtype=np.float64)
     k = len(steps_u)
     steps = np.zeros(len(keys), np.int64)
     taus, shifts, sigmas = np.zeros(k, np.int64), np.zeros(k), np.zeros(k)

@@ -67,5 +67,6 @@ def warm_up() -> float:
     for loss in (Logistic(0.1), Ridge(0.1)):  # learn_many's front: both label kinds
         ingest_batch(loss, FeatureBound(2, 1.0), ["r-1", "r-2"], X[:2], y[:2])
         checked_rows(loss, FeatureBound(2, 1.0), keys[:2], X[:2], y[:2])  # the stream's batches (keys known)
+    checked_rows(Logistic(0.1), FeatureBound(2, 0.5, "clip"), keys[:2], X[:2], y[:2])  # rows clipped
     compile_seconds = time.perf_counter() - start
     return compile_seconds
