@@ -13,6 +13,11 @@ read pass over the same array (``X.sum()``: numpy's pairwise SIMD sum, bandwidth
 size), timed in the same pair as the learning pass; ``--pairs`` pairs, the median ratio reported.
 Goals: d = 1,000 at least 0.3x the probe's rows per second; d = 100 at least 3 M events/s.
 
+**Sparse rows.** ``learn_many`` of ``SparseRows`` (30 non-zeros at random coordinates of
+d = 2^16, norms uniform in [0, 1)), batches of 1,000 with their keys, ``--sparse-events`` rows
+(1,000,000); next to it the same rows in dense form (``--dense-events``, 5,000: a dense step reads
+all 65,536 coordinates). Goal: at least 2 M events/s.
+
 **A deletion at d = 10,000.** A model that has learned 2,000 rows; per deletion of an applied
 record: ``unlearn_request`` (the shift, the accountant's charge, the Gaussian draw of d
 coordinates, the projection), ``deletion_state`` (the copy that must be durable) and the delta's
@@ -52,11 +57,13 @@ from worker.olu.core.kernels import warmup  # noqa: E402
 from worker.state import codec  # noqa: E402
 from worker.stream.output.releases import release_value  # noqa: E402
 
-REPORT_KEYS = ("config", "dense", "deletion", "release_bytes")
+REPORT_KEYS = ("config", "dense", "sparse", "deletion", "release_bytes")
 SERVICES = ()
 BATCH = 1000
 DENSE_X_PROBE = Target("wide_d1000_x_probe", "learn_many at d = 1,000 >= 0.3x a read pass over the same rows",
                        ">=", 0.3, "x", "issue 42")
+SPARSE_EVENTS = Target("wide_sparse_events_per_s", "learn_many, 30 non-zeros in d = 2^16, >= 2,000,000 events/s",
+                       ">=", 2_000_000, "events/s", "issue 42")
 DENSE_D100 = Target("wide_d100_events_per_s", "learn_many at d = 100 >= 3,000,000 events/s", ">=", 3_000_000,
                     "events/s", "issue 42")
 
@@ -76,7 +83,7 @@ def rows(n: int, d: int, kind: str, seed: int) -> tuple[np.ndarray, np.ndarray, 
     return X, y, rng.integers(1, 2**63, n, dtype=np.uint64)
 
 
-def learn_pass(d: int, X: np.ndarray, y: np.ndarray, keys: np.ndarray) -> float:
+def learn_pass(d: int, X, y: np.ndarray, keys: np.ndarray) -> float:
     """Seconds of ``learn_many`` over the whole array, batch by batch, on a fresh model."""
     m = model(d)
     m.learn_many(None, X[:8], y[:8], keys=keys[:8] ^ np.uint64(1))  # first call's set-up out of the timing
@@ -108,6 +115,29 @@ def dense(array_mb: float, pairs: int, seed: int) -> list[dict]:
         out.append(row)
         print(f"d = {d:5,} {kind:7s}: {row['events_per_s']:>12,.0f} events/s, probe {row['probe_rows_per_s']:>13,.0f} "
               f"rows/s, {row['x_probe']:.2f}x probe, {row['ns_per_dim']:.2f} ns a dimension", flush=True)
+    return out
+
+
+def sparse(n: int, n_dense: int, d: int, nnz: int, repeat: int, seed: int) -> dict:
+    from worker.olu.core.sparse import SparseRows
+
+    rng = np.random.default_rng(seed)
+    pool = 4096
+    idx = np.sort(np.stack([rng.choice(d, nnz, replace=False) for _ in range(pool)]), axis=1)
+    vals = rng.normal(size=(pool, nnz))
+    vals *= (rng.random(pool) / np.sqrt((vals * vals).sum(axis=1)))[:, None]
+    pick = rng.integers(0, pool, n)
+    rows = SparseRows(np.arange(0, n * nnz + 1, nnz, dtype=np.int64), idx[pick].ravel().astype(np.int64),
+                      vals[pick].ravel())
+    y = np.where(rng.random(n) < 0.5, 1.0, 0.0)
+    keys = rng.integers(1, 2**63, n, dtype=np.uint64)
+    best = min(learn_pass(d, rows, y, keys) for _ in range(repeat))
+    dense_rows = rows[:n_dense].to_dense(d)
+    dense_s = learn_pass(d, dense_rows, y[:n_dense], keys[:n_dense])
+    out = {"d": d, "nnz": nnz, "events": n, "events_per_s": n / best, "dense_events": n_dense,
+           "dense_events_per_s": n_dense / dense_s}
+    print(f"sparse, {nnz} non-zeros in d = {d:,}: {out['events_per_s']:,.0f} events/s; the same rows dense: "
+          f"{out['dense_events_per_s']:,.0f} events/s", flush=True)
     return out
 
 
@@ -165,14 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--array-mb", type=float, default=256.0, help="size of each dense pass's input array")
     ap.add_argument("--pairs", type=int, default=5, help="probe and learning passes, alternated")
     ap.add_argument("--deletions", type=int, default=200)
+    ap.add_argument("--sparse-events", type=int, default=1_000_000)
+    ap.add_argument("--dense-events", type=int, default=5_000)
     ap.add_argument("--seed", type=int, default=0)
-    args = h.arguments(ap, argv, quick="8 MB arrays, one pair, 20 deletions")
+    args = h.arguments(ap, argv, quick="8 MB arrays, one pair, 20 deletions, 20,000 sparse rows")
     if args.quick:
-        args.array_mb, args.pairs, args.deletions = 8.0, 1, 20
+        args.array_mb, args.pairs, args.deletions, args.sparse_events, args.dense_events = 8.0, 1, 20, 20_000, 1_000
     info = h.machine()
     print(h.machine_line(info))
     warmup.warm_up()
     dense_rows = dense(args.array_mb, args.pairs, args.seed)
+    sparse_row = sparse(args.sparse_events, args.dense_events, 2**16, 30, 1 if args.quick else 3, args.seed)
     deleted = deletion(10_000, args.deletions, args.seed)
     sizes = release_sizes(args.seed)
     checks = Checks()
@@ -180,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     checks.check(DENSE_X_PROBE, by[1000, "bounded"]["x_probe"], where="norms in [0, 1)",
                  note=f"rows normalised to 1: {by[1000, 'unit']['x_probe']:.2f}x")
     checks.check(DENSE_D100, by[100, "bounded"]["events_per_s"])
+    checks.check(SPARSE_EVENTS, sparse_row["events_per_s"])
     report = {"machine": info, "config": {"array_mb": args.array_mb, "pairs": args.pairs, "batch": BATCH,
                                           "deletions": args.deletions, "quick": args.quick},
-              "dense": dense_rows, "deletion": deleted, "release_bytes": sizes}
+              "dense": dense_rows, "sparse": sparse_row, "deletion": deleted, "release_bytes": sizes}
     return h.finish("wide_models", report, args.out, checks=checks)
 
 
@@ -192,6 +226,9 @@ def render(report: dict) -> str:
     for r in report["dense"]:
         lines.append(f"| {r['d']:,} | {r['rows']} | {r['events_per_s']:,.0f} | {r['probe_rows_per_s']:,.0f} "
                      f"| {r['x_probe']:.2f} | {r['ns_per_dim']:.2f} |")
+    sp = report["sparse"]
+    lines += ["", f"Sparse rows, {sp['nnz']} non-zeros in d = {sp['d']:,}: {sp['events_per_s']:,.0f} events/s "
+                  f"in learn_many; the same rows dense: {sp['dense_events_per_s']:,.0f} events/s."]
     dl = report["deletion"]
     lines += ["", f"A deletion at d = {dl['d']:,}: {dl['unlearn_us']:,.0f} us to unlearn (shift, charge, noise "
                   f"draw, projection), {dl['state_us']:,.0f} us for the durable state, {dl['encode_us']:,.0f} us to "

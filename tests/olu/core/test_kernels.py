@@ -488,6 +488,10 @@ NO_FUSED_OPS = textwrap.dedent("""
     scan.warm_up(features=spec)
     framed_scan.warm_up_reader("avro")
     framed_scan.warm_up_reader("protobuf")
+    from worker.olu.algorithms.passive import PassiveOLU
+    from worker.olu.core.sparse import SparseRows
+    sparse = SparseRows.from_rows([([0, 9], [0.3, 0.4]), ([2], [1.5])])  # the sparse step, its checks and a clip
+    PassiveOLU(dim=10, rho=1.0, feature_policy="clip").learn_many(["a", "b"], sparse, [1.0, 0.0])
     fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
     found, versions = [], 0
     for module in (hashing, merge, ogd, loss_kernel, insert_kernel, framed_kernel):

@@ -20,15 +20,18 @@ from ..privacy.analysis.split import DEFAULT_RESERVE
 from ..privacy.analysis.units import UNITS, unit_rho_for_epsilon
 from ..privacy.ledger import Ledger
 from ..privacy.meter import MeteredNoise, NoiseMeter
+from . import sparse
 from .contribution import ContributionCap, subject_keys
 from .deletion import Deletion
 from .domain import Ball, FeatureBound
 from .entropy import OsEntropy
 from .index import AppliedIndex, record_key
+from .iterate import ScaledIterate
 from .kernels.loader import compiled
 from .losses import make_loss
 from .rebuild import exported, rebuild, subclass_named
 from .schedules import Constant, Convex, Schedule, StronglyConvex
+from .sparse import SparseRows
 from .tombstones import KeySet
 
 # 4: sealed ledger segments in columns; 3: the ledger in sealed segments, tombstones as base + recent;
@@ -59,7 +62,7 @@ def _schedule(name, constants, ball, t0, step) -> Schedule:
     raise ConfigError(f"schedule must be auto, strongly-convex, convex or constant, got {name!r}")
 
 
-class OnlineUnlearner(MeteredNoise):
+class OnlineUnlearner(ScaledIterate, MeteredNoise):
     """Projected OGD on one stream with an unlearning rule; subclasses choose the rule."""
 
     algorithm = "base"
@@ -214,6 +217,8 @@ class OnlineUnlearner(MeteredNoise):
     def learn_many(self, record_ids, X, y, *, keys=None, subjects=None) -> int:
         """Same result as ``learn_one`` in a loop; the whole batch is validated before any step.
 
+        ``X``: a matrix, or :class:`~worker.olu.core.sparse.SparseRows` (learned in O(non-zeros)
+        a row where the model takes the plain OGD step: core/sparse.py).
         ``keys``: ``record_key`` of each id when the caller has them already (the stream decoder
         hashes ids straight from the record bytes); ``record_ids`` is then not read. ``subjects``:
         each row's partitioning key (strings, or their 64-bit hashes) for ``max_records_per_key``.
@@ -236,7 +241,7 @@ class OnlineUnlearner(MeteredNoise):
             yv = kernels.check_labels(self.loss, y)
         else:
             yv = np.array([self.loss.label(v) for v in y], np.float64)
-        Xv = self.features.check_many(X)
+        Xv = sparse.check_rows(self.features, X) if isinstance(X, SparseRows) else self.features.check_many(X)
         if not (len(keys) == len(Xv) == len(yv)):
             raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, {len(yv)} labels")
         return keys, Xv, yv
@@ -251,6 +256,9 @@ class OnlineUnlearner(MeteredNoise):
 
     def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
         """Apply validated rows (keys uint64): the compiled kernel, or ``_learn`` in a loop."""
+        if isinstance(X, SparseRows):
+            plain = getattr(self._learn, "__func__", None) is OnlineUnlearner._learn and not self._hooked()
+            return sparse.learn_batch(self, keys, X, y, plain=plain)
         plan = self.kernel_plan()
         if plan is None:
             return sum(self._learn(int(k), X[j], float(y[j])) for j, k in enumerate(keys))
@@ -286,15 +294,18 @@ class OnlineUnlearner(MeteredNoise):
         self.z, self.t = z, t
         self.counters["applied"] += applied
         self.counters["skipped_deleted"] += consumed - applied
-        hooked = (getattr(self._after_learn, "__func__", None) is not OnlineUnlearner._after_learn
-                  or getattr(self._after_learn_batch, "__func__", None) is not OnlineUnlearner._after_learn_batch)
-        if applied and hooked:
+        if applied and self._hooked():
             rows = np.flatnonzero(steps[:consumed])
             self._after_learn_batch(np.asarray(keys, np.uint64)[rows], steps[rows], np.asarray(X)[rows],
                                     np.asarray(y, np.float64)[rows])
         if reason == kernels.STEP_OVERFLOW:
             raise OverflowError(f"step {t + 1} does not fit the index (restart the epoch)")
         return applied
+
+    def _hooked(self) -> bool:
+        """True when a subclass keeps the rows it learns (``_after_learn`` or its batch form)."""
+        return (getattr(self._after_learn, "__func__", None) is not OnlineUnlearner._after_learn
+                or getattr(self._after_learn_batch, "__func__", None) is not OnlineUnlearner._after_learn_batch)
 
     def _learn(self, key: int, x: np.ndarray, y: float) -> bool:
         if key in self.tombstones:
@@ -352,6 +363,7 @@ class OnlineUnlearner(MeteredNoise):
         fresh = [j for j, k in enumerate(keys) if k not in tombstones]
         seen = set(fresh) if len(fresh) < len(ids) else None
         duplicates = () if seen is None else tuple(ids[j] for j in range(len(ids)) if j not in seen)
+        self.fold_scale()  # a request is a point fixed by the events: its state is stored with scale 1
         self._replaying = post_state is not None
         try:
             if self.groups_requests:

@@ -77,11 +77,14 @@ class Logistic:
             return -1.0
         raise InvalidLabel("logistic labels are -1/+1 or 0/1")
 
-    def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
-        m = y * dot(x, z)
+    def derivative(self, margin: float, y: float) -> float:
+        """d/d(x.z) of the data term at ``margin`` = x.z: the gradient is this times x, plus lam z."""
+        m = y * margin
         # d/dm log(1+e^{-m}) = -1/(1+e^{m}); written to avoid overflow for large |m|.
-        s = -y / (1.0 + math.exp(m)) if m < 0 else -y * math.exp(-m) / (1.0 + math.exp(-m))
-        return s * x + self.lam * z
+        return -y / (1.0 + math.exp(m)) if m < 0 else -y * math.exp(-m) / (1.0 + math.exp(-m))
+
+    def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
+        return self.derivative(dot(x, z), y) * x + self.lam * z
 
     def value(self, z: np.ndarray, x: np.ndarray, y: float) -> float:
         return _log1pexp(-y * dot(x, z)) + 0.5 * self.lam * sqnorm(z)
@@ -121,8 +124,12 @@ class Ridge:
             raise InvalidLabel(f"ridge label exceeds the bound {self.label_bound!r}")
         return value
 
+    def derivative(self, margin: float, y: float) -> float:
+        """d/d(x.z) of the data term at ``margin`` = x.z."""
+        return margin - y
+
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
-        return (dot(x, z) - y) * x + self.lam * z
+        return self.derivative(dot(x, z), y) * x + self.lam * z
 
     def value(self, z: np.ndarray, x: np.ndarray, y: float) -> float:
         r = dot(x, z) - y

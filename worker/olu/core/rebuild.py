@@ -31,6 +31,9 @@ def exported(model, state_format: int) -> dict:
     shared.update(ledger_shared)
     shared.update(tombstone_shared)
     arrays = {"z": model.z.copy(), "tombstones": recent_tombstones, **index_arrays}
+    if model.scale != 1.0:  # a sparse step's iterate, as it stands (core/iterate.py): restored exactly
+        arrays["z_unscaled"] = model.unscaled.copy()
+        meta["z_scale"], meta["z_sqnorm"] = model.scale, model.unscaled_sqnorm
     if model.key_cap is not None:
         arrays["key_cap_keys"], arrays["key_cap_counts"] = model.key_cap.export()
         meta["key_cap_refused"] = model.key_cap.refused
@@ -74,6 +77,21 @@ def _constructor_config(cls: type, config: dict) -> dict:
     return config
 
 
+def _restore_scaled(model, unscaled: np.ndarray, scale, sqnorm) -> None:
+    """The iterate as ``scale * unscaled``, checked against the stored ``z`` it must give."""
+    if unscaled.shape != (model.dim,) or not np.all(np.isfinite(unscaled)):
+        raise InvalidState(f"unscaled iterate has shape {unscaled.shape}, expected ({model.dim},) and finite")
+    if not (isinstance(scale, float) and (sqnorm is None or isinstance(sqnorm, float))):
+        raise InvalidState(f"iterate scale {scale!r} / kept norm {sqnorm!r} are not numbers")
+    expected = model.z
+    try:
+        model.set_scaled(unscaled.copy(), scale, sqnorm)
+    except ValueError as exc:
+        raise InvalidState(str(exc)) from None
+    if not np.array_equal(model.z, expected):
+        raise InvalidState("the unscaled iterate times its scale is not the stored iterate")
+
+
 def rebuild(cls: type, state: dict, noise_rng):
     """A model of class ``cls`` from ``export_state()`` (``OnlineUnlearner.from_state``), or InvalidState."""
     try:
@@ -87,6 +105,8 @@ def rebuild(cls: type, state: dict, noise_rng):
         if norm(z) > model.ball.radius * (1 + 1e-12):
             raise InvalidState("iterate lies outside the domain K")
         model.z = z.copy()
+        if "z_unscaled" in arrays:
+            _restore_scaled(model, np.asarray(arrays["z_unscaled"], np.float64), meta["z_scale"], meta["z_sqnorm"])
         model.t, model.epoch = int(meta["t"]), int(meta["epoch"])
         model.counters = {k: int(v) for k, v in meta["counters"].items()}
         model.accountant = load_accountant(meta["accountant"])

@@ -19,6 +19,8 @@ class CompiledKernels:
         self._ingest_batch, self._checked_rows = hashing.ingest_batch, hashing.checked_rows
         self.plan_for, self.run_batch, self.ogd_steps = ogd.plan_for, ogd.run_batch, ogd.ogd_steps
         self.run_mixed, self.plan_pass = ogd.run_mixed, ogd.plan_pass
+        self.run_sparse, self.sparse_sqnorms = ogd.run_sparse, ogd.sparse_sqnorms
+        self.sparse_rows_pass = ogd.sparse_rows_pass
         self.DONE, self.STEP_OVERFLOW = ogd.DONE, ogd.STEP_OVERFLOW
 
     def front(self, model, record_ids, X, y, keys=None):

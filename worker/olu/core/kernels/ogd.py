@@ -31,7 +31,7 @@ from ..schedules import Constant, Convex, StronglyConvex
 from ..tombstones import KeySet
 from .intrinsics import data_pointer
 from .jit import jit
-from .lanes import lane_axpy, lane_dot, lane_step
+from .lanes import lane_axpy, lane_dot, lane_sqnorm, lane_step
 
 LOSS_LOGISTIC, LOSS_RIDGE = 0, 1
 SCHED_STRONGLY_CONVEX, SCHED_CONVEX, SCHED_CONSTANT = 0, 1, 2
@@ -158,6 +158,143 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
         applied += 1
         j += 1
     return j, t, tail_len, applied, DONE
+
+
+# --------------------------------------------------------------------------- sparse rows
+RESYNC_STEPS = 256  # core/sparse.py's: ||w||^2 recomputed exactly at every step t that is a multiple
+MIN_SCALE = 1e-150
+LANES_K = 8  # lanes.LANES (a kernel module reads constants of its own file)
+
+
+@jit
+def _sparse_lane_sum(indices, terms_w, values, lo, hi, dim, squares, lanes):
+    """core/sparse.py's ``lane_sum``: sum of w[i] x_i (or x_i^2 when ``squares``) over the non-zeros
+    lo..hi-1, each in the lane of its coordinate (``lanes``: 8 doubles of scratch), the tail's
+    after the fold."""
+    full = dim - dim % LANES_K
+    lanes[:] = 0.0
+    p = lo
+    while p < hi and indices[p] < full:
+        i = indices[p]
+        lanes[i & 7] += values[p] * values[p] if squares else terms_w[i] * values[p]
+        p += 1
+    total = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
+    while p < hi:
+        total += values[p] * values[p] if squares else terms_w[indices[p]] * values[p]
+        p += 1
+    return total
+
+
+@jit
+def sparse_sqnorms(indptr, indices, values, dim):
+    """||x_j||^2 of each sparse row, as ``arith.row_sqnorms`` of the dense rows."""
+    n = indptr.shape[0] - 1
+    out, lanes = np.empty(n), np.empty(LANES_K)
+    for j in range(n):
+        out[j] = _sparse_lane_sum(indices, values, values, indptr[j], indptr[j + 1], dim, True, lanes)
+    return out
+
+
+@jit
+def sparse_rows_pass(indptr, indices, values, dim, sq_limit):
+    """True when a CSR batch needs nothing of core/sparse.py's ``check_rows``: well formed, each
+    row's indices strictly increasing in [0, dim), its values finite, its squared norm at most
+    ``sq_limit`` (a hair under the bound's square). False: the checks there decide."""
+    n = indptr.shape[0] - 1
+    if n < 0 or indptr[0] != 0 or indptr[n] != indices.shape[0] or indices.shape[0] != values.shape[0]:
+        return False
+    lanes = np.empty(LANES_K)
+    for j in range(n):
+        lo, hi = indptr[j], indptr[j + 1]
+        if hi < lo:
+            return False
+        last = -1
+        for p in range(lo, hi):
+            i = indices[p]
+            if i <= last or i >= dim or not abs(values[p]) < np.inf:
+                return False
+            last = i
+        if not _sparse_lane_sum(indices, values, values, lo, hi, dim, True, lanes) <= sq_limit:
+            return False
+    return True
+
+
+@jit
+def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, indptr, indices, values, y, keys,
+                 tombstones, recent_tombstones, tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, start):
+    """:func:`ogd_steps` for sparse rows on the iterate ``scale * w`` (core/sparse.py, the step
+    formula by formula; ``sq`` = ||w||^2 as kept, NaN: compute it). ``w`` is updated in place.
+
+    Returns (next row, t, tail length, rows applied, stop reason, scale, sq)."""
+    n, d = keys.shape[0], w.shape[0]
+    cap = tail_keys.shape[0]
+    n_tomb, n_recent = tombstones.shape[0], recent_tombstones.shape[0]
+    any_tomb = n_tomb + n_recent > 0
+    fshift = _filter_shift(tomb_filter)
+    wp, lanes = data_pointer(w), np.empty(LANES_K)
+    if not sq == sq:
+        sq = lane_sqnorm(wp, 0, d)
+    applied = 0
+    j = start
+    while j < n:
+        key = keys[j]
+        if any_tomb:
+            word, mask = _filter_slot(key, fshift)
+            maybe = (tomb_filter[word] & mask) == mask
+            if maybe and ((n_tomb > 0 and _contains(tombstones, key))
+                          or (n_recent > 0 and _contains(recent_tombstones, key))):
+                steps_out[j] = 0
+                j += 1
+                continue
+        if tail_len == cap:
+            return j, t, tail_len, applied, TAIL_FULL, scale, sq
+        if t >= _MAX_STEP:
+            return j, t, tail_len, applied, STEP_OVERFLOW, scale, sq
+        t += 1
+        if sched_kind == SCHED_STRONGLY_CONVEX:
+            eta = 1.0 / (sa * (t + sb))
+        elif sched_kind == SCHED_CONVEX:
+            eta = sa / (sb * math.sqrt(t))
+        else:
+            eta = sa
+        yj = y[j]
+        lo, hi = indptr[j], indptr[j + 1]
+        dot = scale * _sparse_lane_sum(indices, w, values, lo, hi, d, False, lanes)
+        if loss_kind == LOSS_LOGISTIC:
+            m = yj * dot
+            if m < 0:
+                s = -yj / (1.0 + math.exp(m))
+            else:
+                e = math.exp(-m)
+                s = -yj * e / (1.0 + e)
+        else:
+            s = dot - yj
+        scale_next = scale * (1.0 - eta * lam)
+        if not scale_next >= MIN_SCALE:  # the scale folded into w first (O(d))
+            for i in range(d):
+                w[i] = w[i] * scale_next
+            scale_next = 1.0
+            sq = lane_sqnorm(wp, 0, d)
+        g = eta / scale_next
+        for p in range(lo, hi):
+            i = indices[p]
+            old = w[i]
+            new = old - g * (s * values[p])
+            w[i] = new
+            sq += new * new - old * old
+        if t % RESYNC_STEPS == 0:
+            sq = lane_sqnorm(wp, 0, d)
+        norm = scale_next * math.sqrt(sq if sq > 0.0 else 0.0)
+        if not norm <= radius:
+            scale_next = scale_next * (radius / norm)
+        scale = scale_next
+        tail_keys[tail_len] = key
+        tail_steps[tail_len] = np.uint32(t)
+        tail_len += 1
+        steps_out[j] = t
+        applied += 1
+        j += 1
+    return j, t, tail_len, applied, DONE, scale, sq
 
 
 # --------------------------------------------------------------------------- deletions in the pass
@@ -328,6 +465,31 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
         elif reason == STEP_OVERFLOW:
             break
     return t, steps, j, reason
+
+
+def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y):
+    """:func:`run_batch` for sparse rows (core/sparse.py's ``SparseRows``) on the iterate
+    ``scale * w`` (``w`` updated in place; ``sq``: ||w||^2 as kept, or None). Returns
+    (t, steps, rows consumed, stop reason, scale, sq)."""
+    lk, lam, sk, sa, sb, radius = plan
+    if not (type(w) is np.ndarray and w.dtype == np.float64 and w.ndim == 1 and w.flags.c_contiguous):
+        raise ValueError("the iterate must be a contiguous 1-D float64 array")
+    keys, y = np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(y, dtype=np.float64)
+    tomb, recent, tomb_filter = _tombstone_arrays(tombstones)
+    steps = np.zeros(len(keys), np.int64)
+    j, t, reason, sq = 0, int(t), DONE, np.nan if sq is None else float(sq)
+    while j < len(keys):
+        tail_keys, tail_steps, tail_len = index.tail_buffers()
+        j, t, tail_len, _, reason, scale, sq = sparse_steps(
+            lk, lam, sk, sa, sb, radius, w, float(scale), sq, rows.indptr, rows.indices, rows.values, y, keys, tomb,
+            recent, tomb_filter, tail_keys, tail_steps, tail_len, t, steps, j)
+        index.set_tail_len(tail_len)
+        index.advance_merge()
+        if reason == TAIL_FULL:
+            index.merge(paced=True)
+        elif reason == STEP_OVERFLOW:
+            break
+    return t, steps, j, reason, scale, (None if not sq == sq else sq)
 
 
 def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diameter, steps_u, multipliers, noise):
