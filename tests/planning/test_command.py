@@ -72,6 +72,7 @@ def test_json_fields(capsys):
     assert growth[0] < growth[1] < growth[2]  # omega weights: the noise grows with the stream (T**0.1)
     assert plan["noise_growth"]["1000000"] == plan["noise_std"]
     assert math.isclose(plan["noise_to_radius"], plan["noise_std"] * math.sqrt(10) / 10.0)
+    assert math.isclose(plan["noise_norm"], plan["noise_std"] * math.sqrt(10))
     assert plan["other_unit"]["unit"] == "per-request" and plan["other_unit"]["noise_std"] < plan["noise_std"] / 100
     assert [c["l2"] for c in plan["l2_candidates"]] == [0.003, 0.01, 0.03, 0.1]
     assert plan["search"] is None and plan["workload"] is None and plan["recommendation"]["l2"] is None
@@ -260,3 +261,18 @@ def test_plot_without_matplotlib(capsys, monkeypatch, tmp_path):
 def test_unwritable_plot(capsys, tmp_path):
     line = one_line_error(capsys, *BASE, "--plot", str(tmp_path / "no-such-dir" / "p.png"))
     assert line.startswith("olu-worker plan: cannot write the plot")
+
+
+def test_the_noise_norm_grows_with_the_square_root_of_the_dimension(capsys):
+    """The std per coordinate does not depend on d; its norm does, and the warning follows it."""
+    plans = {}
+    for dim in ("100", "10000"):
+        code, out, err = run(capsys, "plan", "--dim", dim, "--deletion-rate", "0.01", "--target-epsilon", "1",
+                             "--privacy-unit", "per-request", "--json")
+        assert code == 0, err
+        plans[dim] = orjson.loads(out)
+    small, wide = plans["100"], plans["10000"]
+    assert (small["dim"], wide["dim"]) == (100, 10_000)
+    assert wide["noise_std"] == small["noise_std"]
+    assert math.isclose(wide["noise_norm"], 10 * small["noise_norm"])
+    assert wide["noise_to_radius"] > small["noise_to_radius"]

@@ -90,6 +90,7 @@ def predict(model, target, *, deletion_rate: float, events: int, omega: float, a
         "sigma": deletion_sigmas(model, target, deletion_rate=deletion_rate, events=events, omega=omega, age=age),
         "noise_std": std,
         "noise_growth": {str(n): v for n, v in growth.items()},
+        "noise_norm": std * math.sqrt(model.dim),
         "noise_to_radius": std * math.sqrt(model.dim) / model.ball.radius,
     }
 

@@ -13,7 +13,9 @@ Fields of the JSON object (``olu-worker plan --json``)
 * ``noise_std``: predicted per-coordinate noise std of the release after ``events`` events (an
   upper bound of the engine's; exact within a few percent for ridge with small features);
   ``noise_growth``: the same at 1e5, 1e6 and 1e7 events (keys are the lengths, as strings);
-  ``noise_to_radius``: ``noise_std sqrt(dim) / radius``.
+  ``noise_norm``: the expected norm of that noise, ``noise_std sqrt(dim)``: the std per coordinate
+  does not depend on the dimension, the norm grows with its square root (and the weights' norm
+  does not); ``noise_to_radius``: ``noise_norm / radius``.
 * ``other_unit``: ``{unit, noise_std, noise_growth}`` of the other unit at the same rho (null if the algorithm
   has only one).
 * ``l2_candidates``: ``[{l2, noise_std}]`` for the configured l2 times 0.3, 1, 3 and 10.
@@ -74,6 +76,8 @@ def to_text(plan: dict) -> str:
         lines.append(f"per-deletion sigma: first {s['first']:.4g}, typical {s['typical']:.4g}, last {s['last']:.4g}")
     lines.append(f"predicted noise std per coordinate after {_n(plan['events'])} events: {plan['noise_std']:.4g} "
                  f"(noise norm / radius {plan['noise_to_radius']:.3g})")
+    lines.append(f"  noise norm {plan['noise_norm']:.4g} = std x sqrt(dim {_n(plan['dim'])}): it grows with the "
+                 "square root of the dimension (a spec's hashed buckets and one-hot slots count)")
     growth = ", ".join(f"{_n(int(n))}: {v:.4g}" for n, v in plan["noise_growth"].items())
     lines.append(f"  growth with the stream length: {growth}")
     if plan["other_unit"]:
