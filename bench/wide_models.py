@@ -46,6 +46,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+import orjson  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -180,14 +181,35 @@ def release_sizes(seed: int) -> list[dict]:
         m = model(d)
         X, y, _ = rows(500, d, "bounded", seed)
         m.learn_many([f"r-{j}" for j in range(len(X))], X, y)
-        value = release_value(model_name="bench", topic="events", partition=0, offset=500, event_time_ms=0, model=m)
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, schema, json.loads(value))
-        row = {"d": d, "json": len(value), "json_schema": 5 + len(value), "avro": 5 + len(buf.getvalue())}
+        def json_value(m=m):
+            return release_value(model_name="bench", topic="events", partition=0, offset=500, event_time_ms=0, model=m)
+
+        def avro_value(value):  # what AvroSerializer does after the worker's JSON value (formats/release.py)
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, schema, orjson.loads(value))
+            return buf.getvalue()
+
+        value = json_value()
+        avro = avro_value(value)
+        row = {"d": d, "json": len(value), "json_schema": 5 + len(value), "avro": 5 + len(avro),
+               "json_us": _us(json_value), "avro_us": _us(lambda: avro_value(value)),
+               "avro_read_us": _us(lambda: fastavro.schemaless_reader(io.BytesIO(avro), schema)),
+               "json_read_us": _us(lambda: orjson.loads(value))}
         out.append(row)
-        print(f"release at d = {d:6,}: JSON {row['json']:>9,} B, Avro {row['avro']:>9,} B "
-              f"({row['avro'] / row['json']:.2f}x)", flush=True)
+        print(f"release at d = {d:6,}: JSON {row['json']:>9,} B in {row['json_us']:,.0f} us (read "
+              f"{row['json_read_us']:,.0f} us), Avro {row['avro']:>9,} B ({row['avro'] / row['json']:.2f}x) in "
+              f"{row['json_us'] + row['avro_us']:,.0f} us (read {row['avro_read_us']:,.0f} us)", flush=True)
     return out
+
+
+def _us(call, repeat: int = 20) -> float:
+    """Median microseconds of ``call()``."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,9 +255,12 @@ def render(report: dict) -> str:
     lines += ["", f"A deletion at d = {dl['d']:,}: {dl['unlearn_us']:,.0f} us to unlearn (shift, charge, noise "
                   f"draw, projection), {dl['state_us']:,.0f} us for the durable state, {dl['encode_us']:,.0f} us to "
                   f"encode the delta ({dl['delta_bytes']:,} bytes); {dl['total_us']:,.0f} us in all.", "",
-              "| d | JSON release | JSON Schema | Avro |", "|---:|---:|---:|---:|"]
+              "| d | JSON release | JSON Schema | Avro | JSON written / read | Avro written / read |",
+              "|---:|---:|---:|---:|---:|---:|"]
     for r in report["release_bytes"]:
-        lines.append(f"| {r['d']:,} | {r['json']:,} B | {r['json_schema']:,} B | {r['avro']:,} B |")
+        lines.append(f"| {r['d']:,} | {r['json']:,} B | {r['json_schema']:,} B | {r['avro']:,} B "
+                     f"| {r['json_us']:,.0f} / {r['json_read_us']:,.0f} us "
+                     f"| {r['json_us'] + r['avro_us']:,.0f} / {r['avro_read_us']:,.0f} us |")
     return "\n".join(lines)
 
 

@@ -220,6 +220,7 @@ NOT_SETTABLE = {"transactional_id", "schema_registry_user_info"}
 #: Settable, but excluded by one in ALL_SETTINGS (rho; dim and input_feature_fields): wired on their own below.
 EXCLUSIVE = {"target_epsilon": 2.0}
 FEATURES = {"features_file": "features.yaml", "features_reset": True}
+SPARSE = {"sparse_input": True}  # JSON input only: ALL_SETTINGS reads Avro
 
 
 def test_config_keys_are_exactly_the_worker_settings(chart):
@@ -228,7 +229,13 @@ def test_config_keys_are_exactly_the_worker_settings(chart):
     schema = chart.schema["properties"]["config"]
     assert set(schema["properties"]) == settings, "values.schema.json config: must list every setting"
     assert schema["additionalProperties"] is False  # a typo fails at install
-    assert set(ALL_SETTINGS) | NOT_SETTABLE | set(EXCLUSIVE) | set(FEATURES) == settings
+    assert set(ALL_SETTINGS) | NOT_SETTABLE | set(EXCLUSIVE) | set(FEATURES) | set(SPARSE) == settings
+
+
+def test_sparse_input_is_wired(chart):
+    env = plain_env(render(chart, merge(REQUIRED, {"config": SPARSE})))
+    assert env["OLU_SPARSE_INPUT"] == "true"
+    assert load_settings([], env).sparse_input is True
 
 
 def test_the_privacy_target_is_wired_on_its_own(chart):

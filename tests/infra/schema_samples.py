@@ -43,6 +43,7 @@ def decode_headers(headers: list[tuple[str, bytes | None]] | None) -> dict[str, 
 INSERT = {"op": "insert", "id": "r-42", "x": [0.1, -0.25, 0.0, 3.5e-3], "y": 1}
 INSERT_RIDGE = {"op": "insert", "id": "user/7:2026-11-22", "x": [1, 2.5], "y": -3.75, "ts": 1763800000000}
 INSERT_LOGISTIC_01 = {"op": "insert", "id": "r-43", "x": [0.5], "y": 0}
+INSERT_SPARSE = {"op": "insert", "id": "r-44", "x": {"indices": [3, 17, 40000], "values": [0.5, -1, 0.25]}, "y": 1}
 DELETE = {"op": "delete", "id": "r-42"}
 DELETE_TS = {"op": "delete", "id": "r-42", "ts": 1763800000123}
 DELETE_IDS = {"op": "delete", "ids": ["user-7/r-1", "user-7/r-2", "user-7/r-9"], "ts": 1763800000123}
@@ -101,7 +102,7 @@ DEAD_LETTER_WITH_FOREIGN_HEADER = DEAD_LETTER | {"traceparent": "00-0af7651916cd
 DEAD_LETTER_TRUNCATED = DEAD_LETTER | {"olu.error.reason": "oversized", "olu.truncated": "4800000"}
 
 VALID: dict[str, list[dict[str, Any]]] = {
-    "insert": [INSERT, INSERT_RIDGE, INSERT_LOGISTIC_01],
+    "insert": [INSERT, INSERT_RIDGE, INSERT_LOGISTIC_01, INSERT_SPARSE],
     "delete": [DELETE, DELETE_TS, DELETE_IDS, DELETE_ONE_OF_IDS],
     "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY, RELEASE_REQUEST],
     "dead-letter": [DEAD_LETTER, DEAD_LETTER_WITH_FOREIGN_HEADER, DEAD_LETTER_TRUNCATED],
@@ -130,6 +131,11 @@ INVALID: list[tuple[str, str, Any]] = [
     ("insert-x-nested", "insert", INSERT | {"x": [[0.1]]}),
     ("insert-x-infinite", "insert", INSERT | {"x": [float("inf")]}),
     ("insert-x-too-long", "insert", INSERT | {"x": [0.0] * 65537}),
+    ("insert-sparse-no-values", "insert", INSERT | {"x": {"indices": [1]}}),
+    ("insert-sparse-negative-index", "insert", INSERT | {"x": {"indices": [-1], "values": [0.5]}}),
+    ("insert-sparse-float-index", "insert", INSERT | {"x": {"indices": [1.5], "values": [0.5]}}),
+    ("insert-sparse-extra-field", "insert", INSERT | {"x": {"indices": [1], "values": [0.5], "dim": 9}}),
+    ("insert-sparse-string-value", "insert", INSERT | {"x": {"indices": [1], "values": ["0.5"]}}),
     ("insert-missing-y", "insert", _without(INSERT, "y")),
     ("insert-y-string", "insert", INSERT | {"y": "1"}),
     ("insert-y-bool", "insert", INSERT | {"y": True}),

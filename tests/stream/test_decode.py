@@ -302,13 +302,18 @@ def test_accepts(name, key, value, dim, expected):
         assert got.ts is None or type(got.ts) is int
 
 
+def dim_of(record: dict) -> int:
+    """The model dimension a sample fits: its array's length, or room for its sparse indices."""
+    x = record.get("x", [0])
+    return 65536 if isinstance(x, dict) else len(x)
+
+
 @pytest.mark.parametrize("kind", ["insert", "delete"])
 def test_schema_samples_are_accepted(kind):
     for record in VALID[kind]:
         validate(kind, record)
         key = b"subject-7"  # the partitioning key, not necessarily an id
-        dim = len(record.get("x", [0]))
-        event = decode_event(key, dumps(record), dim=dim, max_bytes=BIG)
+        event = decode_event(key, dumps(record), dim=dim_of(record), max_bytes=BIG)
         if kind == "insert":
             assert event.id == record["id"]
         else:
@@ -355,7 +360,13 @@ def contract_accepts(key: bytes | None, value: bytes, dim: int) -> tuple[bool, s
         return False, "string not representable in UTF-8"
     if not key:
         return False, "no key"
-    if kind == "insert" and len(obj["x"]) != dim:
+    x = obj.get("x")
+    if kind == "insert" and isinstance(x, dict):  # sparse: increasing indices (worker-only), each below dim
+        if any(b <= a for a, b in zip(x["indices"], x["indices"][1:])) or len(x["indices"]) != len(x["values"]):
+            return False, "sparse order"
+        if any(i >= dim for i in x["indices"]):
+            return False, "dimension"
+    elif kind == "insert" and len(x) != dim:
         return False, "dimension"
     return True, ""
 
@@ -380,7 +391,13 @@ def check_agreement(key: bytes | None, value: bytes, dim: int) -> None:
     if obj["op"] == "insert":
         assert event.id == obj["id"]
         assert isinstance(event, Insert)
-        assert event.x == [float(v) for v in obj["x"]] and all(type(v) is float for v in event.x)
+        x = obj["x"]
+        if isinstance(x, dict):  # the dense row of a sparse x (a worker without OLU_SPARSE_INPUT)
+            dense = [0.0] * dim
+            for i, v in zip(x["indices"], x["values"]):
+                dense[i] = float(v)
+            x = dense
+        assert event.x == [float(v) for v in x] and all(type(v) is float for v in event.x)
         assert event.y == float(obj["y"]) and type(event.y) is float
         assert event.ts == (int(obj["ts"]) if "ts" in obj else None)
     else:
@@ -481,7 +498,7 @@ def test_agrees_with_schema(record):
 @pytest.mark.parametrize("kind", ["insert", "delete"])
 def test_agrees_with_schema_on_samples(kind):
     for record in VALID[kind]:
-        check_agreement(b"subject-7", dumps(record), len(record.get("x", [0])))
+        check_agreement(b"subject-7", dumps(record), dim_of(record))
 
 
 @settings(max_examples=40, deadline=None)

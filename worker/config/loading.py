@@ -261,6 +261,7 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
                           "both be 0: offsets are committed only with snapshots")
 
     _check_registry(values)
+    _check_sparse(values)
     values["kafka_overrides"] = tuple(sorted(
         _kafka_overrides(env, flag_values.get("kafka"), values["group_protocol"]).items()))
     if values["transactional_id"] is None:
@@ -305,6 +306,18 @@ def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
                           "the spec names the feature fields")
     values["dim"], values["feature_bound"] = spec.dim, spec.norm_bound * FEATURE_BOUND_ROOM
     values["feature_spec"] = spec
+
+
+def _check_sparse(values: dict[str, Any]) -> None:
+    """Sparse rows come from the JSON reader alone (the registry readers and a feature spec write dense rows)."""
+    if not values["sparse_input"]:
+        return
+    if values["input_format"] != "json":
+        raise ConfigError(f"{_label('sparse_input')} needs {_label('input_format')} = json (the registry formats' "
+                          f"readers write dense rows), got {values['input_format']}")
+    if values["features_file"] is not None:
+        raise ConfigError(f"{_label('sparse_input')} and {_label('features_file')} exclude each other: a feature "
+                          "spec's records are turned into dense rows")
 
 
 def _check_registry(values: dict[str, Any]) -> None:

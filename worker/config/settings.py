@@ -66,6 +66,7 @@ class Settings:
     dim: int | None = None
     features_file: str | None = None
     features_reset: bool = False
+    sparse_input: bool = False
     loss: str = "logistic"
     l2: float = 0.01
     label_bound: float = 1.0

@@ -40,3 +40,20 @@ def batch_mean_loss(X, y, z, ridge, rows):
 
 
 ALL_ROWS = np.zeros(0, np.bool_)
+
+
+def sparse_mean_loss(rows, y: np.ndarray, z: np.ndarray, ridge: bool) -> float:
+    """:func:`batch_mean_loss` of sparse rows (``SparseRows``), in numpy: each margin summed over the
+    row's non-zeros (a metric: no order promised)."""
+    if len(y) == 0:
+        return np.nan
+    with np.errstate(all="ignore"):
+        owner = np.repeat(np.arange(len(y)), np.diff(rows.indptr))
+        margins = np.bincount(owner, weights=z[rows.indices] * rows.values, minlength=len(y))
+        if ridge:
+            losses = 0.5 * (margins - y) ** 2
+        else:
+            m = -np.where(y == 0.0, -1.0, y) * margins
+            losses = np.logaddexp(0.0, m)
+        mean = float(losses.mean())
+    return mean

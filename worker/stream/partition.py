@@ -26,6 +26,7 @@ from ..logs import get_logger
 from ..olu import load_model
 from ..olu.core.kernels.hashing import record_keys
 from ..olu.core.mixed import learn_and_unlearn
+from ..olu.core.sparse import SparseRows
 from ..olu.exceptions import BudgetExhausted, InvalidExample
 from ..wire import (
     BUDGET_RETRAINED,
@@ -39,7 +40,7 @@ from .exceptions import DeadLetter, FeatureSpecChanged, PartialRequest
 from .input.batch import DecodedBatch, decode_batch
 from .input.decode import Delete, Insert, InsertRun, insert_ids
 from .input.framed_scan import FramedBatch
-from .loss_kernel import ALL_ROWS, batch_mean_loss
+from .loss_kernel import ALL_ROWS, batch_mean_loss, sparse_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
 from .output.releases import budget_header, noise_figures, release_headers, release_value, request_report
@@ -133,7 +134,8 @@ class PartitionRunner:
         # the input stage chooses the decoder; each message's subject (its Kafka key) is hashed
         # for a model that caps what one key contributes
         batch = decode_batch(self._unseen(messages), dim=self.model.dim, max_bytes=self.settings.max_record_bytes,
-                             subjects=self.model.key_cap is not None, features=self.settings.feature_spec)
+                             subjects=self.model.key_cap is not None, features=self.settings.feature_spec,
+                             sparse=self.settings.sparse_input)
         messages, self._subjects, stretches = batch.messages, batch.subjects, batch.stretches
         if (spec := self.settings.feature_spec) is not None and (counts := batch.count_clipped(len(spec.fields))) \
                 is not None:
@@ -212,8 +214,8 @@ class PartitionRunner:
             return True
         if isinstance(event, Insert):  # not expected (the runs mirror decode_event), never lost
             kind, ts = msg.timestamp()
-            single = InsertRun(j + 1, [event.id], np.array([event.x], np.float64), np.array([event.y]),
-                               ts if kind else 0)
+            row = SparseRows.from_rows([event.x]) if self.settings.sparse_input else np.array([event.x], np.float64)
+            single = InsertRun(j + 1, [event.id], row, np.array([event.y]), ts if kind else 0)
             self._apply_inserts(single, messages, j, out)
             return True
         last = j >= last_candidate or self.settings.deletion_releases == "each"
@@ -268,6 +270,10 @@ class PartitionRunner:
             ids = run.ids if run.ids is not None else insert_ids(messages[start:run.end])
             for j, record_id in enumerate(ids):
                 try:
+                    if isinstance(X, SparseRows):  # one row of learn_many: learn_one's result, bit for bit
+                        subject = self._subjects_of(start + j, start + j + 1)
+                        applied += self.model.learn_many([record_id], X[j:j + 1], y[j:j + 1], subjects=subject)
+                        continue
                     applied += self.model.learn_one(record_id, X[j], y[j], subject=self._subject_at(start + j))
                 except InvalidExample as bad:
                     out.dead_letters.append(DeadLetterOut(messages[start + j], bad.reason, str(bad)))
@@ -322,9 +328,12 @@ class PartitionRunner:
         ``rows``, a mask; empty: all of them)."""
         if len(y) == 0:
             return
-        X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)
-        mean = batch_mean_loss(X, y, np.ascontiguousarray(self.model.z, np.float64), self.model.loss.name == "ridge",
-                               rows)
+        ridge = self.model.loss.name == "ridge"
+        if isinstance(X, SparseRows):
+            mean = sparse_mean_loss(X, y, self.model.z, ridge)
+        else:
+            X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)
+            mean = batch_mean_loss(X, y, np.ascontiguousarray(self.model.z, np.float64), ridge, rows)
         if math.isfinite(mean):
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean

@@ -77,20 +77,22 @@ class DecodedBatch:
 
 
 def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False,
-                 features: FeatureSpec | None = None) -> DecodedBatch:
+                 features: FeatureSpec | None = None, sparse: bool = False) -> DecodedBatch:
     """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning key;
-    ``features``: inserts carry named fields, turned into vectors by this spec (worker/features)."""
+    ``features``: inserts carry named fields, turned into vectors by this spec (worker/features);
+    ``sparse``: runs of inserts as sparse rows (OLU_SPARSE_INPUT; the compiled scan writes dense
+    columns of the whole batch, d numbers a record, so the Python decoder reads these)."""
     found = partitioning_keys(messages) if subjects else None
     prepared = getattr(messages, "scan", None)  # a framed batch the compiled readers read (framed_scan.py)
-    if prepared is not None or compiled_decoder():
+    if not sparse and (prepared is not None or compiled_decoder()):
         return _scanned(messages, dim, max_bytes, found, prepared, features)
-    return _python(messages, dim, max_bytes, found, features)
+    return _python(messages, dim, max_bytes, found, features, sparse)
 
 
-def decoded_event(msg, dim: int, max_bytes: int, features=None) -> Insert | Delete | DeadLetter:
+def decoded_event(msg, dim: int, max_bytes: int, features=None, sparse: bool = False) -> Insert | Delete | DeadLetter:
     """The message's event, or the :class:`DeadLetter` saying why it has none."""
     try:
-        return decode_message(msg, dim=dim, max_bytes=max_bytes, features=features)
+        return decode_message(msg, dim=dim, max_bytes=max_bytes, features=features, sparse=sparse)
     except DeadLetter as dead:
         return dead
 
@@ -105,17 +107,18 @@ def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan
     return DecodedBatch(messages, stretches, {}, events, delete_keys(events), scan, subjects, last)
 
 
-def _python(messages: list, dim: int, max_bytes: int, subjects, features) -> DecodedBatch:
+def _python(messages: list, dim: int, max_bytes: int, subjects, features, sparse: bool = False) -> DecodedBatch:
     stretches, runs, events = [], {}, {}
     i, n = 0, len(messages)
     while i < n:
-        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n, features=features)
+        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n, features=features, sparse=sparse)
         if run is not None and run.end > i:
             stretches.append((i, run.end, True))
             runs[i] = run
             i = run.end
             continue
-        events[i] = decoded_event(messages[i], dim, max_bytes, features)  # not an insert: a delete or a dead letter
+        # not an insert: a delete or a dead letter
+        events[i] = decoded_event(messages[i], dim, max_bytes, features, sparse)
         stretches.append((i, i + 1, False))
         i += 1
     # this decoder knows a record's kind only once it reached it: any message may be a delete

@@ -63,7 +63,9 @@ import orjson
 from ...features.exceptions import BadFeature
 from ...features.spec import FeatureSpec
 from ...features.transform import vectorize
+from ...olu.core.sparse import SparseRows
 from ..exceptions import DeadLetter
+from .sparse_x import from_dense, parse_sparse, to_dense
 
 __all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "MAX_REQUEST_IDS", "decode_event", "decode_inserts",
            "insert_ids"]
@@ -85,7 +87,7 @@ _DELETE_FIELDS = ("op", "id", "ids", "ts")
 @dataclass(slots=True)
 class Insert:
     id: str
-    x: list[float]
+    x: list[float] | tuple[np.ndarray, np.ndarray]  # dense, or (indices, values) with sparse input
     y: float
     ts: int | None = None
     clipped: int = field(default=0, repr=False)  # under a feature spec: the fields clipped, a bit each
@@ -256,8 +258,9 @@ def _named_insert(key, obj: dict, features: FeatureSpec) -> Insert:
 
 
 def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes: int,
-                 features: FeatureSpec | None = None) -> Insert | Delete:
+                 features: FeatureSpec | None = None, sparse: bool = False) -> Insert | Delete:
     """Decode a Kafka record of the input topic; raise :class:`DeadLetter` if it must be rejected.
+    ``sparse``: an insert's ``x`` is returned as (indices, values) (OLU_SPARSE_INPUT, sparse_x.py).
 
     >>> decode_event(b"r-1", b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}', dim=2, max_bytes=4096)
     Insert(id='r-1', x=[0.5, 1.0], y=1.0, ts=None)
@@ -290,6 +293,9 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
         record_id = _check_id(obj)
         _check_key(key)
         x = obj.get("x")
+        if type(x) is dict:  # the sparse form (sparse_x.py)
+            x = parse_sparse(x, dim) if sparse else to_dense(x, dim)
+            return Insert(record_id, x, _label(obj), None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4))
         if type(x) is not list or not x:
             if x is None and "x" not in obj:
                 raise DeadLetter("bad_features", "no 'x' field")
@@ -308,7 +314,7 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
                 raise DeadLetter("non_finite", "an integer in x is too large for a double") from None
         y = _label(obj)
         ts = None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4)
-        return Insert(record_id, x, y, ts)
+        return Insert(record_id, from_dense(x) if sparse else x, y, ts)
 
     if op == "delete":
         ids = _delete_ids(obj)
@@ -331,7 +337,7 @@ class InsertRun:
 
     end: int
     ids: list[str] | None  # None: not decoded (the compiled path hands ``keys`` instead)
-    X: np.ndarray  # (n, dim) float64
+    X: np.ndarray | SparseRows  # (n, dim) float64, or sparse rows (OLU_SPARSE_INPUT)
     y: np.ndarray  # (n,) float64
     newest_ts: int  # the largest Kafka timestamp among them (0: none)
     keys: np.ndarray | None = None  # record_key of each id, when already known
@@ -339,7 +345,7 @@ class InsertRun:
 
 
 def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int | None = None,
-                   features: FeatureSpec | None = None) -> InsertRun:
+                   features: FeatureSpec | None = None, sparse: bool = False) -> InsertRun:
     """Decode the longest run of valid inserts in ``messages[start:stop]``, in one pass.
 
     The values and the accept/reject decision are exactly those of :func:`decode_event`; this is
@@ -356,8 +362,9 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
     >>> run.end, run.ids, run.X.tolist(), run.y.tolist()
     (1, ['r-1'], [[0.5, 1.0]], [1.0])
     """
-    if features is not None:
-        return _named_inserts(messages, start, len(messages) if stop is None else stop, max_bytes, features)
+    if features is not None or sparse:
+        return _each_insert(messages, start, len(messages) if stop is None else stop, dim, max_bytes, features,
+                            sparse)
     loads, decode_error, limit = _loads, _JSONDecodeError, MAX_ID_CHARS
     ids: list[str] = []
     xs: list[list] = []
@@ -403,13 +410,16 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
     return InsertRun(end, ids, X, np.array(ys, dtype=np.float64), newest)
 
 
-def _named_inserts(messages, start: int, stop: int, max_bytes: int, features: FeatureSpec) -> InsertRun:
-    """:func:`decode_inserts` under a feature spec: each record through :func:`decode_event`."""
+def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int, features: FeatureSpec | None,
+                 sparse: bool) -> InsertRun:
+    """:func:`decode_inserts` under a feature spec or for sparse rows: each record through
+    :func:`decode_event`; sparse rows as one ``SparseRows``."""
     ids, xs, ys, clipped, newest, end = [], [], [], [], 0, start
     for j in range(start, stop):
         msg = messages[j]
         try:
-            event = decode_event(msg.key(), msg.value(), dim=features.dim, max_bytes=max_bytes, features=features)
+            event = decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes, features=features,
+                                 sparse=sparse)
         except DeadLetter:
             break
         if not isinstance(event, Insert):
@@ -422,5 +432,8 @@ def _named_inserts(messages, start: int, stop: int, max_bytes: int, features: Fe
         ys.append(event.y)
         clipped.append(event.clipped)
         end = j + 1
-    X = np.array(xs, dtype=np.float64).reshape(len(xs), features.dim)
-    return InsertRun(end, ids, X, np.array(ys, dtype=np.float64), newest, None, np.array(clipped, np.int64))
+    y = np.array(ys, dtype=np.float64)
+    if sparse:
+        return InsertRun(end, ids, SparseRows.from_rows(xs), y, newest)
+    X = np.array(xs, dtype=np.float64).reshape(len(xs), dim)
+    return InsertRun(end, ids, X, y, newest, None, np.array(clipped, np.int64) if features is not None else None)

@@ -1,0 +1,169 @@
+"""Sparse x on the wire (``{"indices", "values"}``, OLU_SPARSE_INPUT): decoded as the contract says,
+dead-lettered with a reason otherwise, and learned by the worker on the real broker exactly as the
+engine learns the same rows, whatever the poll batches were."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from tests.infra.schema_samples import decode_headers
+from tests.stream.kafka_harness import WorkerProcess, read_topic, settings_of, topics_for, wait_for, worker_env
+from worker.client import ParamsSubscriber
+from worker.config.loading import load_settings
+from worker.config.model import build_model
+from worker.exceptions import ConfigError
+from worker.olu.core.sparse import SparseRows
+from worker.stream.exceptions import DeadLetter
+from worker.stream.input.batch import decode_batch
+from worker.stream.input.decode import Insert, decode_event
+
+DIM = 4096
+
+
+def _record(record_id: str, x, y=1) -> bytes:
+    return orjson.dumps({"op": "insert", "id": record_id, "x": x, "y": y})
+
+
+def test_sparse_x_is_read_in_either_mode():
+    value = _record("r-1", {"indices": [2, 7], "values": [0.5, -1]})
+    sparse = decode_event(b"k", value, dim=8, max_bytes=4096, sparse=True)
+    indices, values = sparse.x
+    assert indices.tolist() == [2, 7] and values.tolist() == [0.5, -1.0] and values.dtype == np.float64
+    dense = decode_event(b"k", value, dim=8, max_bytes=4096)
+    assert dense.x == [0, 0, 0.5, 0, 0, 0, 0, -1.0]
+    from_array = decode_event(b"k", _record("r-1", [0, 0, 0.5, 0, 0, 0, 0, -1]), dim=8, max_bytes=4096, sparse=True)
+    assert from_array.x[0].tolist() == [2, 7] and from_array.x[1].tolist() == [0.5, -1.0]
+
+
+@pytest.mark.parametrize("x, reason, named", [
+    ({"indices": [1]}, "bad_features", "'values'"),
+    ({"indices": [1], "values": [0.5], "dim": 3}, "bad_features", "'dim'"),
+    ({"indices": "1", "values": [0.5]}, "bad_features", "x.indices"),
+    ({"indices": [1, 2], "values": [0.5]}, "bad_features", "x.values"),
+    ({"indices": [1.0], "values": [0.5]}, "bad_features", "x.indices[0]"),
+    ({"indices": [True], "values": [0.5]}, "bad_features", "x.indices[0]"),
+    ({"indices": [1], "values": ["0.5"]}, "bad_features", "x.values[0]"),
+    ({"indices": [3, 3], "values": [0.5, 0.5]}, "bad_features", "x.indices[1]"),
+    ({"indices": [5, 3], "values": [0.5, 0.5]}, "bad_features", "x.indices[1]"),
+    ({"indices": [8], "values": [0.5]}, "wrong_dimension", "x.indices[0]"),
+    ({"indices": [-1], "values": [0.5]}, "wrong_dimension", "x.indices[0]"),
+    ({"indices": [2**62], "values": [0.5]}, "wrong_dimension", "x.indices[0]"),
+])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_bad_sparse_x_is_a_dead_letter_naming_the_place(x, reason, named, sparse):
+    value = b'{"op":"insert","id":"r-1","x":%s,"y":1}' % orjson.dumps(x)
+    with pytest.raises(DeadLetter) as dead:
+        decode_event(b"k", value, dim=8, max_bytes=8192, sparse=sparse)
+    assert dead.value.reason == reason and named in dead.value.detail
+    assert "0.5" not in dead.value.detail  # never a value
+
+
+class _Msg:
+    def __init__(self, offset: int, key: bytes, value: bytes | None):
+        self._offset, self._key, self._value = offset, key, value
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def offset(self):
+        return self._offset
+
+    def timestamp(self):
+        return (1, 1000 + self._offset)
+
+    def topic(self):
+        return "t"
+
+    def partition(self):
+        return 0
+
+    def headers(self):
+        return None
+
+
+def _stream(n: int, seed: int, deletes: bool = False) -> list[tuple[bytes, bytes | None]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for j in range(n):
+        idx = np.sort(rng.choice(DIM, 20, replace=False))
+        v = rng.normal(size=20)
+        v *= rng.random() / np.linalg.norm(v)
+        out.append((f"r-{seed}-{j}".encode(), _record(f"r-{seed}-{j}", {"indices": idx.tolist(), "values": v.tolist()},
+                                                       int(v[0] > 0))))
+        if deletes and j % 50 == 49:
+            out.append((f"r-{seed}-{j - 30}".encode(), None))
+    return out
+
+
+def test_a_batch_decodes_into_sparse_runs_and_its_events():
+    stream = _stream(120, seed=1, deletes=True) + [(b"bad", _record("bad", {"indices": [DIM], "values": [1.0]}))]
+    messages = [_Msg(j, k, v) for j, (k, v) in enumerate(stream)]
+    batch = decode_batch(messages, dim=DIM, max_bytes=1 << 20, sparse=True)
+    runs = [batch.run(a, b) for a, b, accepted in batch.stretches if accepted]
+    assert all(isinstance(r.X, SparseRows) for r in runs) and sum(len(r.y) for r in runs) == 120
+    first = decode_event(*stream[0], dim=DIM, max_bytes=1 << 20, sparse=True)
+    assert np.array_equal(runs[0].X.row(0)[0], first.x[0]) and np.array_equal(runs[0].X.row(0)[1], first.x[1])
+    assert [type(e).__name__ for e in batch.events.values()] == ["Delete", "Delete", "DeadLetter"]
+
+
+def test_sparse_input_is_for_json_without_a_spec():
+    base = {"OLU_DIM": "8", "OLU_SPARSE_INPUT": "true", "OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+            "OLU_PRIVACY_UNIT": "per-request"}
+    assert load_settings([], base).sparse_input is True
+    with pytest.raises(ConfigError, match="OLU_SPARSE_INPUT"):
+        load_settings([], {**base, "OLU_INPUT_FORMAT": "avro", "OLU_SCHEMA_REGISTRY_URL": "http://r:8081"})
+
+
+# --------------------------------------------------------------------------- the real broker
+def _produce(bootstrap: str, topic: str, records) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.kafka
+def test_the_worker_learns_sparse_rows_as_the_engine_does(kafka_bootstrap, kafka_topic, tmp_path):
+    topics = topics_for(kafka_topic, 1)
+    stream = _stream(900, seed=2)
+    bad = [(b"b-1", _record("b-1", {"indices": [5, 5], "values": [0.1, 0.2]})),
+           (b"b-2", _record("b-2", {"indices": [DIM + 1], "values": [0.1]}))]
+    _produce(kafka_bootstrap, topics.input, stream[:400] + bad + stream[400:])
+    env = worker_env(kafka_bootstrap, topics, f"g-{uuid.uuid4().hex[:6]}", f"file://{tmp_path / 'state'}",
+                     OLU_DIM=str(DIM), OLU_SPARSE_INPUT="true", OLU_BATCH_SIZE="97")
+    proc = WorkerProcess(env, tmp_path / "w.log").start()
+    try:
+        with ParamsSubscriber(kafka_bootstrap, topics.params) as sub:
+            def learned():
+                sub.poll(0.5)
+                latest = sub.latest(topics.input, 0)
+                return latest is not None and latest.t >= len(stream) and latest
+            release = wait_for(learned, 90, "every valid event learned")
+        oracle = build_model(settings_of(env))
+        events = [decode_event(k, v, dim=DIM, max_bytes=1 << 20, sparse=True) for k, v in stream]
+        assert all(isinstance(e, Insert) for e in events)
+        oracle.learn_many([e.id for e in events], SparseRows.from_rows([e.x for e in events]),
+                          np.array([e.y for e in events]))
+        assert np.asarray(release.weights).tobytes() == oracle.weights.tobytes()  # any batching: the same bits
+        # deletions: dense noise on the sparse model's iterate, one release each
+        _produce(kafka_bootstrap, topics.input, [(b"r-2-10", None), (b"r-2-11", None)])
+        with ParamsSubscriber(kafka_bootstrap, topics.params) as sub:
+            def deleted():
+                sub.poll(0.5)
+                latest = sub.latest(topics.input, 0)
+                return latest is not None and latest.deletions >= 2 and latest
+            after = wait_for(deleted, 60, "both deletions released")
+        assert not np.array_equal(after.weights, release.weights)
+        assert proc.terminate() == 0
+    finally:
+        proc.cleanup()
+    dead = {r.key: decode_headers(list(r.headers.items())) for r in read_topic(kafka_bootstrap, topics.dlq)}
+    assert {k: v["olu.error.reason"] for k, v in dead.items()} == {b"b-1": "bad_features", b"b-2": "wrong_dimension"}
