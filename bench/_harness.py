@@ -397,12 +397,13 @@ def registry() -> Iterator[tuple[str, str]]:
         yield server.url, f"local Apicurio Registry {server.version} (worker.devtools.registry_local)"
 
 
-def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout: float = 30.0) -> None:
+def create_topics(bootstrap: str, names: list[str], partitions: int = 1, timeout: float = 30.0,
+                  config: dict[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names],
-                                  operation_timeout=timeout)
+    futures = admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1, config=config or {})
+                                   for n in names], operation_timeout=timeout)
     for f in futures.values():
         f.result(timeout)
     end = time.monotonic() + timeout
@@ -430,8 +431,12 @@ def worker_settings(bootstrap: str, *, topic: str, params: str, dlq: str, group:
     argv = ["--dim", str(dim), "--input-topics", topic, "--params-topic", params, "--dlq-topic", dlq,
             "--group-id", group, "--state-url", state_url]
     for name, value in extra.items():
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):  # a switch: --NAME or --no-NAME
+            argv.append(f"--{flag}" if value else f"--no-{flag}")
+            continue
         for one in value if isinstance(value, list) else [value]:  # --kafka KEY=VALUE repeats
-            argv += [f"--{name.replace('_', '-')}", str(one)]
+            argv += [f"--{flag}", str(one)]
     return load_settings(argv, {"KAFKA_BOOTSTRAP_SERVERS": bootstrap}, command="run")
 
 

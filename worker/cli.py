@@ -81,6 +81,8 @@ def run(args, _opts) -> int:
                                     "expected_deletion_rate": settings.expected_deletion_rate})
     try:
         Worker(settings, metrics, health).run()
+    except ConfigError:  # found at start (a release larger than the params topic takes): exit 2, named
+        raise
     except Exception as exc:  # one structured line an operator can alert on, then exit non-zero
         if _is_config_error(exc):
             raise ConfigError(f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / "

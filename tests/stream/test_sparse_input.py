@@ -21,6 +21,7 @@ from worker.olu.core.sparse import SparseRows
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.batch import decode_batch
 from worker.stream.input.decode import Insert, decode_event
+from worker.stream.output.release_size import check_release_fits
 
 DIM = 4096
 
@@ -167,3 +168,23 @@ def test_the_worker_learns_sparse_rows_as_the_engine_does(kafka_bootstrap, kafka
         proc.cleanup()
     dead = {r.key: decode_headers(list(r.headers.items())) for r in read_topic(kafka_bootstrap, topics.dlq)}
     assert {k: v["olu.error.reason"] for k, v in dead.items()} == {b"b-1": "bad_features", b"b-2": "wrong_dimension"}
+
+
+@pytest.mark.kafka
+def test_a_release_larger_than_the_params_topic_takes_is_refused_at_start(kafka_bootstrap, kafka_topic, tmp_path):
+    """d = 65,536 as JSON can take 1.6 MB; the topic at Kafka's default takes 1 MiB: the worker says so
+    and exits 2 before consuming, instead of failing at its first release."""
+    topics = topics_for(kafka_topic, 1)
+    topics.params = kafka_topic(partitions=1, max_message_bytes=1_048_588)  # Kafka's default, whatever the broker's
+    env = worker_env(kafka_bootstrap, topics, f"g-{uuid.uuid4().hex[:6]}", f"file://{tmp_path / 'state'}",
+                     OLU_DIM="65536", OLU_SPARSE_INPUT="true")
+    settings = settings_of(env)
+    with pytest.raises(ConfigError, match="max.message.bytes 1,048,588.*OLU_RELEASE_FORMAT=avro"):
+        check_release_fits(settings)
+    check_release_fits(settings_of({**env, "OLU_DIM": "4096"}))  # 100 KB: fits without asking
+    proc = WorkerProcess(env, tmp_path / "w.log").start()
+    try:
+        wait_for(lambda: proc.proc.poll() is not None, 60, "the refusal")
+        assert proc.proc.returncode == 2 and "OLU_RELEASE_FORMAT=avro" in proc.log_text()
+    finally:
+        proc.cleanup()

@@ -33,6 +33,7 @@ from .input.framed import RegistryInput, original
 from .output.dlq import DeadLetters, TopicLimit
 from .output.exactly_once import Transactions
 from .output.registry_releases import release_encoder
+from .output.release_size import check_release_fits
 from .partition import PartitionRunner
 from .replay_floor import ReplayFloor, input_end
 
@@ -144,6 +145,7 @@ class Worker:
             signal.signal(signal.SIGINT, self.stop)
         switch_interval = prepare_process(self.settings)
         self.release_encoder = release_encoder(s, self._new_model())  # None: JSON releases
+        check_release_fits(s)  # at large d a release may outgrow the params topic: refuse now, not mid-stream
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error,
                                   "logger": client_logger()})
         if s.transactional:
