@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -55,13 +56,14 @@ class SparseRows:
 
     @classmethod
     def from_rows(cls, rows) -> SparseRows:
-        """From ``[(indices, values), ...]``."""
+        """From ``[(indices, values), ...]`` (lists or arrays), each column made in one pass."""
         lengths = [len(i) for i, _ in rows]
         indptr = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(lengths, out=indptr[1:])
-        indices = np.concatenate([np.asarray(i, np.int64) for i, _ in rows]) if rows else np.zeros(0, np.int64)
-        values = np.concatenate([np.asarray(v, np.float64) for _, v in rows]) if rows else np.zeros(0)
-        return cls(indptr, indices.astype(np.int64), values.astype(np.float64))
+        total = int(indptr[-1])
+        indices = np.fromiter(chain.from_iterable(i for i, _ in rows), np.int64, total)
+        values = np.fromiter(chain.from_iterable(v for _, v in rows), np.float64, total)
+        return cls(indptr, indices, values)
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
