@@ -45,7 +45,7 @@ def _warm_up_kernels(settings=None) -> None:
         from ..olu.core.kernels import warmup
     except ImportError:
         return  # numba unavailable: the engine uses its numpy reference step
-    seconds = warmup.warm_up()
+    seconds = warmup.warm_up() + (warmup.warm_up_sparse() if getattr(settings, "sparse_input", False) else 0.0)
     started = time.perf_counter()
     scan.warm_up(features=getattr(settings, "feature_spec", None))
     if getattr(settings, "input_format", "json") in ("avro", "protobuf"):

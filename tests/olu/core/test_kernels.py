@@ -421,6 +421,7 @@ WARM_UP_COVERS = textwrap.dedent("""
                 for name, d in vars(m).items() if isinstance(d, numba.core.registry.CPUDispatcher)}
 
     warmup.warm_up()
+    warmup.warm_up_sparse()  # a worker with OLU_SPARSE_INPUT
     before = versions()
     index_module.TAIL_SIZE, index_module.MAX_RUN, tombstones_module.RECENT_KEYS = 8, 128, 5
 
@@ -459,6 +460,14 @@ WARM_UP_COVERS = textwrap.dedent("""
     a.learn_many(ids[:50], X[:50], y[:50])
     a.unlearn_one(ids[40])
     assert a.unlearn_one(ids[3]).outcome == "exact"  # out of order: replayed by the kernel
+    from worker.olu.core.sparse import SparseRows  # sparse rows: learned, deleted, restored frozen, learned
+    s = PassiveOLU(dim=30, l2=0.1, radius=5.0, rho=1.0, noise_rng=rng)
+    rows = SparseRows.from_rows([([i % 29, 29], [0.3, 0.4]) for i in range(300)])
+    for start in range(0, 300, 60):
+        s.learn_many(ids[start:start + 60], rows[start:start + 60], y[start:start + 60])
+        s.unlearn_one(ids[start + 5])
+        if start == 120:
+            s = load_model(frozen_copy(s.export_state()), noise_rng=rng)
     print(before == versions(), before, versions())
 """)
 

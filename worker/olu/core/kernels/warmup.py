@@ -11,7 +11,16 @@ from ..index import AppliedIndex, Run, merge_pair
 from ..losses import Logistic, Ridge
 from ..tombstones import KeySet
 from .hashing import blake2b64_many, checked_rows, ingest_batch
-from .ogd import LOSS_LOGISTIC, SCHED_STRONGLY_CONVEX, plan_pass, run_batch, run_mixed
+from .ogd import (
+    LOSS_LOGISTIC,
+    SCHED_STRONGLY_CONVEX,
+    plan_pass,
+    run_batch,
+    run_mixed,
+    run_sparse,
+    sparse_rows_pass,
+    sparse_sqnorms,
+)
 
 compile_seconds: float | None = None  # set by warm_up()
 
@@ -70,3 +79,22 @@ def warm_up() -> float:
     checked_rows(Logistic(0.1), FeatureBound(2, 0.5, "clip"), keys[:2], X[:2], y[:2])  # rows clipped
     compile_seconds = time.perf_counter() - start
     return compile_seconds
+
+
+def warm_up_sparse() -> float:
+    """:func:`warm_up` for a worker that learns sparse rows (OLU_SPARSE_INPUT): the sparse step on
+    a tiny index and key set, its checks; seconds taken."""
+    from ..sparse import SparseRows  # the batch type (core/sparse.py imports the kernels' loader)
+
+    start = time.perf_counter()
+    plan = (LOSS_LOGISTIC, 0.1, SCHED_STRONGLY_CONVEX, 0.1, 1.0, 1.0)
+    index, tombstones = AppliedIndex(tail_size=2, max_run=64), KeySet(recent_keys=1)
+    for key in (1, 2, 3):  # a frozen base and a recent array, as in warm_up
+        tombstones.add(key)
+    rows = SparseRows.from_rows([([0, 9], [0.6, 0.8]), ([3], [0.5])] * 3)
+    keys, y = np.arange(10, 16, dtype=np.uint64), np.tile([1.0, -1.0], 3)
+    run_sparse(plan, np.zeros(10), 1.0, None, 0, index, tombstones, keys, rows, y)
+    run_sparse(plan, np.zeros(10), 0.5, 0.0, 0, index, tombstones, keys[:1], rows[:1], y[:1])
+    sparse_rows_pass(rows.indptr, rows.indices, rows.values, 10, 1.0)
+    sparse_sqnorms(rows.indptr, rows.indices, rows.values, 10)
+    return time.perf_counter() - start
