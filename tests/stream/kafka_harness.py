@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from worker.config import load_settings
 from worker.olu import ALGORITHMS, load_model
+from worker.olu.core.sparse import SparseRows
 from worker.olu.exceptions import BudgetExhausted, InvalidExample
 from worker.state.codec import decode
 from worker.state.groups import GROUP_KIND, unpack_group
@@ -673,13 +674,17 @@ def replay_partition(settings, records, *, deltas: dict[int, dict], released: di
 
 def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas, released, pre_noise_at) -> None:
     try:
-        event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes)
+        event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes,
+                             sparse=settings.sparse_input)
     except DeadLetter:
         out.dead += 1
         return
     if isinstance(event, Insert):
         try:
-            applied = model.learn_one(event.id, event.x, event.y)
+            if settings.sparse_input:  # one row of learn_many: the sparse step, as the worker takes it
+                applied = model.learn_many([event.id], SparseRows.from_rows([event.x]), [event.y])
+            else:
+                applied = model.learn_one(event.id, event.x, event.y)
         except InvalidExample:
             out.dead += 1
             return
