@@ -189,3 +189,29 @@ def test_a_release_larger_than_the_params_topic_takes_is_refused_at_start(kafka_
         assert proc.proc.returncode == 2 and "OLU_RELEASE_FORMAT=avro" in proc.log_text()
     finally:
         proc.cleanup()
+
+
+def test_a_feature_specs_vectors_become_sparse_rows(tmp_path):
+    """One-hot and hashed slots are mostly zeros: under OLU_SPARSE_INPUT the spec's vector is
+    learned by its non-zeros, the same vector the dense path makes, clipped fields still counted."""
+    from worker.features.spec import parse_spec
+    from worker.features.transform import vectorize
+
+    spec = parse_spec({"features": [{"name": "age", "type": "numeric", "range": [18, 90]},
+                                    {"name": "page", "type": "hashed", "buckets": 4096},
+                                    {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]}]})
+    records = [{"op": "insert", "id": f"u-{j}", "y": j % 2, "age": 10 + 7 * j, "page": f"/p/{j}",
+                "plan": ["free", "pro", "team"][j % 3]} for j in range(40)]
+    messages = [_Msg(j, r["id"].encode(), orjson.dumps(r)) for j, r in enumerate(records)]
+    batch = decode_batch(messages, dim=spec.dim, max_bytes=1 << 20, features=spec, sparse=True)
+    assert batch.stretches == [(0, 40, True)]
+    run = batch.run(0, 40)
+    assert isinstance(run.X, SparseRows) and len(run.X.indices) < 5 * 40  # a few non-zeros a record
+    want = np.array([vectorize(spec, r)[0] for r in records])
+    assert run.X.to_dense(spec.dim).tobytes() == want.tobytes()
+    assert batch.count_clipped(len(spec.fields))[0] == sum(not 18 <= r["age"] <= 90 for r in records)
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(spec.text)
+    settings = load_settings([], {"OLU_FEATURES_FILE": str(spec_path), "OLU_SPARSE_INPUT": "true",
+                                  "OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "OLU_PRIVACY_UNIT": "per-request"})
+    assert settings.sparse_input and settings.dim == spec.dim

@@ -309,15 +309,10 @@ def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
 
 
 def _check_sparse(values: dict[str, Any]) -> None:
-    """Sparse rows come from the JSON reader alone (the registry readers and a feature spec write dense rows)."""
-    if not values["sparse_input"]:
-        return
-    if values["input_format"] != "json":
+    """Sparse rows come from the JSON reader alone (the registry formats' readers write dense rows)."""
+    if values["sparse_input"] and values["input_format"] != "json":
         raise ConfigError(f"{_label('sparse_input')} needs {_label('input_format')} = json (the registry formats' "
                           f"readers write dense rows), got {values['input_format']}")
-    if values["features_file"] is not None:
-        raise ConfigError(f"{_label('sparse_input')} and {_label('features_file')} exclude each other: a feature "
-                          "spec's records are turned into dense rows")
 
 
 def _check_registry(values: dict[str, Any]) -> None:

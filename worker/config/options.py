@@ -124,8 +124,9 @@ OPTIONS: tuple[Option, ...] = (
            "vector by declared transforms; sets dim and feature_bound (README, Named fields)", "model"),
     Option("features_reset", boolean, "a snapshot trained under another feature spec starts a fresh model "
            "(default: the restore is refused)", "model"),
-    Option("sparse_input", boolean, "inserts carry x as {indices, values} (an array is taken too), learned "
-           "in O(non-zeros) a record: wide hashed or one-hot inputs (JSON input only)", "model"),
+    Option("sparse_input", boolean, "inserts carry x as {indices, values} (an array is taken too), or a "
+           "feature spec's vector, learned in O(non-zeros) a record: wide hashed or one-hot inputs (JSON input "
+           "only)", "model"),
     Option("loss", choice(LOSSES), "loss function", "model"),
     Option("l2", non_negative, "L2 regularisation (strong convexity mu)", "model"),
     Option("label_bound", positive, "bound on the label magnitude, abs(y) (ridge)", "model"),

@@ -288,7 +288,10 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
     op = obj.get("op")
 
     if op == "insert" and features is not None:
-        return _named_insert(key, obj, features)
+        event = _named_insert(key, obj, features)
+        if sparse:  # the spec's one-hot and hashed slots: mostly zeros
+            event.x = from_dense(event.x)
+        return event
     if op == "insert":
         record_id = _check_id(obj)
         _check_key(key)
@@ -433,7 +436,5 @@ def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int, feat
         clipped.append(event.clipped)
         end = j + 1
     y = np.array(ys, dtype=np.float64)
-    if sparse:
-        return InsertRun(end, ids, SparseRows.from_rows(xs), y, newest)
-    X = np.array(xs, dtype=np.float64).reshape(len(xs), dim)
+    X = SparseRows.from_rows(xs) if sparse else np.array(xs, dtype=np.float64).reshape(len(xs), dim)
     return InsertRun(end, ids, X, y, newest, None, np.array(clipped, np.int64) if features is not None else None)
