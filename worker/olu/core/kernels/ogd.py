@@ -95,6 +95,40 @@ def _filter_slot(k, shift):
 
 
 @jit
+def _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
+    """The key is a tombstone (an insert after its delete, docs/guarantee.md 1.3): a key the
+    filter passes is searched in both tombstone arrays; "no" from the filter is certain (most inserts)."""
+    word, mask = _filter_slot(key, fshift)
+    if (tomb_filter[word] & mask) != mask:
+        return False
+    return ((tombstones.shape[0] > 0 and _contains(tombstones, key))
+            or (recent_tombstones.shape[0] > 0 and _contains(recent_tombstones, key)))
+
+
+@jit
+def _eta(sched_kind, sa, sb, t):
+    """The step size at step ``t`` (the schedules' formulas, see :func:`ogd_steps`)."""
+    if sched_kind == SCHED_STRONGLY_CONVEX:
+        return 1.0 / (sa * (t + sb))
+    if sched_kind == SCHED_CONVEX:
+        return sa / (sb * math.sqrt(t))
+    return sa
+
+
+@jit
+def _derivative(loss_kind, yj, dot):
+    """The data term's derivative in x.z (``Loss.derivative``): the gradient is this times x, plus lam z."""
+    if loss_kind == LOSS_LOGISTIC:
+        m = yj * dot
+        # d/dm log(1+e^{-m}) = -1/(1+e^m), in the reference's overflow-free form
+        if m < 0:
+            return -yj / (1.0 + math.exp(m))
+        e = math.exp(-m)
+        return -yj * e / (1.0 + e)
+    return dot - yj
+
+
+@jit
 def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
               tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, start):
     """Run OGD steps for rows ``start..`` of a micro-batch; ``z`` and the tail are updated in place.
@@ -111,45 +145,24 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     """
     n, d = X.shape
     cap = tail_keys.shape[0]
-    n_tomb, n_recent = tombstones.shape[0], recent_tombstones.shape[0]
-    any_tomb = n_tomb + n_recent > 0
+    any_tomb = tombstones.shape[0] + recent_tombstones.shape[0] > 0
     fshift = _filter_shift(tomb_filter)
     xp, zp = data_pointer(X), data_pointer(z)  # both C-contiguous (run_batch, run_mixed)
     applied = 0
     j = start
     while j < n:
         key = keys[j]
-        if any_tomb:
-            word, mask = _filter_slot(key, fshift)
-            maybe = (tomb_filter[word] & mask) == mask  # "no" is certain: no search (most inserts)
-            if maybe and ((n_tomb > 0 and _contains(tombstones, key))
-                          or (n_recent > 0 and _contains(recent_tombstones, key))):
-                steps_out[j] = 0  # an insert after its delete (docs/guarantee.md 1.3)
-                j += 1
-                continue
+        if any_tomb and _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
+            steps_out[j] = 0  # skipped and counted, not applied
+            j += 1
+            continue
         if tail_len == cap:
             return j, t, tail_len, applied, TAIL_FULL
         if t >= _MAX_STEP:
             return j, t, tail_len, applied, STEP_OVERFLOW
         t += 1
-        if sched_kind == SCHED_STRONGLY_CONVEX:
-            eta = 1.0 / (sa * (t + sb))
-        elif sched_kind == SCHED_CONVEX:
-            eta = sa / (sb * math.sqrt(t))
-        else:
-            eta = sa
-        yj = y[j]
-        dot = lane_dot(xp, j * d, zp, 0, d)
-        if loss_kind == LOSS_LOGISTIC:
-            m = yj * dot
-            # d/dm log(1+e^{-m}) = -1/(1+e^m), in the reference's overflow-free form
-            if m < 0:
-                s = -yj / (1.0 + math.exp(m))
-            else:
-                e = math.exp(-m)
-                s = -yj * e / (1.0 + e)
-        else:
-            s = dot - yj
+        eta = _eta(sched_kind, sa, sb, t)
+        s = _derivative(loss_kind, y[j], lane_dot(xp, j * d, zp, 0, d))
         _project(z, lane_step(zp, xp, j * d, d, eta, s, lam), radius)
         tail_keys[tail_len] = key
         tail_steps[tail_len] = np.uint32(t)
@@ -228,8 +241,7 @@ def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, indpt
     Returns (next row, t, tail length, rows applied, stop reason, scale, sq)."""
     n, d = keys.shape[0], w.shape[0]
     cap = tail_keys.shape[0]
-    n_tomb, n_recent = tombstones.shape[0], recent_tombstones.shape[0]
-    any_tomb = n_tomb + n_recent > 0
+    any_tomb = tombstones.shape[0] + recent_tombstones.shape[0] > 0
     fshift = _filter_shift(tomb_filter)
     wp, lanes = data_pointer(w), np.empty(LANES_K)
     if not sq == sq:
@@ -238,37 +250,18 @@ def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, indpt
     j = start
     while j < n:
         key = keys[j]
-        if any_tomb:
-            word, mask = _filter_slot(key, fshift)
-            maybe = (tomb_filter[word] & mask) == mask
-            if maybe and ((n_tomb > 0 and _contains(tombstones, key))
-                          or (n_recent > 0 and _contains(recent_tombstones, key))):
-                steps_out[j] = 0
-                j += 1
-                continue
+        if any_tomb and _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
+            steps_out[j] = 0
+            j += 1
+            continue
         if tail_len == cap:
             return j, t, tail_len, applied, TAIL_FULL, scale, sq
         if t >= _MAX_STEP:
             return j, t, tail_len, applied, STEP_OVERFLOW, scale, sq
         t += 1
-        if sched_kind == SCHED_STRONGLY_CONVEX:
-            eta = 1.0 / (sa * (t + sb))
-        elif sched_kind == SCHED_CONVEX:
-            eta = sa / (sb * math.sqrt(t))
-        else:
-            eta = sa
-        yj = y[j]
+        eta = _eta(sched_kind, sa, sb, t)
         lo, hi = indptr[j], indptr[j + 1]
-        dot = scale * _sparse_lane_sum(indices, w, values, lo, hi, d, False, lanes)
-        if loss_kind == LOSS_LOGISTIC:
-            m = yj * dot
-            if m < 0:
-                s = -yj / (1.0 + math.exp(m))
-            else:
-                e = math.exp(-m)
-                s = -yj * e / (1.0 + e)
-        else:
-            s = dot - yj
+        s = _derivative(loss_kind, y[j], scale * _sparse_lane_sum(indices, w, values, lo, hi, d, False, lanes))
         scale_next = scale * (1.0 - eta * lam)
         if not scale_next >= MIN_SCALE:  # the scale folded into w first (O(d))
             for i in range(d):
