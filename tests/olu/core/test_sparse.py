@@ -15,7 +15,7 @@ from worker.olu.algorithms.active import ActiveD2D
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.base import OnlineUnlearner
 from worker.olu.core.domain import FeatureBound
-from worker.olu.core.sparse import RESYNC_STEPS, SparseRows, check_rows, row_sqnorms
+from worker.olu.core.sparse import SparseRows, check_rows, resync_steps, row_sqnorms
 from worker.olu.exceptions import DimensionMismatch, InvalidExample, InvalidFeatures, NonFiniteInput
 from worker.olu.rotation import Rotation
 
@@ -145,7 +145,7 @@ def test_the_ball_holds_through_the_kept_norm():
     """A small radius, so the projection acts at most steps: the true norm of a w never exceeds r by
     more than rounding, across several exact recomputations of the kept norm."""
     d, r = 4096, 0.05
-    rows, y, ids = sparse_stream(4 * RESYNC_STEPS + 37, d, 30, seed=6)
+    rows, y, ids = sparse_stream(4 * resync_steps(d) + 37, d, 30, seed=6)
     m = model(d, l2=0.01, radius=r)
     for s in range(0, len(ids), 50):
         m.learn_many(ids[s:s + 50], rows[s:s + 50], y[s:s + 50])

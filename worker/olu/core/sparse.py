@@ -9,14 +9,14 @@ of its coordinate (a zero term adds nothing to a lane), and a row over the bound
 The step (docs/worker.md 4.3) keeps the iterate as ``z = a w`` (core/iterate.py):
 
     a' = a (1 - eta lam);  w_i <- w_i - (eta / a') (s x_i) on the row's non-zeros;
-    ||w||^2 kept by adding w_i'^2 - w_i^2, recomputed exactly every RESYNC_STEPS steps;
+    ||w||^2 kept by adding (w_i' - w_i)(w_i' + w_i), recomputed exactly every resync_steps(d) steps;
     projection: a' <- a' r / (a' ||w||) when a' ||w|| > r.
 
 x.z = a (x.w) in the dense lanes' order, so with lam = 0 (a stays 1) and the projection idle the
 sparse iterate equals the dense one coordinate for coordinate. Otherwise the two are the same map
 rounded differently (the shrinkage is applied once to ``a`` rather than to each coordinate); the
 certificate depends on the map, its constants and the ball, never on those roundings, and the
-projection keeps ``||z|| <= r`` up to the drift of the kept norm (at most RESYNC_STEPS updates of
+projection keeps ``||z|| <= r`` up to the drift of the kept norm (at most resync_steps(d) steps of
 rounding, ~1e-12 relative; tests check it). A scale that falls below ``MIN_SCALE`` (or a step whose
 shrinkage is not in (0, 1]) is folded into ``w`` first, an O(d) step at a point fixed by the events.
 
@@ -37,8 +37,21 @@ from .domain import Ball
 from .kernels.loader import compiled
 from .losses import Logistic, Ridge
 
-RESYNC_STEPS = 256  # ||w||^2 recomputed exactly at every step t that is a multiple of it
 MIN_SCALE = 1e-150
+
+
+def resync_steps(dim: int) -> int:
+    """The kept ||w||^2 is recomputed exactly (O(d)) at every step t that is a multiple of this:
+    256, or the power of two at least d / 64 for a wide model, so the refresh costs about 64
+    coordinates a step whatever d (the drift it bounds: one rounding a non-zero a step).
+
+    >>> resync_steps(10), resync_steps(4096), resync_steps(65_536)
+    (256, 256, 1024)
+    """
+    steps = 256
+    while steps * 64 < dim:
+        steps *= 2
+    return steps
 
 
 @dataclass(frozen=True)
@@ -178,7 +191,8 @@ def learn_batch(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray, *, pla
     kernels = compiled()
     w = np.array(model.unscaled, dtype=np.float64)  # a new array: readers of z keep theirs
     t, steps, consumed, reason, scale, sq = kernels.run_sparse(plan, w, model.scale, model.unscaled_sqnorm, model.t,
-                                                               model.index, model.tombstones, keys, rows, y)
+                                                               model.index, model.tombstones, keys, rows, y,
+                                                               resync_steps(model.dim))
     applied = t - model.t
     model.set_scaled(w, scale, sq)
     model.t = t
@@ -216,8 +230,8 @@ def learn_reference(model, key: int, indices: np.ndarray, values: np.ndarray, y:
         old = w[i]
         new = old - g * (s * v)
         w[i] = new
-        sq += new * new - old * old
-    if t % RESYNC_STEPS == 0:
+        sq += (new - old) * (new + old)
+    if t % resync_steps(model.dim) == 0:
         sq = sqnorm(w)
     norm = a_next * math.sqrt(max(sq, 0.0))
     if not norm <= radius:

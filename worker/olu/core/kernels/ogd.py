@@ -174,8 +174,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
 
 
 # --------------------------------------------------------------------------- sparse rows
-RESYNC_STEPS = 256  # core/sparse.py's: ||w||^2 recomputed exactly at every step t that is a multiple
-MIN_SCALE = 1e-150
+MIN_SCALE = 1e-150  # core/sparse.py's
 LANES_K = 8  # lanes.LANES (a kernel module reads constants of its own file)
 
 
@@ -212,7 +211,11 @@ def sparse_sqnorms(indptr, indices, values, dim):
 def sparse_rows_pass(indptr, indices, values, dim, sq_limit):
     """True when a CSR batch needs nothing of core/sparse.py's ``check_rows``: well formed, each
     row's indices strictly increasing in [0, dim), its values finite, its squared norm at most
-    ``sq_limit`` (a hair under the bound's square). False: the checks there decide."""
+    ``sq_limit`` (a hair under the bound's square). False: the checks there decide.
+
+    A row of at most 2,048 non-zeros sums its squares left to right: any order of n positive terms
+    is within n eps of the true sum, so one that passes ``sq_limit`` (1e-12 under the bound) has a
+    lane sum (the engine's) under the bound too; only a wider row takes the lanes."""
     n = indptr.shape[0] - 1
     if n < 0 or indptr[0] != 0 or indptr[n] != indices.shape[0] or indices.shape[0] != values.shape[0]:
         return False
@@ -222,21 +225,27 @@ def sparse_rows_pass(indptr, indices, values, dim, sq_limit):
         if hi < lo:
             return False
         last = -1
+        sq = 0.0
         for p in range(lo, hi):
             i = indices[p]
             if i <= last or i >= dim or not abs(values[p]) < np.inf:
                 return False
             last = i
-        if not _sparse_lane_sum(indices, values, values, lo, hi, dim, True, lanes) <= sq_limit:
+            sq += values[p] * values[p]
+        if hi - lo > 2048:
+            sq = _sparse_lane_sum(indices, values, values, lo, hi, dim, True, lanes)
+        if not sq <= sq_limit:
             return False
     return True
 
 
 @jit
-def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, indptr, indices, values, y, keys,
-                 tombstones, recent_tombstones, tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, start):
+def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, resync, indptr, indices, values, y,
+                 keys, tombstones, recent_tombstones, tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out,
+                 start):
     """:func:`ogd_steps` for sparse rows on the iterate ``scale * w`` (core/sparse.py, the step
-    formula by formula; ``sq`` = ||w||^2 as kept, NaN: compute it). ``w`` is updated in place.
+    formula by formula; ``sq`` = ||w||^2 as kept, NaN: compute it; ``resync``: core/sparse.py's
+    ``resync_steps(d)``). ``w`` is updated in place.
 
     Returns (next row, t, tail length, rows applied, stop reason, scale, sq)."""
     n, d = keys.shape[0], w.shape[0]
@@ -274,8 +283,8 @@ def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, indpt
             old = w[i]
             new = old - g * (s * values[p])
             w[i] = new
-            sq += new * new - old * old
-        if t % RESYNC_STEPS == 0:
+            sq += (new - old) * (new + old)
+        if t % resync == 0:
             sq = lane_sqnorm(wp, 0, d)
         norm = scale_next * math.sqrt(sq if sq > 0.0 else 0.0)
         if not norm <= radius:
@@ -460,9 +469,10 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
     return t, steps, j, reason
 
 
-def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y):
+def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y, resync):
     """:func:`run_batch` for sparse rows (core/sparse.py's ``SparseRows``) on the iterate
-    ``scale * w`` (``w`` updated in place; ``sq``: ||w||^2 as kept, or None). Returns
+    ``scale * w`` (``w`` updated in place; ``sq``: ||w||^2 as kept, or None; ``resync``:
+    ``sparse.resync_steps(d)``). Returns
     (t, steps, rows consumed, stop reason, scale, sq)."""
     lk, lam, sk, sa, sb, radius = plan
     if not (type(w) is np.ndarray and w.dtype == np.float64 and w.ndim == 1 and w.flags.c_contiguous):
@@ -474,8 +484,8 @@ def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y):
     while j < len(keys):
         tail_keys, tail_steps, tail_len = index.tail_buffers()
         j, t, tail_len, _, reason, scale, sq = sparse_steps(
-            lk, lam, sk, sa, sb, radius, w, float(scale), sq, rows.indptr, rows.indices, rows.values, y, keys, tomb,
-            recent, tomb_filter, tail_keys, tail_steps, tail_len, t, steps, j)
+            lk, lam, sk, sa, sb, radius, w, float(scale), sq, int(resync), rows.indptr, rows.indices, rows.values, y,
+            keys, tomb, recent, tomb_filter, tail_keys, tail_steps, tail_len, t, steps, j)
         index.set_tail_len(tail_len)
         index.advance_merge()
         if reason == TAIL_FULL:

@@ -93,8 +93,8 @@ def warm_up_sparse() -> float:
         tombstones.add(key)
     rows = SparseRows.from_rows([([0, 9], [0.6, 0.8]), ([3], [0.5])] * 3)
     keys, y = np.arange(10, 16, dtype=np.uint64), np.tile([1.0, -1.0], 3)
-    run_sparse(plan, np.zeros(10), 1.0, None, 0, index, tombstones, keys, rows, y)
-    run_sparse(plan, np.zeros(10), 0.5, 0.0, 0, index, tombstones, keys[:1], rows[:1], y[:1])
+    run_sparse(plan, np.zeros(10), 1.0, None, 0, index, tombstones, keys, rows, y, 256)
+    run_sparse(plan, np.zeros(10), 0.5, 0.0, 0, index, tombstones, keys[:1], rows[:1], y[:1], 256)
     sparse_rows_pass(rows.indptr, rows.indices, rows.values, 10, 1.0)
     sparse_sqnorms(rows.indptr, rows.indices, rows.values, 10)
     return time.perf_counter() - start
