@@ -137,7 +137,8 @@ def test_the_worker_learns_sparse_rows_as_the_engine_does(kafka_bootstrap, kafka
     topics = topics_for(kafka_topic, 1)
     stream = _stream(900, seed=2)
     bad = [(b"b-1", _record("b-1", {"indices": [5, 5], "values": [0.1, 0.2]})),
-           (b"b-2", _record("b-2", {"indices": [DIM + 1], "values": [0.1]}))]
+           (b"b-2", _record("b-2", {"indices": [DIM + 1], "values": [0.1]})),
+           (b"b-3", _record("b-3", {"indices": [7, 9], "values": [1.5, 2.0]}))]  # norm 2.5: the engine refuses it
     _produce(kafka_bootstrap, topics.input, stream[:400] + bad + stream[400:])
     env = worker_env(kafka_bootstrap, topics, f"g-{uuid.uuid4().hex[:6]}", f"file://{tmp_path / 'state'}",
                      OLU_DIM=str(DIM), OLU_SPARSE_INPUT="true", OLU_BATCH_SIZE="97")
@@ -168,7 +169,8 @@ def test_the_worker_learns_sparse_rows_as_the_engine_does(kafka_bootstrap, kafka
     finally:
         proc.cleanup()
     dead = {r.key: decode_headers(list(r.headers.items())) for r in read_topic(kafka_bootstrap, topics.dlq)}
-    assert {k: v["olu.error.reason"] for k, v in dead.items()} == {b"b-1": "bad_features", b"b-2": "wrong_dimension"}
+    assert {k: v["olu.error.reason"] for k, v in dead.items()} == {b"b-1": "bad_features", b"b-2": "wrong_dimension",
+                                                                  b"b-3": "norm_exceeded"}
 
 
 @pytest.mark.kafka
