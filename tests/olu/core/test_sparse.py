@@ -225,3 +225,20 @@ def test_sparse_and_dense_learning_agree_on_generated_rows(case):
     else:
         assert np.abs(sparse.z - dense.z).max() <= 1e-10 * max(1.0, np.abs(dense.z).max())
     assert arith.norm(sparse.z) <= sparse.ball.radius * (1 + 1e-12)
+
+
+def test_a_snapshot_keeps_the_kept_norm_when_the_scale_is_one():
+    """Without l2 the scale stays exactly 1 while the kept norm drifts from the exact one: a
+    snapshot must store it even then, or the restored model refreshes it early and diverges."""
+    rows, y, ids = sparse_stream(700, 512, 25, seed=12)
+    kw = dict(l2=0.0, radius=1e6, schedule="constant", step=0.1)
+    whole = model(512, **kw)
+    feed(whole, rows, y, ids, 700)
+    pieces = model(512, **kw)
+    feed(pieces, rows[:300], y[:300], ids[:300], 100)  # past one refresh (t = 256), before the next
+    assert pieces.scale == 1.0 and pieces.unscaled_sqnorm is not None
+    assert pieces.unscaled_sqnorm != arith.sqnorm(pieces.unscaled)  # the kept norm has drifted: worth keeping
+    restored = OnlineUnlearner.from_state(pieces.export_state(), noise_rng=np.random.default_rng(5))
+    same_state(restored, pieces)
+    feed(restored, rows[300:], y[300:], ids[300:], 100)
+    same_state(restored, whole)

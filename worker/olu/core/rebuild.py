@@ -31,7 +31,7 @@ def exported(model, state_format: int) -> dict:
     shared.update(ledger_shared)
     shared.update(tombstone_shared)
     arrays = {"z": model.z.copy(), "tombstones": recent_tombstones, **index_arrays}
-    if model.scale != 1.0:  # a sparse step's iterate, as it stands (core/iterate.py): restored exactly
+    if model.unscaled_sqnorm is not None:  # a sparse step's iterate and kept norm (core/iterate.py), exactly
         arrays["z_unscaled"] = model.unscaled.copy()
         meta["z_scale"], meta["z_sqnorm"] = model.scale, model.unscaled_sqnorm
     if model.key_cap is not None:
