@@ -17,7 +17,7 @@ compiled kernels (``core/kernels/lanes.py``) and this pure-numpy reference follo
   is the same on every CPU, and nothing is fused (the kernels have no fast-math flags);
 - ``np.add.accumulate`` along an axis is defined element by element (``out[i] = out[i-1] +
   in[i]``): a lane's strict in-order sum whatever the CPU (a first term of -0.0 can only change
-  the sign of a zero, which the final ``+ 0.0`` of :func:`_fold` settles as the kernels' 0.0 start does);
+  the sign of a zero, which the final ``+ 0.0`` of :func:`fold` settles as the kernels' 0.0 start does);
 - square roots are correctly rounded everywhere (IEEE 754), and ``math.exp`` calls the same C
   library function the compiled kernels call.
 
@@ -47,7 +47,7 @@ import numpy as np
 LANES = 8
 
 
-def _fold(lanes: np.ndarray) -> np.ndarray:
+def fold(lanes: np.ndarray) -> np.ndarray:
     """((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) over the last axis, plus 0.0."""
     lane = [lanes[..., k] for k in range(LANES)]
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7])) + 0.0
@@ -56,7 +56,7 @@ def _fold(lanes: np.ndarray) -> np.ndarray:
 def _lane_sum(p: np.ndarray) -> float:
     """The engine's sum of the terms ``p`` (module docstring)."""
     full = len(p) - len(p) % LANES
-    total = float(_fold(np.add.accumulate(p[:full].reshape(-1, LANES), axis=0)[-1])) if full else 0.0
+    total = float(fold(np.add.accumulate(p[:full].reshape(-1, LANES), axis=0)[-1])) if full else 0.0
     for term in p[full:].tolist():
         total += term
     return total
@@ -85,7 +85,7 @@ def _row_sums(X: np.ndarray, other: np.ndarray) -> np.ndarray:
     lanes = np.zeros((n, LANES))
     for i in range(0, full, LANES):
         lanes += X[:, i:i + LANES] * other[..., i:i + LANES]
-    acc = _fold(lanes) if full else np.zeros(n)
+    acc = fold(lanes) if full else np.zeros(n)
     for i in range(full, d):
         acc += X[:, i] * other[..., i]
     return acc

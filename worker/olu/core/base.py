@@ -25,7 +25,7 @@ from .contribution import ContributionCap, subject_keys
 from .deletion import Deletion
 from .domain import Ball, FeatureBound
 from .entropy import OsEntropy
-from .index import AppliedIndex, record_key
+from .index import AppliedIndex, record_key, step_overflow
 from .iterate import ScaledIterate
 from .kernels.loader import compiled
 from .losses import make_loss
@@ -290,16 +290,23 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         kernels = compiled()
         z = np.array(self.z, dtype=np.float64)  # a new array per update, like the reference
         t, steps, consumed, reason = kernels.run_batch(plan, z, self.t, self.index, self.tombstones, keys, X, y)
-        applied = t - self.t
-        self.z, self.t = z, t
-        self.counters["applied"] += applied
-        self.counters["skipped_deleted"] += consumed - applied
+        self.z = z
+        applied = self._took_steps(t, consumed)
         if applied and self._hooked():
             rows = np.flatnonzero(steps[:consumed])
             self._after_learn_batch(np.asarray(keys, np.uint64)[rows], steps[rows], np.asarray(X)[rows],
                                     np.asarray(y, np.float64)[rows])
         if reason == kernels.STEP_OVERFLOW:
-            raise OverflowError(f"step {t + 1} does not fit the index (restart the epoch)")
+            raise step_overflow(t + 1)
+        return applied
+
+    def _took_steps(self, t: int, consumed: int) -> int:
+        """A compiled batch's bookkeeping, the iterate already stored: the step counter now ``t``,
+        the applied and skipped inserts among its ``consumed`` rows. Returns the rows applied."""
+        applied = t - self.t
+        self.t = t
+        self.counters["applied"] += applied
+        self.counters["skipped_deleted"] += consumed - applied
         return applied
 
     def _hooked(self) -> bool:

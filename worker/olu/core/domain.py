@@ -93,6 +93,17 @@ class FeatureBound:
             raise ConfigError(f"feature_policy must be one of {FEATURE_POLICIES}, got {policy!r}")
         self.dim, self.bound, self.policy = dim, float(bound), policy
 
+    @property
+    def rounding_limit(self) -> float:
+        """The norm up to which a row over the bound is rounding (clipped even under ``reject``)."""
+        return min(self.bound * (1 + 1e-6), _MAX)
+
+    @property
+    def untouched_sqnorm(self) -> float:
+        """A squared norm at most this, however its terms were added, is within the bound: the
+        row passes untouched (the compiled checks' quick test)."""
+        return self.bound * self.bound * (1.0 - 1e-12)
+
     def check(self, x) -> np.ndarray:
         # One code path with check_many, so learn_one and learn_many clip bit-identically.
         try:
@@ -118,7 +129,7 @@ class FeatureBound:
         if over.any():
             # A vector normalised to R and written with ~6 significant digits lands slightly
             # above R; such rounding is clipped to R (still ||x|| <= R), not rejected.
-            far = norms > min(self.bound * (1 + 1e-6), _MAX)
+            far = norms > self.rounding_limit
             if self.policy == "reject" and far.any():
                 row = int(np.argmax(far))
                 raise NormExceeded(f"row {row}: feature norm exceeds the bound {self.bound:.6g}")

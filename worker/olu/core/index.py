@@ -78,6 +78,11 @@ def record_key(record_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") or 1
 
 
+def step_overflow(step: int) -> OverflowError:
+    """The error of a step that does not fit the index's uint32 steps (the epoch must restart)."""
+    return OverflowError(f"step {step} does not fit the index (restart the epoch)")
+
+
 class Run:
     """An immutable key-sorted array of (key, step) entries, with the positions removed since."""
 
@@ -142,7 +147,7 @@ class AppliedIndex:
         if not 0 < key < 2**64:
             raise ValueError(f"key {key} is not a record key (1 .. 2**64 - 1; 0 marks a removed tail entry)")
         if not 0 < step < 2**32:
-            raise OverflowError(f"step {step} does not fit the index (restart the epoch)")
+            raise step_overflow(step)
         if self._tail_len == len(self._tail_keys):
             self.merge(paced=True)
         self._tail_keys[self._tail_len] = key

@@ -31,9 +31,10 @@ from itertools import chain
 
 import numpy as np
 
-from ..arith import LANES, sqnorm
+from ..arith import LANES, fold, sqnorm
 from ..exceptions import DimensionMismatch, InvalidExample, InvalidFeatures, NonFiniteInput
 from .domain import Ball
+from .index import step_overflow
 from .kernels.loader import compiled
 from .losses import Logistic, Ridge
 
@@ -112,21 +113,17 @@ def lane_sum(indices: np.ndarray, terms: np.ndarray, dim: int) -> float:
     total = None
     for i, term in zip(indices.tolist(), terms.tolist()):
         if i >= full and total is None:
-            total = _fold(lanes)
+            total = float(fold(np.array(lanes)))
         if total is None:
             lanes[i % LANES] += term
         else:
             total += term
-    return _fold(lanes) if total is None else total
+    return float(fold(np.array(lanes))) if total is None else total
 
 
 def sparse_dot(w: np.ndarray, indices: np.ndarray, values: np.ndarray, dim: int) -> float:
     """arith.dot of ``w`` and the dense row, over the row's non-zeros."""
     return lane_sum(indices, w[indices] * values, dim)
-
-
-def _fold(lanes: list[float]) -> float:
-    return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
 
 
 def row_sqnorms(rows: SparseRows, dim: int) -> np.ndarray:
@@ -142,7 +139,7 @@ def check_rows(features, rows: SparseRows) -> SparseRows:
     clipped values (raises a subclass of ``InvalidExample``)."""
     kernels = compiled()
     if kernels is not None and _typed(rows) and kernels.sparse_rows_pass(
-            rows.indptr, rows.indices, rows.values, features.dim, features.bound * features.bound * (1.0 - 1e-12)):
+            rows.indptr, rows.indices, rows.values, features.dim, features.untouched_sqnorm):
         return rows  # the common batch: one compiled pass, nothing to clip
     indptr, indices, values = (np.asarray(a) for a in (rows.indptr, rows.indices, rows.values))
     n = len(indptr) - 1
@@ -164,7 +161,7 @@ def check_rows(features, rows: SparseRows) -> SparseRows:
         raise NonFiniteInput(f"row {row} contains NaN or infinity")
     out = values
     checked_rows = SparseRows(indptr.astype(np.int64), indices, values)
-    near = row_sqnorms(checked_rows, features.dim) > features.bound * features.bound * (1.0 - 1e-12)
+    near = row_sqnorms(checked_rows, features.dim) > features.untouched_sqnorm
     for j in np.flatnonzero(near).tolist():  # FeatureBound on the dense row (rare): it passes, raises or clips
         lo, hi = indptr[j], indptr[j + 1]
         dense = np.zeros(features.dim)
@@ -193,13 +190,10 @@ def learn_batch(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray, *, pla
     t, steps, consumed, reason, scale, sq = kernels.run_sparse(plan, w, model.scale, model.unscaled_sqnorm, model.t,
                                                                model.index, model.tombstones, keys, rows, y,
                                                                resync_steps(model.dim))
-    applied = t - model.t
     model.set_scaled(w, scale, sq)
-    model.t = t
-    model.counters["applied"] += applied
-    model.counters["skipped_deleted"] += consumed - applied
+    applied = model._took_steps(t, consumed)
     if reason == kernels.STEP_OVERFLOW:
-        raise OverflowError(f"step {t + 1} does not fit the index (restart the epoch)")
+        raise step_overflow(t + 1)
     return applied
 
 

@@ -87,7 +87,7 @@ _DELETE_FIELDS = ("op", "id", "ids", "ts")
 @dataclass(slots=True)
 class Insert:
     id: str
-    x: list[float] | tuple[np.ndarray, np.ndarray]  # dense, or (indices, values) with sparse input
+    x: list[float] | tuple  # dense, or (indices, values) with sparse input (sparse_x.py)
     y: float
     ts: int | None = None
     clipped: int = field(default=0, repr=False)  # under a feature spec: the fields clipped, a bit each
@@ -225,6 +225,27 @@ def _bad_item(x: list) -> DeadLetter:
     return DeadLetter("bad_features", "x holds a non-number")  # pragma: no cover (caller checked)
 
 
+def _dense_x(obj: dict, x, dim: int) -> list[float]:
+    """An array ``x`` as floats, or :class:`DeadLetter`."""
+    if type(x) is not list or not x:
+        if x is None and "x" not in obj:
+            raise DeadLetter("bad_features", "no 'x' field")
+        if type(x) is not list:
+            raise DeadLetter("bad_features", f"'x' is a {_type_name(x)}, expected an array of numbers")
+        raise DeadLetter("bad_features", "'x' is empty")
+    if len(x) != dim:
+        raise DeadLetter("wrong_dimension", f"x has {len(x)} features, model dim is {dim}")
+    kinds = set(map(type, x))
+    if kinds != _FLOATS:
+        if not kinds <= _NUMBERS:
+            raise _bad_item(x)
+        try:
+            return list(map(float, x))
+        except OverflowError:
+            raise DeadLetter("non_finite", "an integer in x is too large for a double") from None
+    return x
+
+
 def _label(obj: dict) -> float:
     y = obj.get("y", _MISSING)
     kind = type(y)
@@ -298,26 +319,12 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
         x = obj.get("x")
         if type(x) is dict:  # the sparse form (sparse_x.py)
             x = parse_sparse(x, dim) if sparse else to_dense(x, dim)
-            return Insert(record_id, x, _label(obj), None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4))
-        if type(x) is not list or not x:
-            if x is None and "x" not in obj:
-                raise DeadLetter("bad_features", "no 'x' field")
-            if type(x) is not list:
-                raise DeadLetter("bad_features", f"'x' is a {_type_name(x)}, expected an array of numbers")
-            raise DeadLetter("bad_features", "'x' is empty")
-        if len(x) != dim:
-            raise DeadLetter("wrong_dimension", f"x has {len(x)} features, model dim is {dim}")
-        kinds = set(map(type, x))
-        if kinds != _FLOATS:
-            if not kinds <= _NUMBERS:
-                raise _bad_item(x)
-            try:
-                x = list(map(float, x))
-            except OverflowError:
-                raise DeadLetter("non_finite", "an integer in x is too large for a double") from None
+        else:
+            x = _dense_x(obj, x, dim)
+            x = from_dense(x) if sparse else x
         y = _label(obj)
         ts = None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4)
-        return Insert(record_id, from_dense(x) if sparse else x, y, ts)
+        return Insert(record_id, x, y, ts)
 
     if op == "delete":
         ids = _delete_ids(obj)

@@ -34,6 +34,15 @@ SMALL_BYTES = PREFIX_BYTES + 8192
 OLU_HEADER_BYTES = 6144  # the dead letter's olu.* headers: seven short values and a detail of <= 1024 characters
 
 
+def topic_max_message_bytes(admin: AdminClient, topic: str) -> int:
+    """The topic's ``max.message.bytes`` (its own, or the broker's default), with DescribeConfigs;
+    raises what the admin client raises. Keep ``admin`` until this returns: a dropped client
+    cancels its request."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=DESCRIBE_TIMEOUT_S)
+    return int(entries["max.message.bytes"].value)
+
+
 class TopicLimit:
     """``fits(key, value, headers)``: would the topic take this record? (Asks the broker lazily.)"""
 
@@ -63,9 +72,7 @@ class TopicLimit:
         try:
             if self._admin is None:
                 self._admin = AdminClient(self.admin_config)
-            resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-            entries = self._admin.describe_configs([resource])[resource].result(timeout=DESCRIBE_TIMEOUT_S)
-            return int(entries["max.message.bytes"].value)
+            return topic_max_message_bytes(self._admin, self.topic)
         except Exception as exc:  # noqa: BLE001 - any failure: assume Kafka's default, say so
             log.warning("dead-letter topic limit unknown; assuming Kafka's default", extra={
                 "topic": self.topic, "max_message_bytes": KAFKA_DEFAULT_MAX_MESSAGE_BYTES, "error": str(exc)})

@@ -15,11 +15,11 @@ gets a warning: the limit is unknown, the first release will tell).
 
 from __future__ import annotations
 
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
 
 from ...exceptions import ConfigError
 from ...logs import get_logger
-from .dlq import DESCRIBE_TIMEOUT_S, KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+from .dlq import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, topic_max_message_bytes
 
 log = get_logger("olu.release")
 
@@ -36,11 +36,9 @@ def release_bytes_bound(settings) -> int:
 
 def topic_limit(admin_config: dict, topic: str) -> int | None:
     """The topic's ``max.message.bytes`` (its own, or the broker's default), or None if unknown."""
+    admin = AdminClient(admin_config)
     try:
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        admin = AdminClient(admin_config)  # held until the answer: a dropped client cancels its request
-        entries = admin.describe_configs([resource])[resource].result(timeout=DESCRIBE_TIMEOUT_S)
-        return int(entries["max.message.bytes"].value)
+        return topic_max_message_bytes(admin, topic)
     except Exception as exc:  # noqa: BLE001 - unknown: the first release will tell
         log.warning("params topic limit unknown; a release may be too large for it", extra={
             "topic": topic, "error": str(exc)})

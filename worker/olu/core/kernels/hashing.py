@@ -290,14 +290,15 @@ _TINY, _MAX = np.finfo(np.float64).tiny, np.finfo(np.float64).max
 
 
 @jit
-def _rows_pass(X, y, logistic, label_bound, bound, far, over, labels):
-    """INGEST_OK when every row passes untouched (see :func:`ingest`), INGEST_CLIP when some are
-    over the bound but by no more than ``far`` (marked in ``over``), INGEST_ROWS otherwise;
-    ``labels`` gets the labels. A row's norm is ``row_norms``' (the lanes' sum of squares, its
-    square root) wherever that is exact: a sum of squares outside [tiny, max] goes the general way."""
+def check_rows(X, y, logistic, label_bound, bound, sq_limit, far, over, labels):
+    """The rows and labels of :func:`ingest` (callers with keys use it alone): INGEST_OK when every
+    row passes untouched, INGEST_CLIP when some are over the bound but by no more than ``far``
+    (marked in ``over``), INGEST_ROWS otherwise; ``labels`` gets the labels. A squared norm at most
+    ``sq_limit`` (``FeatureBound.untouched_sqnorm``) passes at once; above it a row's norm is
+    ``row_norms``' (the lanes' sum of squares, its square root) wherever that is exact: a sum of
+    squares outside [tiny, max] goes the general way."""
     n, d = X.shape
     xp = data_pointer(X)
-    sq_limit = bound * bound * (1.0 - 1e-12)  # below it, no rounding can put a row over the bound
     ok = True  # no branch per label (random labels would mispredict half of them): one test at the end
     status = INGEST_OK
     for j in range(n):
@@ -350,13 +351,7 @@ def clip_rows(X, over, bound):
 
 
 @jit
-def check_rows(X, y, logistic, label_bound, bound, far, over, labels):
-    """:func:`ingest` without the ids (the caller has their keys): INGEST_OK, _CLIP or _ROWS."""
-    return _rows_pass(X, y, logistic, label_bound, bound, far, over, labels)
-
-
-@jit
-def ingest(buf, X, y, logistic, label_bound, bound, far, over, keys, labels):
+def ingest(buf, X, y, logistic, label_bound, bound, sq_limit, far, over, keys, labels):
     """Check and hash one ``learn_many`` batch: ``buf`` holds its ids' UTF-8 bytes joined by NUL
     bytes (one id per row of ``X``), ``keys`` gets their keys and ``labels`` the labels as
     ``check_labels`` returns them. Returns INGEST_OK when every row passes untouched: each norm at
@@ -364,7 +359,7 @@ def ingest(buf, X, y, logistic, label_bound, bound, far, over, keys, labels):
     when, besides, rows over the bound by at most ``far`` are marked in ``over`` (``check_many``
     clips them: :func:`clip_rows`). Otherwise INGEST_ROWS or INGEST_IDS, and nothing is hashed."""
     n = X.shape[0]
-    rows = _rows_pass(X, y, logistic, label_bound, bound, far, over, labels)
+    rows = check_rows(X, y, logistic, label_bound, bound, sq_limit, far, over, labels)
     if rows == INGEST_ROWS:
         return INGEST_ROWS
     ends = np.empty(n, np.int64)
@@ -402,7 +397,7 @@ def _label_kind(loss, features):
 
 def _far(features) -> float:
     """The norm past which ``check_many`` rejects a row instead of clipping it (inf: never)."""
-    return min(features.bound * (1 + 1e-6), _MAX) if features.policy == "reject" else np.inf
+    return features.rounding_limit if features.policy == "reject" else np.inf
 
 
 def _clipped(status, X, over, bound):
@@ -429,7 +424,8 @@ def checked_rows(loss, features, keys, X, y):
     if X.shape != (n, features.dim) or y.shape != (n,):
         return None
     labels, over = np.empty(n, np.float64), np.empty(n, np.bool_)
-    status = check_rows(X, y, kind[0], kind[1], features.bound, _far(features), over, labels)
+    status = check_rows(X, y, kind[0], kind[1], features.bound, features.untouched_sqnorm, _far(features), over,
+                        labels)
     X = _clipped(status, X, over, features.bound)
     return None if X is None else (np.asarray(keys, np.uint64), X, labels)
 
@@ -451,8 +447,8 @@ def ingest_batch(loss, features, record_ids, X, y):
     if X.shape != (n, features.dim) or y.shape != (n,):
         return None
     keys, labels, over = np.empty(n, np.uint64), np.empty(n, np.float64), np.empty(n, np.bool_)
-    status = ingest(np.frombuffer(raw, np.uint8), X, y, logistic, label_bound, features.bound, _far(features), over,
-                    keys, labels)
+    status = ingest(np.frombuffer(raw, np.uint8), X, y, logistic, label_bound, features.bound,
+                    features.untouched_sqnorm, _far(features), over, keys, labels)
     X = _clipped(status, X, over, features.bound)
     return None if X is None else (keys, X, labels)
 

@@ -429,11 +429,16 @@ def plan_for(model):
     return lk, float(loss.lam), sk, float(sa), float(sb), float(model.ball.radius)
 
 
-def _contiguous(keys, X, y, z):
-    """A batch as the kernels take it; ``z``, updated in place, must already be (the kernels read
-    it through its data pointer)."""
+def _check_iterate(z) -> None:
+    """The iterate the kernels update in place through its data pointer: it must already be a
+    contiguous 1-D float64 array (a copy would leave the caller's unchanged)."""
     if not (type(z) is np.ndarray and z.dtype == np.float64 and z.ndim == 1 and z.flags.c_contiguous):
         raise ValueError("the iterate must be a contiguous 1-D float64 array")
+
+
+def _contiguous(keys, X, y, z):
+    """A batch as the kernels take it, its iterate checked (:func:`_check_iterate`)."""
+    _check_iterate(z)
     return (np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(X, dtype=np.float64),
             np.ascontiguousarray(y, dtype=np.float64))
 
@@ -475,8 +480,7 @@ def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y, resync):
     ``sparse.resync_steps(d)``). Returns
     (t, steps, rows consumed, stop reason, scale, sq)."""
     lk, lam, sk, sa, sb, radius = plan
-    if not (type(w) is np.ndarray and w.dtype == np.float64 and w.ndim == 1 and w.flags.c_contiguous):
-        raise ValueError("the iterate must be a contiguous 1-D float64 array")
+    _check_iterate(w)
     keys, y = np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(y, dtype=np.float64)
     tomb, recent, tomb_filter = _tombstone_arrays(tombstones)
     steps = np.zeros(len(keys), np.int64)
