@@ -146,6 +146,7 @@ class Rotation:
     keeps_examples = property(lambda self: self.cls.keeps_examples)
     spends_on_learn = property(lambda self: self.cls.spends_on_learn)
     dim = property(lambda self: self.active.dim)
+    param_dim = property(lambda self: self.active.param_dim)
     loss = property(lambda self: self.active.loss)
     z = property(lambda self: self.active.z, doc="The active (released) model's iterate.")
     weights = property(lambda self: self.active.weights)

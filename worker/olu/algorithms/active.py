@@ -109,8 +109,8 @@ def average_loss_descent(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y
                          iterations: int, step: float) -> np.ndarray:
     """``iterations`` projected GD steps of size ``step`` on (1/n) sum_rows f(z; x, y).
 
-    ``X``/``y`` may contain zero rows (deleted, see ``ExampleStore.padded``): for the logistic and
-    squared losses their data gradient is exactly 0, and ``n`` counts only the live rows. Vectorised:
+    ``X``/``y`` may contain zero rows (deleted, see ``ExampleStore.padded``): for the logistic,
+    softmax and squared losses their data gradient is exactly 0, and ``n`` counts only the live rows. Vectorised:
     two matrix-vector products per step (logistic); for ridge the Gram matrix X^T X/n is formed once
     and each step costs O(d^2).
     """
@@ -134,7 +134,28 @@ def average_loss_descent(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y
             s = -y * np.where(m < 0, 1.0, e) / (1.0 + e)
             z = ball.project(z - step * (arith.rmatvec(X, s) / n + lam * z))
         return z
+    if loss.name == "softmax":
+        for _ in range(iterations):
+            S = _softmax_residuals(loss, z, X, y)
+            G = np.concatenate([arith.rmatvec(X, S[:, k]) for k in range(loss.k)])
+            z = ball.project(z - step * (G / n + lam * z))
+        return z
     raise ConfigError(f"no vectorised gradient for loss {loss.name!r}")
+
+
+def _softmax_residuals(loss, z: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """p(x_r) - e_{y_r} for every row (n x K), in fixed-order arithmetic: each margin as arith.dot,
+    exp through the C library, the class sums added column after column."""
+    d = X.shape[1]
+    M = np.column_stack([arith.matvec(X, z[k * d:(k + 1) * d]) for k in range(loss.k)])
+    M -= M.max(axis=1, keepdims=True)
+    E = arith.exp(M.ravel()).reshape(M.shape)
+    total = np.zeros(len(X))
+    for k in range(loss.k):
+        total += E[:, k]
+    S = E / total[:, None]
+    S[np.arange(len(X)), y.astype(np.int64)] -= 1.0
+    return S
 
 
 class _ActiveBase:
@@ -152,8 +173,6 @@ class _ActiveBase:
         c = self.constants
         if not c.mu > 0:
             raise ConfigError("active algorithms need a strongly convex loss (l2 > 0)")
-        if self.loss.name not in ("logistic", "ridge"):
-            raise ConfigError(f"active algorithms support the logistic and ridge losses, not {self.loss.name!r}")
         self.gamma_star = (c.beta - c.mu) / (c.beta + c.mu)
         self.eta_gd = 2.0 / (c.beta + c.mu)
         self._tau_prev = 0  # step of the last deletion of an applied record in this epoch
@@ -227,7 +246,7 @@ class _ActiveBase:
         self.t = 0
         self.index.clear()
         self.accountant.restart_epoch()
-        self.z = np.zeros(self.dim)
+        self.z = np.zeros(self.param_dim)
         for store in self._stores():
             store.clear()
         self._tau_prev = self._removed = 0

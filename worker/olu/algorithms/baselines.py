@@ -27,7 +27,7 @@ class DiscardRestart(OnlineUnlearner):
         self.epoch += 1
         self.t = 0
         self.index.clear()
-        self.z = np.zeros(self.dim)
+        self.z = np.zeros(self.param_dim)
         return Deletion("restarted", 0, 0.0, 0.0, tuple(steps))
 
     def _legacy_deletions_applied(self) -> int:

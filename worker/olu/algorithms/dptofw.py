@@ -163,17 +163,17 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         # Every epoch has the same horizon, so no record ever spends more than this.
         self.epsilon_at_horizon = rdp_to_dp(record_levels(dp_horizon) * self.rho_node, delta)
         self._key = NodeNoise.new_key(self._entropy())
-        self.z_prev = np.zeros(dim)  # theta_{t-1}; theta_0 = theta_1 = 0
+        self.z_prev = np.zeros(self.param_dim)  # theta_{t-1}; theta_0 = theta_1 = 0
         self.closed_rho = 0.0  # largest spend of a closed epoch (parallel composition)
         self.tree = self._new_tree()
         self.counters["g_clipped"] = 0  # internal only: an assumption was violated (docs/accounting.md 7)
         self._epsilon_cache: tuple[float, float] | None = None
 
     def _new_tree(self, t: int = 0, exact: np.ndarray | None = None) -> TreeAggregator:
-        noise = NodeNoise(self._key, self.sigma, self.dim, stream=self.epoch)
+        noise = NodeNoise(self._key, self.sigma, self.param_dim, stream=self.epoch)
         if exact is None:
-            return TreeAggregator(self.dim, self.horizon, noise)
-        return TreeAggregator.restore(self.dim, self.horizon, noise, t, exact)
+            return TreeAggregator(self.param_dim, self.horizon, noise)
+        return TreeAggregator.restore(self.param_dim, self.horizon, noise, t, exact)
 
     # ------------------------------------------------------------------ learning
     def _learn(self, key: int, x: np.ndarray, y: float) -> bool:
@@ -199,7 +199,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
     def _lmo(self, d: np.ndarray) -> np.ndarray:
         """argmin over the l2 ball of <d, v>: -r d / ||d|| (any feasible point, 0, if d = 0)."""
         norm = arith.norm(d)
-        return -self.ball.radius * d / norm if norm > 0.0 else np.zeros(self.dim)
+        return -self.ball.radius * d / norm if norm > 0.0 else np.zeros(self.param_dim)
 
     def _new_epoch(self) -> None:
         self.closed_rho = max(self.closed_rho, self._tree_rho())
@@ -260,7 +260,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
             raise InvalidState("dp-tofw state has no valid noise key")
         self._key = int(key, 16)
         z_prev = np.asarray(arrays["z_prev"], np.float64)
-        if z_prev.shape != (self.dim,) or not np.all(np.isfinite(z_prev)):
+        if z_prev.shape != (self.param_dim,) or not np.all(np.isfinite(z_prev)):
             raise InvalidState(f"previous iterate has shape {z_prev.shape} or is not finite")
         closed = extra["closed_rho"]
         if not (isinstance(closed, (int, float)) and 0.0 <= closed <= self.accountant.budget * (1 + 1e-9)):

@@ -242,7 +242,7 @@ class MemoryPair(OnlineUnlearner):
             raise ConfigError(f"memory-pair supports schedule auto, strongly-convex or constant, "
                               f"not {self.schedule.name!r}")
         self.odometer = DeletionOdometer(self.accountant.budget, max_deletions, self.accountant.delta)
-        self.pairs = CurvaturePairs(dim, lbfgs_memory, lam)
+        self.pairs = CurvaturePairs(self.param_dim, lbfgs_memory, lam)
         self.examples = ExampleStore(dim)
         self.grad_sq_sum = 0.0  # S_N = sum ||g_t||^2 of the epoch (docs/algorithms.md 9.1)
         self.counters.update(retrains=0, pairs_skipped=0)
@@ -256,7 +256,7 @@ class MemoryPair(OnlineUnlearner):
         """alpha_t: ``min(1, d/(t + t0))`` for the strongly convex schedule, the constant alpha otherwise."""
         if isinstance(self.schedule, Constant):
             return self.schedule.step
-        return min(1.0, self.dim / (t + self.schedule.t0))
+        return min(1.0, self.param_dim / (t + self.schedule.t0))
 
     def sensitivity_bound(self, copies: int = 1) -> float:
         """Fixed sensitivity of one deletion: ``min(copies L / lambda, D)`` (docs/calibration.md 6.1, [MemoryPair]

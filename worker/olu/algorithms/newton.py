@@ -58,7 +58,7 @@ import numpy as np
 from ..core.base import Deletion, OnlineUnlearner
 from ..core.examples import ExampleStore
 from ..core.replay import load_store, record_outcome, store_arrays
-from ..exceptions import ConfigError, InvalidState
+from ..exceptions import InvalidState
 
 _BITS = 31
 _LO_MASK = (1 << _BITS) - 1
@@ -185,11 +185,12 @@ class RidgeNewton(OnlineUnlearner):
     example_params = {"loss": "ridge"}
     keeps_examples = True
     portable_deletions = False  # the deletion's solve is LAPACK's eigh (learning is exact integers)
+    losses = ("ridge",)
+    loss_refusal = ("its deletion is one exact Newton step from sums it keeps exactly, which needs the "
+                    "quadratic loss (a Hessian that does not depend on the iterate)")
 
     def __init__(self, dim: int, **kwargs):
         super().__init__(dim, **kwargs)
-        if self.loss.name != "ridge":
-            raise ConfigError(f"active-newton supports only loss='ridge', got {self.loss.name!r}")
         self.examples = ExampleStore(dim)
         self.gram = ExactSums((dim, dim))
         self.moment = ExactSums((dim,))

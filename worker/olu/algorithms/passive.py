@@ -86,7 +86,7 @@ class PassiveRestartOLU(PassiveOLU):
     def noise_is_affordable(self, u: int, tau: int) -> bool:
         k = self.config["max_deletions"]
         limit = self.config["restart_c"] * math.sqrt(math.log(tau) + 2 * k) / (
-            self.constants.L ** 2 * self.dim * k ** 2.2
+            self.constants.L ** 2 * self.param_dim * k ** 2.2
         )
         return tau / (u * u) <= limit
 
@@ -110,6 +110,6 @@ class PassiveRestartOLU(PassiveOLU):
     def _random_point(self) -> np.ndarray:
         """Uniform in the ball, from OS entropy (or the test generator): data-independent."""
         rng = self._entropy()
-        direction = rng.normal(size=self.dim)
+        direction = rng.normal(size=self.param_dim)
         direction /= max(norm(direction), 1e-300)
-        return direction * self.ball.radius * rng.random() ** (1.0 / self.dim)
+        return direction * self.ball.radius * rng.random() ** (1.0 / self.param_dim)

@@ -183,8 +183,8 @@ class RewindToDelete(OnlineUnlearner):
         else:
             self.eta_gd = float(train_step)
         self.examples = ExampleStore(dim)
-        self.checkpoint = np.zeros(dim)  # theta_{T-K} of the current generation (never released)
-        self.base = np.zeros(dim)  # post-noise start of the current online segment
+        self.checkpoint = np.zeros(self.param_dim)  # theta_{T-K} of the current generation (never released)
+        self.base = np.zeros(self.param_dim)  # post-noise start of the current online segment
         self.t_fit = 0
         self.t_base = 0
         self.m_cum = 0  # fitted copies deleted by rewinds in this generation
@@ -262,7 +262,7 @@ class RewindToDelete(OnlineUnlearner):
         X, y, _ = self.examples.live_rows()
         n, T = len(X), self.train_steps
         K = self.rewind_depth(n) if n >= 1 else 0
-        z = np.zeros(self.dim)
+        z = np.zeros(self.param_dim)
         if n:
             z = average_loss_descent(self, z, X, y, n, T - K, self.eta_gd)
         checkpoint = np.array(z, dtype=np.float64)
@@ -409,7 +409,7 @@ class RewindToDelete(OnlineUnlearner):
             raise InvalidState("retained examples do not match the applied-record index")
         for name in ("rewind_checkpoint", "rewind_base"):
             v = np.asarray(arrays[name], np.float64)
-            if v.shape != (self.dim,) or not np.all(np.isfinite(v)):
+            if v.shape != (self.param_dim,) or not np.all(np.isfinite(v)):
                 raise InvalidState(f"{name} has shape {v.shape} or is not finite")
             if norm(v) > self.ball.radius * (1 + 1e-12):
                 raise InvalidState(f"{name} lies outside the domain K")

@@ -22,7 +22,7 @@ from ..privacy.ledger import Ledger
 from ..privacy.meter import MeteredNoise, NoiseMeter
 from . import sparse
 from .contribution import ContributionCap, subject_keys
-from .deletion import Deletion
+from .deletion import Deletion, request_ids
 from .domain import Ball, FeatureBound
 from .entropy import OsEntropy
 from .index import AppliedIndex, record_key, step_overflow
@@ -98,6 +98,9 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
     #: BLAS kernel: sound, since the outcome is stored as a delta and adopted on replay, never
     #: computed twice (docs/worker.md 4.3).
     portable_deletions = True
+    #: the losses the algorithm's proof and code hold for, and why the others are refused at start.
+    losses: tuple[str, ...] = ("logistic", "ridge", "softmax")
+    loss_refusal = ""
 
     def __init__(
         self,
@@ -106,6 +109,7 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         loss: str = "logistic",
         l2: float = 0.01,
         label_bound: float = 1.0,
+        classes=None,
         radius: float = 10.0,
         feature_bound: float = 1.0,
         feature_policy: str = "reject",
@@ -127,10 +131,13 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
     ):
         if eps is not _REMOVED:
             raise ConfigError(_EPS_REMOVED)
+        if loss not in self.losses:
+            raise ConfigError(f"algorithm {self.algorithm!r} does not support loss {loss!r}: {self.loss_refusal}")
         rho = self.resolve_rho(rho, target_epsilon, delta, privacy_unit)
         self.target_epsilon = target_epsilon
         self.config = dict(
             dim=dim, loss=loss, l2=l2, label_bound=label_bound, radius=radius,
+            **({"classes": list(classes)} if classes is not None else {}),
             feature_bound=feature_bound, feature_policy=feature_policy, schedule=schedule,
             t0=t0, step=step, rho=rho, target_epsilon=target_epsilon, privacy_unit=privacy_unit, omega=omega,
             delta=delta, capacity=capacity, budget_split=budget_split, deletion_capacity=deletion_capacity,
@@ -138,7 +145,8 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         )
         self.features = FeatureBound(dim, feature_bound, feature_policy)
         self.ball = Ball(radius)
-        self.loss = make_loss(loss, l2, label_bound)
+        self.loss = make_loss(loss, l2, label_bound, classes)
+        self.param_dim = self.loss.param_dim(dim)  # K d for a K-class softmax, else d
         self.constants = self.loss.constants(self.ball.radius, self.features.bound)
         self.schedule = _schedule(schedule, self.constants, self.ball, t0, step)
         try:
@@ -157,7 +165,7 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         # The share of the slope one deletion may spend in this model (< 1 only while a rotation
         # charges a per-request request held by two of its models: docs/accounting.md 12.3).
         self.noise_share = 1.0
-        self.z = np.zeros(dim)  # data-independent start in K
+        self.z = np.zeros(self.param_dim)  # data-independent start in K
         self.t = 0
         self.epoch = 0
         self.index = AppliedIndex()
@@ -240,7 +248,7 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         if kernels is not None:
             yv = kernels.check_labels(self.loss, y)
         else:
-            yv = np.array([self.loss.label(v) for v in y], np.float64)
+            yv = self.loss.labels(y) if hasattr(self.loss, "labels") else np.array([self.loss.label(v) for v in y])
         Xv = sparse.check_rows(self.features, X) if isinstance(X, SparseRows) else self.features.check_many(X)
         if not (len(keys) == len(Xv) == len(yv)):
             raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, {len(yv)} labels")
@@ -364,7 +372,7 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         noisy views (docs/worker.md 4.2). It must come from :meth:`deletion_state`. ``keys``: the
         ``record_key`` of each id, when the caller has them (a rotation hashes once for its models).
         """
-        ids = _request_ids(record_ids)
+        ids = request_ids(record_ids)
         keys = [record_key(r) for r in ids] if keys is None else keys
         tombstones = self.tombstones
         fresh = [j for j, k in enumerate(keys) if k not in tombstones]
@@ -452,7 +460,7 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         if not {"t", "epoch"} <= set(mine) or mine != stored:
             raise InvalidState(f"replay diverged from the stored deletion: {mine} != {stored}")
         z = np.asarray(post_state["z"], np.float64)
-        if z.shape != (self.dim,) or not np.all(np.isfinite(z)):
+        if z.shape != (self.param_dim,) or not np.all(np.isfinite(z)):
             raise InvalidState(f"stored post-noise iterate has shape {z.shape} or is not finite")
         self.z = z.copy()
 
@@ -465,10 +473,10 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
 
     def _noise(self, sigma: float) -> np.ndarray:
         if self._replaying:  # the stored post-noise iterate replaces whatever would be drawn
-            return np.zeros(self.dim)
+            return np.zeros(self.param_dim)
         if self._noise_rng is not None:  # the test generator: its stream of draws, as ever
-            return self._noise_rng.normal(0.0, sigma, size=self.dim)
-        noise = self._os_entropy.gaussian(self.dim)  # N(0, I), a row of its own
+            return self._noise_rng.normal(0.0, sigma, size=self.param_dim)
+        noise = self._os_entropy.gaussian(self.param_dim)  # N(0, I), a row of its own
         noise *= sigma  # N(0, sigma^2 I), scaled in place: no array more on the deletion's path
         return noise
 
@@ -476,8 +484,8 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         """``n`` draws of N(0, I) as rows, for a batch's deletions: the test generator's stream of
         draws, or OS entropy (:meth:`_noise` scales one row by its sigma)."""
         if self._noise_rng is not None:
-            return self._noise_rng.standard_normal((n, self.dim))
-        return self._os_entropy.gaussian_rows(n, self.dim)
+            return self._noise_rng.standard_normal((n, self.param_dim))
+        return self._os_entropy.gaussian_rows(n, self.param_dim)
 
     def _release_with_noise(self, z_hat: np.ndarray, shift: float, steps, **extra) -> Deletion:
         """z <- Proj_K(z_hat + N(0, sigma_i^2 I)) with sigma_i calibrated to ``shift``.
@@ -509,17 +517,21 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         return min(self.schedule.eta(u) * self.constants.L, self.ball.diameter)
 
     # --------------------------------------------------------------- prediction
-    def predict_proba_one(self, x) -> float:
-        """P(y = +1 | x) for the logistic loss."""
+    def predict_proba_one(self, x):
+        """P(y = +1 | x) for the logistic loss; {class: probability} for softmax."""
         if self.loss.name == "ridge":
             raise TypeError("ridge regression has no class probabilities; use predict_one")
-        return self.loss.predict(self.z, self.features.check(x))
+        p = self.loss.predict(self.z, self.features.check(x))
+        return dict(zip(self.loss.classes, p.tolist())) if self.loss.name == "softmax" else p
 
     def predict_one(self, x):
-        """+1/-1 for logistic, the real-valued prediction for ridge."""
+        """+1/-1 for logistic, the most probable class for softmax (the first on a tie), the
+        real-valued prediction for ridge."""
         xv = self.features.check(x)
         if self.loss.name == "ridge":
             return self.loss.predict(self.z, xv)
+        if self.loss.name == "softmax":
+            return self.loss.classes[int(np.argmax(self.loss.predict(self.z, xv)))]
         return 1 if self.loss.predict(self.z, xv) >= 0.5 else -1
 
     # ------------------------------------------------------------------ privacy
@@ -577,17 +589,3 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
             raise InvalidState(f"state is for {name!r}, not {cls.algorithm!r}")
         return rebuild(found, state, noise_rng)
 
-
-def _request_ids(record_ids) -> list[str]:
-    if isinstance(record_ids, (str, bytes)):
-        raise TypeError("record_ids must be a sequence of record ids, not one string")
-    ids = list(record_ids)
-    if len(ids) == 1 and type(ids[0]) is str:  # the common request: nothing more to check
-        return ids
-    if not ids:
-        raise ValueError("a deletion request names at least one record id")
-    if not all(isinstance(r, str) for r in ids):
-        raise TypeError("record ids must be strings")
-    if len(set(ids)) != len(ids):
-        raise ValueError("a deletion request names each record id once")
-    return ids

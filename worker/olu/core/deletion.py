@@ -31,3 +31,19 @@ class Deletion(NamedTuple):
     @property
     def changed_model(self) -> bool:
         return self.outcome in ("noised", "exact", "restarted", "retrained")
+
+
+def request_ids(record_ids) -> list[str]:
+    """A deletion request's record ids, checked: a sequence of distinct strings, at least one."""
+    if isinstance(record_ids, (str, bytes)):
+        raise TypeError("record_ids must be a sequence of record ids, not one string")
+    ids = list(record_ids)
+    if len(ids) == 1 and type(ids[0]) is str:  # the common request: nothing more to check
+        return ids
+    if not ids:
+        raise ValueError("a deletion request names at least one record id")
+    if not all(isinstance(r, str) for r in ids):
+        raise TypeError("record ids must be strings")
+    if len(set(ids)) != len(ids):
+        raise ValueError("a deletion request names each record id once")
+    return ids

@@ -6,7 +6,10 @@ Each loss knows, for the ball K of radius r and features with ||x|| <= R:
 - ``mu``: strong convexity (0 for the plain logistic loss);
 - ``beta``: smoothness.
 
-These constants are public and data-independent (docs/worker.md 4.5).
+The parameter is a vector of ``param_dim(d)`` coordinates: d for the binary and linear losses, K d
+for the K-class softmax (its K x d matrix, row k = class k, flattened row by row; norms of it are
+the Frobenius norm, the l2 norm of the flat vector, so the ball, the projection and the noise are
+those of a vector). These constants are public and data-independent (docs/worker.md 4.5).
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class Logistic:
     def strongly_convex(self) -> bool:
         return self.lam > 0
 
+    def param_dim(self, dim: int) -> int:
+        return dim
+
     def constants(self, radius: float, feature_bound: float) -> LossConstants:
         R = feature_bound
         return LossConstants(L=R + self.lam * radius, mu=self.lam, beta=R * R / 4 + self.lam)
@@ -114,6 +120,9 @@ class Ridge:
 
     strongly_convex = True
 
+    def param_dim(self, dim: int) -> int:
+        return dim
+
     def constants(self, radius: float, feature_bound: float) -> LossConstants:
         R, Y = feature_bound, self.label_bound
         return LossConstants(L=R * (R * radius + Y) + self.lam * radius, mu=self.lam, beta=R * R + self.lam)
@@ -139,13 +148,138 @@ class Ridge:
         return dot(x, z)
 
 
-LOSSES = {"logistic": Logistic, "ridge": Ridge}
+class Softmax:
+    """Multinomial cross-entropy over K declared classes: log(sum_k exp(w_k.x)) - w_y.x
+    + (lam/2)||W||_F^2, the parameter W a K x d matrix kept flat (row k = class k).
+
+    Constants (docs/calibration.md 2.3): the data gradient is (p - e_y) x^T, whose Frobenius norm
+    is ||p - e_y|| ||x|| <= sqrt(2) R; its Hessian (diag(p) - p p^T) (x) x x^T has eigenvalues at
+    most ||x||^2 / 2 (Böhning's bound diag(p) - p p^T <= I/2). So L = sqrt(2) R + lam r,
+    beta = R^2 / 2 + lam, mu = lam.
+
+    Labels are the declared classes (all strings or all integers); a label is learned as its
+    position in ``classes``. An integer class also matches a float of the same value (JSON
+    decoders read 2 and 2.0 alike).
+
+    >>> loss = Softmax(0.01, ["cat", "dog", "owl"])
+    >>> c = loss.constants(radius=10.0, feature_bound=1.0)
+    >>> (round(c.L, 6), c.mu, c.beta, loss.param_dim(4))
+    (1.514214, 0.01, 0.51, 12)
+    >>> loss.label("owl"), loss.labels(["dog", "cat"]).tolist()
+    (2.0, [1.0, 0.0])
+    >>> loss.predict(np.zeros(6), np.array([0.5, 0.5])).round(4).tolist()
+    [0.3333, 0.3333, 0.3333]
+    """
+
+    name = "softmax"
+
+    def __init__(self, lam: float, classes):
+        if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0):
+            raise ConfigError(f"l2 (lambda) must be a finite number >= 0, got {lam!r}")
+        self.lam = float(lam)
+        self.classes = _declared_classes(classes)
+        self.k = len(self.classes)
+        self._index = {c: i for i, c in enumerate(self.classes)}
+        numeric = type(self.classes[0]) is int
+        # integer classes: their values sorted, with each one's position, for the vectorised check
+        self._sorted = np.array(sorted(self.classes), np.float64) if numeric else None
+        self._positions = (np.array([self._index[c] for c in sorted(self.classes)], np.float64)
+                           if numeric else None)
+
+    @property
+    def strongly_convex(self) -> bool:
+        return self.lam > 0
+
+    def param_dim(self, dim: int) -> int:
+        return self.k * dim
+
+    def constants(self, radius: float, feature_bound: float) -> LossConstants:
+        R = feature_bound
+        return LossConstants(L=math.sqrt(2.0) * R + self.lam * radius, mu=self.lam, beta=R * R / 2 + self.lam)
+
+    def label(self, y) -> float:
+        """The position of class ``y`` in ``classes``; ``InvalidLabel`` for anything else."""
+        if type(y) is str or type(y) is int:
+            position = self._index.get(y)
+        elif isinstance(y, (float, np.floating)) and self._sorted is not None and float(y).is_integer():
+            position = self._index.get(int(y))
+        elif isinstance(y, np.integer) and self._sorted is not None:
+            position = self._index.get(int(y))
+        else:
+            position = None
+        if position is None or (type(y) is str) != (self._sorted is None):
+            shown = repr(y) if isinstance(y, (str, int, float, np.number)) else f"a {type(y).__name__}"
+            raise InvalidLabel(f"label {shown[:80]} is not one of the {self.k} declared classes")
+        return float(position)
+
+    def labels(self, y) -> np.ndarray:
+        """:meth:`label` of each item, float64 out; vectorised for numbers under integer classes."""
+        if self._sorted is not None and isinstance(y, np.ndarray) and y.dtype.kind in "fiu" and y.ndim == 1:
+            arr = y.astype(np.float64)
+            at = np.minimum(np.searchsorted(self._sorted, arr), self.k - 1)
+            bad = self._sorted[at] != arr  # NaN is bad too
+            if bad.any():
+                self.label(y[int(np.argmax(bad))])  # raises the exact error of the loop
+            return self._positions[at]
+        return np.array([self.label(v) for v in y], np.float64)
+
+    def margins(self, z: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """w_k.x for each class, each in the engine's order (arith.dot)."""
+        d = len(x)
+        return np.array([dot(z[k * d:(k + 1) * d], x) for k in range(self.k)])
+
+    def probabilities(self, margins: np.ndarray) -> np.ndarray:
+        """softmax(margins): exp(m_k - max m) through the C library's exp, summed class by class
+        in order (the compiled kernel does the same operations)."""
+        top = max(margins.tolist())
+        e = [math.exp(m - top) for m in margins.tolist()]
+        total = 0.0
+        for v in e:
+            total += v
+        return np.array([v / total for v in e])
+
+    def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
+        s = self.probabilities(self.margins(z, x))
+        s[int(y)] -= 1.0
+        return (s[:, None] * x[None, :]).ravel() + self.lam * z
+
+    def value(self, z: np.ndarray, x: np.ndarray, y: float) -> float:
+        m = self.margins(z, x)
+        top = max(m.tolist())
+        return top + math.log(sum(math.exp(v - top) for v in m.tolist())) - m[int(y)] + 0.5 * self.lam * sqnorm(z)
+
+    def predict(self, z: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The class probabilities, in the order of ``classes``."""
+        return self.probabilities(self.margins(z, x))
 
 
-def make_loss(name: str, l2: float, label_bound: float = 1.0):
-    """Build a loss from configuration names (``logistic`` with l2 = 0 is the convex variant)."""
+def _declared_classes(classes) -> tuple:
+    """K >= 2 distinct class labels, all strings or all integers."""
+    if classes is None or isinstance(classes, (str, bytes)):
+        raise ConfigError("loss 'softmax' needs classes: a list of at least 2 distinct labels (OLU_CLASSES)")
+    labels = tuple(classes)
+    kinds = {type(c) for c in labels}
+    if len(labels) < 2 or not (kinds == {str} or kinds == {int}):
+        raise ConfigError(f"classes must be at least 2 labels, all strings or all integers, got {list(labels)!r}")
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"classes must be distinct, got {list(labels)!r}")
+    if kinds == {str} and not all(labels):
+        raise ConfigError("a class label must not be the empty string")
+    return labels
+
+
+LOSSES = {"logistic": Logistic, "ridge": Ridge, "softmax": Softmax}
+
+
+def make_loss(name: str, l2: float, label_bound: float = 1.0, classes=None):
+    """Build a loss from configuration names (``logistic`` with l2 = 0 is the convex variant);
+    ``classes`` is for ``softmax`` only."""
+    if classes is not None and name != "softmax":
+        raise ConfigError(f"classes is for loss 'softmax', not {name!r}")
     if name == "logistic":
         return Logistic(l2)
     if name == "ridge":
         return Ridge(l2, label_bound)
+    if name == "softmax":
+        return Softmax(l2, classes)
     raise ConfigError(f"loss must be one of {sorted(LOSSES)}, got {name!r}")

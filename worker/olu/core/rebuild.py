@@ -79,8 +79,8 @@ def _constructor_config(cls: type, config: dict) -> dict:
 
 def _restore_scaled(model, unscaled: np.ndarray, scale, sqnorm) -> None:
     """The iterate as ``scale * unscaled``, checked against the stored ``z`` it must give."""
-    if unscaled.shape != (model.dim,) or not np.all(np.isfinite(unscaled)):
-        raise InvalidState(f"unscaled iterate has shape {unscaled.shape}, expected ({model.dim},) and finite")
+    if unscaled.shape != (model.param_dim,) or not np.all(np.isfinite(unscaled)):
+        raise InvalidState(f"unscaled iterate has shape {unscaled.shape}, expected ({model.param_dim},) and finite")
     if not (isinstance(scale, float) and (sqnorm is None or isinstance(sqnorm, float))):
         raise InvalidState(f"iterate scale {scale!r} / kept norm {sqnorm!r} are not numbers")
     expected = model.z
@@ -100,8 +100,8 @@ def rebuild(cls: type, state: dict, noise_rng):
             raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
         model = cls(**_constructor_config(cls, meta["config"]), noise_rng=noise_rng)
         z = np.asarray(arrays["z"], np.float64)
-        if z.shape != (model.dim,) or not np.all(np.isfinite(z)):
-            raise InvalidState(f"iterate has shape {z.shape}, expected ({model.dim},) and finite")
+        if z.shape != (model.param_dim,) or not np.all(np.isfinite(z)):
+            raise InvalidState(f"iterate has shape {z.shape}, expected ({model.param_dim},) and finite")
         if norm(z) > model.ball.radius * (1 + 1e-12):
             raise InvalidState("iterate lies outside the domain K")
         model.z = z.copy()

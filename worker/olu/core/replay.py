@@ -24,7 +24,7 @@ _STORE_PREFIX = "examples_"
 def replay_ogd(model: OnlineUnlearner, store: ExampleStore) -> np.ndarray:
     """Projected OGD from z = 0 over ``store``'s retained rows at their own steps (gaps are ⊥)."""
     X, y, steps = store.live_rows()
-    return replay_rows(model, np.zeros(model.dim), X, y, steps)
+    return replay_rows(model, np.zeros(model.param_dim), X, y, steps)
 
 
 def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndarray, steps: np.ndarray) -> np.ndarray:

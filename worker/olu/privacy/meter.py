@@ -61,7 +61,7 @@ class MeteredNoise:
     def _to_signal(self, std: float | None) -> float | None:
         if std is None:
             return None
-        return noise_to_signal(std, self.dim, norm(self.z))  # on every CPU, the same bits (arith.py)
+        return noise_to_signal(std, self.param_dim, norm(self.z))  # on every CPU, the same bits (arith.py)
 
 
 class NoiseMeter:

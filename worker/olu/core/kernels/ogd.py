@@ -526,7 +526,7 @@ def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diamete
 def check_labels(loss, y) -> np.ndarray:
     """Vectorised ``loss.label`` for a numeric 1-D array (Logistic or Ridge); float64 out."""
     if type(loss) not in (Logistic, Ridge):
-        return np.array([loss.label(v) for v in y], np.float64)
+        return loss.labels(y) if hasattr(loss, "labels") else np.array([loss.label(v) for v in y], np.float64)
     try:
         arr = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError):
