@@ -42,17 +42,28 @@ CONFIGS = {
     "ridge-sc-clipped": dict(loss="ridge", l2=0.2, radius=0.25, t0=3.5),
     "ridge-convex-clipped": dict(loss="ridge", l2=0.1, radius=0.3, schedule="convex"),
     "ridge-constant-clipped": dict(loss="ridge", l2=0.1, radius=0.3, schedule="constant", step=0.3),
+    # K x d parameters: string classes, integer classes out of order, two classes
+    "softmax-sc": dict(loss="softmax", classes=["a", "b", "c", "d", "e"], l2=0.05, radius=10.0),
+    "softmax-lam0-convex-clipped": dict(loss="softmax", classes=[30, 10, 20], l2=0.0, radius=0.4),
+    "softmax-constant-clipped": dict(loss="softmax", classes=[7, -1], l2=0.01, radius=0.5, schedule="constant",
+                                     step=0.7),
 }
 CLIPPED = {name for name in CONFIGS if name.endswith("clipped")}
 
 
 def stream(n, loss="logistic", seed=0, d=D):
+    """``loss``: a loss name, or a config (a softmax config's labels are its classes)."""
+    config = loss if isinstance(loss, dict) else {"loss": loss}
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     X *= (rng.random(n) / np.linalg.norm(X, axis=1))[:, None]  # norms uniform in [0, 1)
+    if config["loss"] == "softmax":
+        classes = config["classes"]
+        best = np.argmax(X @ rng.normal(size=(d, len(classes))) * 3 + 0.3 * rng.normal(size=(n, len(classes))), axis=1)
+        return [f"r-{seed}-{i}" for i in range(n)], X, [classes[k] for k in best]
     w = rng.normal(size=d) * 3
     score = X @ w + 0.3 * rng.normal(size=n)
-    y = np.where(score > 0, 1.0, -1.0) if loss == "logistic" else np.clip(score, -1.0, 1.0)
+    y = np.where(score > 0, 1.0, -1.0) if config["loss"] == "logistic" else np.clip(score, -1.0, 1.0)
     ids = [f"r-{seed}-{i}" for i in range(n)]
     return ids, X, y
 
@@ -176,7 +187,7 @@ def _filter_passes(words, key):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_kernel_matches_numpy_reference(name, tiny_tail):
     config = CONFIGS[name]
-    ids, X, y = stream(3000, config["loss"], seed=1)
+    ids, X, y = stream(3000, config, seed=1)
     fast, ref = model(config), model(config, reference=True)
     assert fast.kernel_plan() is not None and ref.kernel_plan() is None
     drive(fast, ids, X, y, batch=257)
@@ -193,12 +204,13 @@ def test_kernel_matches_numpy_reference(name, tiny_tail):
 
 
 @pytest.mark.parametrize("d", [8, 21, 300])
-@pytest.mark.parametrize("name", ["logistic-sc", "logistic-sc-t0=0-clipped", "ridge-constant-clipped"])
+@pytest.mark.parametrize("name", ["logistic-sc", "logistic-sc-t0=0-clipped", "ridge-constant-clipped",
+                                  "softmax-sc", "softmax-lam0-convex-clipped"])
 def test_kernel_matches_numpy_reference_in_lanes(name, d, tiny_tail, monkeypatch):
     """Widths the eight lanes reach (whole blocks, blocks and a tail): still bit for bit."""
     monkeypatch.setattr(sys.modules[__name__], "D", d)
     config = CONFIGS[name]
-    ids, X, y = stream(1500, config["loss"], seed=2, d=d)
+    ids, X, y = stream(1500, config, seed=2, d=d)
     fast, ref = model(config), model(config, reference=True)
     drive(fast, ids, X, y, batch=257)
     drive(ref, ids, X, y, batch=257)
@@ -207,10 +219,11 @@ def test_kernel_matches_numpy_reference_in_lanes(name, d, tiny_tail, monkeypatch
         assert ref.clipped > 0
 
 
-@pytest.mark.parametrize("name", ["logistic-sc", "logistic-lam0-convex-clipped", "ridge-constant-clipped"])
+@pytest.mark.parametrize("name", ["logistic-sc", "logistic-lam0-convex-clipped", "ridge-constant-clipped",
+                                  "softmax-constant-clipped"])
 def test_learn_one_kernel_matches_reference(name):
     config = CONFIGS[name]
-    ids, X, y = stream(400, config["loss"], seed=2)
+    ids, X, y = stream(400, config, seed=2)
     fast, ref = model(config), model(config, reference=True)
     drive(fast, ids, X, y, batch=50, one_by_one=True)
     drive(ref, ids, X, y, batch=50, one_by_one=True)
@@ -220,7 +233,7 @@ def test_learn_one_kernel_matches_reference(name):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_learn_many_bit_identical_to_learn_one_loop(name, tiny_tail):
     config = CONFIGS[name]
-    ids, X, y = stream(2000, config["loss"], seed=3)
+    ids, X, y = stream(2000, config, seed=3)
     many, one = model(config), model(config)
     drive(many, ids, X, y, batch=333)
     drive(one, ids, X, y, batch=333, one_by_one=True)

@@ -13,17 +13,20 @@ from worker.olu.core.index import record_key
 from worker.olu.core.mixed import learn_and_unlearn
 
 DIM = 6
+CLASSES = None  # a softmax model's classes, where a test sets them
 
 
 def _model(seed: int, **kw) -> PassiveOLU:
     cls = kw.pop("cls", PassiveOLU)
+    if CLASSES is not None:
+        kw.update(loss="softmax", classes=CLASSES)
     return cls(dim=DIM, l2=0.01, radius=5.0, rho=kw.pop("rho", 1.0), noise_rng=np.random.default_rng(seed), **kw)
 
 
 def _rows(rng, n):
     X = rng.normal(size=(n, DIM))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
-    return X, rng.choice([-1.0, 1.0], n)
+    return X, rng.choice([-1.0, 1.0] if CLASSES is None else CLASSES, n)
 
 
 def _fed(seed: int, n0: int, **kw) -> tuple[PassiveOLU, list[str]]:
@@ -78,8 +81,19 @@ def _assert_same(a, b):
 def test_the_pass_changes_the_model_exactly_as_one_by_one(seed, monkeypatch):
     if seed >= 4:  # widths the kernels' eight lanes reach: blocks and a tail, blocks only
         monkeypatch.setattr(sys.modules[__name__], "DIM", [19, 64][seed - 4])
+    _pass_against_one_by_one(seed, [300, 5_000, 40_000, 64_000, 1_000, 20_000][seed])
+
+
+@pytest.mark.parametrize("classes", [["x", "y", "z", "w"], [5, 3]])
+def test_the_pass_of_a_softmax_model_changes_it_exactly_as_one_by_one(classes, monkeypatch):
+    """The K x d parameter through the same pass: its steps, K d coordinates of noise per deletion."""
+    monkeypatch.setattr(sys.modules[__name__], "CLASSES", classes)
+    monkeypatch.setattr(sys.modules[__name__], "DIM", 11)
+    _pass_against_one_by_one(7, 3_000)
+
+
+def _pass_against_one_by_one(seed: int, n0: int) -> None:
     rng = np.random.default_rng(seed)
-    n0 = [300, 5_000, 40_000, 64_000, 1_000, 20_000][seed]
     fast, earlier = _fed(seed, n0)
     slow, _ = _fed(seed, n0)
     taken = 0

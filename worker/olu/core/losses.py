@@ -199,7 +199,7 @@ class Softmax:
 
     def label(self, y) -> float:
         """The position of class ``y`` in ``classes``; ``InvalidLabel`` for anything else."""
-        if type(y) is str or type(y) is int:
+        if isinstance(y, str) or type(y) is int:
             position = self._index.get(y)
         elif isinstance(y, (float, np.floating)) and self._sorted is not None and float(y).is_integer():
             position = self._index.get(int(y))
@@ -207,7 +207,7 @@ class Softmax:
             position = self._index.get(int(y))
         else:
             position = None
-        if position is None or (type(y) is str) != (self._sorted is None):
+        if position is None or isinstance(y, str) != (self._sorted is None):
             shown = repr(y) if isinstance(y, (str, int, float, np.number)) else f"a {type(y).__name__}"
             raise InvalidLabel(f"label {shown[:80]} is not one of the {self.k} declared classes")
         return float(position)

@@ -26,9 +26,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ...exceptions import InvalidLabel
 from ..domain import FeatureBound
 from ..index import MAX_ID_BYTES, record_key
-from ..losses import Logistic, Ridge
+from ..losses import Logistic, Ridge, Softmax
 from .intrinsics import data_pointer
 from .jit import jit
 from .lanes import lane_sqnorm
@@ -385,14 +386,28 @@ def ingest(buf, X, y, logistic, label_bound, bound, sq_limit, far, over, keys, l
 
 
 def _label_kind(loss, features):
-    """(logistic, label_bound) for the compiled checks, or None where they do not apply."""
+    """(logistic, label_bound) for the compiled checks, or None where they do not apply. A softmax
+    batch's labels are its class positions by then (:func:`_class_positions`): finite, passed as they are."""
     if type(features) is not FeatureBound:
         return None
     if type(loss) is Logistic:
         return True, 1.0
     if type(loss) is Ridge:
         return False, loss.label_bound
+    if type(loss) is Softmax:
+        return False, np.inf
     return None
+
+
+def _class_positions(loss, y):
+    """A softmax batch's labels as class positions (``Softmax.labels``), other losses' as they
+    are; None when a label is not a class (the general path then raises the exact error)."""
+    if type(loss) is not Softmax:
+        return y
+    try:
+        return loss.labels(y)
+    except (InvalidLabel, TypeError, ValueError):
+        return None
 
 
 def _far(features) -> float:
@@ -417,7 +432,8 @@ def checked_rows(loss, features, keys, X, y):
     a batch of 100 rows cost ~40 us of checks, the fixed price of every insert run between two
     deletes."""
     kind = _label_kind(loss, features)
-    if (kind is None or type(X) is not np.ndarray or type(y) is not np.ndarray or X.dtype != np.float64
+    y = _class_positions(loss, y)
+    if (kind is None or y is None or type(X) is not np.ndarray or type(y) is not np.ndarray or X.dtype != np.float64
             or y.dtype != np.float64 or X.ndim != 2 or not X.flags.c_contiguous):
         return None
     n = len(keys)
@@ -437,6 +453,9 @@ def ingest_batch(loss, features, record_ids, X, y):
     if kind is None or not isinstance(record_ids, (list, tuple)) or not record_ids:
         return None
     logistic, label_bound = kind
+    y = _class_positions(loss, y)
+    if y is None:
+        return None
     try:
         raw = "\x00".join(record_ids).encode("utf-8", "surrogatepass")
         X = np.ascontiguousarray(X, dtype=np.float64)

@@ -26,14 +26,14 @@ import numpy as np
 from ...exceptions import InvalidLabel
 from ..domain import Ball
 from ..index import AppliedIndex
-from ..losses import Logistic, Ridge
+from ..losses import Logistic, Ridge, Softmax
 from ..schedules import Constant, Convex, StronglyConvex
 from ..tombstones import KeySet
 from .intrinsics import data_pointer
 from .jit import jit
 from .lanes import lane_axpy, lane_dot, lane_sqnorm, lane_step
 
-LOSS_LOGISTIC, LOSS_RIDGE = 0, 1
+LOSS_LOGISTIC, LOSS_RIDGE, LOSS_SOFTMAX = 0, 1, 2
 SCHED_STRONGLY_CONVEX, SCHED_CONVEX, SCHED_CONSTANT = 0, 1, 2
 
 # kernel stop reasons (second-to-last field of ogd_steps' result)
@@ -129,11 +129,40 @@ def _derivative(loss_kind, yj, dot):
 
 
 @jit
+def _softmax_step(z, xp, x0, d, y_pos, eta, lam, radius, scores):
+    """``Softmax.grad`` and the step, formula by formula: the K margins (lanes), exp(m_k - max)
+    through the C library, their sum class by class, s = p - e_y; z_k <- z_k - eta (s_k x + lam
+    z_k) element by element; then ||z||^2 over all K d coordinates in the lanes and the projection."""
+    k_classes = z.shape[0] // d
+    zp = data_pointer(z)
+    for k in range(k_classes):
+        scores[k] = lane_dot(xp, x0, zp, k * d, d)
+    top = scores[0]
+    for k in range(1, k_classes):
+        if scores[k] > top:
+            top = scores[k]
+    total = 0.0
+    for k in range(k_classes):
+        scores[k] = math.exp(scores[k] - top)
+        total += scores[k]
+    for k in range(k_classes):
+        s = scores[k] / total
+        if k == y_pos:
+            s = s - 1.0
+        base = k * d
+        for i in range(d):
+            zi = z[base + i]
+            z[base + i] = zi - eta * (s * xp[x0 + i] + lam * zi)
+    _project(z, lane_sqnorm(zp, 0, z.shape[0]), radius)
+
+
+@jit
 def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
               tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, start):
     """Run OGD steps for rows ``start..`` of a micro-batch; ``z`` and the tail are updated in place.
 
-    loss_kind: LOSS_LOGISTIC (``lam`` >= 0) or LOSS_RIDGE. sched_kind and its two parameters:
+    loss_kind: LOSS_LOGISTIC (``lam`` >= 0), LOSS_RIDGE or LOSS_SOFTMAX (``z`` the K x d matrix,
+    flat; ``y`` the class positions). sched_kind and its two parameters:
     SCHED_STRONGLY_CONVEX (sa = mu, sb = t0): eta = 1/(mu (t + t0)); SCHED_CONVEX (sa = D,
     sb = L): eta = D/(L sqrt t); SCHED_CONSTANT (sa = eta). ``steps_out[j]`` gets the step that
     applied row j, or 0 when its key is tombstoned (the insert is skipped and counted, not
@@ -148,6 +177,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     any_tomb = tombstones.shape[0] + recent_tombstones.shape[0] > 0
     fshift = _filter_shift(tomb_filter)
     xp, zp = data_pointer(X), data_pointer(z)  # both C-contiguous (run_batch, run_mixed)
+    scores = np.empty(z.shape[0] // d if loss_kind == LOSS_SOFTMAX else 0)
     applied = 0
     j = start
     while j < n:
@@ -162,8 +192,11 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
             return j, t, tail_len, applied, STEP_OVERFLOW
         t += 1
         eta = _eta(sched_kind, sa, sb, t)
-        s = _derivative(loss_kind, y[j], lane_dot(xp, j * d, zp, 0, d))
-        _project(z, lane_step(zp, xp, j * d, d, eta, s, lam), radius)
+        if loss_kind == LOSS_SOFTMAX:
+            _softmax_step(z, xp, j * d, d, int(y[j]), eta, lam, radius, scores)
+        else:
+            s = _derivative(loss_kind, y[j], lane_dot(xp, j * d, zp, 0, d))
+            _project(z, lane_step(zp, xp, j * d, d, eta, s, lam), radius)
         tail_keys[tail_len] = key
         tail_steps[tail_len] = np.uint32(t)
         tail_len += 1
@@ -416,6 +449,8 @@ def plan_for(model):
         lk = LOSS_LOGISTIC
     elif type(loss) is Ridge:
         lk = LOSS_RIDGE
+    elif type(loss) is Softmax:
+        lk = LOSS_SOFTMAX
     else:
         return None
     if type(sched) is StronglyConvex:
