@@ -22,13 +22,13 @@ def masked_run(model_cls, kwargs, X, y, skip: set[int]):
     """The reference process: OGD over the stream with the examples at 1-based steps in ``skip``
     replaced by the skip element (identity step, time index kept; docs/guarantee.md 2.2)."""
     m = model_cls(**kwargs)
-    z = np.zeros(m.dim)
+    z = np.zeros(m.param_dim)
     for t in range(1, len(X) + 1):
         if t in skip:
             continue
         eta = m.schedule.eta(t)
         x = m.features.check(X[t - 1])  # the ingest rule too: a row a hair over the bound is clipped
-        z = m.ball.project(z - eta * m.loss.grad(z, x, float(y[t - 1])))
+        z = m.ball.project(z - eta * m.loss.grad(z, x, m.loss.label(y[t - 1])))
     return z
 
 

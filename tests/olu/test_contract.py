@@ -1,7 +1,8 @@
 """The contract every registered algorithm keeps (in the spirit of River's ``check_estimator``).
 
 It runs over ``worker.olu.ALGORITHMS``: registering a new algorithm puts it under every check here.
-Each is built from its declared ``example_params`` and fed the same small stream with deletions.
+Each is built from its declared ``example_params`` and fed the same small stream with deletions;
+each that declares the softmax loss runs again as a K-class model (``name[softmax]``).
 """
 
 from __future__ import annotations
@@ -14,29 +15,45 @@ import pytest
 
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.core.base import OnlineUnlearner
+from worker.olu.exceptions import ConfigError
 
 DIM, N = 3, 60
+CLASSES = ["low", "mid", "high", "top"]
 PRIVACY_KEYS = {"budget_used", "deletions_capacity_left", "delta", "eps_rdp_slope", "epsilon"}
 CALIBRATIONS = {"gaussian", "rewind", None}
 
 
-def stream(cls, n: int = N, seed: int = 0):
+def params(case: str) -> dict:
+    """The constructor arguments of a case: ``name`` or ``name[softmax]``."""
+    name, _, loss = case.partition("[")
+    extra = {"loss": "softmax", "classes": CLASSES} if loss == "softmax]" else {}
+    return {**ALGORITHMS[name].example_params, **extra}
+
+
+def algorithm(case: str) -> type:
+    return ALGORITHMS[case.partition("[")[0]]
+
+
+def stream(case: str, n: int = N, seed: int = 0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, DIM))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
     y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    if cls.example_params.get("loss") == "ridge":
+    loss = params(case).get("loss")
+    if loss == "ridge":
         y = 0.5 * y
+    if loss == "softmax":
+        y = [CLASSES[k] for k in rng.integers(0, len(CLASSES), n)]
     return [f"r-{i}" for i in range(n)], X, y
 
 
-def build(cls, seed: int = 1):
-    return cls(dim=DIM, noise_rng=np.random.default_rng(seed), **cls.example_params)
+def build(case: str, seed: int = 1, **extra):
+    return algorithm(case)(dim=DIM, noise_rng=np.random.default_rng(seed), **params(case), **extra)
 
 
-def trained(cls, seed: int = 1):
-    model = build(cls, seed)
-    ids, X, y = stream(cls)
+def trained(case: str, seed: int = 1):
+    model = build(case, seed)
+    ids, X, y = stream(case)
     model.learn_many(ids, X, y)
     return model
 
@@ -51,14 +68,27 @@ def assert_same_state(a, b):
     assert sa.get("shared", {}).keys() == sb.get("shared", {}).keys()
 
 
-algorithms = pytest.mark.parametrize("name", sorted(ALGORITHMS))
+CASES = sorted(ALGORITHMS) + [f"{name}[softmax]" for name, cls in sorted(ALGORITHMS.items()) if "softmax" in cls.losses]
+algorithms = pytest.mark.parametrize("name", CASES)
 
 
 def test_the_registry_is_keyed_by_each_class_name():
     assert all(cls.algorithm == name and issubclass(cls, OnlineUnlearner) for name, cls in ALGORITHMS.items())
 
 
-@algorithms
+def test_every_algorithm_but_ridge_newton_learns_softmax():
+    """The registry walk: an algorithm declares the losses its proof holds for; one that refuses a
+    loss says so at construction, naming itself and why."""
+    refusing = {name for name, cls in ALGORITHMS.items() if "softmax" not in cls.losses}
+    assert refusing == {"active-newton"}
+    for name in refusing:
+        cls = ALGORITHMS[name]
+        assert cls.loss_refusal
+        with pytest.raises(ConfigError, match=f"'{name}' does not support loss 'softmax'"):
+            cls(dim=DIM, loss="softmax", classes=CLASSES)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_declared_facts_fit_the_class(name):
     cls = ALGORITHMS[name]
     accepted = set(inspect.signature(OnlineUnlearner.__init__).parameters)
@@ -69,18 +99,19 @@ def test_declared_facts_fit_the_class(name):
     assert set(cls.example_params) <= accepted
     assert isinstance(cls.keeps_examples, bool) and cls.calibration in CALIBRATIONS
     assert isinstance(cls.portable_deletions, bool)
+    assert set(cls.losses) <= {"logistic", "ridge", "softmax"} and (cls.loss_refusal != "") == (len(cls.losses) < 3)
 
 
 @algorithms
 def test_export_import_round_trip_is_bit_exact(name):
-    cls = ALGORITHMS[name]
-    model = trained(cls)
+    cls = algorithm(name)
+    model = trained(name)
     model.unlearn_one("r-5")
     restored = load_model(model.export_state())
     assert type(restored) is cls
     assert_same_state(model, restored)
     # and both go on identically (no noise: inserts only)
-    ids, X, y = stream(cls, n=10, seed=9)
+    ids, X, y = stream(name, n=10, seed=9)
     ids = [f"next-{i}" for i in ids]
     model.learn_many(ids, X, y)
     restored.learn_many(ids, X, y)
@@ -89,7 +120,7 @@ def test_export_import_round_trip_is_bit_exact(name):
 
 @algorithms
 def test_duplicate_and_never_seen_deletes_change_nothing(name):
-    model = trained(ALGORITHMS[name])
+    model = trained(name)
     first = model.unlearn_one("r-7")
     before = model.export_state()
     assert model.unlearn_one("r-7").outcome == "duplicate"
@@ -102,9 +133,8 @@ def test_duplicate_and_never_seen_deletes_change_nothing(name):
 
 @algorithms
 def test_learn_one_in_a_loop_equals_learn_many(name):
-    cls = ALGORITHMS[name]
-    ids, X, y = stream(cls)
-    one, many = build(cls), build(cls)
+    ids, X, y = stream(name)
+    one, many = build(name), build(name)
     applied = sum(one.learn_one(r, x, v) for r, x, v in zip(ids, X, y))
     assert many.learn_many(ids, X, y) == applied == N
     assert one.z.tobytes() == many.z.tobytes() and one.t == many.t
@@ -112,8 +142,8 @@ def test_learn_one_in_a_loop_equals_learn_many(name):
 
 @algorithms
 def test_noise_is_calibrated_as_the_class_declares(name):
-    cls = ALGORITHMS[name]
-    model = trained(cls)
+    cls = algorithm(name)
+    model = trained(name)
     outcomes = [model.unlearn_one(f"r-{i}") for i in (3, 11, 29)]
     noised = [d for d in outcomes if d.outcome == "noised"]
     if cls.calibration is None:
@@ -135,7 +165,7 @@ def test_noise_is_calibrated_as_the_class_declares(name):
 
 @algorithms
 def test_privacy_report_has_the_documented_keys(name):
-    model = trained(ALGORITHMS[name])
+    model = trained(name)
     model.unlearn_one("r-2")
     report = model.privacy()
     assert PRIVACY_KEYS <= set(report)  # what releases and metrics read; extras are per algorithm
@@ -144,21 +174,19 @@ def test_privacy_report_has_the_documented_keys(name):
 
 @algorithms
 def test_same_seed_same_operations_same_state(name):
-    cls = ALGORITHMS[name]
-    a, b = trained(cls, seed=5), trained(cls, seed=5)
+    a, b = trained(name, seed=5), trained(name, seed=5)
     for model in (a, b):
         for rid in ("r-1", "r-40", "r-1", "ghost"):
             model.unlearn_one(rid)
     assert_same_state(a, b)
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+@algorithms
 def test_a_key_cap_bounds_what_one_key_contributes(name):
     """``max_records_per_key``: the first records of each key to arrive are learned, the rest
     refused and counted (docs/accounting.md 13); the cap survives a snapshot."""
-    cls = ALGORITHMS[name]
-    model = cls(dim=DIM, noise_rng=np.random.default_rng(1), **cls.example_params, max_records_per_key=2)
-    ids, X, y = stream(cls)
+    model = build(name, max_records_per_key=2)
+    ids, X, y = stream(name)
     model.learn_many(ids, X, y, subjects=[f"u{j % 6}" for j in range(N)])
     assert model.t <= 12 and model.key_cap.refused == N - 12
     assert model.privacy()["records_over_key_cap"] == N - 12

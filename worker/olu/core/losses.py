@@ -208,7 +208,8 @@ class Softmax:
         else:
             position = None
         if position is None or isinstance(y, str) != (self._sorted is None):
-            shown = repr(y) if isinstance(y, (str, int, float, np.number)) else f"a {type(y).__name__}"
+            value = y.item() if isinstance(y, np.generic) else y
+            shown = repr(value) if isinstance(value, (str, int, float)) else f"a {type(y).__name__}"
             raise InvalidLabel(f"label {shown[:80]} is not one of the {self.k} declared classes")
         return float(position)
 
@@ -264,7 +265,7 @@ def _declared_classes(classes) -> tuple:
     if len(set(labels)) != len(labels):
         raise ConfigError(f"classes must be distinct, got {list(labels)!r}")
     if kinds == {str} and not all(labels):
-        raise ConfigError("a class label must not be the empty string")
+        raise ConfigError("classes: a class label must not be the empty string")
     return labels
 
 
