@@ -221,6 +221,7 @@ NOT_SETTABLE = {"transactional_id", "schema_registry_user_info"}
 EXCLUSIVE = {"target_epsilon": 2.0}
 FEATURES = {"features_file": "features.yaml", "features_reset": True}
 SPARSE = {"sparse_input": True}  # JSON input only: ALL_SETTINGS reads Avro
+SOFTMAX = {"loss": "softmax", "classes": ["fraud", "ok", "review"]}  # ALL_SETTINGS' loss is logistic
 
 
 def test_config_keys_are_exactly_the_worker_settings(chart):
@@ -229,13 +230,28 @@ def test_config_keys_are_exactly_the_worker_settings(chart):
     schema = chart.schema["properties"]["config"]
     assert set(schema["properties"]) == settings, "values.schema.json config: must list every setting"
     assert schema["additionalProperties"] is False  # a typo fails at install
-    assert set(ALL_SETTINGS) | NOT_SETTABLE | set(EXCLUSIVE) | set(FEATURES) | set(SPARSE) == settings
+    assert set(ALL_SETTINGS) | NOT_SETTABLE | set(EXCLUSIVE) | set(FEATURES) | set(SPARSE) | set(SOFTMAX) == settings
 
 
 def test_sparse_input_is_wired(chart):
     env = plain_env(render(chart, merge(REQUIRED, {"config": SPARSE})))
     assert env["OLU_SPARSE_INPUT"] == "true"
     assert load_settings([], env).sparse_input is True
+
+
+@pytest.mark.parametrize(("classes", "wanted"), [
+    (SOFTMAX["classes"], ("fraud", "ok", "review")),
+    ([0, 1, 2], (0, 1, 2)),  # YAML numbers (floats to Helm) stay integers
+    (["1", "2"], ("1", "2")),  # a list keeps its items' kinds: a JSON list in the variable
+    (["a,b", "c"], ("a,b", "c")),
+    ("fraud,ok", ("fraud", "ok")),
+])
+def test_softmax_classes_are_wired(chart, classes, wanted):
+    env = plain_env(render(chart, merge(REQUIRED, {"config": {**SOFTMAX, "classes": classes}})))
+    assert env["OLU_LOSS"] == "softmax"
+    settings = load_settings([], env)
+    assert settings.classes == wanted and settings.origin("classes") == "env"
+    assert all(type(c) is type(wanted[0]) for c in settings.classes)
 
 
 def test_the_privacy_target_is_wired_on_its_own(chart):
@@ -476,6 +492,11 @@ BAD_VALUES = {
     "unknown privacy unit": {"config": {"privacy_unit": "per-record"}},
     "unknown algorithm": {"config": {"algorithm": "sgd"}},
     "unknown loss": {"config": {"loss": "hinge"}},
+    "one class": {"config": {"classes": ["fraud"]}},
+    "classes twice": {"config": {"classes": ["ok", "ok"]}},
+    "classes mixed": {"config": {"classes": ["ok", 1]}},
+    "classes fractional": {"config": {"classes": [0.5, 1]}},
+    "classes one in a string": {"config": {"classes": "fraud"}},
     "http port zero": {"config": {"http_port": 0}},
     "http port too large": {"config": {"http_port": 70000}},
     "delta one": {"config": {"delta": 1}},

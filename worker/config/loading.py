@@ -17,7 +17,7 @@ from typing import Any
 
 from .exceptions import BadValue, ConfigError
 from .kafka import KAFKA_ENV_PREFIX, check_key, env_to_kafka_key
-from .model import build_model
+from .model import build_model, engine_class
 from .options import (
     BOOTSTRAP_ENV,
     BOOTSTRAP_FALLBACK_ENV,
@@ -268,9 +268,7 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
         values["transactional_id"] = f"{values['group_id']}-{hostname(env)}"
     values["storage_credentials_present"] = any(env.get(name) for name in AWS_CREDENTIAL_ENV)
     values["origins"] = tuple(sorted(origins.items()))
-    if values["algorithm"] == "active-newton" and values["loss"] != "ridge":
-        raise ConfigError(f"{_label('loss')} must be ridge with {_label('algorithm')} = active-newton, "
-                          f"got {values['loss']!r}")
+    _check_loss(values)
     settings = Settings(**values)
     _check_model(settings)
     return settings
@@ -306,6 +304,27 @@ def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
                           "the spec names the feature fields")
     values["dim"], values["feature_bound"] = spec.dim, spec.norm_bound * FEATURE_BOUND_ROOM
     values["feature_spec"] = spec
+
+
+def _check_loss(values: dict[str, Any]) -> None:
+    """The algorithm takes the loss (the engine class declares which), and softmax has its classes:
+    required with it, refused without it; string classes only where inserts are read as JSON."""
+    algorithm, loss, classes = values["algorithm"], values["loss"], values["classes"]
+    cls = engine_class(algorithm)
+    if cls is not None and loss not in cls.losses:
+        # the engine's refusal (OnlineUnlearner.__init__), named by the settings: its reason may use
+        # words that are other settings' names, which _check_model would name too
+        raise ConfigError(f"{_label('algorithm')}, {_label('loss')}: algorithm {algorithm!r} does not support "
+                          f"loss {loss!r}: {cls.loss_refusal}")
+    if loss == "softmax" and classes is None:
+        raise ConfigError(f"{_label('classes')} is required with {_label('loss')} = softmax: the class labels, "
+                          "e.g. fraud,ok,review or 0,1,2 (at least 2)")
+    if loss != "softmax" and classes is not None:
+        raise ConfigError(f"{_label('classes')} applies only with {_label('loss')} = softmax, got loss {loss}")
+    if classes is not None and isinstance(classes[0], str) and values["input_format"] != "json":
+        raise ConfigError(f"{_label('classes')} are strings, but {_label('input_format')} = "
+                          f"{values['input_format']} reads numeric labels: use integer classes (e.g. 0,1,2) "
+                          "with a registry format, or input_format json")
 
 
 def _check_sparse(values: dict[str, Any]) -> None:

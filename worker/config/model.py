@@ -18,7 +18,7 @@ from ..olu.rotation import Rotation, planned_capacity
 ALGORITHMS = tuple(_REGISTRY)
 
 # Settings every algorithm takes, under the same keyword (OnlineUnlearner.__init__).
-BASE_MODEL_SETTINGS = ("dim", "loss", "l2", "label_bound", "radius", "feature_bound", "feature_policy",
+BASE_MODEL_SETTINGS = ("dim", "loss", "classes", "l2", "label_bound", "radius", "feature_bound", "feature_policy",
                        "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega", "delta",
                        "budget_split", "budget_reserve", "max_records_per_key")
 

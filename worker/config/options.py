@@ -21,6 +21,7 @@ from .parsers import (
     boolean,
     bootstrap,
     choice,
+    class_labels,
     field_map,
     field_names,
     http_url,
@@ -38,7 +39,7 @@ ENV_PREFIX = "OLU_"
 BOOTSTRAP_ENV = "OLU_KAFKA_BOOTSTRAP_SERVERS"
 BOOTSTRAP_FALLBACK_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
-LOSSES = ("logistic", "ridge")
+LOSSES = ("logistic", "ridge", "softmax")
 FEATURE_POLICIES = ("reject", "clip")
 SCHEDULES = ("auto", "strongly-convex", "convex", "constant")
 ORDER_FALLBACKS = ("retrain", "restart", "passive")
@@ -127,7 +128,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("sparse_input", boolean, "inserts carry x as {indices, values} (an array is taken too), or a "
            "feature spec's vector, learned in O(non-zeros) a record: wide hashed or one-hot inputs (JSON input "
            "only)", "model"),
-    Option("loss", choice(LOSSES), "loss function", "model"),
+    Option("loss", choice(LOSSES), "loss function: logistic (labels -1/+1 or 0/1), ridge (real labels) or "
+           "softmax (one of the declared classes)", "model"),
+    Option("classes", class_labels, "softmax: the class labels, a JSON list or comma-separated (integers when "
+           "every one is); required with loss softmax, which learns a K x dim parameter", "model"),
     Option("l2", non_negative, "L2 regularisation (strong convexity mu)", "model"),
     Option("label_bound", positive, "bound on the label magnitude, abs(y) (ridge)", "model"),
     Option("radius", positive, "radius of the parameter ball K", "model"),

@@ -13,6 +13,7 @@ must be; the loader prefixes the setting's names, so the message reads
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -230,3 +231,43 @@ def field_names(raw: str) -> tuple[str, ...]:
 
 
 field_names.requirement = "comma-separated distinct field names ([A-Za-z_][A-Za-z0-9_]*)"
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]{1,20}")
+MAX_LABEL_CHARS = 256
+
+
+def class_labels(raw: str) -> tuple:
+    """The softmax classes: a JSON list (``["fraud","ok"]``, ``[0,1,2]``) or a comma-separated list,
+    whose items become integers when every one is an integer (``0,1,2``), else strings. At least
+    two, distinct, all strings or all integers; a string label is 1 to 256 printable characters.
+
+    >>> class_labels("fraud, ok ,review"), class_labels("0,1,2"), class_labels('["a,b", "c"]')
+    (('fraud', 'ok', 'review'), (0, 1, 2), ('a,b', 'c'))
+    """
+    value = raw.strip()
+    if value.startswith("["):
+        try:
+            items = json.loads(value)
+        except ValueError:
+            raise BadValue(class_labels.requirement + " (the JSON list does not parse)") from None
+        if not isinstance(items, list):  # pragma: no cover (json of "[..." is a list or an error)
+            raise BadValue(class_labels.requirement)
+    else:
+        items = [item.strip() for item in value.split(",")]
+        if items and all(_INTEGER.fullmatch(item) for item in items):
+            items = [int(item) for item in items]
+    kinds = {type(item) for item in items}
+    if len(items) < 2 or kinds not in ({str}, {int}):
+        raise BadValue(class_labels.requirement)
+    if kinds == {str} and not all(0 < len(item) <= MAX_LABEL_CHARS and item.isprintable() for item in items):
+        raise BadValue(class_labels.requirement + f" (a label is 1 to {MAX_LABEL_CHARS} printable characters)")
+    if kinds == {int} and not all(abs(item) < 2**53 for item in items):  # a double names each exactly
+        raise BadValue(class_labels.requirement + " (an integer label is below 2**53 in magnitude)")
+    if len(set(items)) != len(items):
+        raise BadValue(class_labels.requirement + " (a label is given twice)")
+    return tuple(items)
+
+
+class_labels.requirement = ("at least 2 distinct class labels, all strings or all integers: a JSON list "
+                            "(e.g. [\"fraud\",\"ok\"]) or comma-separated (e.g. fraud,ok or 0,1,2)")

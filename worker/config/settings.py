@@ -68,6 +68,7 @@ class Settings:
     features_reset: bool = False
     sparse_input: bool = False
     loss: str = "logistic"
+    classes: tuple[str, ...] | tuple[int, ...] | None = None  # softmax: the K class labels, in order
     l2: float = 0.01
     label_bound: float = 1.0
     radius: float = 10.0
@@ -225,6 +226,11 @@ class Settings:
     def model_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``ALGORITHMS[self.algorithm]``: only those it accepts, no Nones."""
         return model.model_kwargs(self)
+
+    @property
+    def string_labels(self) -> bool:
+        """Inserts carry class names as ``y`` (softmax with string classes): the Python decoder reads them."""
+        return self.loss == "softmax" and bool(self.classes) and isinstance(self.classes[0], str)
 
     # ------------------------------------------------------------------ logging
     def redacted(self) -> dict[str, Any]:

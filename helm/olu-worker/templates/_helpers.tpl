@@ -199,7 +199,12 @@ The container's environment, generated from values (extraEnv is appended by the 
 {{- range $name, $value := .Values.config }}
 {{- if and (include "olu-worker.isSet" $value) (ne $name "transactional_id") (ne $name "schema_registry_user_info") }}
 - name: {{ include "olu-worker.settingEnv" $name }}
+{{- if and (eq $name "classes") (kindIs "slice" $value) }}
+  {{- /* a JSON list: labels keep their kind (["1","2"] stays strings) and may hold commas */}}
+  value: {{ toJson $value | quote }}
+{{- else }}
   value: {{ include "olu-worker.envValue" $value | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- with .Values.schemaRegistryAuth }}
