@@ -337,8 +337,9 @@ def reference_parse(value: bytes | None):
         return _INVALID
 
 
-def contract_accepts(key: bytes | None, value: bytes, dim: int) -> tuple[bool, str]:
-    """JSON Schema + the worker-only checks; (accepted, why not)."""
+def contract_accepts(key: bytes | None, value: bytes, dim: int, labels: bool = False) -> tuple[bool, str]:
+    """JSON Schema + the worker-only checks; (accepted, why not). ``labels``: the model's classes are
+    strings (softmax), so ``y`` is a class name; otherwise it is a number."""
     obj = reference_parse(value)
     if obj is _INVALID:
         return False, "unparseable"
@@ -368,13 +369,15 @@ def contract_accepts(key: bytes | None, value: bytes, dim: int) -> tuple[bool, s
             return False, "dimension"
     elif kind == "insert" and len(x) != dim:
         return False, "dimension"
+    if kind == "insert" and isinstance(obj["y"], str) != labels:  # the loss is configuration
+        return False, "label kind"
     return True, ""
 
 
-def check_agreement(key: bytes | None, value: bytes, dim: int) -> None:
-    accepted, why = contract_accepts(key, value, dim)
+def check_agreement(key: bytes | None, value: bytes, dim: int, labels: bool = False) -> None:
+    accepted, why = contract_accepts(key, value, dim, labels)
     try:
-        event = decode_event(key, value, dim=dim, max_bytes=BIG)
+        event = decode_event(key, value, dim=dim, max_bytes=BIG, labels=labels)
     except DeadLetter as dead:
         assert dead.reason in REASONS
         assert len(dead.detail) <= DETAIL_MAX_CHARS
@@ -398,7 +401,10 @@ def check_agreement(key: bytes | None, value: bytes, dim: int) -> None:
                 dense[i] = float(v)
             x = dense
         assert event.x == [float(v) for v in x] and all(type(v) is float for v in event.x)
-        assert event.y == float(obj["y"]) and type(event.y) is float
+        if labels:
+            assert event.y == obj["y"] and type(event.y) is str
+        else:
+            assert event.y == float(obj["y"]) and type(event.y) is float
         assert event.ts == (int(obj["ts"]) if "ts" in obj else None)
     else:
         assert event == Delete(tuple(obj["ids"]) if "ids" in obj else (obj["id"],), False)
@@ -491,8 +497,11 @@ def records(draw) -> tuple[bytes | None, bytes, int]:
 @example((b"s-1", dumps(REQUEST | {"ids": ["r-1", "r-1"]}), 2))
 @example((b"s-1", dumps(REQUEST | {"id": "r-1"}), 2))
 @example((b"s-1", dumps(REQUEST | {"ids": ["r-1", 7]}), 2))
+@example((b"r-1", dumps(INSERT | {"y": "fraud"}), 2))
+@example((b"r-1", dumps(INSERT | {"y": ""}), 2))
 def test_agrees_with_schema(record):
     check_agreement(*record)
+    check_agreement(*record, labels=True)  # string classes: y is a class name
 
 
 @pytest.mark.parametrize("kind", ["insert", "delete"])

@@ -1,4 +1,5 @@
-"""The prequential (test-then-train) loss of a batch in one compiled pass (a metric only).
+"""The prequential (test-then-train) loss of a batch in one compiled pass (a metric only); the
+softmax's mean cross-entropy in numpy (:func:`softmax_mean_loss`).
 
 The numpy form (a matrix product, logaddexp, a select, a mean, under errstate) cost ~15 us of
 fixed price per insert run, and a stream with 1% deletes has one run per deletion.
@@ -6,11 +7,13 @@ fixed price per insert run, and a stream with 1% deletes has one run per deletio
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 
 from ..olu.core.kernels.jit import jit
+from ..olu.exceptions import InvalidExample
 
 
 @jit
@@ -56,4 +59,44 @@ def sparse_mean_loss(rows, y: np.ndarray, z: np.ndarray, ridge: bool) -> float:
             m = -np.where(y == 0.0, -1.0, y) * margins
             losses = np.logaddexp(0.0, m)
         mean = float(losses.mean())
+    return mean
+
+
+def _positions(loss, y) -> np.ndarray:
+    """Each label's class position, NaN for one the loss refuses (that row is left out of the metric)."""
+    try:
+        return loss.labels(y)
+    except InvalidExample:
+        out = np.full(len(y), np.nan)
+        for j, v in enumerate(y):
+            with contextlib.suppress(InvalidExample):
+                out[j] = loss.label(v)
+        return out
+
+
+def softmax_mean_loss(loss, X, y, z: np.ndarray, rows: np.ndarray = ALL_ROWS, positions: bool = False) -> float:
+    """Mean cross-entropy, log(sum_k exp(w_k.x)) - w_y.x, of the softmax model ``z`` (K x d, flat, row
+    k = class k) on rows ``X`` (dense or ``SparseRows``) with labels ``y``: the classes, or their
+    ``positions`` (a batch the model checked already); over ``rows`` (empty: all), leaving out rows
+    whose label is none of the classes. NaN when nothing counts or a value is not finite. In numpy:
+    a metric, no order promised (it never reaches the model)."""
+    if len(y) == 0:
+        return np.nan
+    at = np.asarray(y, np.float64) if positions else _positions(loss, y)
+    keep = np.isfinite(at) if rows.shape[0] == 0 else np.isfinite(at) & rows
+    if not keep.any():
+        return np.nan
+    k = loss.k
+    W = np.asarray(z, np.float64).reshape(k, -1)
+    with np.errstate(all="ignore"):
+        if hasattr(X, "indptr"):  # SparseRows: each class's margins over the rows' non-zeros
+            owner = np.repeat(np.arange(len(y)), np.diff(X.indptr))
+            margins = np.stack([np.bincount(owner, weights=W[c, X.indices] * X.values, minlength=len(y))
+                                for c in range(k)], axis=1)
+        else:
+            margins = np.asarray(X, np.float64) @ W.T
+        margins, at = margins[keep], at[keep].astype(np.int64)
+        top = margins.max(axis=1)
+        lse = top + np.log(np.exp(margins - top[:, None]).sum(axis=1))
+        mean = float((lse - margins[np.arange(len(at)), at]).mean())
     return mean

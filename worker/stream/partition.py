@@ -37,10 +37,10 @@ from ..wire import (
     release_key,
 )
 from .exceptions import DeadLetter, FeatureSpecChanged, PartialRequest
-from .input.batch import DecodedBatch, decode_batch
+from .input.batch import DecodedBatch, decode_batch, names_labels
 from .input.decode import Delete, Insert, InsertRun, insert_ids
 from .input.framed_scan import FramedBatch
-from .loss_kernel import ALL_ROWS, batch_mean_loss, sparse_mean_loss
+from .loss_kernel import ALL_ROWS, batch_mean_loss, softmax_mean_loss, sparse_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
 from .output.releases import budget_header, noise_figures, release_headers, release_value, request_report
@@ -135,7 +135,7 @@ class PartitionRunner:
         # for a model that caps what one key contributes
         batch = decode_batch(self._unseen(messages), dim=self.model.dim, max_bytes=self.settings.max_record_bytes,
                              subjects=self.model.key_cap is not None, features=self.settings.feature_spec,
-                             sparse=self.settings.sparse_input)
+                             sparse=self.settings.sparse_input, labels=names_labels(self.model.loss))
         messages, self._subjects, stretches = batch.messages, batch.subjects, batch.stretches
         if (spec := self.settings.feature_spec) is not None and (counts := batch.count_clipped(len(spec.fields))) \
                 is not None:
@@ -144,7 +144,7 @@ class PartitionRunner:
         # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.
         rows = self._checked_rows(batch.scan) if batch.scan is not None and len(stretches) > 1 else None
         if rows is not None:  # test-then-train on the batch's inserts, as for a batch of inserts only
-            self._observe_loss(rows[1], rows[2], batch.scan.accepted)
+            self._observe_loss(rows[1], rows[2], batch.scan.accepted, positions=True)
             # up to the batch's last delete in one engine pass, where it applies
             stretches = stretches[self._process_mixed(batch, rows, out):]
         self._prefetch(batch, stretches)  # the deletes left to take one by one, looked up together
@@ -215,7 +215,8 @@ class PartitionRunner:
         if isinstance(event, Insert):  # not expected (the runs mirror decode_event), never lost
             kind, ts = msg.timestamp()
             row = SparseRows.from_rows([event.x]) if self.settings.sparse_input else np.array([event.x], np.float64)
-            single = InsertRun(j + 1, [event.id], row, np.array([event.y]), ts if kind else 0)
+            label = np.array([event.y], object if isinstance(event.y, str) else np.float64)  # a class name stays one
+            single = InsertRun(j + 1, [event.id], row, label, ts if kind else 0)
             self._apply_inserts(single, messages, j, out)
             return True
         last = j >= last_candidate or self.settings.deletion_releases == "each"
@@ -294,7 +295,7 @@ class PartitionRunner:
         a poll batch with deletes)."""
         declined = ~scan.accepted
         scan.X[declined] = 0.0  # no other reader: the Python decoder decodes those records itself
-        scan.y[declined] = 0.0  # a label every loss takes
+        scan.y[declined] = getattr(self.model.loss, "classes", (0.0,))[0]  # a label the loss takes
         try:
             keys, X, y = self.model.prepare_batch(None, scan.X, scan.y, keys=scan.keys)
         except InvalidExample:
@@ -323,13 +324,15 @@ class PartitionRunner:
         self.events_since_release += count
         self.events_since_snapshot += count
 
-    def _observe_loss(self, X: np.ndarray, y: np.ndarray, rows: np.ndarray = ALL_ROWS) -> None:
+    def _observe_loss(self, X: np.ndarray, y: np.ndarray, rows: np.ndarray = ALL_ROWS, positions=False) -> None:
         """Prequential (test-then-train) loss of the current model on the incoming batch (its
-        ``rows``, a mask; empty: all of them)."""
+        ``rows``, a mask; empty: all of them); ``positions``: softmax labels already mapped to classes."""
         if len(y) == 0:
             return
         ridge = self.model.loss.name == "ridge"
-        if isinstance(X, SparseRows):
+        if self.model.loss.name == "softmax":  # the mean cross-entropy
+            mean = softmax_mean_loss(self.model.loss, X, y, self.model.z, rows, positions)
+        elif isinstance(X, SparseRows):
             mean = sparse_mean_loss(X, y, self.model.z, ridge)
         else:
             X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)

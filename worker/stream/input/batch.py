@@ -7,8 +7,9 @@ reads the records is chosen here, once per batch:
   columns over the whole batch; the records it declines (deletes, framed records, anything
   unusual, dead letters) are decoded in Python (decode.py, framed.py), each delete's ids hashed
   in one call (keys.py);
-- the Python decoder (under ``OLU_REFERENCE_KERNEL=1`` or :func:`.scan.python_decoder`) decodes
-  runs of inserts with :func:`.decode.decode_inserts` and the rest one by one.
+- the Python decoder (under ``OLU_REFERENCE_KERNEL=1`` or :func:`.scan.python_decoder`, and for
+  sparse rows and class names as labels, which the scan does not read) decodes runs of inserts
+  with :func:`.decode.decode_inserts` and the rest one by one.
 
 Registry-framed records arrive prepared (framed.py, before the runner): the compiled readers' columns
 come with the batch (framed_scan.py), and the records they declined are JSON events by now, or
@@ -29,7 +30,13 @@ from .framed import decode_message
 from .keys import delete_keys, partitioning_keys
 from .scan import BatchScan, compiled_decoder, scan_batch
 
-__all__ = ["DecodedBatch", "decode_batch"]
+__all__ = ["DecodedBatch", "decode_batch", "names_labels"]
+
+
+def names_labels(loss) -> bool:
+    """Do inserts name their label (a softmax over string classes), rather than give a number?"""
+    classes = getattr(loss, "classes", None)
+    return bool(classes) and type(classes[0]) is str
 
 
 @dataclass
@@ -77,22 +84,25 @@ class DecodedBatch:
 
 
 def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False,
-                 features: FeatureSpec | None = None, sparse: bool = False) -> DecodedBatch:
+                 features: FeatureSpec | None = None, sparse: bool = False, labels: bool = False) -> DecodedBatch:
     """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning key;
     ``features``: inserts carry named fields, turned into vectors by this spec (worker/features);
     ``sparse``: runs of inserts as sparse rows (OLU_SPARSE_INPUT; the compiled scan writes dense
-    columns of the whole batch, d numbers a record, so the Python decoder reads these)."""
+    columns of the whole batch, d numbers a record, so the Python decoder reads these);
+    ``labels``: an insert's ``y`` is a class name (softmax with string classes: the scan reads
+    numbers only), the runs' ``y`` an object array of them."""
     found = partitioning_keys(messages) if subjects else None
     prepared = getattr(messages, "scan", None)  # a framed batch the compiled readers read (framed_scan.py)
-    if not sparse and (prepared is not None or compiled_decoder()):
+    if not sparse and not labels and (prepared is not None or compiled_decoder()):
         return _scanned(messages, dim, max_bytes, found, prepared, features)
-    return _python(messages, dim, max_bytes, found, features, sparse)
+    return _python(messages, dim, max_bytes, found, features, sparse, labels)
 
 
-def decoded_event(msg, dim: int, max_bytes: int, features=None, sparse: bool = False) -> Insert | Delete | DeadLetter:
+def decoded_event(msg, dim: int, max_bytes: int, features=None, sparse: bool = False,
+                  labels: bool = False) -> Insert | Delete | DeadLetter:
     """The message's event, or the :class:`DeadLetter` saying why it has none."""
     try:
-        return decode_message(msg, dim=dim, max_bytes=max_bytes, features=features, sparse=sparse)
+        return decode_message(msg, dim=dim, max_bytes=max_bytes, features=features, sparse=sparse, labels=labels)
     except DeadLetter as dead:
         return dead
 
@@ -107,18 +117,20 @@ def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan
     return DecodedBatch(messages, stretches, {}, events, delete_keys(events), scan, subjects, last)
 
 
-def _python(messages: list, dim: int, max_bytes: int, subjects, features, sparse: bool = False) -> DecodedBatch:
+def _python(messages: list, dim: int, max_bytes: int, subjects, features, sparse: bool = False,
+            labels: bool = False) -> DecodedBatch:
     stretches, runs, events = [], {}, {}
     i, n = 0, len(messages)
     while i < n:
-        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n, features=features, sparse=sparse)
+        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n, features=features, sparse=sparse,
+                             labels=labels)
         if run is not None and run.end > i:
             stretches.append((i, run.end, True))
             runs[i] = run
             i = run.end
             continue
         # not an insert: a delete or a dead letter
-        events[i] = decoded_event(messages[i], dim, max_bytes, features, sparse)
+        events[i] = decoded_event(messages[i], dim, max_bytes, features, sparse, labels)
         stretches.append((i, i + 1, False))
         i += 1
     # this decoder knows a record's kind only once it reached it: any message may be a delete

@@ -30,7 +30,9 @@ Order of checks (the first failing one names the reason):
    key cannot route this record to its partition".
 7. insert: ``x`` missing, not an array or empty -> ``bad_features``; ``len(x) != dim`` ->
    ``wrong_dimension``; an item that is not a number (bool, null, string, nested array, ...) ->
-   ``bad_features``; ``y`` missing or not a number (bool is not a number) -> ``bad_label``.
+   ``bad_features``; ``y`` missing or not a number (bool is not a number) -> ``bad_label``; with
+   string classes (softmax, ``labels=True``) ``y`` is a class name instead: not a string of 1 to 256
+   characters -> ``bad_label``.
    Integer items are converted to float; one too large for a double (not produced by orjson,
    which reads integers over 64 bits as float and rejects overflowing ones, but kept for a
    lenient parser) -> ``non_finite``.
@@ -41,8 +43,9 @@ Order of checks (the first failing one names the reason):
 Not checked here, but later in batch by the engine (numpy, ``worker.olu.core.domain``): finite features
 (``non_finite``), the feature bound (``norm_exceeded``; the norm is computed without overflow, so
 finite features up to the largest double are over the bound, not non-finite) and which labels the
-loss allows (``bad_label``). The compiled fast path (scan.py) checks no norm either: both paths
-hand the same arrays to the same engine check.
+loss allows (``bad_label``; for a softmax label that is none of the classes the detail names it).
+The compiled fast path (scan.py) checks no norm either: both paths hand the same arrays to the same
+engine check.
 
 The worker first runs the compiled fast path (scan.py) over each fetched batch; it takes the common
 insert and hands everything else to this module, which stays the reference for every decision.
@@ -88,7 +91,7 @@ _DELETE_FIELDS = ("op", "id", "ids", "ts")
 class Insert:
     id: str
     x: list[float] | tuple  # dense, or (indices, values) with sparse input (sparse_x.py)
-    y: float
+    y: float | str  # a class name with string classes (softmax)
     ts: int | None = None
     clipped: int = field(default=0, repr=False)  # under a feature spec: the fields clipped, a bit each
 
@@ -246,9 +249,18 @@ def _dense_x(obj: dict, x, dim: int) -> list[float]:
     return x
 
 
-def _label(obj: dict) -> float:
+def _label(obj: dict, labels: bool = False) -> float | str:
+    """``y``: a number, or with string classes (``labels``) a class name, which the model checks."""
     y = obj.get("y", _MISSING)
     kind = type(y)
+    if labels:
+        if kind is str and 0 < len(y) <= MAX_ID_CHARS:
+            return y
+        if kind is str:
+            raise DeadLetter("bad_label", f"'y' has {len(y)} characters, expected 1 to {MAX_ID_CHARS}")
+        if y is _MISSING:
+            raise DeadLetter("bad_label", "no 'y' field")
+        raise DeadLetter("bad_label", f"'y' is a {_type_name(y)}, expected a class label (a string)")
     if kind is float:
         return y
     if kind is not int:
@@ -261,7 +273,7 @@ def _label(obj: dict) -> float:
         raise DeadLetter("non_finite", "the integer label is too large for a double") from None
 
 
-def _named_insert(key, obj: dict, features: FeatureSpec) -> Insert:
+def _named_insert(key, obj: dict, features: FeatureSpec, labels: bool) -> Insert:
     """An insert whose features are named fields, turned into the vector by the feature spec
     (worker/features/transform.py). Fields the spec does not name are ignored."""
     record_id = _check_id(obj)
@@ -269,7 +281,7 @@ def _named_insert(key, obj: dict, features: FeatureSpec) -> Insert:
     if "x" in obj:
         raise DeadLetter("bad_features", "'x' is given, but with a feature spec the features come from its "
                                          "named fields")
-    y = _label(obj)
+    y = _label(obj, labels)
     ts = _ts(obj["ts"]) if "ts" in obj else None
     try:
         x, clipped = vectorize(features, obj)
@@ -279,9 +291,10 @@ def _named_insert(key, obj: dict, features: FeatureSpec) -> Insert:
 
 
 def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes: int,
-                 features: FeatureSpec | None = None, sparse: bool = False) -> Insert | Delete:
+                 features: FeatureSpec | None = None, sparse: bool = False, labels: bool = False) -> Insert | Delete:
     """Decode a Kafka record of the input topic; raise :class:`DeadLetter` if it must be rejected.
     ``sparse``: an insert's ``x`` is returned as (indices, values) (OLU_SPARSE_INPUT, sparse_x.py).
+    ``labels``: an insert's ``y`` is a class name (softmax with string classes, OLU_CLASSES).
 
     >>> decode_event(b"r-1", b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}', dim=2, max_bytes=4096)
     Insert(id='r-1', x=[0.5, 1.0], y=1.0, ts=None)
@@ -309,7 +322,7 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
     op = obj.get("op")
 
     if op == "insert" and features is not None:
-        event = _named_insert(key, obj, features)
+        event = _named_insert(key, obj, features, labels)
         if sparse:  # the spec's one-hot and hashed slots: mostly zeros
             event.x = from_dense(event.x)
         return event
@@ -322,7 +335,7 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
         else:
             x = _dense_x(obj, x, dim)
             x = from_dense(x) if sparse else x
-        y = _label(obj)
+        y = _label(obj, labels)
         ts = None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4)
         return Insert(record_id, x, y, ts)
 
@@ -348,14 +361,14 @@ class InsertRun:
     end: int
     ids: list[str] | None  # None: not decoded (the compiled path hands ``keys`` instead)
     X: np.ndarray | SparseRows  # (n, dim) float64, or sparse rows (OLU_SPARSE_INPUT)
-    y: np.ndarray  # (n,) float64
+    y: np.ndarray  # (n,) float64, or object (class names) with string classes
     newest_ts: int  # the largest Kafka timestamp among them (0: none)
     keys: np.ndarray | None = None  # record_key of each id, when already known
     clipped: np.ndarray | None = None  # under a feature spec: each row's mask of clipped fields
 
 
 def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int | None = None,
-                   features: FeatureSpec | None = None, sparse: bool = False) -> InsertRun:
+                   features: FeatureSpec | None = None, sparse: bool = False, labels: bool = False) -> InsertRun:
     """Decode the longest run of valid inserts in ``messages[start:stop]``, in one pass.
 
     The values and the accept/reject decision are exactly those of :func:`decode_event`; this is
@@ -372,9 +385,9 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
     >>> run.end, run.ids, run.X.tolist(), run.y.tolist()
     (1, ['r-1'], [[0.5, 1.0]], [1.0])
     """
-    if features is not None or sparse:
+    if features is not None or sparse or labels:
         return _each_insert(messages, start, len(messages) if stop is None else stop, dim, max_bytes, features,
-                            sparse)
+                            sparse, labels)
     loads, decode_error, limit = _loads, _JSONDecodeError, MAX_ID_CHARS
     ids: list[str] = []
     xs: list[list] = []
@@ -421,15 +434,16 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
 
 
 def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int, features: FeatureSpec | None,
-                 sparse: bool) -> InsertRun:
-    """:func:`decode_inserts` under a feature spec or for sparse rows: each record through
-    :func:`decode_event`; sparse rows as one ``SparseRows``."""
+                 sparse: bool, labels: bool = False) -> InsertRun:
+    """:func:`decode_inserts` under a feature spec, for sparse rows or class names: each record
+    through :func:`decode_event`; sparse rows as one ``SparseRows``; class names as an object array
+    (the model maps them to class positions, refusing an unknown one)."""
     ids, xs, ys, clipped, newest, end = [], [], [], [], 0, start
     for j in range(start, stop):
         msg = messages[j]
         try:
             event = decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes, features=features,
-                                 sparse=sparse)
+                                 sparse=sparse, labels=labels)
         except DeadLetter:
             break
         if not isinstance(event, Insert):
@@ -442,6 +456,6 @@ def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int, feat
         ys.append(event.y)
         clipped.append(event.clipped)
         end = j + 1
-    y = np.array(ys, dtype=np.float64)
+    y = np.array(ys, dtype=object if labels else np.float64)
     X = SparseRows.from_rows(xs) if sparse else np.array(xs, dtype=np.float64).reshape(len(xs), dim)
     return InsertRun(end, ids, X, y, newest, None, np.array(clipped, np.int64) if features is not None else None)

@@ -40,11 +40,13 @@ FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
 
 
-def decode_message(msg, *, dim: int, max_bytes: int, features=None, sparse: bool = False) -> Insert | Delete:
+def decode_message(msg, *, dim: int, max_bytes: int, features=None, sparse: bool = False,
+                   labels: bool = False) -> Insert | Delete:
     """:func:`decode_event` of a fetched message; a transcoded record's verdict is its dead letter."""
     if type(msg) is Transcoded and msg.dead is not None:
         raise DeadLetter(msg.dead.reason, msg.dead.detail)
-    return decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes, features=features, sparse=sparse)
+    return decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes, features=features, sparse=sparse,
+                        labels=labels)
 
 
 def original(msg):
