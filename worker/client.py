@@ -11,14 +11,18 @@ version and ignores the rest::
     with ParamsSubscriber("broker:9092") as sub:
         sub.run_until(caught_up=True, timeout=30)  # everything published so far
         sub.predict([0.1, 0.2, 0.3])               # average of all partitions' models
+        sub.predict_proba([0.1, 0.2, 0.3])         # softmax: {class label: probability}
         sub.predict([0.1, 0.2, 0.3], partition=0)  # one partition's model
         while True:
             for release in sub.poll(1.0):          # new versions as they come
                 print(release.topic, release.partition, release.version)
 
-Every record is checked before it is used (required fields, types, ``len(weights) == dim``,
-finite numbers, key ``"{topic}/{partition}"``): a record that fails is counted in
-:attr:`ParamsSubscriber.stats`, handed to ``on_invalid`` and skipped. These checks are written
+A softmax release carries its K labels in ``classes`` and its K x dim weight matrix row by row
+(row k = class ``classes[k]``): ``predict`` gives the most probable label, ``predict_proba`` all.
+
+Every record is checked before it is used (required fields, types, ``len(weights) == dim`` or, for
+softmax, K x dim with valid ``classes``, finite numbers, key ``"{topic}/{partition}"``): a record
+that fails is counted in :attr:`ParamsSubscriber.stats`, handed to ``on_invalid`` and skipped. These checks are written
 out here rather than loaded from the JSON Schema, so the client needs no jsonschema at run time.
 
 A subscriber commits nothing, so it reads the parameter topic from the beginning every time it
@@ -60,11 +64,12 @@ from .wire import PARAMS_TOPIC as DEFAULT_TOPIC
 from .wire import RELEASE_SCHEMA_VERSION as SCHEMA_VERSION
 from .wire import TRIGGER_HEADER, decode_key, release_key_text
 
-__all__ = ["InvalidRelease", "ModelRelease", "ParamsSubscriber", "parse_release", "sigmoid"]
+__all__ = ["InvalidRelease", "ModelRelease", "ParamsSubscriber", "parse_release", "sigmoid", "softmax"]
 
 LOGISTIC_LOSSES = frozenset({"logistic", "logistic-unregularised"})
 LINEAR_LOSSES = frozenset({"ridge"})
-LOSSES = LOGISTIC_LOSSES | LINEAR_LOSSES
+MULTICLASS_LOSSES = frozenset({"softmax"})  # K classes, K x dim weights (row k = classes[k])
+LOSSES = LOGISTIC_LOSSES | LINEAR_LOSSES | MULTICLASS_LOSSES
 _INT_FIELDS = ("partition", "version", "offset", "t", "deletions", "epoch")
 _REQUIRED = ("schema_version", "model", "topic", "partition", "version", "offset", "t", "deletions", "epoch",
              "algorithm", "loss", "dim", "weights", "privacy", "released_at")
@@ -92,8 +97,8 @@ class ModelRelease:
     epoch: int
     algorithm: str
     loss: str
-    dim: int
-    weights: np.ndarray = field(repr=False)  # float64, length dim
+    dim: int  # features
+    weights: np.ndarray = field(repr=False)  # float64, length dim (softmax: K x dim, row by row)
     privacy: Mapping[str, Any]
     released_at: float
     trigger: str | None = None  # Kafka header olu.trigger: deletion, events, interval, final
@@ -103,6 +108,7 @@ class ModelRelease:
     generation: int | None = None  # warm-standby rotation: the generation of the released model
     #: the feature spec the model was trained under (releases of a worker with OLU_FEATURES_FILE)
     features: FeatureSpec | None = field(default=None, repr=False)
+    classes: tuple[str, ...] | tuple[int, ...] | None = None  # softmax: the K labels, in class order
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the value as received
     raw: bytes = field(default=b"", repr=False)
 
@@ -110,10 +116,15 @@ class ModelRelease:
     def key(self) -> tuple[str, int]:
         return (self.topic, self.partition)
 
-    def predict(self, x: Sequence[float] | Mapping[str, Any]) -> float:
-        """This release's prediction for ``x`` (probability for logistic losses, w.x for ridge): a
-        vector, or a raw record (a dict of named fields) under the release's feature spec."""
-        return _predict(self.loss, self.weights, self.vector(x))
+    def predict(self, x: Sequence[float] | Mapping[str, Any]) -> float | str | int:
+        """This release's prediction for ``x`` (probability for logistic losses, w.x for ridge, the
+        most probable class label for softmax): a vector, or a raw record (a dict of named fields)
+        under the release's feature spec."""
+        return _predict(self.loss, self.weights, self.vector(x), self.classes)
+
+    def predict_proba(self, x: Sequence[float] | Mapping[str, Any]) -> dict[str | int, float]:
+        """Softmax only: ``{class label: probability}`` for ``x``, in class order."""
+        return _proba(self.weights, self.vector(x), self.classes)
 
     def vector(self, x: Sequence[float] | Mapping[str, Any]) -> np.ndarray:
         """The model's vector of ``x``: a raw record through the feature spec, bit for bit as the
@@ -142,7 +153,25 @@ def sigmoid(z: float) -> float:
     return e / (1.0 + e)
 
 
-def _predict(loss: str, weights: np.ndarray, x: np.ndarray) -> float:
+def softmax(margins: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax: exp(m - max m), normalised (no overflow for any finite margin)."""
+    e = np.exp(margins - np.max(margins))
+    return e / e.sum()
+
+
+def _probabilities(weights: np.ndarray, x: np.ndarray, classes: tuple) -> np.ndarray:
+    return softmax(weights.reshape(len(classes), -1) @ x)  # row k of the K x dim matrix: class k
+
+
+def _proba(weights: np.ndarray, x: np.ndarray, classes: tuple | None) -> dict[str | int, float]:
+    if classes is None:
+        raise ValueError("predict_proba is for softmax releases; predict gives a logistic model's probability")
+    return dict(zip(classes, _probabilities(weights, x, classes).tolist(), strict=True))
+
+
+def _predict(loss: str, weights: np.ndarray, x: np.ndarray, classes: tuple | None = None) -> float | str | int:
+    if classes is not None:  # the label of the largest probability, the first one on ties
+        return classes[int(np.argmax(_probabilities(weights, x, classes)))]
     z = float(np.dot(weights, x))
     return sigmoid(z) if loss in LOGISTIC_LOSSES else z
 
@@ -170,7 +199,9 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
 
     Checks what a consumer needs (schemas/release.schema.json): a JSON object with every required
     field, ``schema_version`` 1, integer counters >= 0, a known ``loss``, ``dim`` >= 1, ``weights``
-    of exactly ``dim`` finite numbers, a ``privacy`` object of numbers, and, when the key is
+    of exactly ``dim`` finite numbers (softmax: ``classes``, K >= 2 distinct labels, all strings or
+    all integers, and K x ``dim`` weights; ``classes`` on another loss is invalid), a ``privacy``
+    object of numbers, and, when the key is
     given, key == ``"{topic}/{partition}"``. Unknown extra fields are accepted (and ignored).
 
     >>> import orjson
@@ -213,11 +244,15 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
     dim = record["dim"]
     if not _is_int(dim) or not 1 <= dim <= _MAX_DIM:
         raise InvalidRelease("bad_field", f"dim must be an integer in [1, {_MAX_DIM}], got {dim!r}")
+    classes = _classes(record["loss"], record.get("classes"))
     weights = record["weights"]
     if not isinstance(weights, list):
         raise InvalidRelease("bad_weights", "weights must be an array of numbers")
-    if len(weights) != dim:
+    if classes is None and len(weights) != dim:
         raise InvalidRelease("wrong_dimension", f"weights has {len(weights)} entries, dim is {dim}")
+    if classes is not None and len(weights) != len(classes) * dim:
+        raise InvalidRelease("wrong_dimension", f"weights has {len(weights)} entries, {len(classes)} classes x "
+                                                f"dim {dim} is {len(classes) * dim}")
     if not all(_is_number(w) for w in weights):
         raise InvalidRelease("non_finite", "weights must all be finite numbers")
     privacy = record["privacy"]
@@ -242,13 +277,28 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
         raise InvalidRelease("bad_field", f"generation must be an integer >= 0, got {generation!r}")
     features = _feature_spec(record.get("features"), dim)
     return ModelRelease(
-        generation=generation, features=features,
+        generation=generation, features=features, classes=classes,
         model=record["model"], topic=record["topic"], partition=record["partition"], version=record["version"],
         offset=record["offset"], t=record["t"], deletions=record["deletions"], epoch=record["epoch"],
         algorithm=record["algorithm"], loss=record["loss"], dim=dim,
         weights=np.asarray(weights, dtype=np.float64), privacy=dict(privacy),
         released_at=float(record["released_at"]), trigger=trigger, request=request, record=record, raw=raw,
     )
+
+
+def _classes(loss: str, classes: Any) -> tuple | None:
+    """A softmax release's class labels (schemas/release.schema.json ``classes``), else None."""
+    if loss not in MULTICLASS_LOSSES:
+        if classes is not None:
+            raise InvalidRelease("bad_classes", f"classes is for loss softmax, the loss is {loss}")
+        return None
+    if not isinstance(classes, list) or len(classes) < 2:
+        raise InvalidRelease("bad_classes", "loss softmax needs classes: an array of at least 2 labels")
+    if not (all(isinstance(c, str) and c for c in classes) or all(_is_int(c) for c in classes)):
+        raise InvalidRelease("bad_classes", "classes must be all non-empty strings or all integers")
+    if len(set(classes)) != len(classes):
+        raise InvalidRelease("bad_classes", "classes must be distinct")
+    return tuple(classes)
 
 
 @functools.lru_cache(maxsize=64)
@@ -485,18 +535,27 @@ class ParamsSubscriber:
         return chosen[0], np.mean(np.stack([r.weights for r in chosen]), axis=0)
 
     def predict(self, x: Sequence[float] | Mapping[str, Any], partition: int | None = None, *,
-                topic: str | None = None) -> float:
+                topic: str | None = None) -> float | str | int:
         """Prediction for ``x``: the probability of the positive class (sigmoid of w.x) for the
-        logistic losses, w.x for ridge. ``x`` is the feature vector, or a raw record (a dict of
-        named fields) when the releases carry a feature spec: it is turned into the vector as the
-        worker did (worker/features/transform.py).
+        logistic losses, w.x for ridge, the most probable class label for softmax (the first on
+        ties; :meth:`predict_proba`). ``x`` is the feature vector, or a raw record (a dict of named
+        fields) when the releases carry a feature spec: it is turned into the vector as the worker
+        did (worker/features/transform.py).
 
         ``partition`` picks one input partition's model; ``None`` averages the weights of every
-        partition's model of the same model and input topic. ``topic`` (the input topic) is needed
-        only when releases of several input topics or models are held.
+        partition's model of the same model and input topic (a softmax: their K x dim matrices,
+        then the softmax of the averaged one). ``topic`` (the input topic) is needed only when
+        releases of several input topics or models are held.
         """
         release, weights = self.weights(partition, topic=topic)
-        return _predict(release.loss, weights, release.vector(x))
+        return _predict(release.loss, weights, release.vector(x), release.classes)
+
+    def predict_proba(self, x: Sequence[float] | Mapping[str, Any], partition: int | None = None, *,
+                      topic: str | None = None) -> dict[str | int, float]:
+        """Softmax releases only: ``{class label: probability}`` for ``x`` (the softmax of the
+        margins of the averaged weight matrix, or one partition's), chosen as :meth:`predict` does."""
+        release, weights = self.weights(partition, topic=topic)
+        return _proba(weights, release.vector(x), release.classes)
 
     def _select(self, partition: int | None, topic: str | None) -> list[ModelRelease]:
         with self._lock:
@@ -512,9 +571,11 @@ class ParamsSubscriber:
             names = ", ".join(f"{m} on {t}" for m, t in sorted(groups))
             raise ValueError(f"releases of several models are held ({names}): pass topic= (and a model "
                              "name to the subscriber) to choose one")
-        shapes = {(r.dim, r.loss in LOGISTIC_LOSSES, r.features.digest if r.features else None) for r in releases}
+        shapes = {(r.dim, r.loss in LOGISTIC_LOSSES, r.classes, r.features.digest if r.features else None)
+                  for r in releases}
         if len(shapes) > 1:
-            raise ValueError("the partitions' models differ in dim, loss or feature spec; predict with partition=")
+            raise ValueError("the partitions' models differ in dim, loss, classes or feature spec; predict with "
+                             "partition=")
         return sorted(releases, key=lambda r: r.partition)
 
     # ------------------------------------------------------------------ lifecycle

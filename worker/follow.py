@@ -7,7 +7,10 @@
 
 One line per accepted new version on stdout (a JSON object with ``--json``: the release record
 plus ``trigger``, ``prediction`` with ``--predict`` and, under a feature spec, ``feature_names``;
-a text line then names the largest weights, ``plan=pro=+1.2 age=-0.4 ...``). The release a deletion request published
+a text line then names the largest weights, ``plan=pro=+1.2 age=-0.4 ...``). A softmax release
+shows its classes and shape, ``classes=cat,dog,owl (3x4)``, its largest weights named
+``class:feature``, and ``--predict`` gives the most probable class with its probability (with
+``--json`` also ``probabilities``, in class order). The release a deletion request published
 shows the request: ``request=applied 2/3 not_applied=1 [r-9] duplicates=0`` (its ``request``
 object in JSON, every not-applied id included; the text line shows the first few). Duplicates
 and versions older than the one held are skipped silently; invalid records are reported on stderr
@@ -44,6 +47,7 @@ __all__ = ["add_parser", "follow", "main"]
 BOOTSTRAP_ENV = ("OLU_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS")
 _SHOWN_IDS = 5  # not-applied ids listed on a text line (--json has them all)
 _SHOWN_WEIGHTS = 8  # under a feature spec: the largest weights, named, on a text line
+_SHOWN_CLASSES = 10  # softmax: class labels listed on a text line
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -70,7 +74,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--predict", metavar="X1,X2,...",
                    help="features, or a raw JSON record under a feature spec: after each update, print the "
                         "prediction of the averaged model of that update's input topic (probability for "
-                        "logistic, w.x for ridge)")
+                        "logistic, w.x for ridge, the most probable class for softmax)")
     p.add_argument("--partition", type=int, default=None,
                    help="with --predict: use this input partition's model instead of the average")
     p.add_argument("--once", action="store_true",
@@ -137,11 +141,16 @@ def _where(msg) -> str:
         return "?"
 
 
-def _text_line(release: ModelRelease, prediction: float | str | None) -> str:
+def _text_line(release: ModelRelease, prediction: float | str | int | None,
+               probability: float | None = None) -> str:
     p = release.privacy
     line = (f"{release.topic}/{release.partition} v{release.version} model={release.model} "
             f"algorithm={release.algorithm} t={release.t} deletions={release.deletions} "
             f"unit={p.get('unit', 'all-deletions')} epsilon={p['epsilon']:.4g} budget_used={p['budget_used']:.2%}")
+    if release.classes is not None:  # softmax: the labels, and the K x d shape of the weights
+        shown = ",".join(str(c) for c in release.classes[:_SHOWN_CLASSES])
+        more = ",..." if len(release.classes) > _SHOWN_CLASSES else ""
+        line += f" classes={shown}{more} ({len(release.classes)}x{release.dim})"
     if release.generation is not None:  # a rotation: which model, and how old
         line += f" generation={release.generation} epoch={release.epoch} model_age={p.get('model_age')}"
     if release.trigger:
@@ -149,13 +158,25 @@ def _text_line(release: ModelRelease, prediction: float | str | None) -> str:
     if release.request is not None:
         line += " " + _request_text(release.request)
     if release.feature_names is not None:  # the strongest weights, by the spec's names
-        order = sorted(range(release.dim), key=lambda i: -abs(release.weights[i]))[:_SHOWN_WEIGHTS]
-        line += " weights: " + " ".join(f"{release.feature_names[i]}={release.weights[i]:+.3g}" for i in order)
-        if release.dim > _SHOWN_WEIGHTS:
-            line += f" (largest {_SHOWN_WEIGHTS} of {release.dim})"
+        line += " weights: " + _largest_weights(release)
     if prediction is not None:
         line += f" prediction={prediction:.6g}" if isinstance(prediction, float) else f" prediction={prediction}"
+    if probability is not None:
+        line += f" (p={probability:.4g})"
     return line
+
+
+def _largest_weights(release: ModelRelease) -> str:
+    """The :data:`_SHOWN_WEIGHTS` largest weights by magnitude, each named by its feature (by
+    ``class:feature`` in a softmax's K x dim matrix)."""
+    names, weights, dim = release.feature_names, release.weights, release.dim
+
+    def name(i: int) -> str:
+        return names[i % dim] if release.classes is None else f"{release.classes[i // dim]}:{names[i % dim]}"
+
+    order = sorted(range(len(weights)), key=lambda i: -abs(weights[i]))[:_SHOWN_WEIGHTS]
+    text = " ".join(f"{name(i)}={weights[i]:+.3g}" for i in order)
+    return text + (f" (largest {_SHOWN_WEIGHTS} of {len(weights)})" if len(weights) > _SHOWN_WEIGHTS else "")
 
 
 def _request_text(request) -> str:
@@ -225,7 +246,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     wrong_features: list[str] = []  # --predict does not fit the model: said once, exit 2
 
     def show(release: ModelRelease) -> None:
-        prediction: float | str | None = None
+        prediction: float | str | int | None = None
+        probabilities: dict | None = None  # softmax: every class's, in class order
         if features is not None:
             if isinstance(features, dict) and release.features is None:
                 wrong_features.append(f"--predict is a record, but the model of {release.topic}/{release.partition} "
@@ -237,6 +259,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
                 return
             try:
                 prediction = sub.predict(features, partition=partition, topic=release.topic)
+                if release.classes is not None:
+                    probabilities = sub.predict_proba(features, partition=partition, topic=release.topic)
             except BadFeature as bad:
                 wrong_features.append(f"--predict: {bad.detail}")
                 return
@@ -247,11 +271,14 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
             record = release.to_dict()
             if features is not None:
                 record["prediction"] = prediction
+            if probabilities is not None:
+                record["probabilities"] = list(probabilities.values())
             if release.feature_names is not None:
                 record["feature_names"] = list(release.feature_names)
             out.write(orjson.dumps(record).decode() + "\n")
         else:
-            out.write(_text_line(release, prediction) + "\n")
+            out.write(_text_line(release, prediction, None if probabilities is None
+                                 else probabilities.get(prediction)) + "\n")
         out.flush()
 
     stop = stop or threading.Event()

@@ -1,7 +1,8 @@
 """Sample wire records (docs/worker.md 3) and a validator for the schemas in ``schemas/``.
 
 Reusable by integration tests: ``validate("release", record)`` checks a real record against
-its JSON Schema plus the rules a schema cannot state (len(weights) == dim).
+its JSON Schema plus the rules the schema does not state (len(weights) == dim, or len(classes) * dim
+for a softmax release; classes present if and only if the loss is softmax).
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ def validator(kind: str) -> Draft202012Validator:
 def validate(kind: str, record: Any) -> None:
     """Raise ``jsonschema.ValidationError`` or ``ValueError`` if ``record`` breaks the contract."""
     validator(kind).validate(record)
-    if kind == "release" and len(record["weights"]) != record["dim"]:
-        raise ValueError(f"len(weights) = {len(record['weights'])} != dim = {record['dim']}")
+    if kind == "release":
+        if ("classes" in record) != (record["loss"] == "softmax"):
+            raise ValueError(f"classes is required for loss softmax and only then, the loss is {record['loss']}")
+        rows = len(record["classes"]) if record["loss"] == "softmax" else 1  # softmax: K x dim, row by row
+        if len(record["weights"]) != rows * record["dim"]:
+            raise ValueError(f"len(weights) = {len(record['weights'])} != {rows} x dim = {rows * record['dim']}")
 
 
 def decode_headers(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:
@@ -88,6 +93,11 @@ RELEASE_REQUEST = copy.deepcopy(RELEASE) | {
 }
 RELEASE_NO_CAPACITY_KEY = copy.deepcopy(RELEASE)
 del RELEASE_NO_CAPACITY_KEY["privacy"]["deletions_capacity_left"]
+# softmax: K = 3 classes over dim = 2 features, the 3 x 2 matrix row by row (row k = classes[k])
+RELEASE_SOFTMAX = copy.deepcopy(RELEASE) | {"loss": "softmax", "classes": ["cat", "dog", "owl"], "dim": 2,
+                                            "weights": [0.5, -0.25, 0.0, 1.0, -0.5, -0.75]}
+RELEASE_SOFTMAX_INT = copy.deepcopy(RELEASE) | {"loss": "softmax", "classes": [3, -1], "dim": 2,
+                                                "weights": [0.5, -0.25, -0.5, 0.25]}
 
 DEAD_LETTER = {
     "olu.source.topic": "olu.events",
@@ -104,7 +114,8 @@ DEAD_LETTER_TRUNCATED = DEAD_LETTER | {"olu.error.reason": "oversized", "olu.tru
 VALID: dict[str, list[dict[str, Any]]] = {
     "insert": [INSERT, INSERT_RIDGE, INSERT_LOGISTIC_01, INSERT_SPARSE],
     "delete": [DELETE, DELETE_TS, DELETE_IDS, DELETE_ONE_OF_IDS],
-    "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY, RELEASE_REQUEST],
+    "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY, RELEASE_REQUEST, RELEASE_SOFTMAX,
+                RELEASE_SOFTMAX_INT],
     "dead-letter": [DEAD_LETTER, DEAD_LETTER_WITH_FOREIGN_HEADER, DEAD_LETTER_TRUNCATED],
 }
 
@@ -137,7 +148,7 @@ INVALID: list[tuple[str, str, Any]] = [
     ("insert-sparse-extra-field", "insert", INSERT | {"x": {"indices": [1], "values": [0.5], "dim": 9}}),
     ("insert-sparse-string-value", "insert", INSERT | {"x": {"indices": [1], "values": ["0.5"]}}),
     ("insert-missing-y", "insert", _without(INSERT, "y")),
-    ("insert-y-string", "insert", INSERT | {"y": "1"}),
+    ("insert-y-empty-string", "insert", INSERT | {"y": ""}),  # a softmax label is a non-empty string
     ("insert-y-bool", "insert", INSERT | {"y": True}),
     ("insert-ts-string", "insert", INSERT | {"ts": "2026-11-22T00:00:00Z"}),
     ("insert-ts-negative", "insert", INSERT | {"ts": -1}),
@@ -177,6 +188,13 @@ INVALID: list[tuple[str, str, Any]] = [
     ("release-schema-version-2", "release", RELEASE | {"schema_version": 2}),
     ("release-bad-topic", "release", RELEASE | {"topic": "olu events"}),
     ("release-extra-field", "release", RELEASE | {"intercept": 0.0}),
+    ("release-softmax-one-class", "release", RELEASE_SOFTMAX | {"classes": ["cat"]}),
+    ("release-softmax-mixed-classes", "release", RELEASE_SOFTMAX | {"classes": ["cat", 1, "owl"]}),
+    ("release-softmax-duplicate-classes", "release", RELEASE_SOFTMAX | {"classes": ["cat", "dog", "cat"]}),
+    ("release-softmax-empty-class", "release", RELEASE_SOFTMAX | {"classes": ["cat", "", "owl"]}),
+    ("release-softmax-float-class", "release", RELEASE_SOFTMAX_INT | {"classes": [3, 1.5]}),
+    ("release-softmax-bool-class", "release", RELEASE_SOFTMAX_INT | {"classes": [True, False]}),
+    ("release-softmax-class-over-long", "release", RELEASE_SOFTMAX_INT | {"classes": [3, 2**63]}),
     ("release-budget-over-1", "release", _privacy(budget_used=1.01)),
     ("release-budget-negative", "release", _privacy(budget_used=-0.1)),
     ("release-delta-zero", "release", _privacy(delta=0)),

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
-from tests.infra.schema_samples import INVALID, KINDS, RELEASE, SCHEMA_DIR, VALID, load_schema, validate
+from tests.infra.schema_samples import (
+    INVALID,
+    KINDS,
+    RELEASE,
+    RELEASE_SOFTMAX,
+    SCHEMA_DIR,
+    VALID,
+    load_schema,
+    validate,
+)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -44,6 +54,38 @@ def test_release_weights_length_must_equal_dim():
         validate("release", RELEASE | {"dim": 5})
 
 
+def test_softmax_weights_are_the_k_by_dim_matrix():
+    # K = 3 classes x dim = 2: six weights; dim alone (2) or the classes alone (3) are too few
+    validate("release", RELEASE_SOFTMAX)
+    for weights in ([0.5, -0.25], [0.5, -0.25, 0.0], RELEASE_SOFTMAX["weights"] + [1.0, 2.0]):
+        with pytest.raises(ValueError, match="3 x dim = 6"):
+            validate("release", RELEASE_SOFTMAX | {"weights": weights})
+
+
+def test_classes_go_with_the_softmax_loss_and_only_with_it():
+    # not in the schema (a conditional one fails the registry's compatibility check), so validate() checks it
+    from tests.infra.schema_samples import validator
+
+    for record in (RELEASE_SOFTMAX | {"loss": "logistic"}, {k: v for k, v in RELEASE_SOFTMAX.items() if k != "classes"}):
+        with pytest.raises(ValueError, match="classes is required for loss softmax"):
+            validate("release", record)
+    assert validator("release").is_valid(RELEASE | {"classes": ["a", "b"]})  # the schema alone lets it pass
+
+
+def test_a_release_from_a_softmax_engine_model_validates():
+    from worker.olu import PassiveOLU
+    from worker.stream.output.releases import release_value
+
+    for classes in (["cat", "dog", "owl"], [0, 7, -2, 5]):
+        model = PassiveOLU(dim=4, loss="softmax", classes=classes, l2=0.01, radius=10.0, feature_bound=1.0,
+                           rho=1.0)
+        model.learn_one("r-1", [0.1, -0.2, 0.3, 0.0], classes[1])
+        record = json.loads(release_value(model_name="m", topic="in", partition=0, offset=1, event_time_ms=0,
+                                          model=model))
+        validate("release", record)
+        assert (record["classes"], record["dim"], len(record["weights"])) == (classes, 4, 4 * len(classes))
+
+
 def test_ops_do_not_cross_validate():
     # An event is routed by its "op"; neither schema may accept the other's records.
     for rec in VALID["insert"]:
@@ -71,9 +113,12 @@ def test_every_engine_algorithm_and_loss_is_in_the_release_schema():
     import worker.olu.algorithms.baselines  # noqa: F401  (register every algorithm module)
     import worker.olu.algorithms.passive  # noqa: F401
     from worker.olu import ALGORITHMS
-    from worker.olu.core.losses import Logistic, Ridge
+    from worker.olu.core.losses import Logistic, Ridge, Softmax
 
     props = load_schema("release")["properties"]
     shipped = {name for name, cls in ALGORITHMS.items() if cls.__module__.startswith("worker.")}
     assert shipped and shipped <= set(props["algorithm"]["enum"])
-    assert {Logistic(0.0).name, Logistic(0.1).name, Ridge(0.1).name} <= set(props["loss"]["enum"])
+    losses = {Logistic(0.0).name, Logistic(0.1).name, Ridge(0.1).name, Softmax(0.1, ["a", "b"]).name}
+    assert losses <= set(props["loss"]["enum"])
+    readme = (SCHEMA_DIR / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in props["loss"]["enum"])

@@ -5,7 +5,9 @@ of schemas/release.schema.json) with confluent-kafka's ``AvroSerializer`` / ``JS
 under the subject ``{params topic}-value``, so any registry-aware consumer reads it. The JSON
 Schema is the packaged copy of schemas/release.schema.json; the Avro schema is derived from it
 (:func:`avro_schema`: integer -> long, number -> double, enums and consts -> string / long,
-optional or nullable -> a union with null, default null), so the two cannot drift apart. The
+string-or-integer (a softmax release's ``classes``) -> a union of string and long, optional or
+nullable -> a union with null, default null), so the two cannot drift apart. A field added later
+is optional, hence has that default, so the Avro schema evolves compatibly. The
 schema is registered when the worker starts (:meth:`ReleaseEncoder.register`): a registry that is
 down then fails the start, never a release later. Serialization is deterministic, so a replayed
 release is still byte-identical to the original.
@@ -41,6 +43,11 @@ def _avro_type(name: str, spec: dict, required: bool):
     kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
     nullable = "null" in kinds or not required
     kinds = [k for k in kinds if k != "null"]
+    if len(kinds) > 1:  # e.g. a class label, string or integer: a union of the scalar types
+        avro = [_avro_type(name, {**spec, "type": kind}, True) for kind in kinds]
+        if not all(isinstance(a, str) for a in avro):
+            raise ValueError(f"release schema field {name!r}: a union of scalar types only, got {spec}")
+        return ["null", *avro] if nullable else avro
     if "enum" in spec or kinds == ["string"]:
         avro = "string"
     elif "const" in spec:

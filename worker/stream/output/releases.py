@@ -42,6 +42,13 @@ def request_report(ids, deletion) -> dict:
             "duplicates": len(deletion.duplicates)}
 
 
+def _classes(loss) -> dict:
+    """``{"classes": [...]}`` for a softmax (its labels in class order: row k of the weights is class
+    k), else ``{}``: the binary and linear losses' releases carry no such key."""
+    classes = getattr(loss, "classes", None)
+    return {} if classes is None else {"classes": list(classes)}
+
+
 def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model,
                   noise: tuple[float | None, float | None] | None = None, request: dict | None = None,
                   features=None) -> bytes:
@@ -65,7 +72,8 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         "epoch": model.epoch,
         "algorithm": model.algorithm,
         "loss": model.loss.name,
-        "dim": model.dim,
+        **_classes(model.loss),
+        "dim": model.dim,  # features d; a softmax's weights are its K x d matrix, row by row
         "weights": weights,
         "privacy": {
             "unit": privacy["unit"],
