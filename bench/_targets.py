@@ -132,11 +132,19 @@ JSON_SCHEMA_X_JSON = Target(
     "x", "issue 37")
 FORMAT_X_JSON = {"avro": AVRO_X_JSON, "protobuf": PROTOBUF_X_JSON, "json-schema": JSON_SCHEMA_X_JSON}
 
+# --------------------------------------------------------------------------- multiclass (softmax loss)
+SOFTMAX_X_RIVER_POINTS = Target(
+    "softmax_river_gap_points", "softmax plain OGD prequential accuracy within 1 point of River's "
+    "SoftmaxRegression (River minus ours)", "<=", 1.0, "points", "multiclass")
+SOFTMAX_X_LOGISTIC = Target(
+    "softmax_x_logistic", "learn_many at d = 10, softmax K = 5 >= 0.3x binary logistic's events/s", ">=", 0.3, "x",
+    "multiclass")
+
 ALL = (ENGINE_EVENTS_PER_S, ENGINE_X_RIVER, INDEX_BYTES_PER_RECORD, ACTIVE_DELETION_MS, ROTATION_X_ONE_MODEL, ROTATION_WORKER_X,
        LEARN_MANY_EVENTS_PER_S, LEDGER_BYTES_PER_DELETION, MERGE_STALL_MS,
        DELETION_IN_PLACE_US, DELETE_RATE_X_INSERTS_1PCT, DELETE_RATE_X_INSERTS_01PCT, BURST_100K_S,
        WORKER_EVENTS_PER_S, WORKER_X_CEILING, DELETE_TO_RELEASE_P99_S, RESTORE_1M_S, AVRO_X_JSON, PROTOBUF_X_JSON,
-       JSON_SCHEMA_X_JSON)
+       JSON_SCHEMA_X_JSON, SOFTMAX_X_RIVER_POINTS, SOFTMAX_X_LOGISTIC)
 
 
 class Checks:
