@@ -152,3 +152,23 @@ def test_the_registry_accepts_the_softmax_schema_after_the_binary_one(schema_reg
     second = client.register_schema(subject, Schema(now, kind))
     assert first != second
     assert client.get_latest_version(subject).schema_id == second
+
+
+def test_the_start_check_sizes_a_softmax_release_by_its_matrix():
+    """K x d weights: d = 4,096 alone fits a 1 MiB topic as JSON (~110 KB), 16 classes of it do not."""
+    from types import SimpleNamespace
+
+    from worker.exceptions import ConfigError as SettingsError
+    from worker.stream.output.release_size import check_release_fits, release_bytes_bound
+
+    def settings(loss, classes=None, release_format="json"):
+        return SimpleNamespace(dim=4096, loss=loss, classes=classes, release_format=release_format, feature_spec=None,
+                               params_topic="params", admin_config=lambda: {})
+
+    binary, softmax = settings("logistic"), settings("softmax", [f"class-{k}" for k in range(16)])
+    assert release_bytes_bound(softmax) > 16 * release_bytes_bound(binary) - 16 * 8192
+    limit_of = lambda config, topic: 1_048_588  # noqa: E731 - Kafka's default topic limit
+    check_release_fits(binary, limit_of)
+    with pytest.raises(SettingsError, match="OLU_DIM 4,096 x 16 OLU_CLASSES.*OLU_RELEASE_FORMAT=avro"):
+        check_release_fits(softmax, limit_of)
+    check_release_fits(settings("softmax", [f"class-{k}" for k in range(16)], "avro"), limit_of)  # 8 bytes a weight

@@ -27,11 +27,24 @@ BYTES_PER_WEIGHT = {"json": 25, "json-schema": 25, "avro": 8}
 OTHER_FIELDS_BYTES = 8192  # the release's other fields and its headers, with room
 
 
+def released_weights(settings) -> int:
+    """How many weights a release carries: d, or K d for a K-class softmax (its matrix)."""
+    classes = getattr(settings, "classes", None)
+    return settings.dim * (len(classes) if settings.loss == "softmax" and classes else 1)
+
+
+def _label_bytes(settings) -> int:
+    """A softmax release's class labels, escaped, with their separators."""
+    classes = getattr(settings, "classes", None) if settings.loss == "softmax" else None
+    return 0 if not classes else sum(2 * len(str(c).encode()) + 4 for c in classes)
+
+
 def release_bytes_bound(settings) -> int:
     """The most bytes one release can take in the configured format."""
     spec = getattr(settings, "feature_spec", None)
     spec_bytes = 0 if spec is None else 2 * len(spec.text.encode()) + 128  # the spec's text, escaped, and digest
-    return BYTES_PER_WEIGHT[settings.release_format] * settings.dim + OTHER_FIELDS_BYTES + spec_bytes
+    return (BYTES_PER_WEIGHT[settings.release_format] * released_weights(settings) + OTHER_FIELDS_BYTES + spec_bytes
+            + _label_bytes(settings))
 
 
 def topic_limit(admin_config: dict, topic: str) -> int | None:
@@ -53,9 +66,11 @@ def check_release_fits(settings, limit_of=topic_limit) -> None:
     limit = limit_of(settings.admin_config(), settings.params_topic)
     if limit is None or bound <= limit:
         return
-    avro = BYTES_PER_WEIGHT["avro"] * settings.dim + OTHER_FIELDS_BYTES
+    avro = BYTES_PER_WEIGHT["avro"] * released_weights(settings) + OTHER_FIELDS_BYTES + _label_bytes(settings)
     hint = (f"set OLU_RELEASE_FORMAT=avro ({avro:,} bytes at most) or raise" if settings.release_format != "avro"
             else "raise")
-    raise ConfigError(f"a release at OLU_DIM {settings.dim:,} can take {bound:,} bytes as {settings.release_format}, "
+    shape = (f"OLU_DIM {settings.dim:,}" if released_weights(settings) == settings.dim else
+             f"OLU_DIM {settings.dim:,} x {len(settings.classes)} OLU_CLASSES")
+    raise ConfigError(f"a release at {shape} can take {bound:,} bytes as {settings.release_format}, "
                       f"more than the params topic {settings.params_topic!r} takes (max.message.bytes {limit:,}): "
                       f"{hint} the topic's max.message.bytes (and the broker's message.max.bytes)")
