@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import orjson
@@ -42,9 +42,20 @@ def test_run_says_it_in_one_warning_line_at_start(tmp_path):
                              "10", "--state-url", f"file://{tmp_path}", "--http-port", "0", "--privacy-unit",
                              "all-deletions", "--expected-deletion-rate", "0.01"], cwd=ROOT, env=env,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    seen: list[str] = []
+
+    def read() -> None:  # the start-up lines, up to the one that says the worker started
+        for line in proc.stderr:
+            seen.append(line)
+            if '"worker started"' in line:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=120)  # a safety net on a hung start, not a timing: the line ends the wait
     proc.terminate()
-    _, err = proc.communicate(timeout=60)
+    _, rest = proc.communicate(timeout=60)
+    err = "".join(seen) + (rest or "")
     warnings = [orjson.loads(line) for line in err.splitlines()
                 if line.startswith("{") and '"WARNING"' in line and "OLU_EXPECTED_DELETION_RATE" in line]
     assert len(warnings) == 1, err[-3000:]

@@ -2,12 +2,14 @@
 
 With a sample, the recommendation is the searched configuration (worker/planning/search.py) whose
 released model scores best under the operator's unit, and a warning says so when even that one is
-more than :data:`ACCURACY_GAP` below plain OGD (logistic accuracy) or its RMSE more than
-:data:`RMSE_RATIO` times OGD's (ridge); the other unit's best is shown beside it.
+more than :data:`ACCURACY_GAP` below plain OGD (accuracy: logistic, and softmax's multiclass one)
+or its RMSE more than :data:`RMSE_RATIO` times OGD's (ridge); the other unit's best is shown beside
+it.
 
 Without a sample only the noise formula speaks: a target is not useful when the predicted noise norm
-``noise_std sqrt(d)`` exceeds :data:`NOISE_TO_SIGNAL_LIMIT` times the radius of the parameter ball
-(no weights are longer, so the ratio is a lower bound of the noise-to-signal).
+``noise_std sqrt(p)`` (``p`` the parameter's coordinates: d, or K d for a K-class softmax) exceeds
+:data:`NOISE_TO_SIGNAL_LIMIT` times the radius of the parameter ball (no weights are longer, so the
+ratio is a lower bound of the noise-to-signal).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def _gap(metric: str, score: float, ogd: float) -> str:
 
 
 def formula_problems(std: float, *, dim: int, radius: float) -> list[str]:
-    """Why noise ``std`` (per coordinate) makes the release useless, by the formula alone."""
+    """Why noise ``std`` (per coordinate) makes the release useless, by the formula alone; ``dim``:
+    the coordinates of the parameter (``param_dim``)."""
     ratio = std * dim ** 0.5 / radius
     if ratio > NOISE_TO_SIGNAL_LIMIT:
         return [f"predicted noise norm is {ratio:.2f} of the radius (above {NOISE_TO_SIGNAL_LIMIT}; no weights are "
@@ -50,7 +53,7 @@ def assess(plan: dict) -> tuple[list[str], dict]:
     if plan["search"] is not None:
         return _searched(plan)
     unit, other = plan["unit"], plan["other_unit"]
-    common = dict(dim=plan["dim"], radius=plan["radius"])
+    common = dict(dim=plan.get("param_dim", plan["dim"]), radius=plan["radius"])
     mine = formula_problems(plan["noise_std"], **common)
     theirs = formula_problems(other["noise_std"], **common) if other else None
     warnings, text, best_unit = [], [], unit

@@ -4,6 +4,7 @@
     olu-worker plan --privacy-unit per-request --sample events.jsonl          # its own deletes
     olu-worker plan --sample inserts.jsonl --deletion-rate 0.005 --request-records key --json
     olu-worker plan --from-topic 200000 --bootstrap-servers broker:9092      # the live input topic
+    olu-worker plan --loss softmax --classes fraud,ok,review --sample events.jsonl --deletion-rate 0.01
 
 Takes the model settings of ``run`` (flags or ``OLU_*``, the same checks) and the deletion workload:
 from the sample's own deletes when it has some (their rate, records per request and ages), else
@@ -11,7 +12,8 @@ from the flags (``--deletion-rate``, ``--request-records``, ``--deletion-age``, 
 ...). With a sample (``--sample`` or ``--from-topic``) it simulates every candidate configuration on
 the workload and recommends the best under the unit. Prints the text report, or one JSON object with
 ``--json`` (fields: worker/planning/render.py); ``--plot`` also writes a PNG. Bad input is one line
-on stderr and exit code 2.
+on stderr and exit code 2. A softmax model (``--loss softmax --classes ...``) is planned over its
+K x d parameter, its sample's labels being the class labels, and scored by multiclass accuracy.
 """
 
 from __future__ import annotations

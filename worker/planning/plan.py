@@ -49,8 +49,11 @@ def make_plan(settings, target, *, shape: Shape, events: int, sample=None, sampl
                  "noise_growth": other_pred["noise_growth"]}
     candidates = [{"l2": l2, "noise_std": noise_std(build_engine(settings, target, l2=l2), target, events=events,
                                                    **figures)} for l2 in _l2_values(settings.l2)]
+    # a softmax model's classes and K d coordinates (binary plans keep their fields as they were)
+    multiclass = ({"classes": list(model.loss.classes), "param_dim": model.param_dim}
+                  if model.loss.name == "softmax" else {})
     plan = {
-        "algorithm": settings.algorithm, "loss": settings.loss, "dim": settings.dim, "l2": settings.l2,
+        "algorithm": settings.algorithm, "loss": settings.loss, "dim": settings.dim, **multiclass, "l2": settings.l2,
         "radius": settings.radius, "feature_bound": settings.feature_bound,
         "L": model.constants.L, "mu": model.constants.mu,
         "unit": target.unit, "rho": target.rho, "epsilon": target.epsilon, "delta": target.delta,

@@ -14,9 +14,10 @@ Lipschitz constant L and the domain's diameter, and the target (unit, rho), this
   doc): an upper bound of the std of the engine's release on the same plan, exact up to a few
   percent for ridge with small feature norms, pessimistic for logistic (the data's curvature
   contracts the noise faster than l2 alone), and its growth with the stream length;
-* ``noise_to_radius``: the expected noise norm ``std sqrt(d)`` over the radius of the parameter
-  ball. No released weights are longer than the radius, so this is a lower bound of the
-  noise-to-signal ratio whatever the data.
+* ``noise_to_radius``: the expected noise norm ``std sqrt(p)`` over the radius of the parameter
+  ball, ``p`` the parameter's coordinates (``model.param_dim``: d, or K d for a K-class softmax,
+  whose noise covers its K x d matrix). No released weights are longer than the radius, so this is
+  a lower bound of the noise-to-signal ratio whatever the data.
 
 Under the strongly convex schedule ``age`` changes no number (every shift contracts to
 ``L / (mu (tau + t0))`` at its deletion); it matters for the other schedules.
@@ -90,8 +91,8 @@ def predict(model, target, *, deletion_rate: float, events: int, omega: float, a
         "sigma": deletion_sigmas(model, target, deletion_rate=deletion_rate, events=events, omega=omega, age=age),
         "noise_std": std,
         "noise_growth": {str(n): v for n, v in growth.items()},
-        "noise_norm": std * math.sqrt(model.dim),
-        "noise_to_radius": std * math.sqrt(model.dim) / model.ball.radius,
+        "noise_norm": std * math.sqrt(model.param_dim),
+        "noise_to_radius": std * math.sqrt(model.param_dim) / model.ball.radius,
     }
 
 

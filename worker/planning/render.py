@@ -3,7 +3,9 @@
 Fields of the JSON object (``olu-worker plan --json``)
 ------------------------------------------------------
 * ``algorithm``, ``loss``, ``dim``, ``l2``, ``radius``, ``feature_bound``: the settings planned for;
-  ``L``, ``mu``: the engine's Lipschitz and strong-convexity constants derived from them.
+  ``L``, ``mu``: the engine's Lipschitz and strong-convexity constants derived from them. Softmax
+  only: ``classes`` (the K declared classes) and ``param_dim`` (K x dim, the coordinates of its
+  K x d parameter, which the noise covers).
 * ``unit`` (``all-deletions`` or ``per-request``), ``rho`` (Rényi slope: the model's lifetime
   budget, or the charge of one request), ``epsilon`` at ``delta`` (the guarantee it reports),
   ``target_epsilon`` (the requested epsilon, or null when rho was given).
@@ -13,9 +15,10 @@ Fields of the JSON object (``olu-worker plan --json``)
 * ``noise_std``: predicted per-coordinate noise std of the release after ``events`` events (an
   upper bound of the engine's; exact within a few percent for ridge with small features);
   ``noise_growth``: the same at 1e5, 1e6 and 1e7 events (keys are the lengths, as strings);
-  ``noise_norm``: the expected norm of that noise, ``noise_std sqrt(dim)``: the std per coordinate
-  does not depend on the dimension, the norm grows with its square root (and the weights' norm
-  does not); ``noise_to_radius``: ``noise_norm / radius``.
+  ``noise_norm``: the expected norm of that noise, ``noise_std sqrt(dim)`` (softmax:
+  ``noise_std sqrt(param_dim)``, K x dim coordinates): the std per coordinate does not depend on
+  the dimension, the norm grows with its square root (and the weights' norm does not);
+  ``noise_to_radius``: ``noise_norm / radius``.
 * ``other_unit``: ``{unit, noise_std, noise_growth}`` of the other unit at the same rho (null if the algorithm
   has only one).
 * ``l2_candidates``: ``[{l2, noise_std}]`` for the configured l2 times 0.3, 1, 3 and 10.
@@ -31,10 +34,11 @@ Fields of the JSON object (``olu-worker plan --json``)
   ``age_events`` ``{p10, p50, p90}`` (deleted records' age at deletion), ``keys``,
   ``top_keys_share`` (records held by the top 1% of keys), ``outside`` (named ids older than the
   sample), ``shape`` (the flags' description, or null).
-* ``search`` (null without a sample): ``metric`` (``accuracy`` or ``rmse``), ``events``, ``inserts``,
-  ``seed``, ``ogd`` (plain OGD at the configured l2, over the last quarter), ``ogd_by_l2``,
-  ``ogd_curve``; ``runs``: every candidate ``{unit, rotation, lifetime, l2, cap, capacity, settings,
-  score, curve}`` (``records_over_key_cap`` with a cap); ``best``: ``{unit: run}``.
+* ``search`` (null without a sample): ``metric`` (``accuracy``, multiclass for softmax, or ``rmse``),
+  ``events``, ``inserts``, ``seed``, ``ogd`` (plain OGD at the configured l2, over the last
+  quarter), ``ogd_by_l2``, ``ogd_curve``; ``runs``: every candidate ``{unit, rotation, lifetime,
+  l2, cap, capacity, settings, score, curve}`` (``records_over_key_cap`` with a cap); ``best``:
+  ``{unit: run}``.
 * ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, settings
   (the OLU_* line of the best configuration), predicted (its score), ogd, l2, target_useful, watch
   (the workload's OLU_EXPECTED_DELETION_RATE, OLU_PLANNED_RECORDS_PER_REQUEST and
@@ -60,7 +64,9 @@ def _n(value: int) -> str:
 
 
 def to_text(plan: dict) -> str:
-    lines = [f"olu-worker plan: {plan['algorithm']}, {plan['loss']}, dim {plan['dim']}, l2 {plan['l2']:g}, "
+    k = len(plan["classes"]) if plan.get("classes") else None  # softmax: K classes
+    loss = f"{plan['loss']} over {k} classes" if k else plan["loss"]
+    lines = [f"olu-worker plan: {plan['algorithm']}, {loss}, dim {plan['dim']}, l2 {plan['l2']:g}, "
              f"radius {plan['radius']:g}, feature bound {plan['feature_bound']:g} "
              f"(L {plan['L']:.4g}, mu {plan['mu']:.4g})"]
     target = ("the target" if plan["target_epsilon"] is not None else "from rho")
@@ -76,8 +82,12 @@ def to_text(plan: dict) -> str:
         lines.append(f"per-deletion sigma: first {s['first']:.4g}, typical {s['typical']:.4g}, last {s['last']:.4g}")
     lines.append(f"predicted noise std per coordinate after {_n(plan['events'])} events: {plan['noise_std']:.4g} "
                  f"(noise norm / radius {plan['noise_to_radius']:.3g})")
-    lines.append(f"  noise norm {plan['noise_norm']:.4g} = std x sqrt(dim {_n(plan['dim'])}): it grows with the "
+    coordinates = f"{k} x dim {_n(plan['dim'])} = {_n(plan['param_dim'])}" if k else f"dim {_n(plan['dim'])}"
+    lines.append(f"  noise norm {plan['noise_norm']:.4g} = std x sqrt({coordinates}): it grows with the "
                  "square root of the dimension (a spec's hashed buckets and one-hot slots count)")
+    if k:
+        lines.append(f"  softmax: the noise covers the K x d = {_n(plan['param_dim'])} coordinates of the {k} class "
+                     f"rows, {k} times a binary model's at dim {_n(plan['dim'])} (its norm sqrt({k}) times as large)")
     growth = ", ".join(f"{_n(int(n))}: {v:.4g}" for n, v in plan["noise_growth"].items())
     lines.append(f"  growth with the stream length: {growth}")
     if plan["other_unit"]:

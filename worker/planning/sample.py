@@ -5,7 +5,9 @@ each an event (keyed by its id) or ``{"key": ..., "value": ...}`` with the parti
 Every insert is checked as the worker checks it (the engine's feature and label checks): a
 malformed line is a :class:`SampleError` naming the file and line. Records whose features exceed
 the feature bound are dropped under ``feature_policy = reject`` (the worker dead-letters them) and
-counted; ``clip`` rescales them, as the worker does. The sample's deletes are kept, in stream order,
+counted; ``clip`` rescales them, as the worker does. Labels are kept as the loss reads them
+(``loss.label``: -1/+1 for logistic, the value for ridge, the class's position in ``classes`` for
+softmax, whose sample labels are the class labels themselves). The sample's deletes are kept, in stream order,
 as the workload to replay (worker/planning/workload.py). Blank lines are skipped.
 """
 
@@ -23,13 +25,15 @@ from ..formats.keyed_lines import numbered_records
 from ..olu.exceptions import InvalidExample, NormExceeded
 from .exceptions import SampleError
 
-__all__ = ["Sample", "SampleError", "read_sample", "sample_dimension", "sample_from_records"]
+__all__ = ["Sample", "SampleError", "read_sample", "sample_dimension", "sample_from_records", "sample_of"]
 
 
 @dataclass(frozen=True)
 class Sample:
     """The sample's inserts (``ids``, ``X``, ``y``, each one's partitioning key in ``subjects``) and
-    its deletion requests: ``requests[j] = (inserts before it, ids it names)``, in stream order."""
+    its deletion requests: ``requests[j] = (inserts before it, ids it names)``, in stream order.
+    ``y`` holds the labels as the model's loss reads them (``loss.label``; :func:`sample_of` maps
+    raw labels, softmax classes included)."""
 
     ids: list[str]
     X: np.ndarray
@@ -136,3 +140,15 @@ def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model
         raise SampleError(f"{name} has no usable insert" + (f" ({dropped} over the feature bound)" if dropped else ""))
     return Sample(ids, np.array(rows, np.float64), np.array(labels, np.float64), dropped,
                   subjects if keyed else None, tuple(requests))
+
+
+def sample_of(model, ids: list[str], X: np.ndarray, labels, subjects: list[str] | None = None) -> Sample:
+    """A :class:`Sample` of inserts given as arrays (a benchmark's stream): ``labels`` as the stream
+    carries them (softmax: the class labels), mapped by ``model.loss``; a label the loss refuses is
+    a :class:`SampleError`. The rows are taken as they are (no feature check, nothing dropped)."""
+    try:
+        y = model.loss.labels(labels) if hasattr(model.loss, "labels") else np.array(
+            [model.loss.label(v) for v in labels], np.float64)
+    except InvalidExample as exc:
+        raise SampleError(f"sample labels: {exc}") from None
+    return Sample(list(ids), np.asarray(X, np.float64), y, 0, subjects)

@@ -33,7 +33,7 @@ def unit_warning(settings) -> str | None:
     rho = target.rho / 2 if rotating else target.rho  # each model of a rotation has half the slope
     std = noise_std(model, type(target)(target.unit, rho, target.delta, None), deletion_rate=rate, events=events,
                     omega=settings.omega, age=min(AGE, events))
-    ratio = std * math.sqrt(model.dim) / model.ball.radius
+    ratio = std * math.sqrt(model.param_dim) / model.ball.radius  # K d coordinates for softmax
     if ratio <= NOISE_TO_SIGNAL_LIMIT:
         return None
     return (f"under OLU_PRIVACY_UNIT=all-deletions at OLU_EXPECTED_DELETION_RATE={rate:g} the noise formula predicts "

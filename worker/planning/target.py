@@ -5,6 +5,12 @@ the settings become a unit, a Rényi slope and an engine instance.
 (given, or the exact inversion of the reported conversion for ``target_epsilon`` at ``delta``) and
 the delta from the settings. :func:`build_engine` builds the engine those settings run, optionally
 with another ``l2`` or unit (the plan compares them).
+
+The loss is the settings' ``loss``; a softmax loss takes its classes from the setting ``classes``
+(``OLU_CLASSES``), read with ``getattr`` so that settings objects without it plan binary models as
+before. :func:`with_settings` overrides settings for a plan (a benchmark's softmax stream, say)
+without building a new settings object. :func:`planned_algorithms` names the algorithms the
+planner may plan for a loss: those of :data:`PLANNED_ALGORITHMS` whose engine takes it.
 """
 
 from __future__ import annotations
@@ -16,11 +22,51 @@ from ..config.model import engine_class, model_kwargs
 from ..exceptions import ConfigError
 from ..olu.privacy.analysis.units import UNITS, unit_epsilon, unit_rho_for_epsilon
 
-__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "resolve_target"]
+__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "classes_of", "planned_algorithms",
+           "resolve_target", "with_settings"]
 
 #: Algorithms whose noise the planner models (one calibrated Gaussian per deletion).
 PLANNED_ALGORITHMS = ("passive",)
 DEFAULT_RHO = 1.0
+
+
+def planned_algorithms(loss: str) -> tuple[str, ...]:
+    """The algorithms of :data:`PLANNED_ALGORITHMS` whose engine takes ``loss`` (an algorithm that
+    refuses it, such as active-newton for softmax, is never planned for it).
+
+    >>> planned_algorithms("softmax")
+    ('passive',)
+    """
+    return tuple(a for a in PLANNED_ALGORITHMS if loss in engine_class(a).losses)
+
+
+def classes_of(settings) -> list | None:
+    """The softmax classes of the settings (the setting ``classes``, OLU_CLASSES), or None."""
+    classes = getattr(settings, "classes", None)
+    return None if classes is None else list(classes)
+
+
+class _Overridden:
+    """Settings with some values replaced (:func:`with_settings`); every other one read through."""
+
+    def __init__(self, settings, values: dict):
+        object.__setattr__(self, "_settings", settings)
+        object.__setattr__(self, "_values", values)
+
+    def __getattr__(self, name: str):
+        values = object.__getattribute__(self, "_values")
+        return values[name] if name in values else getattr(object.__getattribute__(self, "_settings"), name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("planning settings are read-only")
+
+
+def with_settings(settings, **values):
+    """``settings`` with ``values`` in place of theirs (names of settings, e.g. ``loss="softmax",
+    classes=["a", "b", "c"]``), for :func:`worker.planning.plan.make_plan` and the functions here.
+    Nothing is validated here: the engine the plan builds refuses bad values (a softmax loss without
+    classes names OLU_CLASSES)."""
+    return _Overridden(settings, dict(values))
 
 
 @dataclass(frozen=True)
@@ -87,7 +133,14 @@ def _kwargs(settings, target: Target, l2, cap) -> dict:
     contribution bound: ``_UNSET`` keeps the setting, None removes it) overriding the settings."""
     if settings.algorithm not in PLANNED_ALGORITHMS:
         raise ConfigError(f"plan models the passive algorithm only, got algorithm {settings.algorithm!r}")
+    if settings.algorithm not in planned_algorithms(settings.loss):
+        why = engine_class(settings.algorithm).loss_refusal
+        raise ConfigError(f"plan: algorithm {settings.algorithm!r} (OLU_ALGORITHM) does not support loss "
+                          f"{settings.loss!r} (OLU_LOSS)" + (f": {why}" if why else ""))
     kwargs = model_kwargs(settings)
+    classes = classes_of(settings)
+    if classes is not None:  # until the settings' model arguments carry it (OLU_CLASSES)
+        kwargs.setdefault("classes", classes)
     if l2 is not None:
         kwargs["l2"] = l2
     if cap is not _UNSET:

@@ -3,9 +3,10 @@
 The records are read with ``run``'s connection settings (bootstrap servers, ``OLU_KAFKA_*``, the
 input format and its Schema Registry) by a consumer of a group of its own that commits nothing, and
 decoded by the worker's own decoder (worker/stream/input/decode.py, worker/stream/input/framed.py), so the
-sample is what the worker would see: inserts, deletes and tombstones, with their keys. Records the
-worker would dead-letter are counted and left out. Partitions are read from ``end - N / P`` each
-and merged by Kafka timestamp (a subject's records share a partition, so each one's order holds).
+sample is what the worker would see: inserts (under a softmax over string classes, naming their
+class), deletes and tombstones, with their keys. Records the worker would dead-letter are counted
+and left out. Partitions are read from ``end - N / P`` each and merged by Kafka timestamp (a
+subject's records share a partition, so each one's order holds).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 
 from ..kafka_log import client_logger
 from .exceptions import PlanError
+from .target import classes_of
 
 __all__ = ["read_topic_records"]
 
@@ -76,6 +78,8 @@ def _decoded(settings, messages: list) -> tuple[list[tuple[str, bytes, dict | No
     from ..stream.input.decode import Insert
     from ..stream.input.framed import RegistryInput, decode_message, original
 
+    classes = classes_of(settings) if settings.loss == "softmax" else None
+    labels = bool(classes) and type(classes[0]) is str  # inserts name their class, as the worker reads them
     registry = RegistryInput.from_settings(settings)
     if registry is not None:
         from ..formats.input import transcode
@@ -87,7 +91,7 @@ def _decoded(settings, messages: list) -> tuple[list[tuple[str, bytes, dict | No
     for msg in messages:
         try:
             event = decode_message(msg, dim=settings.dim, max_bytes=settings.max_record_bytes,
-                                   features=settings.feature_spec)
+                                   features=settings.feature_spec, labels=labels)
         except DeadLetter:
             left_out += 1
             continue
