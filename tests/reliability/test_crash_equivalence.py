@@ -25,6 +25,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import numpy as np
+import orjson
 import pytest
 
 from tests.stream.kafka_harness import (
@@ -66,6 +68,7 @@ class Variant:
     # sparse decoder (Python) runs behind the producer, so less is published before each kill: 19 in
     # 20 kills on the CI machine, against one or more per kill for the compiled scan.
     held_per_kill: float = 1.0
+    classes: tuple = ()  # a softmax model over these class names (OLU_LOSS=softmax, OLU_CLASSES)
 
 
 VARIANTS = {
@@ -83,6 +86,9 @@ VARIANTS = {
     # The sparse step's state (iterate = scale x vector, its kept norm) through kills and restores.
     "sparse-file": Variant(events=24_000, kills=20, transactional=False, state="file", seed=5005, sparse_input=True,
                            held_per_kill=0.5),
+    # A K x d softmax over class names (the Python decoder reads them, as it reads sparse rows).
+    "softmax-file": Variant(events=24_000, kills=20, transactional=False, state="file", seed=6006,
+                            held_per_kill=0.5, classes=("billing", "fraud", "login", "other")),
 }
 
 ROTATING_PERSONALITIES = list(PERSONALITIES.values())
@@ -130,6 +136,8 @@ def kill_points(variant: Variant, chunk: int) -> list[KillPoint]:
 def _setup(variant: Variant, kafka_bootstrap, kafka_topic, s3_server, tmp_path, name: str):
     extra = {**TUNING, "OLU_TRANSACTIONAL": str(variant.transactional).lower(),
              "OLU_DELETION_RELEASES": variant.deletion_releases, "OLU_SPARSE_INPUT": str(variant.sparse_input).lower()}
+    if variant.classes:
+        extra.update(OLU_LOSS="softmax", OLU_CLASSES=",".join(variant.classes))
     if variant.state == "s3":
         topics, group, env, snapshots = worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, name,
                                                      partitions=PARTITIONS, stoppable=False, **extra)
@@ -212,6 +220,8 @@ def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstra
     stream = event_stream(v.events, seed=v.seed, delete_rate=0.03, bursts=bursts)
     if v.transactional:
         stream = [POISON if j and j % POISON_EVERY == 0 else event for j, event in enumerate(stream)]
+    if v.classes:
+        stream = with_class_names(stream, v.classes, v.seed)
     assert len(plan) >= 20
     worker, done, restarts = run_with_kills(kafka_bootstrap, topics, env, stream, plan, chunk, tmp_path)
 
@@ -234,12 +244,33 @@ def test_sigkills_at_seeded_points_leave_the_uninterrupted_result(kafka_bootstra
         assert replayed.noised_deletes and replayed.noop_deletes and replayed.inserts_skipped
     if v.transactional:
         assert_exactly_once(kafka_bootstrap, topics, records, poison, worker)
+    if v.classes:  # every release carries the K x d matrix and the class names
+        dim = int(env["OLU_DIM"])
+        assert all(r.json()["classes"] == list(v.classes) and len(r.json()["weights"]) == len(v.classes) * dim
+                   for r in records)
     # verify_end_state found no release older than one before it, at either isolation level. The
     # check had something to catch: restarts replayed releases below their floor (the input's end
     # at assignment), held them back and made one when the replay reached it.
     caught_up = worker.log_lines("replay reached its floor; held releases made as one", all_runs=True)
     assert sum(line["held"] for line in caught_up) >= v.kills * v.held_per_kill, caught_up[:5]
     assert any(line["trigger"] == "deletion" for line in caught_up), caught_up[:5]
+
+
+def with_class_names(stream, classes, seed: int):
+    """The stream with each insert's label replaced by the class name a fixed random K x d rule
+    gives its features (the nearest of K directions), everything else as it was."""
+    rule = None
+    out = []
+    for key, value, kind in stream:
+        if kind == "insert":
+            event = orjson.loads(value)
+            x = np.asarray(event["x"], np.float64)
+            if rule is None:
+                rule = np.random.default_rng(seed).normal(size=(len(classes), len(x)))
+            event["y"] = classes[int(np.argmax(rule @ x))]
+            value = orjson.dumps(event)
+        out.append((key, value, kind))
+    return out
 
 
 def assert_exactly_once(bootstrap, topics, records, poison: int, worker) -> None:

@@ -675,7 +675,7 @@ def replay_partition(settings, records, *, deltas: dict[int, dict], released: di
 def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas, released, pre_noise_at) -> None:
     try:
         event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes,
-                             sparse=settings.sparse_input)
+                             sparse=settings.sparse_input, labels=settings.string_labels)
     except DeadLetter:
         out.dead += 1
         return
@@ -864,7 +864,8 @@ def model_changing_deletes(settings, records) -> list[int]:
     out = []
     for offset, key, value in records:
         try:
-            event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes)
+            event = decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes,
+                                 labels=settings.string_labels)
         except DeadLetter:
             continue
         if isinstance(event, Insert):
@@ -892,7 +893,8 @@ def assert_deletes_honoured(settings, inputs: dict[int, list], results: dict[int
         applied = set(replayed.model.index.to_arrays()["applied_keys"].tolist())
         tombstones = replayed.model.tombstones
         ids = {rid for offset, key, value in records if offset in set(expected)
-               for rid in decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes).ids}
+               for rid in decode_event(key, value, dim=settings.dim, max_bytes=settings.max_record_bytes,
+                                       labels=settings.string_labels).ids}
         for rid in ids:
             k = record_key(rid)
             assert k not in applied, f"partition {p}: deleted record still in the applied index"
