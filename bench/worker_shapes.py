@@ -1,6 +1,6 @@
-"""Sparse rows through the worker end to end, next to the dense d = 10 stream (issue 42).
+"""The worker end to end by the shape of its model and input: dense, sparse and softmax.
 
-    .venv/bin/python bench/sparse_worker.py [--events 200000] [--delete-frac 0.001] [--repeat 2] [--quick] [--out DIR]
+    .venv/bin/python bench/worker_shapes.py [--events 200000] [--delete-frac 0.001] [--repeat 2] [--quick] [--out DIR]
 
 The worker (``worker_throughput.run_worker``: in-process ``Worker.run`` on a real broker, state on
 file://) over two pre-produced streams of ``--events`` events each, ``--delete-frac`` of them
@@ -8,14 +8,18 @@ deletes of earlier records:
 
 - ``dense d=10``: ``x`` as an array of 10 numbers (the compiled JSON scan);
 - ``sparse 30 of 2^16``: ``x`` as ``{"indices", "values"}`` with 30 non-zeros at random coordinates of
-  d = 65,536, under ``OLU_SPARSE_INPUT`` (the Python decoder, the engine's sparse step).
+  d = 65,536, under ``OLU_SPARSE_INPUT`` (the Python decoder, the engine's sparse step);
+- ``softmax K=5 d=10, integer classes``: ``OLU_LOSS=softmax``, ``OLU_CLASSES=0,1,2,3,4``, labels as
+  numbers (the compiled JSON scan, a K x d step);
+- ``softmax K=5 d=10, class names``: the same rows with the classes' names as labels (the Python
+  decoder reads them).
 
 A deletion stays dense at any d: its Gaussian has d coordinates, its delta holds the d-vector and
 its release the d weights (about 1.4 MB of JSON at d = 65,536: the params topic is created with
 ``max.message.bytes`` 4 MiB, over Kafka's 1 MiB default, which the worker would refuse at start), so
 the deletion share weighs far more on the wide stream. Each stream's best of ``--repeat`` runs.
 
-Writes ``sparse_worker.json`` into ``--out`` (bench/results).
+Writes ``worker_shapes.json`` into ``--out`` (bench/results).
 """
 
 from __future__ import annotations
@@ -38,16 +42,24 @@ REPORT_KEYS = ("config", "rows")
 SERVICES = ("kafka",)
 POOL = 8192
 WIDE, NNZ = 2**16, 30
+NAMES = ("billing", "fraud", "login", "shipping", "other")
 
 
-def pools(seed: int) -> dict[str, tuple[list[bytes], list[int]]]:
-    """Per stream: POOL ``x`` JSON fragments and their labels."""
+def pools(seed: int) -> dict[str, tuple[list[bytes], list[bytes], dict]]:
+    """Per stream: POOL ``x`` JSON fragments, their labels as JSON, the worker's settings."""
     rng = np.random.default_rng(seed)
     out = {}
     w = rng.normal(size=10)
     dense = [rng.normal(size=10) for _ in range(POOL)]
     dense = [x * (rng.random() / np.linalg.norm(x)) for x in dense]
-    out["dense d=10"] = ([orjson.dumps(x.tolist()) for x in dense], [int(x @ w > 0) for x in dense])
+    rows = [orjson.dumps(x.tolist()) for x in dense]
+    out["dense d=10"] = (rows, [b"%d" % (x @ w > 0) for x in dense], {"dim": 10})
+    best = [int(np.argmax(rng.normal(size=(len(NAMES), 10)) @ x)) for x in dense]
+    softmax = {"dim": 10, "loss": "softmax"}
+    out["softmax K=5 d=10, integer classes"] = (rows, [b"%d" % k for k in best],
+                                                {**softmax, "classes": ",".join(map(str, range(len(NAMES))))})
+    out["softmax K=5 d=10, class names"] = (rows, [b'"%s"' % NAMES[k].encode() for k in best],
+                                            {**softmax, "classes": ",".join(NAMES)})
     wide_w = rng.normal(size=WIDE)
     fragments, labels = [], []
     for _ in range(POOL):
@@ -55,8 +67,8 @@ def pools(seed: int) -> dict[str, tuple[list[bytes], list[int]]]:
         v = rng.normal(size=NNZ)
         v *= rng.random() / np.linalg.norm(v)
         fragments.append(orjson.dumps({"indices": idx.tolist(), "values": v.tolist()}))
-        labels.append(int(v @ wide_w[idx] > 0))
-    out[f"sparse {NNZ} of 2^16"] = (fragments, labels)
+        labels.append(b"%d" % (v @ wide_w[idx] > 0))
+    out[f"sparse {NNZ} of 2^16"] = (fragments, labels, {"dim": WIDE, "sparse_input": True})
     return out
 
 
@@ -75,8 +87,7 @@ def main(argv=None) -> int:
     plan = h.stream_plan(args.events, args.delete_frac, args.seed)
     rows = []
     with h.kafka() as (bootstrap, _source):
-        for name, (fragments, labels) in pools(args.seed).items():
-            sparse = name.startswith("sparse")
+        for name, (fragments, labels, overrides) in pools(args.seed).items():
             topic, params, dlq = h.unique("bench.sparse"), h.unique("bench.params"), h.unique("bench.dlq")
             h.create_topics(bootstrap, [topic, dlq])
             h.create_topics(bootstrap, [params], config={"max.message.bytes": str(4 << 20)})  # 1.6 MB JSON releases
@@ -86,10 +97,9 @@ def main(argv=None) -> int:
                 if op == "d":
                     return rid, b'{"op":"delete","id":"%s"}' % rid
                 k = j % POOL
-                return rid, b'{"op":"insert","id":"%s","y":%d,"x":%s}' % (rid, labels[k], fragments[k])
+                return rid, b'{"op":"insert","id":"%s","y":%s,"x":%s}' % (rid, labels[k], fragments[k])
 
             produced = h.produce_all(bootstrap, topic, None, plan, label=f"pre-produce {name}", encode=encode)
-            overrides = {"dim": WIDE, "sparse_input": True} if sparse else {"dim": 10}
             best = max((run_worker(bootstrap, topic, params, dlq, args.events, overrides=overrides)
                         for _ in range(args.repeat)), key=lambda w: w["events_per_s"])
             if best["summary"].get("dead_letters", 0):
@@ -103,7 +113,7 @@ def main(argv=None) -> int:
     report = {"machine": info, "config": {"events": args.events, "delete_frac": args.delete_frac,
                                           "repeat": args.repeat, "quick": args.quick, "nnz": NNZ, "wide_dim": WIDE},
               "rows": rows}
-    return h.finish("sparse_worker", report, args.out)
+    return h.finish("worker_shapes", report, args.out)
 
 
 def render(report: dict) -> str:
