@@ -8,9 +8,12 @@ it starts and refuses to run, naming the settings that fix it (a broker that doe
 gets a warning: the limit is unknown, the first release will tell).
 
 >>> from types import SimpleNamespace
->>> s = SimpleNamespace(dim=65_536, release_format="json", feature_spec=None, params_topic="olu.params")
+>>> s = SimpleNamespace(dim=65_536, loss="logistic", classes=None, release_format="json", feature_spec=None,
+...                     params_topic="olu.params")
 >>> release_bytes_bound(s) > 1_048_588, release_bytes_bound(SimpleNamespace(**{**vars(s), "release_format": "avro"}))
 (True, 532480)
+>>> released_weights(SimpleNamespace(dim=1_000, loss="softmax", classes=["a", "b", "c"]))  # the K x d matrix
+3000
 """
 
 from __future__ import annotations
