@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import orjson
@@ -16,6 +15,7 @@ from worker.cli import main
 from worker.config import load_settings
 from worker.config.options import OPTION_BY_NAME
 from worker.exceptions import ConfigError
+from worker.olu.core.losses import Softmax
 from worker.planning import target as target_module
 from worker.planning.advice import NOISE_TO_SIGNAL_LIMIT
 from worker.planning.plan import make_plan
@@ -163,7 +163,7 @@ def test_replay_scores_the_argmax_class_and_teaches_the_class_labels():
 
 
 def test_integer_classes_map_back_to_their_values():
-    loss = SimpleNamespace(classes=(5, 7, 9))
+    loss = Softmax(0.01, [5, 7, 9])
     assert class_labels(loss, np.array([2.0, 0.0, 1.0])).tolist() == [9, 5, 7]
 
 

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..olu import arith
+from ..olu.core.losses import Softmax
 
 __all__ = ["BLOCKS", "TAIL", "WINDOWS", "better", "class_labels", "metric_name", "predicted_classes", "replay",
            "score", "window_scores"]
@@ -79,16 +80,14 @@ def _block_score(loss: str, weights: np.ndarray, X: np.ndarray, y: np.ndarray) -
 def class_labels(loss, positions: np.ndarray) -> np.ndarray:
     """The softmax classes at ``positions`` (what ``loss.labels`` maps them from): Python strings in
     an object array, or integers."""
-    classes = np.array(loss.classes, dtype=object if isinstance(loss.classes[0], str) else np.int64)
+    classes = np.array(loss.classes, dtype=object if loss.named else np.int64)
     return classes[positions.astype(np.int64)]
 
 
 def predicted_classes(weights: np.ndarray, X: np.ndarray) -> np.ndarray:
     """The position of each row's predicted class under the flat K x d ``weights``: the largest
     margin ``w_k.x`` (the first on a tie), each margin in the engine's fixed order."""
-    W = weights.reshape(-1, X.shape[1])
-    margins = np.stack([arith.matvec(X, row) for row in W], axis=1)
-    return np.argmax(margins, axis=1).astype(np.float64)
+    return np.argmax(Softmax.margins_many(weights, X), axis=1).astype(np.float64)
 
 
 def score(scores: np.ndarray, loss: str, tail: float = TAIL) -> float:

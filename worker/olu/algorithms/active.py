@@ -146,8 +146,7 @@ def average_loss_descent(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y
 def _softmax_residuals(loss, z: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """p(x_r) - e_{y_r} for every row (n x K), in fixed-order arithmetic: each margin as arith.dot,
     exp through the C library, the class sums added column after column."""
-    d = X.shape[1]
-    M = np.column_stack([arith.matvec(X, z[k * d:(k + 1) * d]) for k in range(loss.k)])
+    M = loss.margins_many(z, X)
     M -= M.max(axis=1, keepdims=True)
     E = arith.exp(M.ravel()).reshape(M.shape)
     total = np.zeros(len(X))

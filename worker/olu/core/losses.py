@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arith import dot, sqnorm
+from ..arith import dot, matvec, sqnorm
 from ..exceptions import ConfigError, InvalidLabel
 
 
@@ -180,11 +180,11 @@ class Softmax:
         self.classes = _declared_classes(classes)
         self.k = len(self.classes)
         self._index = {c: i for i, c in enumerate(self.classes)}
-        numeric = type(self.classes[0]) is int
+        #: the classes are names (strings), which inserts carry as their label, rather than integers
+        self.named = type(self.classes[0]) is str
         # integer classes: their values sorted, with each one's position, for the vectorised check
-        self._sorted = np.array(sorted(self.classes), np.float64) if numeric else None
-        self._positions = (np.array([self._index[c] for c in sorted(self.classes)], np.float64)
-                           if numeric else None)
+        self._sorted = None if self.named else np.array(sorted(self.classes), np.float64)
+        self._positions = None if self.named else np.array([self._index[c] for c in sorted(self.classes)], np.float64)
 
     @property
     def strongly_convex(self) -> bool:
@@ -207,7 +207,7 @@ class Softmax:
             position = self._index.get(int(y))
         else:
             position = None
-        if position is None or isinstance(y, str) != (self._sorted is None):
+        if position is None or isinstance(y, str) != self.named:
             value = y.item() if isinstance(y, np.generic) else y
             shown = repr(value) if isinstance(value, (str, int, float)) else f"a {type(y).__name__}"
             raise InvalidLabel(f"label {shown[:80]} is not one of the {self.k} declared classes")
@@ -228,6 +228,13 @@ class Softmax:
         """w_k.x for each class, each in the engine's order (arith.dot)."""
         d = len(x)
         return np.array([dot(z[k * d:(k + 1) * d], x) for k in range(self.k)])
+
+    @staticmethod
+    def margins_many(z: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """The margins of every row (n x K) under the flat K x d ``z``, each as :meth:`margins` adds it
+        (arith.matvec: each row's dot product in the engine's order)."""
+        d = X.shape[1]
+        return np.stack([matvec(X, z[k * d:(k + 1) * d]) for k in range(len(z) // d)], axis=1)
 
     def probabilities(self, margins: np.ndarray) -> np.ndarray:
         """softmax(margins): exp(m_k - max m) through the C library's exp, summed class by class

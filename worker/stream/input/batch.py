@@ -35,8 +35,7 @@ __all__ = ["DecodedBatch", "decode_batch", "names_labels"]
 
 def names_labels(loss) -> bool:
     """Do inserts name their label (a softmax over string classes), rather than give a number?"""
-    classes = getattr(loss, "classes", None)
-    return bool(classes) and type(classes[0]) is str
+    return getattr(loss, "named", False)
 
 
 @dataclass
