@@ -192,3 +192,72 @@ def test_a_key_cap_bounds_what_one_key_contributes(name):
     assert model.privacy()["records_over_key_cap"] == N - 12
     again = load_model(model.export_state(), noise_rng=np.random.default_rng(1))
     assert again.key_cap.refused == N - 12 and again.learn_one("late", X[0], y[0], subject="u0") is False
+
+
+# --------------------------------------------------------------------------- the budget edge
+
+def _declared_losses():
+    """(name, loss, on_budget) for every algorithm under every loss it declares; memory-pair under
+    both of its budget policies (retrain and refuse)."""
+    out = []
+    for name, cls in sorted(ALGORITHMS.items()):
+        policies = ("retrain", "refuse") if "on_budget" in cls.settings else (None,)
+        out += [(name, loss, policy) for loss in cls.losses for policy in policies]
+    return out
+
+
+def _edge_model(name: str, loss: str, on_budget: str | None, capacity: int = 2):
+    """A model whose deletion capacity is ``capacity`` (where the class has one)."""
+    cls = ALGORITHMS[name]
+    kwargs = {**cls.example_params, "loss": loss}
+    if loss == "softmax":
+        kwargs["classes"] = CLASSES
+    if "max_deletions" in cls.settings:
+        kwargs[cls.settings["max_deletions"]] = capacity
+    if on_budget is not None:
+        kwargs["on_budget"] = on_budget
+    return cls(dim=DIM, noise_rng=np.random.default_rng(3), **kwargs)
+
+
+def _labels(loss: str, rng, n: int):
+    if loss == "softmax":
+        return [CLASSES[k] for k in rng.integers(0, len(CLASSES), n)]
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    return 0.5 * y if loss == "ridge" else y
+
+
+@pytest.mark.parametrize(("name", "loss", "on_budget"), _declared_losses())
+def test_every_algorithm_passes_its_budget_edge_under_every_loss(name, loss, on_budget):
+    """Deletions past the capacity either retrain (a new epoch on the retained data) or are refused
+    with BudgetExhausted leaving the model exactly as it was; either way the model goes on learning,
+    predicting and round-tripping in its own parameter shape (K x d for softmax)."""
+    from worker.olu.exceptions import BudgetExhausted
+
+    model = _edge_model(name, loss, on_budget)
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(40, DIM))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    y = _labels(loss, rng, 40)
+    model.learn_many([f"r-{i}" for i in range(40)], X, y)
+    outcomes, refused = [], 0
+    for i in range(0, 14, 2):  # seven deletions against a capacity of two
+        before = model.export_state()
+        try:
+            outcomes.append(model.unlearn_one(f"r-{i}").outcome)
+        except BudgetExhausted:
+            refused += 1
+            assert_same_state(model, load_model(before))  # refused before any change
+        assert model.z.shape == (model.param_dim,) and np.all(np.isfinite(model.z))
+    assert len(outcomes) + refused == 7
+    if "max_deletions" in ALGORITHMS[name].settings:  # the edge was reached, not just approached
+        assert refused or {"retrained", "exact"} & set(outcomes) or model.epoch >= 1, outcomes
+    if on_budget == "refuse":
+        assert refused == 5 and outcomes == ["noised", "noised"]
+    if on_budget == "retrain":
+        assert "retrained" in outcomes and model.epoch >= 1
+    # the model goes on: it learns, predicts, and survives a snapshot bit for bit
+    more = rng.normal(size=(5, DIM)) / 4.0
+    model.learn_many([f"n-{i}" for i in range(5)], more, _labels(loss, rng, 5))
+    prediction = model.predict_one(more[0])
+    assert prediction in CLASSES if loss == "softmax" else np.isfinite(prediction)
+    assert_same_state(model, load_model(model.export_state()))

@@ -323,7 +323,7 @@ class MemoryPair(OnlineUnlearner):
         self.accountant.restart_epoch()
         self.epoch += 1
         self.pairs.clear()
-        self.z = np.zeros(self.dim)
+        self.z = np.zeros(self.param_dim)  # K d for a softmax model
         self.grad_sq_sum = 0.0
         keys = self.examples.keys.copy()
         X, y, at = self.examples.live_rows()
