@@ -106,7 +106,7 @@ class FakeModel:
 def runner(partition=0, capacity_left=None, released_version=4_000, next_offset=4_000):
     """A RunnerView (worker/metrics.py): what the metrics read of a PartitionRunner."""
     return SimpleNamespace(topic="olu.events", partition=partition, model=FakeModel(capacity_left), settings=None,
-                           released_version=released_version, next_offset=next_offset, prequential_loss=0.42)
+                           released_version=released_version, next_offset=next_offset)
 
 
 def deletion(outcome, sigma=0.0):
@@ -117,8 +117,9 @@ def outcome(**kw):
     return Outcome(**kw)
 
 
-def release(trigger, version, noise_std=None, noise_to_signal=None):
-    return Release(b"k", b"v", [], version, trigger, noise_std=noise_std, noise_to_signal=noise_to_signal)
+def release(trigger, version, noise_std=None, noise_to_signal=None, prequential_loss=None):
+    return Release(b"k", b"v", [], version, trigger, noise_std=noise_std, noise_to_signal=noise_to_signal,
+                   prequential_loss=prequential_loss)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -165,7 +166,9 @@ def test_loop_facing_updates_and_remove_partition():
     m.set_assigned(2)
     m.record_outcome(r0, outcome(inserts=10, skipped=2, deletes=4, tombstones=1, deletions=[
         deletion("noised", 0.7), deletion("exact"), deletion("not_applied"), deletion("duplicate")]))
-    m.record_release(r0, release("deletion", 4_001))
+    # the quality figure is exported with a release only, never from the state before it
+    assert value(m, "olu_prequential_loss", topic="olu.events", partition=0) is None
+    m.record_release(r0, release("deletion", 4_001, prequential_loss=0.42))
     m.observe_delete_to_release(0.003)
     m.record_dead_letter("olu.events", "not_json")
     m.record_snapshot(r0, "full", 0.05, 12_345)

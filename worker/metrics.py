@@ -9,8 +9,9 @@ takes a record id, a key or a feature value, so none can end up in a label.
 
 The loop-facing methods (``record_outcome``, ``record_release``, ``record_snapshot``,
 ``record_restore``) take the partition runner and read only its ``topic``, ``partition``,
-``model`` (``privacy()``, ``t``, ``release_noise_std()``, ``noise_to_signal()``), ``released_version`` and
-``prequential_loss``, and of a release its ``trigger``, ``version``, ``noise_std`` and ``noise_to_signal``.
+``model`` (``privacy()``, ``t``, ``release_noise_std()``, ``noise_to_signal()``) and ``released_version``,
+and of a release its ``trigger``, ``version``, ``noise_std``, ``noise_to_signal`` and
+``prequential_loss`` (the quality figure as of that release: outside the certificate, docs/guarantee.md 2.4).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ class RunnerView(Protocol):
     settings: Any  # worker.config.settings.Settings, or None
     released_version: int | None
     next_offset: int | None
-    prequential_loss: float | None
 
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -234,7 +234,8 @@ class Metrics:
         self.rebalances = Counter("olu_rebalances", "Rebalance callbacks, by type", ("type",), registry=r)
         self.assigned_partitions = Gauge("olu_assigned_partitions", "Partitions currently assigned", registry=r)
         # Model
-        self.prequential_loss = Gauge("olu_prequential_loss", "Running mean of the test-then-train loss",
+        self.prequential_loss = Gauge("olu_prequential_loss", "Running mean of the test-then-train loss as of the "
+                                      "newest release (outside the certificate; OLU_QUALITY_METRIC)",
                                       _TP, registry=r)
 
     # ------------------------------------------------------------------ plumbing
@@ -494,6 +495,8 @@ class Metrics:
         self.count_release(runner.topic, runner.partition, release.trigger, release.version)
         # the figures in the release's value, not the model's now
         self.set_noise(runner.topic, runner.partition, release.noise_std, release.noise_to_signal)
+        # the quality figure as of this release, never of a state not yet released
+        self.set_model(runner.topic, runner.partition, prequential_loss=release.prequential_loss)
 
     def record_snapshot(self, runner: RunnerView, kind: str, seconds: float, size: int) -> None:
         self.record_snapshot_success(runner.topic, runner.partition, kind, seconds, size)
@@ -516,5 +519,5 @@ class Metrics:
         if privacy or not known or model.spends_on_learn:
             self.update_privacy(topic, partition, model)
         self.set_model(topic, partition, steps=model.t, version=runner.released_version,
-                       prequential_loss=runner.prequential_loss, applied_records=len(model.index),
+                       applied_records=len(model.index),
                        deletions=model.deletions_applied)

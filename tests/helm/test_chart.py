@@ -211,6 +211,7 @@ ALL_SETTINGS = {
     "state_prefix": "olu/prod", "on_corrupt_snapshot": "fail", "purge_bound_seconds": 30.0,
     "max_record_bytes": 2097152, "revoke_budget_fraction": 0.4, "batch_size": 5000, "poll_timeout": 0.05,
     "http_host": "::", "http_port": 9100, "liveness_seconds": 90.0, "log_level": "DEBUG", "log_format": "text",
+    "quality_metric": False,
     "input_format": "avro", "release_format": "json-schema", "schema_registry_url": "https://registry:8081",
     "schema_registry_ca_location": "/etc/registry/ca.pem", "schema_registry_cert_location": "/etc/registry/tls.crt",
     "schema_registry_key_location": "/etc/registry/tls.key", "input_fields": "id=user_id,y=clicked",

@@ -45,9 +45,9 @@ def _stream(n=300, dim=3, seed=0):
     return msgs
 
 
-def _run(msgs, dim=3):
+def _run(msgs, dim=3, **env):
     settings = load_settings([], env={"OLU_DIM": str(dim), "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1",
-                                      "OLU_RELEASE_EVERY_EVENTS": "64"})
+                                      "OLU_RELEASE_EVERY_EVENTS": "64", **env})
     snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
     model = PassiveOLU(dim=dim, noise_rng=np.random.default_rng(7))
     runner = PartitionRunner("t", 0, model, snapshots=snapshots, settings=settings, model_name="m")
@@ -314,6 +314,35 @@ def test_a_batch_with_deletes_scores_its_inserts_once_before_learning():
     runner.process(batch)
     expected = batch_mean_loss(X, y, z_before, False, ALL_ROWS)
     assert runner.prequential_loss == 0.99 * previous + 0.01 * expected
+
+
+def test_the_quality_figure_travels_with_releases_and_can_be_turned_off():
+    """olu_prequential_loss is outside the certificate (docs/guarantee.md 2.4): each release carries
+    the figure as of its own state (the metrics export it when the release is published, after its
+    delta is durable); OLU_QUALITY_METRIC=false computes none at all."""
+    msgs = _stream(n=400)
+    on, on_outs = _run(msgs)
+    off, off_outs = _run(msgs, OLU_QUALITY_METRIC="false")
+    released_on = [r for o in on_outs for r in o.releases]
+    released_off = [r for o in off_outs for r in o.releases]
+    assert released_on and [r.value for r in released_on] == [r.value for r in released_off]
+    assert all(r.prequential_loss is not None and math.isfinite(r.prequential_loss) for r in released_on)
+    assert on.prequential_loss is not None
+    assert off.prequential_loss is None and all(r.prequential_loss is None for r in released_off)
+
+
+def test_the_guarantee_page_says_what_the_quality_metric_is():
+    """The docs are held to the code: the page names the metric as outside the certificate and the
+    setting that turns it off, and the setting exists."""
+    from pathlib import Path
+
+    from worker.config import OPTION_BY_NAME
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guarantee.md").read_text()
+    section = page[page.index("### 2.4"):page.index("### 2.5")]
+    assert "olu_prequential_loss" in section and "not covered" in section
+    assert OPTION_BY_NAME["quality_metric"].env in section
+    assert "treat it as an output of the same kind as a release" not in page
 
 
 def _deleting_stream(n=3_000, dim=3, seed=2):

@@ -231,6 +231,8 @@ OPTIONS: tuple[Option, ...] = (
     # HTTP and logging
     Option("http_host", text, "bind address of /metrics /healthz /readyz", "http"),
     Option("http_port", number(0, 65535, integer=True), "HTTP port (0: ephemeral)", "http"),
+    Option("quality_metric", boolean, "export olu_prequential_loss with each release: a figure of incoming "
+           "records (deleted ones included) that the certificate does not cover", "http"),
     Option("liveness_seconds", positive, "/healthz fails when the loop made no progress for this long", "http"),
     Option("log_level", choice(LOG_LEVELS, upper=True), "log level", "http"),
     Option("log_format", choice(LOG_FORMATS), "log format: json (one object per line) or text", "http"),

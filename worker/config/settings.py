@@ -123,6 +123,7 @@ class Settings:
     # HTTP and logging
     http_host: str = "0.0.0.0"
     http_port: int = 9464
+    quality_metric: bool = True
     liveness_seconds: float = 60.0
     log_level: str = "INFO"
     log_format: str = "json"

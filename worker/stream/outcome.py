@@ -15,6 +15,9 @@ class Release:
     deletion_started: float | None = None  # monotonic time the delete was handled (latency metric)
     noise_std: float | None = None  # the value's privacy.noise_std and noise_to_signal, for the gauges
     noise_to_signal: float | None = None
+    # The quality figure as of this release (OLU_QUALITY_METRIC): exported when the release is
+    # published, so the gauge never shows a state whose deletion is not yet durable.
+    prequential_loss: float | None = None
 
 
 @dataclass

@@ -326,8 +326,10 @@ class PartitionRunner:
 
     def _observe_loss(self, X: np.ndarray, y: np.ndarray, rows: np.ndarray = ALL_ROWS, positions=False) -> None:
         """Prequential (test-then-train) loss of the current model on the incoming batch (its
-        ``rows``, a mask; empty: all of them); ``positions``: softmax labels already mapped to classes."""
-        if len(y) == 0:
+        ``rows``, a mask; empty: all of them); ``positions``: softmax labels already mapped to classes.
+        A figure of incoming records, later deleted ones included: outside the certificate
+        (docs/guarantee.md 2.4), so ``quality_metric`` can turn it off."""
+        if len(y) == 0 or not self.settings.quality_metric:
             return
         ridge = self.model.loss.name == "ridge"
         if self.model.loss.name == "softmax":  # the mean cross-entropy
@@ -481,7 +483,8 @@ class PartitionRunner:
         self.events_since_release = 0
         self.last_release_at = time.monotonic()
         return Release(release_key(self.topic, self.partition), value, release_headers(trigger),
-                       self.next_offset, trigger, deletion_started, *noise)
+                       self.next_offset, trigger, deletion_started, *noise,
+                       prequential_loss=self.prequential_loss)
 
     def _emit(self, trigger: str, deletion_started: float | None = None, retrained: bool = False) -> None:
         """A release of the current state to the outbox, or held back below the replay floor."""
