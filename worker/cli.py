@@ -67,6 +67,11 @@ def _is_config_error(exc) -> bool:
     return isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG
 
 
+def _refused(exc) -> ConfigError:
+    return ConfigError(f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / "
+                       "--kafka key=value pass librdkafka properties as they are)")
+
+
 def run(args, _opts) -> int:
     from .stream.app import Worker
 
@@ -85,8 +90,7 @@ def run(args, _opts) -> int:
         raise
     except Exception as exc:  # one structured line an operator can alert on, then exit non-zero
         if _is_config_error(exc):
-            raise ConfigError(f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / "
-                              "--kafka key=value pass librdkafka properties as they are)") from None
+            raise _refused(exc) from None
         log.critical("worker failed", exc_info=True, extra={"error": str(exc), "error_type": type(exc).__name__})
         return 1
     finally:
@@ -279,7 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     opts = argparse.Namespace(**{k: args.__dict__.pop(k) for k in DEMO_OPTIONS + PLAN_OPTIONS + PRODUCE_OPTIONS
                                  if k in args.__dict__})
     try:
-        return func(args, opts)
+        try:
+            return func(args, opts)
+        except Exception as exc:  # every command that builds a Kafka client: a refused property is one line
+            if _is_config_error(exc):
+                raise _refused(exc) from None
+            raise
     except ConfigError as exc:
         print(f"olu-worker: configuration error: {exc}", file=sys.stderr)
         return 2

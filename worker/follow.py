@@ -240,7 +240,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
                                schema_registry=option("schema_registry_url")
                                or os.environ.get("OLU_SCHEMA_REGISTRY_URL") or None)
     except KafkaException as exc:  # e.g. an unknown --kafka key
-        print(f"olu-worker follow: {exc}", file=err)
+        reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        print(f"olu-worker follow: a Kafka client setting was refused: {reason}", file=err)
         return 2
 
     wrong_features: list[str] = []  # --predict does not fit the model: said once, exit 2

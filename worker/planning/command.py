@@ -106,7 +106,8 @@ def _number(flag: str, raw, default, *, integer: bool = False, lo: float = 0.0, 
 def _settings(options: dict, sample_path: str | None, from_topic: int | None):
     names = {o.name for o in OPTION_BY_NAME.values()}
     # removed_*: the hidden flags of removed settings, so the loader refuses them by name
-    namespace = argparse.Namespace(**{k: v for k, v in options.items() if k in names or k.startswith("removed_")})
+    namespace = argparse.Namespace(**{k: v for k, v in options.items()
+                                      if k in names or k == "kafka" or k.startswith("removed_")})
     spec_given = getattr(namespace, "features_file", None) or os.environ.get(OPTION_BY_NAME["features_file"].env)
     if namespace.dim is None and not os.environ.get(OPTION_BY_NAME["dim"].env) and not spec_given:
         if sample_path is None:

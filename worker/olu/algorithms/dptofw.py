@@ -19,19 +19,19 @@ theta is post-processing of the tree's noisy nodes (docs/accounting.md 5.1).
 
 Calibration and accounting (docs/calibration.md 6.3, zCDP; the errata of docs/algorithms.md 11.7 applied)
 ---------------------------------------------------------------------------
-``eps`` keeps the worker's meaning: the lifetime Renyi slope budget of the model (D_alpha <=
-alpha * eps for all alpha > 1, i.e. eps-zCDP). A node with per-coordinate std sigma is
-Delta^2/(2 sigma^2)-zCDP; a record is in at most k(t) = floor(log2 t) + 1 nodes by time t and m =
-ceil(log2 n) + 1 over the horizon, so
+``rho`` (``OLU_RHO``, or derived from ``OLU_TARGET_EPSILON``) is the lifetime Renyi slope budget of
+the model, as for every algorithm (D_alpha <= alpha * rho for all alpha > 1, i.e. rho-zCDP). A node
+with per-coordinate std sigma is Delta^2/(2 sigma^2)-zCDP; a record is in at most
+k(t) = floor(log2 t) + 1 nodes by time t and m = ceil(log2 n) + 1 over the horizon, so
 
-    calibration "zcdp" (default):  sigma = Delta sqrt(m / (2 eps))     (docs/calibration.md 6.3 with rho* = eps)
+    calibration "zcdp" (default):  sigma = Delta sqrt(m / (2 rho))     (docs/calibration.md 6.3 with rho* = rho)
     calibration "paper":           sigma = sqrt(8 m^2 log(m/delta)) S / eps_t   (eq. 3.2, kappa = 1),
-                                   eps_t = eps + 2 sqrt(eps ln(1/delta))  (the same (eps_t, delta) promise)
-    spent by time t:               rho(t) = k(t) Delta^2 / (2 sigma^2)   (<= eps at t = n)
+                                   eps_t = rho + 2 sqrt(rho ln(1/delta))  (the same (eps_t, delta) promise)
+    spent by time t:               rho(t) = k(t) Delta^2 / (2 sigma^2)   (<= rho at t = n)
 
 and ``epsilon`` is the project's improved RDP conversion of rho(t) at ``delta`` (worker/olu/
 accountant.py), the same conversion as every other algorithm. To configure a target (epsilon,
-delta) instead, pass ``eps = rho_for_epsilon(epsilon, delta)`` (docs/calibration.md 6.3's Bun-Steinke inversion).
+delta) instead, pass ``rho = rho_for_epsilon(epsilon, delta)`` (docs/calibration.md 6.3's Bun-Steinke inversion).
 Errata followed: the sum form of d_t (d_1 = grad/2, docs/algorithms.md 11.7: the sensitivity proof is for it);
 Lemma 2.1's constant 2 log(1/delta) in the paper calibration, not the classical 2 ln(1.25/delta)
 (docs/algorithms.md 11.7); kappa = 1 and the identity norm for p = 2, so neither the Gamma-scale typo

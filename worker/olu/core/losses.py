@@ -152,9 +152,9 @@ class Softmax:
     """Multinomial cross-entropy over K declared classes: log(sum_k exp(w_k.x)) - w_y.x
     + (lam/2)||W||_F^2, the parameter W a K x d matrix kept flat (row k = class k).
 
-    Constants (docs/calibration.md 2.3): the data gradient is (p - e_y) x^T, whose Frobenius norm
+    Constants (docs/calibration.md 2.2): the data gradient is (p - e_y) x^T, whose Frobenius norm
     is ||p - e_y|| ||x|| <= sqrt(2) R; its Hessian (diag(p) - p p^T) (x) x x^T has eigenvalues at
-    most ||x||^2 / 2 (Böhning's bound diag(p) - p p^T <= I/2). So L = sqrt(2) R + lam r,
+    most ||x||^2 / 2 (Böhning's bound diag(p) - p p^T <= (I - 11^T/K)/2, itself <= I/2). So L = sqrt(2) R + lam r,
     beta = R^2 / 2 + lam, mu = lam.
 
     Labels are the declared classes (all strings or all integers); a label is learned as its
