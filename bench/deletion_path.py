@@ -63,9 +63,9 @@ from worker.devtools.messages import messages  # noqa: E402
 from worker.metrics import Metrics  # noqa: E402
 from worker.state.store import SnapshotStore, open_store  # noqa: E402
 from worker.stream import partition as partition_module  # noqa: E402
-from worker.stream.app import prepare_process  # noqa: E402
 from worker.stream.input import batch as batch_module  # noqa: E402
 from worker.stream.partition import PartitionRunner  # noqa: E402
+from worker.stream.process import prepare_process  # noqa: E402
 
 REPORT_KEYS = ("config", "streams", "breakdown", "burst", "targets", "wall_s")
 SERVICES = ()

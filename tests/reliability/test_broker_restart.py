@@ -87,7 +87,11 @@ def test_worker_reconnects_after_broker_restarts_and_loses_nothing(own_broker, t
     topics = Topics(f"restart-{tag}.events", f"restart-{tag}.params", f"restart-{tag}.dlq", 2)
     create_topics(bootstrap, {topics.input: 2, topics.params: 1, topics.dlq: 1})
     group = f"restart-{tag}"
-    env = worker_env(bootstrap, topics, group, f"file://{tmp_path}/state")
+    # A session long enough to outlast the outages: the producer's message timeout is kept below
+    # it (a paused member's queued releases expire first, docs/worker.md 5.6), and a release must
+    # not expire while the broker is down for a few seconds.
+    env = worker_env(bootstrap, topics, group, f"file://{tmp_path}/state",
+                     OLU_KAFKA_SESSION_TIMEOUT_MS=45000, OLU_KAFKA_HEARTBEAT_INTERVAL_MS=3000)
     snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
     stream = event_stream(EVENTS, seed=SEED, delete_rate=0.06)
     rnd = random.Random(SEED)

@@ -61,6 +61,16 @@ LIBRDKAFKA_MESSAGE_MAX_BYTES_LIMIT = 1_000_000_000
 DEAD_LETTER_HEADROOM_BYTES = 65_536
 PRODUCER_BATCH_BYTES = 65_536
 
+# How long a member may go unheard before the group coordinator can expel it (docs/worker.md 5.6):
+# librdkafka's session and heartbeat defaults under the classic protocol; under KIP-848 the broker
+# owns both (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms defaults).
+CLASSIC_SESSION_TIMEOUT_MS, CLASSIC_HEARTBEAT_INTERVAL_MS = 45_000, 3_000
+KIP848_SESSION_TIMEOUT_MS, KIP848_HEARTBEAT_INTERVAL_MS = 45_000, 5_000
+# librdkafka scans its queues for timed-out messages once a second: a queued release must expire
+# this much before an expulsion is possible.
+MESSAGE_TIMEOUT_SLACK_MS = 1_500
+MESSAGE_TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")  # aliases
+
 #: Keys that have a setting of their own: pass-through is refused, naming the setting.
 OWNED_KEYS = {
     "bootstrap.servers": "bootstrap_servers",
@@ -167,10 +177,52 @@ def check_key(key: str, value: str, source: str, group_protocol: str, label: Cal
     if group_protocol == "consumer" and key in CLASSIC_ONLY_KEYS:
         raise ConfigError(f"{source}: librdkafka '{key}' is not supported with "
                           f"{label('group_protocol')} = consumer (KIP-848 sets it on the broker)")
-    if key == "max.poll.interval.ms":
+    if key in ("max.poll.interval.ms", "session.timeout.ms", "heartbeat.interval.ms"):
         _check_int(key, value, source, 1, 86_400_000)
     if key == "statistics.interval.ms":
         _check_int(key, value, source, 0, 86_400_000)
+
+
+def expulsion_ms(group_protocol: str, kafka: dict[str, str]) -> int:
+    """The shortest silence after which the coordinator may expel this member: the session
+    timeout less one heartbeat interval (the last heartbeat may have been that long before)."""
+    if group_protocol == "consumer":
+        return KIP848_SESSION_TIMEOUT_MS - KIP848_HEARTBEAT_INTERVAL_MS
+    session = int(kafka.get("session.timeout.ms", CLASSIC_SESSION_TIMEOUT_MS))
+    heartbeat = int(kafka.get("heartbeat.interval.ms", CLASSIC_HEARTBEAT_INTERVAL_MS))
+    return max(0, session - heartbeat)
+
+
+def release_timeout_ms(group_protocol: str, kafka: dict[str, str]) -> int:
+    """The longest message.timeout.ms at which a release still queued when the member stops being
+    heard from expires before the member can be expelled (so never lands after a successor's).
+
+    >>> release_timeout_ms("classic", {}), release_timeout_ms("classic", {"session.timeout.ms": "6000",
+    ...                                                                   "heartbeat.interval.ms": "500"})
+    (40500, 4000)
+    """
+    return expulsion_ms(group_protocol, kafka) - MESSAGE_TIMEOUT_SLACK_MS
+
+
+def check_release_timeout(group_protocol: str, kafka: dict[str, str], label: Callable[[str], str]) -> None:
+    """At-least-once delivery: refuse a message timeout that would let a paused member's queued
+    releases outlive its membership, or timings that leave no room for one."""
+    bound = release_timeout_ms(group_protocol, kafka)
+    if bound < 1_000:
+        raise ConfigError(f"librdkafka session.timeout.ms - heartbeat.interval.ms must be at least "
+                          f"{1_000 + MESSAGE_TIMEOUT_SLACK_MS} ms without {label('transactional')}: a "
+                          "release queued when the member pauses must expire before it can be expelled")
+    for key in MESSAGE_TIMEOUT_KEYS:
+        raw = kafka.get(key)
+        if raw is None:
+            continue
+        _check_int(key, raw, f"librdkafka '{key}'", 1, 86_400_000)
+        if int(raw) > bound:
+            raise ConfigError(
+                f"librdkafka '{key}' = {raw} is above {bound} ms (session.timeout.ms - heartbeat.interval.ms - "
+                f"{MESSAGE_TIMEOUT_SLACK_MS}): without {label('transactional')} a release still queued when the "
+                "worker pauses could land after its successor's release of a deletion; lower it, raise "
+                "session.timeout.ms, or turn transactions on")
 
 
 def _check_int(key, value, source, lo, hi) -> None:

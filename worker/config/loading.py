@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .exceptions import BadValue, ConfigError
-from .kafka import KAFKA_ENV_PREFIX, check_key, env_to_kafka_key
+from .kafka import KAFKA_ENV_PREFIX, check_key, check_release_timeout, env_to_kafka_key
 from .model import build_model, engine_class
 from .options import (
     BOOTSTRAP_ENV,
@@ -264,6 +264,8 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     _check_sparse(values)
     values["kafka_overrides"] = tuple(sorted(
         _kafka_overrides(env, flag_values.get("kafka"), values["group_protocol"]).items()))
+    if not values["transactional"]:
+        check_release_timeout(values["group_protocol"], dict(values["kafka_overrides"]), _label)
     if values["transactional_id"] is None:
         values["transactional_id"] = f"{values['group_id']}-{hostname(env)}"
     values["storage_credentials_present"] = any(env.get(name) for name in AWS_CREDENTIAL_ENV)

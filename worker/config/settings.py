@@ -27,7 +27,9 @@ from .kafka import (
     PRODUCER_BATCH_BYTES,
     PRODUCER_ONLY_KEYS,
     REDACTED,
+    expulsion_ms,
     is_secret_key,
+    release_timeout_ms,
 )
 
 #: Fields that are not options: the pass-through (``--kafka``, ``OLU_KAFKA_<KEY>``) and facts
@@ -154,6 +156,11 @@ class Settings:
         return DEFAULT_MAX_POLL_INTERVAL_MS if raw is None else int(raw)
 
     @property
+    def expulsion_seconds(self) -> float:
+        """The shortest silence after which the group coordinator may expel this member."""
+        return expulsion_ms(self.group_protocol, self.kafka) / 1000.0
+
+    @property
     def revoke_budget_seconds(self) -> float:
         """Time for final snapshots and commits on revoke or shutdown, inside max.poll.interval.ms."""
         return self.revoke_budget_fraction * self.max_poll_interval_ms / 1000.0
@@ -200,6 +207,8 @@ class Settings:
                      "message.max.bytes": self.dead_letter_max_bytes(), "batch.size": PRODUCER_BATCH_BYTES})
         if self.transactional:
             conf["transactional.id"] = self.transactional_id
+        else:  # a paused member's queued releases expire before it can be expelled (docs/worker.md 5.6)
+            conf["message.timeout.ms"] = release_timeout_ms(self.group_protocol, self.kafka)
         conf.update(self._passthrough(CONSUMER_ONLY_KEYS))
         return conf
 

@@ -4,14 +4,14 @@ Call sequence (docs/streaming.md 3): cooperative-sticky subscription; on assign,
 each partition from its newest valid snapshot and seek to the snapshot's offset; process fetched
 messages per partition; publish releases and dead letters; at snapshot time flush the producer,
 write the full snapshot, then commit the group offset up to it (never further). On revoke: a
-bounded final snapshot and commit; on lost: drop without commit; on SIGTERM: stop polling, final
+bounded final snapshot and commit; on lost: drop without commit and purge what is not yet sent
+(at-least-once: the loop also produces only under a lease, ownership.py); on SIGTERM: stop polling, final
 snapshots, commit, close, flush. With ``transactional`` the output and the processed position
 commit together instead, and a restart publishes nothing already committed (exactly_once.py).
 """
 
 from __future__ import annotations
 
-import gc
 import signal
 import sys
 import threading
@@ -24,63 +24,28 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from ..config.model import build_model
 from ..kafka_log import client_logger
 from ..logs import get_logger
-from ..memory import fix_malloc_thresholds
-from ..state.exceptions import StorageUnavailable
+from ..state.exceptions import SnapshotConflict, StorageUnavailable
 from ..state.store import SnapshotStore, open_store
 from .exceptions import ClientFailed, DeliveryFailed
-from .input import framed_scan, scan
 from .input.framed import RegistryInput, original
+from .lag import export_lag
 from .output.dlq import DeadLetters, TopicLimit
 from .output.exactly_once import Transactions
+from .output.params_policy import warn_if_compacted_at_least_once
 from .output.registry_releases import release_encoder
 from .output.release_size import check_release_fits
+from .ownership import Fence
 from .partition import PartitionRunner
+from .process import prepare_process
 from .replay_floor import ReplayFloor, input_end
 
 log = get_logger("olu.worker")
 
 
-def _warm_up_kernels(settings=None) -> None:
-    try:
-        from ..olu.core.kernels import warmup
-    except ImportError:
-        return  # numba unavailable: the engine uses its numpy reference step
-    seconds = warmup.warm_up() + (warmup.warm_up_sparse() if getattr(settings, "sparse_input", False) else 0.0)
-    started = time.perf_counter()
-    scan.warm_up(features=getattr(settings, "feature_spec", None))
-    if getattr(settings, "input_format", "json") in ("avro", "protobuf"):
-        framed_scan.warm_up_reader(settings.input_format)
-    seconds += time.perf_counter() - started
-    log.info("compiled kernels ready", extra={"seconds": round(seconds, 3)})
-
-
-GIL_SWITCH_INTERVAL_S = 0.0005
-
-
-def prepare_process(settings=None) -> float:
-    """Set the process up for the loop, before the first batch (the worker; benches that drive
-    the partition runner without it): returns the GIL switch interval it replaced. ``settings``:
-    also compile the readers its input needs (a feature spec's, a registry format's)."""
-    _warm_up_kernels(settings)  # compile before the first batch, not inside it
-    # The delta and snapshot writers hand the GIL back and forth with the loop around every
-    # store call and fsync; at the default 5 ms switch interval each hand-over can cost a
-    # deletion 5 ms of latency while the loop is busy learning.
-    switch_interval = sys.getswitchinterval()
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    # Everything loaded so far (numpy, numba, the Kafka clients: ~120,000 objects) lives as long
-    # as the process: keep the cyclic GC from walking it in every full collection (~60 ms each,
-    # a pause every deletion in flight would wait out).
-    gc.freeze()
-    fix_malloc_thresholds()  # as the CLI does first thing: in-process runs (benches) get it too
-    return switch_interval
-
 # Longest wait for a synchronous offset commit (revoke, shutdown) before going on without it.
 SYNC_COMMIT_TIMEOUT_S = 5.0
 # Longest wait for the consumer to leave its group at shutdown.
 CLOSE_TIMEOUT_S = 5.0
-
-# Longest wait at assignment for the offsets the lag gauges start from.
-LAG_QUERY_TIMEOUT_S = 5.0
 
 # librdkafka retries these forever without surfacing them from consume(): stop loudly instead.
 _UNRECOVERABLE = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
@@ -130,6 +95,8 @@ class Worker:
         self.release_encoder = None  # OLU_RELEASE_FORMAT avro / json-schema: set at start
         dlq_limit = TopicLimit({**settings.admin_config(), "logger": client_logger()}, settings.dlq_topic)
         self._dead_letters = DeadLetters(settings.dlq_topic, dlq_limit, transactional=settings.transactional)
+        # At-least-once: produce only while surely still a member (ownership.py); transactions fence.
+        self.fence = None if settings.transactional else Fence(settings)
 
     # ----------------------------------------------------------------- lifecycle
     def _new_model(self):
@@ -146,6 +113,7 @@ class Worker:
         switch_interval = prepare_process(self.settings)
         self.release_encoder = release_encoder(s, self._new_model())  # None: JSON releases
         check_release_fits(s)  # at large d a release may outgrow the params topic: refuse now, not mid-stream
+        warn_if_compacted_at_least_once(s)
         self.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error,
                                   "logger": client_logger()})
         if s.transactional:
@@ -158,6 +126,8 @@ class Worker:
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("worker started", extra={"topics": list(s.input_topics), "group": s.group_id,
                                           "algorithm": s.algorithm})
+        if self.fence is not None:
+            self.fence.lease.renew()  # the kernels' compilation above is not a pause
         try:
             while not self.stopping.is_set():
                 self._round()
@@ -178,6 +148,9 @@ class Worker:
             raise DeliveryFailed(self._delivery_error)
         if self._client_error:
             raise ClientFailed(self._client_error)
+        if self.fence is not None and not self.fence.check_in():
+            self._await_membership(messages)
+            return
         registry = self.registry_input
         for key, batch in self._by_partition(messages).items():
             runner = self.runners.get(key)
@@ -264,7 +237,16 @@ class Worker:
 
     def _publish_ready(self, runner: PartitionRunner) -> None:
         """Publish the releases whose deltas became durable in the background; pause on a failure."""
-        for release in runner.ready_releases():
+        try:
+            ready = runner.ready_releases()
+        except SnapshotConflict:  # another member stored this partition's deletion first
+            if self.fence is None:
+                raise
+            runner.lost = True
+            self._drop([TopicPartition(runner.topic, runner.partition)], deadline=None)
+            self.fence.conflicted(sys.exc_info()[1])
+            return
+        for release in ready:
             self._publish(runner, release)
         if runner.blocked:
             self._pause_blocked(runner)
@@ -301,7 +283,25 @@ class Worker:
             log.info("deletion delta stored after retry; partition resumed",
                      extra={"topic": runner.topic, "partition": runner.partition})
 
+    def _await_membership(self, messages) -> None:
+        """The loop went unheard long enough to have been expelled: wait for the coordinator."""
+        blocked = set(self._paused) | set(self.registry_input.paused if self.registry_input is not None else ())
+        failure = self.fence.wait(self.consumer, self.producer, self.runners, messages, blocked)
+        if failure is not None:  # still the owner, and an output was lost meanwhile: replay it
+            self._delivery_error = failure
+
+    def _fenced(self, runner: PartitionRunner, produce) -> bool:
+        """True if an output of ``runner`` must wait for the coordinator (ownership.py)."""
+        return self.fence is not None and self.fence.holding((runner, produce))
+
+    def _gone(self, runner: PartitionRunner, failure: str) -> bool:
+        """A delivery failure not to stop for: its partition was lost since (the successor publishes
+        it), or the lease is broken and the coordinator will decide (ownership.py)."""
+        return self.fence is not None and self.fence.undelivered(runner.lost, failure)
+
     def _publish(self, runner: PartitionRunner, release) -> None:
+        if self._fenced(runner, lambda: self._publish(runner, release)):
+            return
         committed = runner.committed_output
         if committed is not None and committed.has_release(release.version):
             self.summary["releases_already_committed"] += 1  # replay after a crash: published once
@@ -310,7 +310,9 @@ class Worker:
 
         def delivered(err, _msg):
             if err is not None:
-                self._delivery_error = f"release {runner.topic}/{runner.partition}@{release.version}: {err}"
+                failure = f"release {runner.topic}/{runner.partition}@{release.version}: {err}"
+                if not self._gone(runner, failure):
+                    self._delivery_error = failure
             elif started is not None:
                 self.metrics.observe_delete_to_release(time.monotonic() - started)
 
@@ -323,6 +325,8 @@ class Worker:
         self.latest_release[(runner.topic, runner.partition)] = release
 
     def _dead_letter(self, runner: PartitionRunner, dead) -> None:
+        if self._fenced(runner, lambda: self._dead_letter(runner, dead)):
+            return
         msg = original(dead.message)
         committed = runner.committed_output
         if committed is not None and committed.has_dead_letter(msg.offset()):
@@ -330,7 +334,9 @@ class Worker:
             return
 
         def failed(err):
-            self._delivery_error = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
+            failure = f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}"
+            if not self._gone(runner, failure):
+                self._delivery_error = failure
 
         self._dead_letters.publish(self.producer, msg, dead.reason, dead.detail, failed)
         self.metrics.record_dead_letter(msg.topic(), dead.reason)
@@ -392,7 +398,7 @@ class Worker:
         left (a snapshot then covers no deletion whose release is still held)."""
         settled = runner.outbox.settle(timeout)
         self._publish_ready(runner)
-        return settled and not runner.blocked
+        return settled and not runner.blocked and not runner.lost
 
     def _snapshot_and_commit(self, runner: PartitionRunner, flush_timeout: float = 10.0) -> bool:
         """Synchronous snapshot and commit (revoke and shutdown: ``runner`` is no longer assigned)."""
@@ -489,34 +495,10 @@ class Worker:
         if self.transactions is not None and restored_runners:
             committed = self.transactions.restore_committed(self.consumer, restored_runners)
         consumer.incremental_assign(assignment)
-        self._export_lag(consumer, restored_runners, committed)
+        export_lag(self.metrics, consumer, restored_runners, committed)
         self.metrics.set_assigned(len(self.runners))
         if self.health is not None:
             self.health.set_ready(True)
-
-    def _export_lag(self, consumer, runners, committed=None) -> None:
-        """Both lag gauges from the restored offsets: librdkafka's statistics know neither until
-        this worker has consumed (application offset) and committed (committed offset), so a
-        restarted worker with nothing left to consume would never export them. ``committed``: the
-        group's offsets by (topic, partition) when already read, else they are asked for here."""
-        deadline = time.monotonic() + LAG_QUERY_TIMEOUT_S
-        try:
-            if committed is None:
-                committed = {(tp.topic, tp.partition): tp for tp in consumer.committed(
-                    [TopicPartition(r.topic, r.partition) for r in runners], timeout=LAG_QUERY_TIMEOUT_S)}
-            for r in runners:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                # the last stable offset (read_committed): what librdkafka's own lag is measured to
-                _, end = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=remaining,
-                                                        cached=False)
-                tp = committed.get((r.topic, r.partition))
-                done, position = (tp.offset if tp is not None else -1), r.next_offset or 0
-                self.metrics.set_lag(r.topic, r.partition, committed=end - done if done >= 0 else None,
-                                     processing=max(0, end - position) if end >= 0 else None)
-        except KafkaException as exc:  # only the gauges wait for the statistics then
-            log.warning("consumer lag unknown at assignment", extra={"error": str(exc)})
 
     def _on_revoke(self, consumer, partitions) -> None:
         self.metrics.rebalance("revoke")
@@ -528,7 +510,14 @@ class Worker:
 
     def _on_lost(self, consumer, partitions) -> None:
         self.metrics.rebalance("lost")
+        log.warning("partitions lost; dropped without a commit", extra={
+            "partitions": [f"{tp.topic}/{tp.partition}" for tp in partitions]})
         self._drop(partitions, deadline=None)  # no commit: another member may own them already
+        if self.fence is not None and not self.runners:
+            # Nothing queued may land after the successor's releases: what is not yet sent goes
+            # (its delivery reports are the lost partitions', ignored by _gone).
+            self.producer.purge(in_queue=True, in_flight=False, blocking=False)
+            self.fence.lost()
 
     def _drop(self, partitions, deadline: float | None) -> list[PartitionRunner]:
         """Final snapshot and commit within the deadline (None: drop without either); the runners
@@ -547,6 +536,7 @@ class Worker:
             self._paused.discard(key)
             self._retry_at.pop(key, None)
             if deadline is None:
+                runner.lost = True
                 runner.outbox.cancel(timeout=10.0)  # lost: no write may land once another member owns it
             elif self._settle_deltas(runner, max(0.0, deadline - time.monotonic())) and time.monotonic() < deadline:
                 runner.final_release()

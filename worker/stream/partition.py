@@ -98,6 +98,7 @@ class PartitionRunner:
         # (offset after it, report) of the newest deletion request that changed the model: every
         # release at exactly that offset carries the report, so all of them are byte-identical.
         self.request_at: tuple[int, dict] | None = None
+        self.lost = False  # dropped by the lost callback: its undelivered output is the successor's
         # Coalescing (one release per poll batch for its deletions): the deltas of this batch's
         # deletions not yet handed to the outbox, and the release they owe, as (when the first of
         # them was handled, whether one of them retrained). Both are settled before any release.
