@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .derived import parse_derived
 from .exceptions import FeatureSpecError
 
 __all__ = ["FeatureField", "FeatureSpec", "KINDS", "load_spec", "parse_spec"]
@@ -101,14 +102,22 @@ class FeatureSpec:
     intercept: float
     bound: float | None
     source: dict  # the canonical form (what the digest covers and releases carry)
+    derived: tuple = ()  # bins and crosses (derived.py), after the fields' coordinates
 
     @property
     def dim(self) -> int:
-        return (1 if self.intercept else 0) + sum(f.width for f in self.fields)
+        return (1 if self.intercept else 0) + sum(f.width for f in self.fields) + sum(d.width for d in self.derived)
+
+    @property
+    def compiled(self) -> bool:
+        """Does the compiled reader compute this spec? (Not yet its derived coordinates: the Python
+        decoder reads those records.)"""
+        return not self.derived
 
     @functools.cached_property
     def names(self) -> tuple[str, ...]:
-        return tuple((["(intercept)"] if self.intercept else []) + [n for f in self.fields for n in f.names()])
+        return tuple((["(intercept)"] if self.intercept else []) + [n for f in self.fields for n in f.names()]
+                     + [n for d in self.derived for n in d.names()])
 
     @property
     def spec_bound(self) -> float:
@@ -116,6 +125,8 @@ class FeatureSpec:
         total = self.intercept ** 2
         for f in self.fields:
             total += (f.weight * f.max_abs()) ** 2 + (1.0 if f.indicator else 0.0)
+        for d in self.derived:  # a bin block or a cross sets at most its weight's worth of norm
+            total += d.weight ** 2
         return math.sqrt(total)
 
     @property
@@ -163,8 +174,8 @@ def parse_spec(raw) -> FeatureSpec:
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise FeatureSpecError(["the feature spec must be a mapping with a 'features' list"])
-    for key in sorted(set(raw) - {"features", "intercept", "bound", "version"}):
-        problems.append(f"unknown key {key!r} (expected features, intercept, bound)")
+    for key in sorted(set(raw) - {"features", "derived", "intercept", "bound", "version"}):
+        problems.append(f"unknown key {key!r} (expected features, derived, intercept, bound)")
     if raw.get("version", 1) != 1:
         problems.append(f"version: {raw['version']!r} is not a version this worker reads (1)")
     intercept = _intercept(raw.get("intercept", 1.0), problems)
@@ -184,12 +195,16 @@ def parse_spec(raw) -> FeatureSpec:
         if f is not None:
             fields.append(f)
             slot += f.width
+    derived = parse_derived(raw.get("derived"), {f.name: f.kind for f in fields}, slot, problems, MAX_DIM)
+    slot += sum(d.width for d in derived)
     if slot > MAX_DIM:
         problems.append(f"the spec has {slot} coordinates, at most {MAX_DIM}")
     if problems:
         raise FeatureSpecError(problems)
     source = {"intercept": intercept, "bound": bound, "features": [_source(f) for f in fields]}
-    return FeatureSpec(tuple(fields), intercept, None if bound is None else float(bound), source)
+    if derived:  # only then: a spec without derived blocks keeps its digest
+        source["derived"] = [d.source() for d in derived]
+    return FeatureSpec(tuple(fields), intercept, None if bound is None else float(bound), source, derived)
 
 
 def _number(v) -> bool:

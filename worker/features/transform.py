@@ -58,6 +58,18 @@ def _type_name(v) -> str:
             dict: "object"}.get(type(v), type(v).__name__)
 
 
+def _derive(spec: FeatureSpec, x: list, tokens: dict) -> None:
+    """The derived blocks' coordinates (derived.py): bins of a numeric value, crosses of tokens (a
+    numeric field's token is its bin in the field's first bins block)."""
+    first_bins = {}
+    for d in spec.derived:
+        if d.kind == "bins":
+            first_bins.setdefault(d.field, d)
+            d.write(x, tokens[d.field])
+        else:
+            d.write(x, [first_bins[n].bin_of(tokens[n]) if n in first_bins else tokens[n] for n in d.fields])
+
+
 def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
     """``(x, clipped)``: the vector of ``record`` and a bit mask of the fields whose value was clipped
     (bit k: ``spec.fields[k]``)."""
@@ -65,6 +77,7 @@ def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
     if spec.intercept:
         x[0] = spec.intercept
     clipped = 0
+    tokens: dict[str, object] = {}  # each field's value (numeric) or token (the others), for derived blocks
     for k, f in enumerate(spec.fields):
         v = record.get(f.name)
         missing = v is None
@@ -84,6 +97,7 @@ def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
                     raise BadFeature("non_finite", f"{f.name!r} is an integer too large for a double") from None
             if not math.isfinite(v):
                 raise BadFeature("non_finite", f"{f.name!r} is NaN or infinite")
+            tokens[f.name] = v
             if f.scale_from_range:
                 if v < f.low:
                     v, clipped = f.low, clipped | 1 << k
@@ -101,15 +115,20 @@ def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
             if type(v) is not bool:
                 raise BadFeature("bad_features", f"{f.name!r} is a {_type_name(v)}, expected true or false")
             x[f.slot] = f.weight if v else 0.0
+            tokens[f.name] = int(v)
         else:
             if type(v) is not str:
                 raise BadFeature("bad_features", f"{f.name!r} is a {_type_name(v)}, expected a string")
             if f.kind == "categorical":
                 at = f.index.get(v, len(f.vocabulary))
                 x[f.slot + at] = f.weight
+                tokens[f.name] = at
             else:
                 h = category_hash(v.encode("utf-8", "surrogatepass"))
                 x[f.slot + h % f.buckets] = f.weight if h >> 63 == 0 else -f.weight
+                tokens[f.name] = h
+    if spec.derived:
+        _derive(spec, x, tokens)
     if spec.bound is not None:
         sq = 0.0
         for v in x:

@@ -92,7 +92,8 @@ def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = F
     numbers only), the runs' ``y`` an object array of them."""
     found = partitioning_keys(messages) if subjects else None
     prepared = getattr(messages, "scan", None)  # a framed batch the compiled readers read (framed_scan.py)
-    if not sparse and not labels and (prepared is not None or compiled_decoder()):
+    readable = features is None or features.compiled  # a spec's derived blocks: the Python decoder's
+    if not sparse and not labels and readable and (prepared is not None or compiled_decoder()):
         return _scanned(messages, dim, max_bytes, found, prepared, features)
     return _python(messages, dim, max_bytes, found, features, sparse, labels)
 

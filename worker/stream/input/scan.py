@@ -116,7 +116,9 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int, features: FeatureSpe
     spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
     clipped = None
-    if features is None:
+    if features is not None and not features.compiled:  # derived blocks: every record to decode.py
+        clipped = np.zeros(n, np.int64)
+    elif features is None:
         parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
     else:  # named fields through the feature spec (worker/features)
         t, clipped = tables_of(features), np.zeros(n, np.int64)

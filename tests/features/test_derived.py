@@ -1,0 +1,145 @@
+"""Derived coordinates of a feature spec: bins and hashed crosses (worker/features/derived.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+import pytest
+from confluent_kafka import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from worker.config import load_settings
+from worker.features.exceptions import FeatureSpecError
+from worker.features.spec import parse_spec
+from worker.features.transform import vectorize
+from worker.olu import PassiveOLU
+from worker.state.store import SnapshotStore, open_store
+from worker.stream.input.batch import decode_batch
+from worker.stream.partition import PartitionRunner
+
+FIELDS = [{"name": "age", "type": "numeric", "range": [0, 100]},
+          {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro", "team"]},
+          {"name": "vip", "type": "boolean"},
+          {"name": "city", "type": "hashed", "buckets": 16},
+          {"name": "score", "type": "numeric", "center": 0.0, "scale": 2.0, "missing": {"fill": 0.5}}]
+DERIVED = [{"type": "bins", "field": "age", "edges": [30, 45, 60]},
+           {"type": "bins", "field": "score", "range": [-4, 4], "count": 8, "encoding": "cumulative", "weight": 0.5},
+           {"type": "cross", "fields": ["plan", "age"], "buckets": 64},
+           {"type": "cross", "fields": ["plan", "vip", "city"], "buckets": 128, "weight": 0.7}]
+
+
+def spec(derived=DERIVED, **extra):
+    return parse_spec({"features": FIELDS, "derived": derived, **extra})
+
+
+def test_bins_put_a_threshold_rule_within_a_linear_model():
+    s = spec()
+    at = s.names.index("age<30")
+    assert s.names[at:at + 4] == ("age<30", "age[30,45)", "age[45,60)", "age>=60")
+    rows = {age: vectorize(s, {"age": age, "plan": "pro", "vip": False, "city": "x"})[0] for age in (29.9, 30, 59, 60)}
+    assert [int(np.argmax(rows[a][at:at + 4])) for a in (29.9, 30, 59, 60)] == [0, 1, 2, 3]  # an edge is its upper bin
+    cum = s.names.index("score>=-3")
+    x, _ = vectorize(s, {"age": 1, "plan": "free", "vip": True, "city": "y", "score": 0.1})
+    assert s.names[cum:cum + 7] == tuple(f"score>={e}" for e in (-3, -2, -1, 0, 1, 2, 3))
+    assert x[cum:cum + 7].tolist() == [0.5 / math.sqrt(7)] * 4 + [0.0] * 3  # >= -3 .. >= 0, not >= 1
+
+
+def test_a_missing_optional_field_bins_its_fill_and_out_of_range_values_bin_as_they_are():
+    s = spec()
+    filled, _ = vectorize(s, {"age": 5, "plan": "pro", "vip": False, "city": "x"})
+    given_half, _ = vectorize(s, {"age": 5, "plan": "pro", "vip": False, "city": "x", "score": 0.5})
+    assert filled.tolist() == given_half.tolist()
+    far, clipped = vectorize(s, {"age": 1e6, "plan": "pro", "vip": False, "city": "x"})
+    assert far[s.names.index("age>=60")] == 1.0 and clipped == 1  # the linear term clipped, the bin the last
+
+
+def test_a_cross_is_one_signed_slot_per_combination_and_the_same_on_every_reader():
+    s = spec()
+    start = s.names.index("plan&age#0")
+    a = vectorize(s, {"age": 35, "plan": "pro", "vip": False, "city": "x"})[0][start:start + 64]
+    b = vectorize(s, {"age": 40, "plan": "pro", "vip": True, "city": "q"})[0][start:start + 64]  # same bin, plan
+    c = vectorize(s, {"age": 35, "plan": "team", "vip": False, "city": "x"})[0][start:start + 64]
+    assert np.count_nonzero(a) == 1 and abs(a).max() == 1.0 and a.tolist() == b.tolist()
+    assert a.tolist() != c.tolist()  # another plan: (almost surely) another slot or sign
+    again = parse_spec(orjson.loads(orjson.dumps(s.source)))  # the release carries the canonical form
+    assert again.digest == s.digest and again.names == s.names
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(age=st.floats(-1e9, 1e9), score=st.floats(-1e9, 1e9), plan=st.sampled_from(["free", "pro", "team", "else"]),
+       vip=st.booleans(), city=st.text(max_size=8))
+def test_the_vector_stays_within_the_declared_norm_bound(age, score, plan, vip, city):
+    s = spec()
+    x, _ = vectorize(s, {"age": age, "plan": plan, "vip": vip, "city": city, "score": score})
+    assert math.sqrt(sum(v * v for v in x.tolist())) <= s.norm_bound * (1 + 1e-12)
+    # each block adds its weight's worth, no more: the bound is the declaration's
+    base = parse_spec({"features": FIELDS})
+    assert s.norm_bound ** 2 == pytest.approx(base.norm_bound ** 2 + 1 + 0.25 + 1 + 0.49)
+
+
+def test_a_spec_without_derived_blocks_keeps_its_digest():
+    plain = parse_spec({"features": FIELDS})
+    assert "derived" not in plain.source and plain.compiled
+    assert parse_spec({"features": FIELDS, "derived": []}).digest == plain.digest
+    assert not spec().compiled
+
+
+@pytest.mark.parametrize(("derived", "message"), [
+    ([{"type": "bins", "field": "plan", "edges": [1]}], "derived[0]: 'field' must name a numeric field"),
+    ([{"type": "bins", "field": "age", "edges": [3, 2]}], "'edges' must be 1 to 1024 increasing"),
+    ([{"type": "bins", "field": "age", "edges": [1], "range": [0, 1], "count": 2}], "either 'edges' or"),
+    ([{"type": "bins", "field": "age", "range": [0, 1], "count": 1}], "'count' must be an integer from 2"),
+    ([{"type": "bins", "field": "age", "edges": [1], "encoding": "gray"}], "encoding 'gray' is not one of"),
+    ([{"type": "bins", "field": "age", "edges": [1], "weight": 0}], "weight 0 is not a positive number"),
+    ([{"type": "cross", "fields": ["plan"], "buckets": 8}], "'fields' must list 2 or 3 different fields"),
+    ([{"type": "cross", "fields": ["plan", "age"], "buckets": 8}], "numeric 'age' enters a cross by its bins"),
+    ([{"type": "cross", "fields": ["plan", "nope"], "buckets": 8}], "'nope' is not a field of the spec"),
+    ([{"type": "cross", "fields": ["plan", "vip"], "buckets": 1}], "'buckets' must be an integer from 2"),
+    ([{"type": "cross", "fields": ["plan", "vip"], "buckets": 8, "seed": 1}], "derived[0]: unknown key 'seed'"),
+    ([{"type": "poly"}], "derived[0]: a mapping with type bins or cross expected"),
+    ({"type": "bins"}, "derived: a list of bins and crosses expected"),
+])
+def test_every_derived_mistake_has_its_message(derived, message):
+    with pytest.raises(FeatureSpecError) as err:
+        parse_spec({"features": FIELDS, "derived": derived})
+    assert message in str(err.value)
+
+
+def _records(n, seed=3):
+    rng = np.random.default_rng(seed)
+    plans, out = ["free", "pro", "team", "other"], []
+    for i in range(n):
+        rec = {"op": "insert", "id": f"r-{i}", "age": float(rng.uniform(-10, 110)), "plan": plans[i % 4],
+               "vip": bool(rng.random() < 0.3), "city": f"c{int(rng.integers(40))}"}
+        if rng.random() < 0.7:
+            rec["score"] = float(rng.normal(0, 2))
+        rec["y"] = int((rec["age"] > 45) == (rec["plan"] == "pro"))
+        out.append(rec)
+    return out
+
+
+def test_the_worker_learns_the_derived_vector_of_each_record(tmp_path):
+    """A spec with derived blocks: the runner's decoded rows are the transform's, the model the one
+    learn_many makes of those rows (every reader shares the reference arithmetic)."""
+    path = tmp_path / "spec.json"
+    path.write_bytes(orjson.dumps({"features": FIELDS, "derived": DERIVED}))
+    env = {"OLU_FEATURES_FILE": str(path), "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1", "OLU_RELEASE_EVERY_EVENTS": "50"}
+    s = load_settings([], env=env)
+    records = _records(300)
+    msgs = [Message(topic="t", partition=0, offset=i, key=r["id"].encode(), value=orjson.dumps(r), timestamp=(1, i))
+            for i, r in enumerate(records)]
+    decoded = decode_batch(msgs, dim=s.dim, max_bytes=4096, features=s.feature_spec)
+    assert decoded.scan is None and [(a, b, ok) for a, b, ok in decoded.stretches] == [(0, 300, True)]
+    expected = np.array([vectorize(s.feature_spec, r)[0] for r in records])
+    assert decoded.runs[0].X.tobytes() == expected.tobytes()
+    model = PassiveOLU(dim=s.dim, feature_bound=s.feature_bound, noise_rng=np.random.default_rng(1))
+    runner = PartitionRunner("t", 0, model, snapshots=SnapshotStore(open_store("memory://"), prefix="p", group="g"),
+                             settings=s, model_name="m")
+    for j in range(0, 300, 70):
+        runner.process(msgs[j:j + 70])
+    reference = PassiveOLU(dim=s.dim, feature_bound=s.feature_bound, noise_rng=np.random.default_rng(1))
+    reference.learn_many([r["id"] for r in records], expected, [float(r["y"]) for r in records])
+    assert runner.model.z.tobytes() == reference.z.tobytes() and runner.model.t == 300
