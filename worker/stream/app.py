@@ -222,7 +222,11 @@ class Worker:
 
     # ----------------------------------------------------------------- processing
     def _process(self, runner: PartitionRunner, batch: list) -> None:
-        outcome = runner.process(batch)
+        try:
+            outcome = runner.process(batch)
+        except SnapshotConflict as exc:
+            self._lost_to(runner, exc)
+            return
         self.metrics.record_outcome(runner, outcome)
         for dead in outcome.dead_letters:
             self._dead_letter(runner, dead)
@@ -239,17 +243,22 @@ class Worker:
         """Publish the releases whose deltas became durable in the background; pause on a failure."""
         try:
             ready = runner.ready_releases()
-        except SnapshotConflict:  # another member stored this partition's deletion first
-            if self.fence is None:
-                raise
-            runner.lost = True
-            self._drop([TopicPartition(runner.topic, runner.partition)], deadline=None)
-            self.fence.conflicted(sys.exc_info()[1])
+        except SnapshotConflict as exc:
+            self._lost_to(runner, exc)
             return
         for release in ready:
             self._publish(runner, release)
         if runner.blocked:
             self._pause_blocked(runner)
+
+    def _lost_to(self, runner: PartitionRunner, exc: SnapshotConflict) -> None:
+        """Another member stored this partition's deletion first: it owns the partition now, so
+        drop it as lost and hold all output until the coordinator answers (ownership.py)."""
+        if self.fence is None:
+            raise exc
+        runner.lost = True
+        self._drop([TopicPartition(runner.topic, runner.partition)], deadline=None)
+        self.fence.conflicted(exc)
 
     def _pause_blocked(self, runner: PartitionRunner) -> None:
         """A deletion's post-noise state could not be stored: stop the partition where it is and
@@ -274,6 +283,9 @@ class Worker:
             except StorageUnavailable:
                 self.metrics.snapshot_failure("delta")
                 self._retry_at[key] = now + 1.0
+                continue
+            except SnapshotConflict as exc:
+                self._lost_to(runner, exc)
                 continue
             self._retry_at.pop(key, None)
             for release in releases:
