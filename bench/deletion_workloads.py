@@ -295,12 +295,12 @@ def cell(cls: str, share: float, seed: int, events: int, marks, sim_events: int)
     run("ogd", build_engine(settings, target, cap=None), requests=False)
     for unit, plan in plans.items():
         best = plan["search"]["best"][unit]
-        c = Candidate(unit, best["rotation"], best["lifetime"], best["l2"], best["cap"])
+        c = Candidate(unit, best["rotation"], best["lifetime"], best["l2"], best["cap"], best.get("radius"))
         run(f"plan {unit}", candidate_model(settings, target, c, best["capacity"], noise(unit)), settings=best["settings"],
             predicted=best["score"], warned=bool(plan["warnings"]), plan_seconds=plan_s)
         if cls.endswith("accounts") and unit == "per-request":
             for cap, name in ((ACCOUNT_CAP, f"cap {ACCOUNT_CAP}"), (None, "no cap")):
-                capped = Candidate(unit, best["rotation"], best["lifetime"], best["l2"], cap)
+                capped = Candidate(unit, best["rotation"], best["lifetime"], best["l2"], cap, best.get("radius"))
                 run(f"plan per-request, {name}", candidate_model(settings, target, capped, None, noise(name)),
                     settings=capped.settings())
             run(f"ogd, cap {ACCOUNT_CAP}", build_engine(settings, target, cap=ACCOUNT_CAP), requests=False)

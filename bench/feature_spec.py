@@ -164,7 +164,7 @@ def recommended(settings, X: np.ndarray, y: np.ndarray, seed: int) -> tuple[str,
     plan = make_plan(settings, target, shape=Shape(rate=DELETE_SHARE), events=len(y), sample=sample,
                      sim_events=min(len(y), 100_000), seed=seed)
     best = plan["search"]["best"]["per-request"]
-    c = Candidate("per-request", best["rotation"], best["lifetime"], best["l2"], best["cap"])
+    c = Candidate("per-request", best["rotation"], best["lifetime"], best["l2"], best["cap"], best.get("radius"))
     model = candidate_model(settings, target, c, best["capacity"], np.random.default_rng(seed))
     rng = np.random.default_rng([seed, 3])
     times = sorted(rng.choice(np.arange(100, len(y)), size=int(DELETE_SHARE * len(y)), replace=False).tolist())

@@ -228,7 +228,7 @@ def certified_model(s: Stream, unit: str, plan_info: dict, l2: float, noise_rng)
     from worker.planning.search import Candidate, candidate_model
 
     b = plan_info["best"][unit]
-    c = Candidate(unit, b["rotation"], b["lifetime"], b["l2"], b.get("cap"))
+    c = Candidate(unit, b["rotation"], b["lifetime"], b["l2"], b.get("cap"), b.get("radius"))
     return candidate_model(plan_info["settings"], plan_info["target"], c, b.get("capacity"), noise_rng)
 
 

@@ -79,7 +79,7 @@ def test_the_searched_recommendation_predicts_an_independent_run():
     other = from_shape(Sample([f"o-{j}" for j in range(len(ids2))], X2[order], y2[order], 0), shape, events, seed=7)
     from worker.planning.search import Candidate
 
-    c = Candidate(best["unit"], best["rotation"], best["lifetime"], best["l2"], best["cap"])
+    c = Candidate(best["unit"], best["rotation"], best["lifetime"], best["l2"], best["cap"], best.get("radius"))
     capacity = capacity_needed(other, c.lifetime, c.rotation) if c.rotation != "off" else None
     measured = score(replay(candidate_model(settings, target, c, capacity, np.random.default_rng(11)), other,
                             loss="logistic"), "logistic")

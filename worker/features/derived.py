@@ -26,7 +26,7 @@ block) are mixed into one 64-bit hash, and plus or minus the weight goes in slot
 Why the certificate holds: every edge, bucket count and weight is declared before the stream, none
 is fitted to it, and each block adds at most ``weight`` to the vector's norm, so the spec's norm
 bound (and with it L, beta, mu and every sigma) follows from the declaration alone
-(docs/calibration.md 2.4, docs/features.md).
+(docs/calibration.md 2.4).
 """
 
 from __future__ import annotations

@@ -149,9 +149,10 @@ def _search_lines(found: dict) -> list[str]:
 
 
 def _short(run: dict) -> str:
-    """A candidate in a few characters: rotation/lifetime, l2, cap."""
+    """A candidate in a few characters: rotation/lifetime, l2, radius, cap."""
     where = "no rotation" if run["rotation"] == "off" else f"{run['rotation']} {_n(run['lifetime'])}"
-    return f"[{where}, l2 {run['l2']:g}" + (f", cap {run['cap']}" if run["cap"] is not None else "") + "]"
+    radius = f", radius {run['radius']:g}" if run.get("radius") is not None else ""
+    return f"[{where}, l2 {run['l2']:g}{radius}" + (f", cap {run['cap']}" if run["cap"] is not None else "") + "]"
 
 
 def plot(plan: dict, path: str) -> None:

@@ -2,9 +2,11 @@
 requests, the best one under each privacy unit recommended with its predicted score.
 
 The candidates cross the privacy unit, rotation (off, or warm-standby ``overlap`` / ``disjoint``
-with a lifetime of :data:`LIFETIMES`), l2 (the configured value times :data:`L2_FACTORS`) and, where
-requests name several records of a key, the per-key cap ``max_records_per_key`` (:data:`CAPS`); the
-later two are tried on the best few of each unit (:func:`search`). Under all-deletions a rotation
+with a lifetime of :data:`LIFETIMES`), l2 (the configured value times :data:`L2_FACTORS`), the
+model's capacity (a smaller l2 with the configured or a larger radius, :data:`CAPACITY_GRID`: the
+worker's defaults underfit wide feature specs, whose iterate then sits on the radius-10 sphere) and,
+where requests name several records of a key, the per-key cap ``max_records_per_key``
+(:data:`CAPS`); the later ones are tried on the best few of each unit (:func:`search`). Under all-deletions a rotation
 uses the planned split with the capacity the workload needs: the most requests any one model of that
 lifetime is charged for on the workload (docs/accounting.md 12.6), so the plan does not count on a
 reserve it would overdraw.
@@ -20,12 +22,17 @@ from ..olu.core.kernels.hashing import record_keys
 from .simulate import better, metric_name, replay, score, window_scores
 from .target import build_engine, build_rotation
 
-__all__ = ["CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "candidate_model", "capacity_needed", "search"]
+__all__ = ["CAPACITY_GRID", "CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "candidate_model", "capacity_needed",
+           "search"]
 
 #: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS, in inserts) tried with rotation.
 LIFETIMES = (1_000, 2_000, 5_000, 20_000, 100_000)
 #: Multiples of the configured l2 tried (a larger l2 shrinks the deletion noise as 1/mu).
 L2_FACTORS = (1.0, 3.0)
+#: (l2 factor, radius factor) pairs tried for capacity on the best candidates: less shrinkage, a
+#: larger ball. The deletion noise grows with both (sigma scales with L = R + l2 r, over l2), so the
+#: simulation on the sample decides.
+CAPACITY_GRID = ((0.1, 1.0), (0.01, 1.0), (0.1, 10.0), (0.01, 10.0))
 #: Per-key caps tried where requests name several records of a key.
 CAPS = (2, 8, 32)
 #: How many of the best candidates so far each later stage refines.
@@ -39,6 +46,7 @@ class Candidate:
     lifetime: int | None
     l2: float
     cap: int | None = None
+    radius: float | None = None  # None: the configured radius
 
     def settings(self, capacity: int | None = None) -> str:
         """The candidate as the worker's settings."""
@@ -49,6 +57,8 @@ class Candidate:
             if self.unit == "all-deletions":
                 out += ["OLU_BUDGET_SPLIT=planned", f"OLU_DELETION_CAPACITY={capacity}"]
         out.append(f"OLU_L2={self.l2:g}")
+        if self.radius is not None:
+            out.append(f"OLU_RADIUS={self.radius:g}")
         if self.cap is not None:
             out.append(f"OLU_MAX_RECORDS_PER_KEY={self.cap}")
         return " ".join(out)
@@ -85,9 +95,9 @@ def capacity_needed(workload, lifetime: int, variant: str) -> int:
 def candidate_model(settings, target, c: Candidate, capacity, noise_rng):
     unit_target = target.with_unit(c.unit)
     if c.rotation == "off":
-        return build_engine(settings, unit_target, l2=c.l2, cap=c.cap, noise_rng=noise_rng)
+        return build_engine(settings, unit_target, l2=c.l2, cap=c.cap, radius=c.radius, noise_rng=noise_rng)
     return build_rotation(settings, unit_target, lifetime=c.lifetime, capacity=capacity, l2=c.l2, variant=c.rotation,
-                          cap=c.cap, noise_rng=noise_rng)
+                          cap=c.cap, radius=c.radius, noise_rng=noise_rng)
 
 
 def _run(settings, target, workload, c: Candidate, seed: int) -> dict:
@@ -127,9 +137,13 @@ def search(settings, target, workload, *, units, seed: int = 0) -> dict:
         mine = [run(Candidate(unit, v, e, settings.l2)) for v, e in shapes]
         mine += [run(Candidate(unit, r["rotation"], r["lifetime"], l2)) for r in ranked(mine)[:TOP]
                  for l2 in l2_values if l2 != settings.l2]
+        if settings.l2 > 0:
+            mine += [run(Candidate(unit, r["rotation"], r["lifetime"], float(f"{settings.l2 * f:.6g}"), None,
+                                   None if g == 1.0 else float(f"{settings.radius * g:.6g}")))
+                     for r in ranked(mine)[:TOP] for f, g in CAPACITY_GRID]
         if workload.multi_record():
-            mine += [run(Candidate(unit, r["rotation"], r["lifetime"], r["l2"], cap)) for r in ranked(mine)[:TOP]
-                     for cap in CAPS]
+            mine += [run(Candidate(unit, r["rotation"], r["lifetime"], r["l2"], cap, r["radius"]))
+                     for r in ranked(mine)[:TOP] for cap in CAPS]
         runs += mine
     best = {unit: pick((r for r in runs if r["unit"] == unit), key=lambda r: r["score"]) for unit in units}
     return {"metric": metric, "events": workload.events, "inserts": len(workload.ids), "seed": seed,

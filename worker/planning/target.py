@@ -128,7 +128,7 @@ def resolve_target(settings, *, unit: str | None = None, rho: float | None = Non
 _UNSET = object()
 
 
-def _kwargs(settings, target: Target, l2, cap) -> dict:
+def _kwargs(settings, target: Target, l2, cap, radius=None) -> dict:
     """The engine's keyword arguments of ``settings`` for ``target``, ``l2`` and ``cap`` (the per-key
     contribution bound: ``_UNSET`` keeps the setting, None removes it) overriding the settings."""
     if settings.algorithm not in PLANNED_ALGORITHMS:
@@ -143,6 +143,8 @@ def _kwargs(settings, target: Target, l2, cap) -> dict:
         kwargs.setdefault("classes", classes)
     if l2 is not None:
         kwargs["l2"] = l2
+    if radius is not None:
+        kwargs["radius"] = radius
     if cap is not _UNSET:
         kwargs["max_records_per_key"] = cap
     for key in ("rho", "target_epsilon", "privacy_unit"):
@@ -151,22 +153,23 @@ def _kwargs(settings, target: Target, l2, cap) -> dict:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def build_engine(settings, target: Target, *, l2: float | None = None, cap=_UNSET, noise_rng=None):
+def build_engine(settings, target: Target, *, l2: float | None = None, cap=_UNSET, radius: float | None = None,
+                 noise_rng=None):
     """A fresh engine of ``settings.algorithm`` calibrated for ``target`` (``l2`` and ``cap``,
     ``max_records_per_key``, overriding the settings); ``noise_rng`` seeds its noise (None: OS
     entropy, as in production)."""
-    return engine_class(settings.algorithm)(**_kwargs(settings, target, l2, cap), noise_rng=noise_rng)
+    return engine_class(settings.algorithm)(**_kwargs(settings, target, l2, cap, radius), noise_rng=noise_rng)
 
 
 def build_rotation(settings, target: Target, *, lifetime: int, capacity: int | None = None,
                    l2: float | None = None, variant: str = "overlap", reserve: float | None = None, cap=_UNSET,
-                   noise_rng=None):
+                   radius: float | None = None, noise_rng=None):
     """A warm-standby rotation (docs/accounting.md 12) of the settings' engine, each model given its
     share of ``target.rho`` (:func:`worker.olu.rotation.model_budget`: the Rotation itself splits
     it). Under all-deletions the planned split over ``capacity`` per model."""
     from ..olu.rotation import Rotation
 
-    kwargs = _kwargs(settings, target, l2, cap)
+    kwargs = _kwargs(settings, target, l2, cap, radius)
     for key in ("budget_split", "deletion_capacity"):
         kwargs.pop(key, None)
     if target.unit == "all-deletions":
