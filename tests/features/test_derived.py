@@ -15,7 +15,7 @@ from worker.config import load_settings
 from worker.features.exceptions import FeatureSpecError
 from worker.features.spec import parse_spec
 from worker.features.transform import vectorize
-from worker.olu import PassiveOLU
+from worker.olu import ALGORITHMS, PassiveOLU
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.input.batch import decode_batch
 from worker.stream.partition import PartitionRunner
@@ -99,8 +99,8 @@ def test_a_spec_without_derived_blocks_keeps_its_digest():
     ([{"type": "cross", "fields": ["plan", "nope"], "buckets": 8}], "'nope' is not a field of the spec"),
     ([{"type": "cross", "fields": ["plan", "vip"], "buckets": 1}], "'buckets' must be an integer from 2"),
     ([{"type": "cross", "fields": ["plan", "vip"], "buckets": 8, "seed": 1}], "derived[0]: unknown key 'seed'"),
-    ([{"type": "poly"}], "derived[0]: a mapping with type bins or cross expected"),
-    ({"type": "bins"}, "derived: a list of bins and crosses expected"),
+    ([{"type": "poly"}], "derived[0]: a mapping with type bins, cross or fourier expected"),
+    ({"type": "bins"}, "derived: a list of bins, crosses and fourier blocks expected"),
 ])
 def test_every_derived_mistake_has_its_message(derived, message):
     with pytest.raises(FeatureSpecError) as err:
@@ -143,3 +143,96 @@ def test_the_worker_learns_the_derived_vector_of_each_record(tmp_path):
     reference = PassiveOLU(dim=s.dim, feature_bound=s.feature_bound, noise_rng=np.random.default_rng(1))
     reference.learn_many([r["id"] for r in records], expected, [float(r["y"]) for r in records])
     assert runner.model.z.tobytes() == reference.z.tobytes() and runner.model.t == 300
+
+
+# --------------------------------------------------------------------------- random Fourier features
+
+RFF = [{"name": "u", "type": "numeric", "range": [-1, 1]}, {"name": "v", "type": "numeric", "range": [-1, 1]}]
+
+
+def fourier_spec(components=512, bandwidth=0.5, seed=7, **block):
+    return parse_spec({"features": RFF, "derived": [{"type": "fourier", "fields": ["u", "v"],
+                                                     "components": components, "bandwidth": bandwidth,
+                                                     "seed": seed, **block}]})
+
+
+def test_fourier_features_approximate_the_gaussian_kernel():
+    s = fourier_spec(components=4096)
+    at = s.names.index("fourier(u,v)#0")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = rng.uniform(-1, 1, 2), rng.uniform(-1, 1, 2)
+        xa = vectorize(s, {"u": float(a[0]), "v": float(a[1])})[0][at:]
+        xb = vectorize(s, {"u": float(b[0]), "v": float(b[1])})[0][at:]
+        kernel = math.exp(-float(np.sum((a - b) ** 2)) / (2 * 0.5 ** 2))
+        assert abs(float(xa @ xb) - kernel) < 0.06  # Monte Carlo error ~ 1/sqrt(D)
+
+
+def test_the_fourier_map_is_the_declaration_s_alone():
+    """The seed draws the map: the same on every parse (and every reader), another seed another map;
+    the norm bound is sqrt(2) weight for the block, whatever the record."""
+    a, b, c = fourier_spec(seed=7), fourier_spec(seed=7), fourier_spec(seed=8)
+    assert a.derived[0].w == b.derived[0].w and a.derived[0].b == b.derived[0].b
+    assert a.derived[0].w != c.derived[0].w and a.digest != c.digest
+    assert a.norm_bound ** 2 == pytest.approx(1 + 2 + 2)  # intercept, two fields, the block
+    again = parse_spec(orjson.loads(orjson.dumps(a.source)))
+    x = vectorize(a, {"u": 0.3, "v": -0.9})[0]
+    assert vectorize(again, {"u": 0.3, "v": -0.9})[0].tobytes() == x.tobytes()
+    assert float(np.linalg.norm(x)) <= a.norm_bound
+
+
+def test_fourier_coordinates_are_the_same_bits_as_the_written_out_definition():
+    """cos is portable.cos (no libm, no SIMD), the phase summed in the fields' order."""
+    from worker.features import portable
+
+    s = fourier_spec(components=16, bandwidth=0.25, seed=11, weight=0.5)
+    block = s.derived[0]
+    x = vectorize(s, {"u": 0.125, "v": 0.75})[0][block.slot:]
+    draws = portable.gaussians(11, 0, 32)
+    for j in range(16):
+        t = 6.283185307179586 * portable.uniform(11, 1, j) + (draws[2 * j] / 0.25) * 0.125 + (draws[2 * j + 1] / 0.25) * 0.75
+        assert x[j] == 0.5 * math.sqrt(2.0 / 16) * portable.cos(t)
+
+
+@pytest.mark.parametrize(("block", "message"), [
+    ({"fields": ["u", "plan"]}, "'plan' is not a numeric field of the spec"),
+    ({"components": 0}, "'components' must be an integer from 1 to 4096"),
+    ({"bandwidth": 0}, "'bandwidth' must be a positive number"),
+    ({"seed": -1}, "'seed' must be an integer from 0 to 2^63 - 1"),
+    ({"bandwidth": 1e-7}, "too small for the fields' scales"),
+])
+def test_every_fourier_mistake_has_its_message(block, message):
+    item = {"type": "fourier", "fields": ["u", "v"], "components": 8, "bandwidth": 0.5, "seed": 1, **block}
+    with pytest.raises(FeatureSpecError) as err:
+        parse_spec({"features": [*RFF, {"name": "plan", "type": "boolean"}], "derived": [item]})
+    assert message in str(err.value)
+
+
+def test_a_curved_boundary_is_learnable_through_fourier_features():
+    """Inside or outside a circle: linear in (u, v) no better than the majority, near-perfect on
+    the Fourier features (the certificate's constants untouched: it is still a linear model)."""
+    rng = np.random.default_rng(5)
+    U = rng.uniform(-1, 1, (6000, 2))
+    y = (np.sum(U ** 2, axis=1) < 0.5).astype(float)
+    for spec, least in ((parse_spec({"features": RFF}), None), (fourier_spec(components=256), 0.9)):
+        X = np.array([vectorize(spec, {"u": float(a), "v": float(b)})[0] for a, b in U])
+        model = ALGORITHMS["ogd"](dim=spec.dim, feature_bound=spec.norm_bound * (1 + 1e-9), l2=1e-4, radius=100.0)
+        model.learn_many([f"r{j}" for j in range(5000)], X[:5000], y[:5000])
+        accuracy = float(np.mean((X[5000:] @ model.z >= 0) == (y[5000:] > 0)))
+        if least is None:
+            assert accuracy < 0.75
+        else:
+            assert accuracy >= least, accuracy
+
+
+def test_the_readme_s_choosing_features_example_is_a_valid_spec():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"### Choosing features.*?```yaml\n(.*?)```", text, re.S)
+    assert block, "the README's Choosing features example moved"
+    s = parse_spec(yaml.safe_load(block.group(1)))
+    assert {d.kind for d in s.derived} == {"bins", "cross", "fourier"} and not s.compiled

@@ -1,4 +1,4 @@
-"""Derived coordinates of a feature spec: bins of a numeric field and hashed crosses of fields.
+"""Derived coordinates of a feature spec: bins, hashed crosses and random Fourier features.
 
 A spec's ``derived`` list adds coordinates computed from its declared fields' values, after the
 fields' own (linear) coordinates:
@@ -10,6 +10,7 @@ fields' own (linear) coordinates:
       - {type: bins, field: income, range: [0, 2.0e5], count: 8, encoding: cumulative}
       - {type: cross, fields: [plan, country], buckets: 1024}  # one of 1024 slots per (plan, country)
       - {type: cross, fields: [plan, age], buckets: 256}       # a numeric field enters by its bins
+      - {type: fourier, fields: [lat, lon], components: 128, bandwidth: 0.5, seed: 7}   # an RBF kernel
 
 **Bins** make a threshold rule on one field learnable by a linear model: ``onehot`` puts the weight
 in the value's bin (``edges`` e_1 < ... < e_m give m + 1 bins; bin j holds e_j <= v < e_{j+1}),
@@ -23,19 +24,29 @@ boolean's 0 or 1, a hashed value's 64-bit hash, a numeric value's bin in the fie
 block) are mixed into one 64-bit hash, and plus or minus the weight goes in slot ``h mod buckets``
 (the sign from h's top bit), as Vowpal Wabbit's quadratic and cubic namespaces do.
 
-Why the certificate holds: every edge, bucket count and weight is declared before the stream, none
-is fitted to it, and each block adds at most ``weight`` to the vector's norm, so the spec's norm
-bound (and with it L, beta, mu and every sigma) follows from the declaration alone
-(docs/calibration.md 2.4).
+**Random Fourier features** (Rahimi and Recht, Random features for large-scale kernel machines,
+NIPS 2007) make a smooth nonlinear surface over a few numeric fields learnable: coordinate j is
+``weight sqrt(2/D) cos(w_j . u / bandwidth + b_j)`` for the fields' own values u (each in [-1, 1]
+for a ``range`` field), w_j standard normal and b_j uniform on [0, 2 pi), all D of them drawn from
+the declared ``seed`` by portable.py, so the map is public and every reader builds the same one;
+the inner product of two such vectors approximates the Gaussian kernel exp(-|u - u'|^2 / (2
+bandwidth^2)), and the cos is portable.py's (the same bits on every CPU).
+
+Why the certificate holds: every edge, bucket count, seed, bandwidth and weight is declared before
+the stream, none is fitted to it, and each block adds at most ``weight`` (``sqrt(2) weight`` for
+Fourier features) to the vector's norm, so the spec's norm bound (and with it L, beta, mu and every
+sigma) follows from the declaration alone (docs/calibration.md 2.4).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["Bins", "Cross", "cross_hash", "parse_derived"]
+from . import portable
+
+__all__ = ["Bins", "Cross", "Fourier", "cross_hash", "parse_derived"]
 
 _MASK = (1 << 64) - 1
 CROSS_OFFSET = 0x6A09E667F3BCC908  # the first 64 bits of sqrt(2)'s fraction: any fixed start will do
@@ -44,6 +55,10 @@ MAX_EDGES = 1024
 ENCODINGS = ("onehot", "cumulative")
 _BINS_KEYS = {"type", "field", "edges", "range", "count", "encoding", "weight"}
 _CROSS_KEYS = {"type", "fields", "buckets", "weight"}
+_FOURIER_KEYS = {"type", "fields", "components", "bandwidth", "seed", "weight"}
+MAX_COMPONENTS = 4096
+MAX_FOURIER_FIELDS = 8
+MAX_PHASE = 1e6  # portable.cos's domain: |w . u / bandwidth + b| stays below it
 CROSSABLE = ("categorical", "boolean", "hashed", "numeric")
 
 
@@ -79,6 +94,10 @@ class Bins:
     @property
     def width(self) -> int:
         return len(self.edges) + (1 if self.encoding == "onehot" else 0)
+
+    @property
+    def norm(self) -> float:
+        return self.weight
 
     def bin_of(self, v: float) -> int:
         """How many edges are at or below ``v`` (0 to m)."""
@@ -118,6 +137,10 @@ class Cross:
     def width(self) -> int:
         return self.buckets
 
+    @property
+    def norm(self) -> float:
+        return self.weight
+
     def write(self, x: list, tokens) -> None:
         h = cross_hash(tokens)
         x[self.slot + h % self.buckets] = self.weight if h >> 63 == 0 else -self.weight
@@ -127,6 +150,56 @@ class Cross:
 
     def source(self) -> dict:
         out = {"type": "cross", "fields": list(self.fields), "buckets": self.buckets}
+        return out if self.weight == 1.0 else {**out, "weight": self.weight}
+
+
+@dataclass(frozen=True)
+class Fourier:
+    fields: tuple[str, ...]
+    components: int
+    bandwidth: float
+    seed: int
+    weight: float
+    slot: int
+    w: tuple = field(default=(), compare=False, repr=False)  # (components, fields), over the bandwidth
+    b: tuple = field(default=(), compare=False, repr=False)
+
+    kind = "fourier"
+
+    def __post_init__(self):
+        k = len(self.fields)
+        draws = portable.gaussians(self.seed, 0, self.components * k)
+        w = tuple(tuple(draws[j * k + i] / self.bandwidth for i in range(k)) for j in range(self.components))
+        b = tuple(6.283185307179586 * portable.uniform(self.seed, 1, j) for j in range(self.components))
+        object.__setattr__(self, "w", w)
+        object.__setattr__(self, "b", b)
+
+    @property
+    def width(self) -> int:
+        return self.components
+
+    @property
+    def norm(self) -> float:
+        return math.sqrt(2.0) * self.weight
+
+    def max_phase(self, bounds: list[float]) -> float:
+        """The largest |w_j . u + b_j| for fields' values within ``bounds``."""
+        return max(abs(bj) + sum(abs(wi) * u for wi, u in zip(wj, bounds)) for wj, bj in zip(self.w, self.b))
+
+    def write(self, x: list, u: list[float]) -> None:
+        scale = self.weight * math.sqrt(2.0 / self.components)
+        for j, (wj, bj) in enumerate(zip(self.w, self.b)):
+            t = bj
+            for wi, ui in zip(wj, u):
+                t += wi * ui
+            x[self.slot + j] = scale * portable.cos(t)
+
+    def names(self) -> list[str]:
+        return [f"fourier({','.join(self.fields)})#{j}" for j in range(self.components)]
+
+    def source(self) -> dict:
+        out = {"type": "fourier", "fields": list(self.fields), "components": self.components,
+               "bandwidth": self.bandwidth, "seed": self.seed}
         return out if self.weight == 1.0 else {**out, "weight": self.weight}
 
 
@@ -198,25 +271,60 @@ def _cross(item: dict, where: str, kinds: dict, binned: set, slot: int, problems
     return Cross(tuple(names), buckets, weight, slot)
 
 
-def parse_derived(items, kinds: dict[str, str], slot: int, problems: list, max_dim: int) -> tuple:
+def _fourier(item: dict, where: str, kinds: dict, bounds: dict, slot: int, problems: list) -> Fourier | None:
+    names = item.get("fields")
+    bad = len(problems)
+    if not (isinstance(names, list) and 1 <= len(names) <= MAX_FOURIER_FIELDS
+            and len(set(map(str, names))) == len(names)):
+        problems.append(f"{where}: 'fields' must list 1 to {MAX_FOURIER_FIELDS} different numeric fields")
+        names = []
+    for name in names:
+        if kinds.get(name) != "numeric":
+            problems.append(f"{where}: {name!r} is not a numeric field of the spec")
+    components, bandwidth, seed = item.get("components"), item.get("bandwidth"), item.get("seed")
+    if not (isinstance(components, int) and not isinstance(components, bool) and 1 <= components <= MAX_COMPONENTS):
+        problems.append(f"{where}: 'components' must be an integer from 1 to {MAX_COMPONENTS}")
+    if not (_number(bandwidth) and bandwidth > 0):
+        problems.append(f"{where}: 'bandwidth' must be a positive number")
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 1 << 63):
+        problems.append(f"{where}: 'seed' must be an integer from 0 to 2^63 - 1 (the map is drawn from it)")
+    weight = _weight(item, where, problems)
+    if len(problems) > bad:
+        return None
+    block = Fourier(tuple(names), components, float(bandwidth), seed, weight, slot)
+    if not block.max_phase([bounds[n] for n in names]) < MAX_PHASE:
+        problems.append(f"{where}: bandwidth {bandwidth!r} is too small for the fields' scales "
+                        f"(the phase could reach {MAX_PHASE:g})")
+        return None
+    return block
+
+
+def parse_derived(items, kinds: dict[str, str], slot: int, problems: list, max_dim: int,
+                  bounds: dict[str, float] | None = None) -> tuple:
     """The derived blocks of ``items`` (the spec's ``derived`` list), from coordinate ``slot`` on;
-    ``kinds``: each declared field's kind. Mistakes go to ``problems``, one line each."""
+    ``kinds``: each declared field's kind; ``bounds``: each numeric field's largest |value| as the
+    spec transforms it (Fourier features read those values). Mistakes go to ``problems``, one line
+    each."""
     if items is None:
         return ()
     if not isinstance(items, list):
-        problems.append("derived: a list of bins and crosses expected")
+        problems.append("derived: a list of bins, crosses and fourier blocks expected")
         return ()
     out, binned = [], set()
     for k, item in enumerate(items):
         where = f"derived[{k}]"
-        if not isinstance(item, dict) or item.get("type") not in ("bins", "cross"):
-            problems.append(f"{where}: a mapping with type bins or cross expected")
+        if not isinstance(item, dict) or item.get("type") not in ("bins", "cross", "fourier"):
+            problems.append(f"{where}: a mapping with type bins, cross or fourier expected")
             continue
-        allowed = _BINS_KEYS if item["type"] == "bins" else _CROSS_KEYS
+        allowed = {"bins": _BINS_KEYS, "cross": _CROSS_KEYS, "fourier": _FOURIER_KEYS}[item["type"]]
         for key in sorted(set(item) - allowed):
             problems.append(f"{where}: unknown key {key!r}")
-        block = (_bins(item, where, kinds, slot, problems) if item["type"] == "bins"
-                 else _cross(item, where, kinds, binned, slot, problems, max_dim))
+        if item["type"] == "bins":
+            block = _bins(item, where, kinds, slot, problems)
+        elif item["type"] == "cross":
+            block = _cross(item, where, kinds, binned, slot, problems, max_dim)
+        else:
+            block = _fourier(item, where, kinds, bounds or {}, slot, problems)
         if block is not None:
             out.append(block)
             slot += block.width

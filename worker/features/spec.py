@@ -125,8 +125,8 @@ class FeatureSpec:
         total = self.intercept ** 2
         for f in self.fields:
             total += (f.weight * f.max_abs()) ** 2 + (1.0 if f.indicator else 0.0)
-        for d in self.derived:  # a bin block or a cross sets at most its weight's worth of norm
-            total += d.weight ** 2
+        for d in self.derived:  # each block's own bound (derived.py)
+            total += d.norm ** 2
         return math.sqrt(total)
 
     @property
@@ -195,7 +195,8 @@ def parse_spec(raw) -> FeatureSpec:
         if f is not None:
             fields.append(f)
             slot += f.width
-    derived = parse_derived(raw.get("derived"), {f.name: f.kind for f in fields}, slot, problems, MAX_DIM)
+    derived = parse_derived(raw.get("derived"), {f.name: f.kind for f in fields}, slot, problems, MAX_DIM,
+                            {f.name: f.max_abs() for f in fields if f.kind == "numeric"})
     slot += sum(d.width for d in derived)
     if slot > MAX_DIM:
         problems.append(f"the spec has {slot} coordinates, at most {MAX_DIM}")

@@ -58,14 +58,17 @@ def _type_name(v) -> str:
             dict: "object"}.get(type(v), type(v).__name__)
 
 
-def _derive(spec: FeatureSpec, x: list, tokens: dict) -> None:
+def _derive(spec: FeatureSpec, x: list, tokens: dict, scaled: dict) -> None:
     """The derived blocks' coordinates (derived.py): bins of a numeric value, crosses of tokens (a
-    numeric field's token is its bin in the field's first bins block)."""
+    numeric field's token is its bin in the field's first bins block), Fourier features of the
+    numeric fields' transformed values."""
     first_bins = {}
     for d in spec.derived:
         if d.kind == "bins":
             first_bins.setdefault(d.field, d)
             d.write(x, tokens[d.field])
+        elif d.kind == "fourier":
+            d.write(x, [scaled[n] for n in d.fields])
         else:
             d.write(x, [first_bins[n].bin_of(tokens[n]) if n in first_bins else tokens[n] for n in d.fields])
 
@@ -78,6 +81,7 @@ def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
         x[0] = spec.intercept
     clipped = 0
     tokens: dict[str, object] = {}  # each field's value (numeric) or token (the others), for derived blocks
+    scaled: dict[str, float] = {}  # each numeric field's transformed value (before its weight)
     for k, f in enumerate(spec.fields):
         v = record.get(f.name)
         missing = v is None
@@ -111,6 +115,7 @@ def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
                 elif z > f.high:
                     z, clipped = f.high, clipped | 1 << k
             x[f.slot] = z * f.weight
+            scaled[f.name] = z
         elif f.kind == "boolean":
             if type(v) is not bool:
                 raise BadFeature("bad_features", f"{f.name!r} is a {_type_name(v)}, expected true or false")
@@ -128,7 +133,7 @@ def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
                 x[f.slot + h % f.buckets] = f.weight if h >> 63 == 0 else -f.weight
                 tokens[f.name] = h
     if spec.derived:
-        _derive(spec, x, tokens)
+        _derive(spec, x, tokens, scaled)
     if spec.bound is not None:
         sq = 0.0
         for v in x:
