@@ -255,7 +255,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))], [r["stream"] for r in rows], rotation=45, ha="right")
     ax.set_ylim(0.4, 1.0)
     ax.set_ylabel("prequential accuracy (second half)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
