@@ -159,3 +159,30 @@ def test_a_conflicting_delta_suspends_and_the_coordinator_decides():
         f.wait(FakeConsumer(), FakeProducer(), {("t", 1): runner(1, 3)}, [], blocked=set())
     f.lost()
     assert f.conflict is None and not f.suspended and f.check_in()
+
+
+def test_an_unanswering_coordinator_is_outwaited_but_a_refusal_is_not():
+    """DescribeGroups refused or unreachable: after twice the expulsion time with no lost callback,
+    librdkafka's own session check vouches for the membership; a "not listed" answer never does."""
+    f, clock = fence()
+    clock.now += 10.0
+    produced = []
+    f.holding((runner(0, 1), lambda: produced.append(1)))
+    runners = {("t", 0): runner(0, 1)}
+    runners[("t", 0)] = f.held[0][0]
+    f.member = lambda _consumer: None
+    f.wait(FakeConsumer(), FakeProducer(), runners, [], blocked=set())
+    clock.now += f.fallback_s - 1.0
+    f.wait(FakeConsumer(), FakeProducer(), runners, [], blocked=set())
+    assert produced == [] and f.suspended
+    clock.now += 2.0
+    f.wait(FakeConsumer(), FakeProducer(), runners, [], blocked=set())
+    assert produced == [1] and not f.suspended
+    assert f.fallback_s == pytest.approx(2 * 5.5 + 5.0)
+    # refused once: no amount of silence afterwards confirms it
+    clock.now += 10.0
+    assert not f.check_in()
+    f._refused = True  # what member() records when the coordinator's list lacks this member
+    clock.now += 100.0
+    f.wait(FakeConsumer(), FakeProducer(), runners, [], blocked=set())
+    assert f.suspended

@@ -46,6 +46,11 @@ log = get_logger("olu.worker")
 #: How often a suspended worker asks the coordinator whether it is still a member.
 PROBE_INTERVAL_S = 0.5
 PROBE_TIMEOUT_S = 5.0
+#: With no answer from the coordinator (DescribeGroups refused or unreachable) for twice the
+#: expulsion time, and no lost callback: librdkafka's own session check would have fired by then
+#: (it declares the assignment lost after a session timeout without a successful heartbeat), so
+#: its heartbeats hold the membership.
+FALLBACK_MARGIN_S = 5.0
 
 
 class Lease:
@@ -74,6 +79,7 @@ class Fence:
 
     def __init__(self, settings, clock: Callable[[], float] = time.monotonic):
         self.lease = Lease(settings.expulsion_seconds, clock)
+        self.fallback_s = 2 * settings.expulsion_seconds + FALLBACK_MARGIN_S
         self.group = settings.group_id
         self.admin_config = settings.admin_config()
         self.clock = clock
@@ -85,6 +91,8 @@ class Fence:
         self._admin: AdminClient | None = None
         self._probed_at = -PROBE_INTERVAL_S
         self._paused = False  # the partitions are paused while the fence waits
+        self._refused = False  # the coordinator said "not a member" during this suspension
+        self._unknown_said = False  # "membership unknown" logged once a suspension
 
     @property
     def suspended(self) -> bool:
@@ -143,9 +151,13 @@ class Fence:
             future = self._admin.describe_consumer_groups([self.group], request_timeout=PROBE_TIMEOUT_S)[self.group]
             members = future.result(timeout=PROBE_TIMEOUT_S).members
         except Exception as exc:  # noqa: BLE001 - no answer: ask again, produce nothing meanwhile
-            log.warning("group membership unknown; holding releases", extra={"error": str(exc)})
+            if not self._unknown_said:
+                log.warning("group membership unknown; holding releases", extra={"error": str(exc)})
+                self._unknown_said = True
             return None
-        return bool(member_id) and any(m.member_id == member_id for m in members)
+        listed = bool(member_id) and any(m.member_id == member_id for m in members)
+        self._refused |= not listed
+        return listed
 
     def confirmed(self) -> list[tuple]:
         """Membership confirmed: the lease is renewed; the held outputs, to produce now in order."""
@@ -153,7 +165,7 @@ class Fence:
         log.info("group membership confirmed after a pause; releases resume", extra={
             "paused_seconds": round(self.clock() - (self.suspended_at or self.clock()), 3), "held": len(held)})
         self.suspended_at = None
-        self._paused = False
+        self._paused = self._refused = self._unknown_said = False
         self.lease.renew()
         return held
 
@@ -164,7 +176,7 @@ class Fence:
         self.fenced += len(self.held) + len(self.deferred)
         self.held, self.deferred, self.conflict = [], [], None
         self.suspended_at = None
-        self._paused = False
+        self._paused = self._refused = self._unknown_said = False
         self.lease.renew()
 
     def wait(self, consumer, producer, runners: dict, messages: list, blocked: set) -> str | None:
@@ -191,7 +203,12 @@ class Fence:
         if not runners:  # lost meanwhile: nothing left to protect
             self.lost()
             return None
-        if not self.member(consumer):
+        answer = self.member(consumer)
+        if answer is None and not self._refused and self.clock() - self.suspended_at > self.fallback_s:
+            log.warning("the coordinator gave no answer and no lost callback came: librdkafka's heartbeats "
+                        "hold the membership; releases resume", extra={"seconds": round(self.fallback_s, 1)})
+            answer = True
+        if not answer:
             return None
         if self.conflict is not None:
             raise self.conflict
