@@ -20,7 +20,8 @@ bins, 128 buckets each). Models:
 2. our plain OGD under each spec (``ogd``, l2 1e-4, radius 100: the capacity the planner does not
    search yet; the worker's defaults underfit wide specs);
 3. the planner's certified recommendation under the capacity spec (``olu-worker plan``'s
-   per-request configuration at epsilon 1, delta 1e-5, for 0.5 % single-record deletions; its sample
+   per-request configuration at epsilon 1, delta 1e-5, for 0.5 % single-record deletions, half of
+   records at most 2,000 events old, half of any age, declared to the planner as such: its sample
    the stream's first 10,000 records), run with those deletions; beside it the planner's predicted
    accuracy.
 
@@ -62,6 +63,7 @@ BINS = 16
 CROSS_BUCKETS = 128
 OGD_L2, OGD_RADIUS = 1e-4, 100.0
 DELETE_SHARE = 0.005
+RECENT_SHARE, RECENT_AGE = 0.5, 2_000  # half of the deletions are of recent records
 SAMPLE_EVENTS = 10_000
 RIVER_MODELS = ("river_lr", "river_ht", "river_hat", "river_arf")
 WITHIN_BEST = Target("certified_vs_river_best", "the planner's certified model within 2 points of River's best "
@@ -142,28 +144,44 @@ def ogd(spec, X, y) -> tuple[float, float]:
     return chunked(model, X, y)
 
 
+def workload(n: int) -> Shape:
+    """The deletions the bench makes, as the planner is told them: 0.5 % of events, half of them of
+    records at most RECENT_AGE events old, the rest of any age (uniform over the stream so far)."""
+    return Shape(rate=DELETE_SHARE, age=n, recent_share=RECENT_SHARE, recent_age=RECENT_AGE)
+
+
+def deletion_schedule(n: int, seed: int) -> dict[int, list[int]]:
+    """{chunk start: records to unlearn before it}: the law :func:`workload` declares (an age in
+    events back from the deletion, the nearest record not yet deleted)."""
+    rng = np.random.default_rng([seed, 3])
+    deletions: dict[int, list[int]] = {}
+    victims: set[int] = set()
+    for t in sorted(rng.choice(np.arange(CHUNK, n), size=int(DELETE_SHARE * n), replace=False).tolist()):
+        start = t - t % CHUNK
+        age = int(rng.integers(1, (RECENT_AGE if rng.random() < RECENT_SHARE else n) + 1))
+        j = max(0, start - age)
+        while j in victims and j < start - 1:
+            j += 1
+        if j in victims:
+            continue
+        victims.add(j)
+        deletions.setdefault(start, []).append(j)
+    return deletions
+
+
 def certified(raw_spec: dict, X, y, seed: int) -> tuple[dict, float, float]:
-    """The planner's per-request recommendation at epsilon 1 for 0.5 % deletions: its settings, its
-    predicted accuracy and its accuracy with those deletions (uniform over the records before)."""
+    """The planner's per-request recommendation at epsilon 1 for the bench's deletions: its
+    settings, its predicted accuracy and its accuracy with those deletions."""
     settings = _settings(raw_spec)
     target = resolve_target(settings, unit="per-request", target_epsilon=1.0)
     k = min(SAMPLE_EVENTS, len(y))
     sample = Sample([f"s-{j}" for j in range(k)], X[:k], np.where(y[:k] > 0, 1.0, -1.0), 0, None, ())
-    plan = make_plan(settings, target, shape=Shape(rate=DELETE_SHARE), events=len(y), sample=sample,
+    plan = make_plan(settings, target, shape=workload(len(y)), events=len(y), sample=sample,
                      sim_events=min(len(y), 50_000), seed=seed)
     best = plan["search"]["best"]["per-request"]
     c = Candidate("per-request", best["rotation"], best["lifetime"], best["l2"], best["cap"], best.get("radius"))
     model = candidate_model(settings, target, c, best["capacity"], np.random.default_rng(seed))
-    rng = np.random.default_rng([seed, 3])
-    deletions: dict[int, list[int]] = {}
-    victims: set[int] = set()
-    for t in sorted(rng.choice(np.arange(CHUNK, len(y)), size=int(DELETE_SHARE * len(y)), replace=False).tolist()):
-        j = int(rng.integers(t - t % CHUNK))
-        while j in victims:
-            j = int(rng.integers(t - t % CHUNK))
-        victims.add(j)
-        deletions.setdefault(t - t % CHUNK, []).append(j)
-    accuracy, _ = chunked(model, X, y, deletions)
+    accuracy, _ = chunked(model, X, y, deletion_schedule(len(y), seed))
     return best["settings"], float(best["score"]), accuracy
 
 
