@@ -122,8 +122,9 @@ def search(settings, target, workload, *, units, seed: int = 0) -> dict:
     loss, metric = settings.loss, metric_name(settings.loss)
     pick, ranked = better(metric), (lambda runs: sorted(runs, key=lambda r: r["score"], reverse=metric == "accuracy"))
     l2_values = [settings.l2] if settings.l2 == 0 else [float(f"{settings.l2 * f:.6g}") for f in L2_FACTORS]
+    capacity_l2 = [] if settings.l2 == 0 else sorted({float(f"{settings.l2 * f:.6g}") for f, _ in CAPACITY_GRID})
     ogd = {}
-    for l2 in l2_values:
+    for l2 in [*l2_values, *(v for v in capacity_l2 if v not in l2_values)]:  # a yardstick for every l2 tried
         scores = replay(build_engine(settings, target, l2=l2, cap=None), workload, loss=loss, requests=False)
         ogd[l2] = {"score": score(scores, loss), "curve": window_scores(scores, loss)}
     lifetimes = [e for e in LIFETIMES if e <= 0.75 * len(workload.ids)]
