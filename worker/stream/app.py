@@ -523,7 +523,7 @@ class Worker:
     def _on_lost(self, consumer, partitions) -> None:
         self.metrics.rebalance("lost")
         log.warning("partitions lost; dropped without a commit", extra={
-            "partitions": [f"{tp.topic}/{tp.partition}" for tp in partitions]})
+            "partitions": [f"{p.topic}/{p.partition}" for p in partitions]})
         self._drop(partitions, deadline=None)  # no commit: another member may own them already
         if self.fence is not None and not self.runners:
             # Nothing queued may land after the successor's releases: what is not yet sent goes
