@@ -186,3 +186,21 @@ def test_an_unanswering_coordinator_is_outwaited_but_a_refusal_is_not():
     clock.now += 100.0
     f.wait(FakeConsumer(), FakeProducer(), runners, [], blocked=set())
     assert f.suspended
+
+
+def test_a_partition_assigned_while_waiting_is_paused_and_its_fetched_records_sought_back():
+    f, clock = fence()
+    clock.now += 10.0
+    assert not f.check_in()
+    consumer = FakeConsumer()
+    runners = {("t", 0): runner(0, 10)}
+    f.member = lambda _consumer: None
+    f.wait(consumer, FakeProducer(), runners, [], blocked=set())
+    assert consumer.paused == [("t", 0)] and consumer.seeks == [("t", 0, 10)]
+    runners[("t", 1)] = runner(1, 50)  # assigned (and restored) during the wait
+    fetched = [Message(topic="t", partition=1, offset=50), Message(topic="t", partition=1, offset=51)]
+    f.wait(consumer, FakeProducer(), runners, fetched, blocked=set())
+    assert consumer.paused == [("t", 0), ("t", 1)] and consumer.seeks[-1] == ("t", 1, 50)
+    f.member = lambda _consumer: True
+    f.wait(consumer, FakeProducer(), runners, [], blocked=set())
+    assert sorted(consumer.resumed) == [("t", 0), ("t", 1)] and not f.suspended

@@ -91,6 +91,7 @@ class Fence:
         self._admin: AdminClient | None = None
         self._probed_at = -PROBE_INTERVAL_S
         self._paused = False  # the partitions are paused while the fence waits
+        self._paused_keys: set = set()  # which ones
         self._refused = False  # the coordinator said "not a member" during this suspension
         self._unknown_said = False  # "membership unknown" logged once a suspension
 
@@ -166,6 +167,7 @@ class Fence:
             "paused_seconds": round(self.clock() - (self.suspended_at or self.clock()), 3), "held": len(held)})
         self.suspended_at = None
         self._paused = self._refused = self._unknown_said = False
+        self._paused_keys = set()
         self.lease.renew()
         return held
 
@@ -177,6 +179,7 @@ class Fence:
         self.held, self.deferred, self.conflict = [], [], None
         self.suspended_at = None
         self._paused = self._refused = self._unknown_said = False
+        self._paused_keys = set()
         self.lease.renew()
 
     def wait(self, consumer, producer, runners: dict, messages: list, blocked: set) -> str | None:
@@ -186,16 +189,21 @@ class Fence:
         ``blocked`` ones. The lost callback, served in the consumer's polls, ends it too. Returns
         the first delivery failure met meanwhile if the member turned out to own its partitions
         still (an output is missing: the worker must stop and replay it), else None."""
+        # Every round: a partition assigned meanwhile is paused too, and whatever was fetched (before
+        # a pause took effect) is sought back, so that nothing is skipped on resume.
+        first: dict = {}
+        for m in messages:
+            first.setdefault((m.topic(), m.partition()), m.offset())
+        fresh = [key for key in runners if key not in self._paused_keys]
+        if fresh:
+            consumer.pause([TopicPartition(t, p) for t, p in fresh])
+            self._paused_keys.update(fresh)
+        for (t, p), r in runners.items():
+            if (t, p) in first or not self._paused:  # fetched now, or the round the pause began in
+                offset = r.next_offset if r.next_offset is not None else first.get((t, p), -1)
+                if offset >= 0:
+                    consumer.seek(TopicPartition(t, p, offset))
         if not self._paused:
-            first: dict = {}
-            for m in messages:
-                first.setdefault((m.topic(), m.partition()), m.offset())
-            tps = [TopicPartition(t, p, r.next_offset if r.next_offset is not None else first.get((t, p), -1))
-                   for (t, p), r in runners.items()]
-            if tps:
-                consumer.pause(tps)
-                for tp in (tp for tp in tps if tp.offset >= 0):
-                    consumer.seek(tp)
             self._paused = True
             log.warning("the loop went unheard for longer than its lease; holding releases until the group "
                         "coordinator confirms membership", extra={"lease_seconds": self.lease.limit})
