@@ -62,6 +62,11 @@ MAX_PHASE = 1e6  # portable.cos's domain: |w . u / bandwidth + b| stays below it
 CROSSABLE = ("categorical", "boolean", "hashed", "numeric")
 
 
+def _weighted(source: dict, weight: float) -> dict:
+    """A block's canonical form: the weight only where it is not the default 1."""
+    return source if weight == 1.0 else {**source, "weight": weight}
+
+
 def _fmix(h: int) -> int:
     """SplitMix64's finaliser (as transform.category_hash's)."""
     h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
@@ -120,8 +125,8 @@ class Bins:
         return [f"{self.field}<{e[0]}", *inner, f"{self.field}>={e[-1]}"]
 
     def source(self) -> dict:
-        out = {"type": "bins", "field": self.field, "edges": list(self.edges), "encoding": self.encoding}
-        return out if self.weight == 1.0 else {**out, "weight": self.weight}
+        return _weighted({"type": "bins", "field": self.field, "edges": list(self.edges), "encoding": self.encoding},
+                         self.weight)
 
 
 @dataclass(frozen=True)
@@ -130,8 +135,13 @@ class Cross:
     buckets: int
     weight: float
     slot: int
+    bins: tuple = field(default=(), compare=False, repr=False)  # per field: its first Bins, or None
 
     kind = "cross"
+
+    def tokens(self, tokens: dict) -> list[int]:
+        """The fields' tokens, a numeric value as its bin."""
+        return [tokens[n] if b is None else b.bin_of(tokens[n]) for n, b in zip(self.fields, self.bins)]
 
     @property
     def width(self) -> int:
@@ -149,8 +159,7 @@ class Cross:
         return [f"{'&'.join(self.fields)}#{b}" for b in range(self.buckets)]
 
     def source(self) -> dict:
-        out = {"type": "cross", "fields": list(self.fields), "buckets": self.buckets}
-        return out if self.weight == 1.0 else {**out, "weight": self.weight}
+        return _weighted({"type": "cross", "fields": list(self.fields), "buckets": self.buckets}, self.weight)
 
 
 @dataclass(frozen=True)
@@ -198,9 +207,8 @@ class Fourier:
         return [f"fourier({','.join(self.fields)})#{j}" for j in range(self.components)]
 
     def source(self) -> dict:
-        out = {"type": "fourier", "fields": list(self.fields), "components": self.components,
-               "bandwidth": self.bandwidth, "seed": self.seed}
-        return out if self.weight == 1.0 else {**out, "weight": self.weight}
+        return _weighted({"type": "fourier", "fields": list(self.fields), "components": self.components,
+                          "bandwidth": self.bandwidth, "seed": self.seed}, self.weight)
 
 
 def _number(v) -> bool:
@@ -250,7 +258,7 @@ def _bins(item: dict, where: str, kinds: dict, slot: int, problems: list) -> Bin
     return Bins(field, edges, encoding, weight, slot)
 
 
-def _cross(item: dict, where: str, kinds: dict, binned: set, slot: int, problems: list, max_dim: int) -> Cross | None:
+def _cross(item: dict, where: str, kinds: dict, binned: dict, slot: int, problems: list, max_dim: int) -> Cross | None:
     names = item.get("fields")
     bad = len(problems)
     if not (isinstance(names, list) and 2 <= len(names) <= 3 and len(set(map(str, names))) == len(names)):
@@ -268,7 +276,7 @@ def _cross(item: dict, where: str, kinds: dict, binned: set, slot: int, problems
     weight = _weight(item, where, problems)
     if len(problems) > bad:
         return None
-    return Cross(tuple(names), buckets, weight, slot)
+    return Cross(tuple(names), buckets, weight, slot, tuple(binned.get(n) for n in names))
 
 
 def _fourier(item: dict, where: str, kinds: dict, bounds: dict, slot: int, problems: list) -> Fourier | None:
@@ -310,7 +318,7 @@ def parse_derived(items, kinds: dict[str, str], slot: int, problems: list, max_d
     if not isinstance(items, list):
         problems.append("derived: a list of bins, crosses and fourier blocks expected")
         return ()
-    out, binned = [], set()
+    out, binned = [], {}  # a numeric field's first bins block
     for k, item in enumerate(items):
         where = f"derived[{k}]"
         if not isinstance(item, dict) or item.get("type") not in ("bins", "cross", "fourier"):
@@ -329,5 +337,5 @@ def parse_derived(items, kinds: dict[str, str], slot: int, problems: list, max_d
             out.append(block)
             slot += block.width
             if block.kind == "bins":
-                binned.add(block.field)
+                binned.setdefault(block.field, block)
     return tuple(out)

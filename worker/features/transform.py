@@ -62,15 +62,13 @@ def _derive(spec: FeatureSpec, x: list, tokens: dict, scaled: dict) -> None:
     """The derived blocks' coordinates (derived.py): bins of a numeric value, crosses of tokens (a
     numeric field's token is its bin in the field's first bins block), Fourier features of the
     numeric fields' transformed values."""
-    first_bins = {}
     for d in spec.derived:
         if d.kind == "bins":
-            first_bins.setdefault(d.field, d)
             d.write(x, tokens[d.field])
         elif d.kind == "fourier":
             d.write(x, [scaled[n] for n in d.fields])
         else:
-            d.write(x, [first_bins[n].bin_of(tokens[n]) if n in first_bins else tokens[n] for n in d.fields])
+            d.write(x, d.tokens(tokens))
 
 
 def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
