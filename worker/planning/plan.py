@@ -9,7 +9,7 @@ from dataclasses import asdict
 from ..olu.privacy.analysis.units import UNITS
 from .advice import assess
 from .predict import noise_std, predict, renewal
-from .search import search
+from .search import scaled, search
 from .target import PLANNED_ALGORITHMS, build_engine
 from .workload import Shape, from_sample, from_shape
 
@@ -22,7 +22,7 @@ SIM_EVENTS = 200_000
 
 
 def _l2_values(l2: float) -> list[float]:
-    return [l2] if l2 == 0 else [float(f"{l2 * f:.6g}") for f in L2_FACTORS]
+    return [l2] if l2 == 0 else [scaled(l2, f) for f in L2_FACTORS]
 
 
 def make_plan(settings, target, *, shape: Shape, events: int, sample=None, sample_path: str | None = None,

@@ -23,7 +23,7 @@ from .simulate import better, metric_name, replay, score, window_scores
 from .target import build_engine, build_rotation
 
 __all__ = ["CAPACITY_GRID", "CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "candidate_model", "capacity_needed",
-           "search"]
+           "scaled", "search"]
 
 #: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS, in inserts) tried with rotation.
 LIFETIMES = (1_000, 2_000, 5_000, 20_000, 100_000)
@@ -62,6 +62,12 @@ class Candidate:
         if self.cap is not None:
             out.append(f"OLU_MAX_RECORDS_PER_KEY={self.cap}")
         return " ".join(out)
+
+
+def scaled(value: float, factor: float) -> float:
+    """``value`` times ``factor`` to 6 significant digits: what a candidate's settings print and
+    the plan's keys name (0.01 x 0.3 is 0.003, not 0.0030000000000000005)."""
+    return float(f"{value * factor:.6g}")
 
 
 def capacity_needed(workload, lifetime: int, variant: str) -> int:
@@ -115,14 +121,15 @@ def _run(settings, target, workload, c: Candidate, seed: int) -> dict:
 def search(settings, target, workload, *, units, seed: int = 0) -> dict:
     """The candidates of ``units`` on ``workload`` and plain OGD at each l2 (JSON-able result).
 
-    In three stages per unit: rotation (off, or each variant and lifetime) at the configured l2;
-    the other l2 values on the :data:`TOP` best of those; the caps on the :data:`TOP` best so far
-    (where requests name several records of a key). ``best[unit]`` is the candidate whose released
+    In four stages per unit: rotation (off, or each variant and lifetime) at the configured l2;
+    the other l2 values on the :data:`TOP` best of those; the capacity grid (:data:`CAPACITY_GRID`)
+    on the :data:`TOP` best so far; the caps on the :data:`TOP` best so far (where requests name
+    several records of a key). ``best[unit]`` is the candidate whose released
     model scores best; ``ogd`` the plain OGD score at the configured l2 (the yardstick of the gap)."""
     loss, metric = settings.loss, metric_name(settings.loss)
     pick, ranked = better(metric), (lambda runs: sorted(runs, key=lambda r: r["score"], reverse=metric == "accuracy"))
-    l2_values = [settings.l2] if settings.l2 == 0 else [float(f"{settings.l2 * f:.6g}") for f in L2_FACTORS]
-    capacity_l2 = [] if settings.l2 == 0 else sorted({float(f"{settings.l2 * f:.6g}") for f, _ in CAPACITY_GRID})
+    l2_values = [settings.l2] if settings.l2 == 0 else [scaled(settings.l2, f) for f in L2_FACTORS]
+    capacity_l2 = [] if settings.l2 == 0 else sorted({scaled(settings.l2, f) for f, _ in CAPACITY_GRID})
     ogd = {}
     for l2 in [*l2_values, *(v for v in capacity_l2 if v not in l2_values)]:  # a yardstick for every l2 tried
         scores = replay(build_engine(settings, target, l2=l2, cap=None), workload, loss=loss, requests=False)
@@ -139,8 +146,8 @@ def search(settings, target, workload, *, units, seed: int = 0) -> dict:
         mine += [run(Candidate(unit, r["rotation"], r["lifetime"], l2)) for r in ranked(mine)[:TOP]
                  for l2 in l2_values if l2 != settings.l2]
         if settings.l2 > 0:
-            mine += [run(Candidate(unit, r["rotation"], r["lifetime"], float(f"{settings.l2 * f:.6g}"), None,
-                                   None if g == 1.0 else float(f"{settings.radius * g:.6g}")))
+            mine += [run(Candidate(unit, r["rotation"], r["lifetime"], scaled(settings.l2, f), None,
+                                   None if g == 1.0 else scaled(settings.radius, g)))
                      for r in ranked(mine)[:TOP] for f, g in CAPACITY_GRID]
         if workload.multi_record():
             mine += [run(Candidate(unit, r["rotation"], r["lifetime"], r["l2"], cap, r["radius"]))

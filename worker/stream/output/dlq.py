@@ -34,13 +34,18 @@ SMALL_BYTES = PREFIX_BYTES + 8192
 OLU_HEADER_BYTES = 6144  # the dead letter's olu.* headers: seven short values and a detail of <= 1024 characters
 
 
-def topic_max_message_bytes(admin: AdminClient, topic: str) -> int:
-    """The topic's ``max.message.bytes`` (its own, or the broker's default), with DescribeConfigs;
-    raises what the admin client raises. Keep ``admin`` until this returns: a dropped client
-    cancels its request."""
+def topic_config(admin: AdminClient, topic: str, key: str) -> str:
+    """The topic's ``key`` (its own value, or the broker's default), with DescribeConfigs; raises
+    what the admin client raises. Keep ``admin`` until this returns: a dropped client cancels its
+    request."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     entries = admin.describe_configs([resource])[resource].result(timeout=DESCRIBE_TIMEOUT_S)
-    return int(entries["max.message.bytes"].value)
+    return str(entries[key].value)
+
+
+def topic_max_message_bytes(admin: AdminClient, topic: str) -> int:
+    """The topic's ``max.message.bytes``."""
+    return int(topic_config(admin, topic, "max.message.bytes"))
 
 
 class TopicLimit:

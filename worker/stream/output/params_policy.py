@@ -11,13 +11,12 @@ the settings that remove it (docs/worker.md 5.6).
 
 from __future__ import annotations
 
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
 
 from ...logs import get_logger
+from .dlq import topic_config
 
 log = get_logger("olu.release")
-
-DESCRIBE_TIMEOUT_S = 5.0
 
 COMPACTED_AT_LEAST_ONCE = (
     "the params topic is log-compacted and releases are at-least-once: the worker fences a member "
@@ -30,10 +29,8 @@ COMPACTED_AT_LEAST_ONCE = (
 def cleanup_policy(admin_config: dict, topic: str) -> str | None:
     """The topic's ``cleanup.policy`` (``delete``, ``compact`` or both), or None if unknown."""
     admin = AdminClient(admin_config)  # kept until the answer is in: a dropped client cancels it
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
-        entries = admin.describe_configs([resource])[resource].result(timeout=DESCRIBE_TIMEOUT_S)
-        return str(entries["cleanup.policy"].value)
+        return topic_config(admin, topic, "cleanup.policy")
     except Exception as exc:  # noqa: BLE001 - unknown: say nothing more than that
         log.info("params topic cleanup policy unknown", extra={"topic": topic, "error": str(exc)})
         return None
