@@ -8,13 +8,13 @@ Every path sees the same events in the same order; each timing is the best of ``
 Paths (events/s = learned events / seconds spent in the learn calls):
 
 - ``learn_many``           ours, public API end to end: ``learn_many(ids, X, y)`` per micro-batch,
-                           including id hashing and validation (``kernels.hashing.ingest``: the ids
+                           including id hashing and validation (``kernels.ingest.ingest``: the ids
                            joined, hashed four at a time, rows and labels checked, in one call).
 - ``learn_many+deletes``   the same with 1% ``unlearn_one`` calls interleaved (after each batch: 90%
                            already-applied ids, 10% ids not seen yet, whose inserts are then skipped).
                            Learn throughput and stream throughput (events + deletes over all the
                            time, deletes included) are both reported.
-- ``vectorised``           the fastest honest batch path available today: ``hashing.record_keys``
+- ``vectorised``           the fastest honest batch path available today: ``record_keys``
                            (bit-identical vectorised record_key) + ``features.check_many`` +
                            ``ogd.check_labels`` + ``_learn_batch`` (what a public
                            ``learn_keys``/faster ``learn_many`` would do); hashing and validation
@@ -64,9 +64,12 @@ from _targets import (  # noqa: E402
     Checks,
 )
 
+from worker.olu import (
+    record_key,  # noqa: E402
+    record_keys,  # noqa: E402
+)
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
-from worker.olu.core.index import record_key  # noqa: E402
-from worker.olu.core.kernels import hashing, ogd, warmup  # noqa: E402
+from worker.olu.core.kernels import ogd, warmup  # noqa: E402
 from worker.olu.rotation import Rotation  # noqa: E402
 
 ROTATION_LIFETIME = 400_000  # events; promotions every 200,000 (the quick run's 100,000 events: one birth)
@@ -154,7 +157,7 @@ def run(path: str, ids, X, y, keys, batch: int, n: int, plan=None, d: int = 10, 
         if path in ("learn_many", "reference"):
             m.learn_many(ids[start:stop], X[start:stop], y[start:stop])
         elif path == "vectorised":
-            kb = hashing.record_keys(ids[start:stop])
+            kb = record_keys(ids[start:stop])
             Xv = m.features.check_many(X[start:stop])
             yv = ogd.check_labels(m.loss, y[start:stop])
             m._learn_batch(kb, Xv, yv)
@@ -212,7 +215,7 @@ def run_river(X, y, n: int, repeat: int) -> dict:
 
 def compile_times() -> dict:
     """Import + warm_up in fresh processes with an empty, then a populated numba cache."""
-    code = ("import time; t = time.perf_counter(); from worker.olu.core.kernels import hashing, jit, ogd, warmup; "
+    code = ("import time; t = time.perf_counter(); from worker.compiled import jit; from worker.olu.core.kernels import ingest, ogd, warmup; "
             "i = time.perf_counter() - t; c = warmup.warm_up(); print(i, c, jit.CACHE_ENABLED)")
     out = {}
     with tempfile.TemporaryDirectory() as cache:
@@ -296,11 +299,11 @@ def main(argv=None) -> int:
     keys = np.fromiter(map(record_key, ids), np.uint64, n)
     hash_loop_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    keys_vec = hashing.record_keys(ids)
+    keys_vec = record_keys(ids)
     hash_vec_s = time.perf_counter() - t0
     assert np.array_equal(keys, keys_vec), "vectorised record keys differ from record_key"
     print(f"id hashing: record_key loop {1e9 * hash_loop_s / n:.0f} ns/id, "
-          f"hashing.record_keys {1e9 * hash_vec_s / n:.0f} ns/id (bit-identical)")
+          f"record_keys {1e9 * hash_vec_s / n:.0f} ns/id (bit-identical)")
 
     R = args.repeat
     res = {

@@ -49,7 +49,7 @@ from confluent_kafka import Message  # noqa: E402
 
 from worker.config import load_settings  # noqa: E402
 from worker.features.spec import parse_spec  # noqa: E402
-from worker.olu.core.kernels.hashing import record_keys  # noqa: E402
+from worker.olu import record_keys  # noqa: E402
 from worker.planning.plan import make_plan  # noqa: E402
 from worker.planning.sample import Sample  # noqa: E402
 from worker.planning.search import Candidate, candidate_model  # noqa: E402

@@ -57,8 +57,11 @@ import _harness as h  # noqa: E402
 import _privacy_runs as R  # noqa: E402
 from _targets import SOFTMAX_X_LOGISTIC, SOFTMAX_X_RIVER_POINTS, Checks  # noqa: E402
 
-from worker.olu import PassiveOLU, PlainOGD  # noqa: E402
-from worker.olu.core.kernels.loader import compiled  # noqa: E402
+from worker.olu import (  # noqa: E402
+    PassiveOLU,
+    PlainOGD,
+    record_keys,  # noqa: E402
+)
 from worker.olu.privacy.analysis.units import UNITS  # noqa: E402
 
 REPORT_KEYS = ("config", "streams", "speed", "targets", "wall_s")
@@ -233,7 +236,7 @@ def certified_model(s: Stream, unit: str, plan_info: dict, l2: float, noise_rng)
 
 
 def run_stream(s: Stream, cfg: dict, log) -> dict:
-    keys = compiled().record_keys([f"r-{j}" for j in range(s.n)])
+    keys = record_keys([f"r-{j}" for j in range(s.n)])
     river_n = min(s.n, cfg["river_events"])
     out = {"name": s.name, "note": s.note, "events": s.n, "classes": len(s.classes), "dim": s.dim,
            "param_dim": len(s.classes) * s.dim, "river_events": river_n}
@@ -276,7 +279,7 @@ def speed(n: int, repeat: int, batch: int = 4096) -> dict:
     X *= (rng.random(n) / np.linalg.norm(X, axis=1))[:, None]
     y_class = rng.integers(0, 5, n).astype(np.int64)
     y_bin = np.where(y_class >= 2, 1.0, -1.0)
-    keys = compiled().record_keys([f"r-{j}" for j in range(n)])
+    keys = record_keys([f"r-{j}" for j in range(n)])
 
     def timed(make, y) -> float:
         make().learn_many(None, X[:batch], y[:batch], keys=keys[:batch])  # compile / load outside the timing

@@ -54,7 +54,7 @@ import _privacy_runs as R  # noqa: E402
 import _streams as S  # noqa: E402
 from _targets import Checks, Target  # noqa: E402
 
-from worker.olu.core.kernels.loader import compiled  # noqa: E402
+from worker.olu import record_keys  # noqa: E402
 from worker.olu.privacy.analysis.units import unit_rho_for_epsilon  # noqa: E402
 
 
@@ -87,7 +87,7 @@ def config(quick: bool) -> dict:
 def run_synthetic(cfg: dict, log) -> list[dict]:
     n, cps = cfg["n"], cfg["checkpoints"]
     X_test, y_test = R.synthetic(cfg["test_n"], R.TEST_SEED)
-    keys = compiled().record_keys([f"r-{j}" for j in range(n)])
+    keys = record_keys([f"r-{j}" for j in range(n)])
     rows = []
     for seed in range(cfg["seeds"]):
         X, y = R.synthetic(n, [seed, 0])

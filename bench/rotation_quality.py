@@ -54,8 +54,11 @@ import _privacy_runs as R  # noqa: E402
 import _streams as S  # noqa: E402
 
 from worker.config import load_settings  # noqa: E402
-from worker.olu import PassiveOLU, PlainOGD  # noqa: E402
-from worker.olu.core.kernels.loader import compiled  # noqa: E402
+from worker.olu import (  # noqa: E402
+    PassiveOLU,
+    PlainOGD,
+    record_keys,  # noqa: E402
+)
 from worker.olu.rotation import Rotation, planned_capacity  # noqa: E402
 from worker.planning.plan import make_plan  # noqa: E402
 from worker.planning.sample import Sample  # noqa: E402
@@ -181,7 +184,7 @@ def main(argv=None) -> int:
     results = {}  # (rate, budget, config) -> {checkpoint: [acc per seed]}
     seconds = {}
     Xt, yt = R.synthetic(test_n, R.TEST_SEED)
-    keys = compiled().record_keys([f"r-{j}" for j in range(n)])
+    keys = record_keys([f"r-{j}" for j in range(n)])
     for seed in range(args.seeds):
         X, y = R.synthetic(n, [seed, 0])
         data = (X, y, Xt, yt)

@@ -7,8 +7,7 @@ import pytest
 from scipy import stats
 
 from tests.olu.helpers import synthetic_stream
-from worker.olu import ActiveD2D, MemoryPair, PassiveOLU, load_model
-from worker.olu.core.index import record_key
+from worker.olu import ActiveD2D, MemoryPair, PassiveOLU, load_model, record_key
 from worker.olu.exceptions import ConfigError, InvalidState
 from worker.olu.privacy.analysis.rdp import noise_multiplier, rdp_to_dp
 from worker.olu.rotation import Rotation, model_budget, planned_capacity

@@ -16,7 +16,7 @@ import pytest
 
 from tests.olu.helpers import synthetic_stream
 from worker.config import load_settings
-from worker.olu.core.kernels.hashing import record_keys
+from worker.olu import record_keys
 from worker.olu.privacy.analysis.noise import plan_deletions
 from worker.planning.plan import make_plan
 from worker.planning.simulate import replay

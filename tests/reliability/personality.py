@@ -24,10 +24,10 @@ import numpy as np
 import orjson
 from confluent_kafka import Message
 
+from worker.compiled import jit
 from worker.config import load_settings
 from worker.olu import ALGORITHMS, PassiveOLU, arith, load_model
 from worker.olu.core import domain, entropy, losses
-from worker.olu.core.kernels import jit
 from worker.olu.rotation import Rotation
 from worker.state.store import SnapshotStore, open_store
 from worker.stream import partition as partition_mod

@@ -883,7 +883,7 @@ def model_changing_deletes(settings, records) -> list[int]:
 def assert_deletes_honoured(settings, inputs: dict[int, list], results: dict[int, Replayed]) -> int:
     """Every delete of an applied record changed the model once, and its id is gone from the
     final state's applied index and is in its tombstones; returns how many deletes that is."""
-    from worker.olu.core.index import record_key
+    from worker.olu import record_key
 
     total = 0
     for p, records in inputs.items():

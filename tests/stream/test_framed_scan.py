@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from worker.formats.events import EVENT_AVRO_SCHEMA, EVENT_JSON_SCHEMA
 from worker.formats.input import InputDecoder, Transcoded, transcode
 from worker.formats.plans import PlanCache
-from worker.olu.core.index import record_key
+from worker.olu import record_key
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.batch import decode_batch
 from worker.stream.input.decode import Delete, Insert

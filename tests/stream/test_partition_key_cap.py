@@ -15,7 +15,7 @@ from confluent_kafka import Message
 
 from worker.config import load_settings
 from worker.config.model import build_model
-from worker.olu.core.index import record_key
+from worker.olu import record_key
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.input import batch as batch_mod
 from worker.stream.input import scan

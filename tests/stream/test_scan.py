@@ -15,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.stream.test_decode import BIG, SETTINGS, records
-from worker.olu.core.index import record_key
+from worker.olu import record_key
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input import insert_kernel
 from worker.stream.input import scan as scan_mod

@@ -15,9 +15,7 @@ a finite double is exact), a float its exact widening, an integer its ``float()`
 nearest even in both). The host must be little-endian, as both formats are (checked by the
 callers: worker/stream/input/framed_scan.py).
 
-Everything a cached kernel calls is in this one file (numba's disk cache tracks the file of a
-kernel, not of its helpers; worker/olu/core/kernels/jit.py), but the LLVM intrinsics, which never
-change (worker/olu/core/kernels/intrinsics.py).
+The LLVM intrinsics it reads bytes with are worker/compiled/intrinsics.py's.
 """
 
 from __future__ import annotations
@@ -27,8 +25,8 @@ import math
 import numba
 import numpy as np
 
-from ..olu.core.kernels.intrinsics import data_pointer, f32, f64
-from ..olu.core.kernels.jit import jit
+from ..compiled.intrinsics import data_pointer, f32, f64
+from ..compiled.jit import jit
 
 __all__ = ["AVRO_KINDS", "MAX_BRANCHES", "PROTO_COLUMNS", "ROLES", "avro_kernel", "protobuf_kernel"]
 

@@ -22,13 +22,15 @@ from .algorithms.retrain import Retrain
 from .algorithms.rewind import RewindToDelete
 from .core.base import Deletion, OnlineUnlearner
 from .core.examples import ExampleStore
+from .core.record_keys import MAX_ID_BYTES, record_key, record_keys
 from .exceptions import BudgetExhausted, InvalidExample, InvalidState, OLUError
 from .privacy.accountant import PrivacyAccountant
 from .registry import ALGORITHMS, load_model
 
 __all__ = [
-    "ALGORITHMS", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart",
+    "ALGORITHMS", "MAX_ID_BYTES", "ActiveAnchor", "ActiveD2D", "BudgetExhausted", "Deletion", "DiscardRestart",
     "DPTreeOnlineFrankWolfe",
     "ExampleStore", "InvalidExample", "InvalidState", "MemoryPair", "OLUError", "OnlineUnlearner", "PassiveOLU",
     "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant", "Retrain", "RewindToDelete", "RidgeNewton", "load_model",
+    "record_key", "record_keys",
 ]

@@ -5,7 +5,7 @@ A reduction's value depends on the order of its additions. numpy's BLAS-backed p
 fused, from the BLAS kernel the process picked for its CPU (OpenBLAS chooses among Prescott,
 Haswell, Zen, SkylakeX, ... at load time), and numpy's own SIMD loops (``np.exp``, ``np.log``)
 change with the CPU features they dispatch on. So the engine defines its own order, and both the
-compiled kernels (``core/kernels/lanes.py``) and this pure-numpy reference follow it exactly:
+compiled kernels (``worker/compiled/lanes.py``) and this pure-numpy reference follow it exactly:
 
 - a sum over coordinates 0..d-1 runs in **eight lanes**: coordinate i < d - d % 8 goes to lane
   ``i % 8``, each lane adds its terms in order from 0.0; the lanes fold as

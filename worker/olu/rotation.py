@@ -35,8 +35,8 @@ import numpy as np
 from .core.base import OnlineUnlearner
 from .core.contribution import subject_keys
 from .core.deletion import Deletion
-from .core.index import record_key
 from .core.mixed import MixedBatch, prepare_pass
+from .core.record_keys import record_key
 from .exceptions import BudgetExhausted, ConfigError, InvalidState
 from .privacy.analysis.split import capacity_for_rate
 from .privacy.analysis.units import unit_epsilon

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..olu.core.kernels.hashing import record_keys
+from ..olu import record_keys
 from .simulate import better, metric_name, replay, score, window_scores
 from .target import build_engine, build_rotation
 

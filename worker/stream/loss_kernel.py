@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..olu.core.kernels.jit import jit
+from ..compiled.jit import jit
 from ..olu.exceptions import InvalidExample
 
 

@@ -23,8 +23,7 @@ import time
 import numpy as np
 
 from ..logs import get_logger
-from ..olu import load_model
-from ..olu.core.kernels.hashing import record_keys
+from ..olu import load_model, record_keys
 from ..olu.core.mixed import learn_and_unlearn
 from ..olu.core.sparse import SparseRows
 from ..olu.exceptions import BudgetExhausted, InvalidExample

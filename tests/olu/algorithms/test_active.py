@@ -13,13 +13,13 @@ import orjson
 import pytest
 
 from tests.olu.helpers import synthetic_stream
+from worker.compiled import jit
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, iterations_for
 from worker.olu.algorithms.baselines import PlainOGD
 from worker.olu.algorithms.newton import ExactSums, RidgeNewton, ball_constrained_quadratic_min, quantise
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.examples import ExampleStore
-from worker.olu.core.kernels import jit
 from worker.olu.exceptions import BudgetExhausted, ConfigError, InvalidState
 
 # logistic, R = 1, lam = 0.1, r = 5: L = 1.5, mu = 0.1, beta = 0.35, gamma* = 5/9, D = 10, t0 = 1.25

@@ -9,11 +9,11 @@ import orjson
 import pytest
 
 from tests.olu.helpers import masked_run, synthetic_stream
+from worker.compiled import jit
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.algorithms.baselines import PlainOGD
 from worker.olu.algorithms.retrain import Retrain
 from worker.olu.core.examples import ExampleStore
-from worker.olu.core.kernels import jit
 from worker.olu.core.replay import replay_ogd
 from worker.olu.exceptions import InvalidState
 

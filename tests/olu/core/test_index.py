@@ -257,7 +257,7 @@ def test_keyset_holds_each_is_membership_key_by_key(added, asked, recent_keys):
 
 
 def filter_passes(words: np.ndarray, key: int) -> bool:
-    """The filter's answer for ``key``, in plain Python (kernels.merge._filter_slot's formula)."""
+    """The filter's answer for ``key``, in plain Python (worker.compiled.sorted_keys.filter_slot's formula)."""
     h = (key * 0x9E3779B97F4A7C15) % 2**64
     word = h >> (64 - (len(words).bit_length() - 1))
     mask = (1 << (h & 63)) | (1 << ((h >> 6) & 63))

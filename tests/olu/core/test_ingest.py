@@ -1,4 +1,4 @@
-"""The compiled front of ``learn_many`` (``kernels.hashing.ingest_batch``) and the four-lane hashing.
+"""The compiled front of ``learn_many`` (``kernels.ingest.ingest_batch``) and the four-lane hashing.
 
 - keys bit-identical to ``record_key`` for random and adversarial ids: every length around the
   block and lane boundaries, every Unicode plane, lone surrogates, ids of exactly 128 and 1024 bytes;
@@ -11,10 +11,11 @@
 import numpy as np
 import pytest
 
+from worker.compiled import blake2b, jit
+from worker.olu import MAX_ID_BYTES, record_key, record_keys
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.domain import FeatureBound
-from worker.olu.core.index import MAX_ID_BYTES, record_key
-from worker.olu.core.kernels import hashing, jit, ogd
+from worker.olu.core.kernels import ingest, ogd
 from worker.olu.core.losses import Logistic, Ridge
 from worker.olu.exceptions import InvalidExample, InvalidRecordId
 
@@ -50,7 +51,7 @@ def fast(ids, X=None, y=None, loss=None, features=None, dim=2):
     n = len(ids)
     X = np.full((n, dim), 0.1) if X is None else X
     y = np.ones(n) if y is None else y
-    return hashing.ingest_batch(loss or Logistic(0.01), features or FeatureBound(dim, 1.0), ids, X, y)
+    return ingest.ingest_batch(loss or Logistic(0.01), features or FeatureBound(dim, 1.0), ids, X, y)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -63,7 +64,7 @@ def test_keys_bit_identical_to_record_key(seed):
         batch = fast(part)
         assert batch is not None
         assert np.array_equal(batch[0], expected_keys(part))
-        assert np.array_equal(hashing.record_keys(part), expected_keys(part))
+        assert np.array_equal(record_keys(part), expected_keys(part))
 
 
 def test_spans_hash_only_the_selected():
@@ -75,7 +76,7 @@ def test_spans_hash_only_the_selected():
     spans = np.stack([starts, starts + [len(r) for r in raw]], axis=1).astype(np.int64)
     selected = np.arange(len(ids)) % 3 != 1
     out = np.zeros(len(ids), np.uint64)
-    hashing.blake2b64_spans(np.frombuffer(buf, np.uint8), spans, selected, out)
+    blake2b.blake2b64_spans(np.frombuffer(buf, np.uint8), spans, selected, out)
     assert np.array_equal(out[selected], expected_keys(ids)[selected])
     assert not out[~selected].any()
 
@@ -181,14 +182,14 @@ def test_checked_rows_gives_what_the_general_checks_give_or_leaves_the_batch_to_
     y = rng.choice([0.0, 1.0, -1.0], size=50)
     keys = rng.integers(1, 2**63, size=50, dtype=np.uint64)
     features, loss = FeatureBound(4, 1.0), Logistic(0.01)
-    got = hashing.checked_rows(loss, features, keys, X, y)
+    got = ingest.checked_rows(loss, features, keys, X, y)
     assert got is not None
     assert np.array_equal(got[0], keys) and got[1] is X
     assert np.array_equal(got[2], np.where(y == 0.0, -1.0, y))
     bad_rows = X.copy()
     bad_rows[7] = [1.0, 1e-2, 0.0, 0.0]  # over the bound (by more than a rounding): the general path rejects it
-    assert hashing.checked_rows(loss, features, keys, bad_rows, y) is None
-    assert hashing.checked_rows(loss, features, keys, X, np.where(y == 0.0, 2.0, y)) is None
-    assert hashing.checked_rows(loss, features, keys, X.tolist(), y) is None  # not an array
-    assert hashing.checked_rows(loss, features, keys, np.asfortranarray(X), y) is None
-    assert hashing.checked_rows(loss, features, keys[:3], X, y) is None
+    assert ingest.checked_rows(loss, features, keys, bad_rows, y) is None
+    assert ingest.checked_rows(loss, features, keys, X, np.where(y == 0.0, 2.0, y)) is None
+    assert ingest.checked_rows(loss, features, keys, X.tolist(), y) is None  # not an array
+    assert ingest.checked_rows(loss, features, keys, np.asfortranarray(X), y) is None
+    assert ingest.checked_rows(loss, features, keys[:3], X, y) is None

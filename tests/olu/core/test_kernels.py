@@ -21,9 +21,10 @@ import pytest
 
 import worker.olu.core.index as index_module
 import worker.olu.core.tombstones as tombstones_module
+from worker.compiled import jit
+from worker.olu import MAX_ID_BYTES, record_key, record_keys
 from worker.olu.algorithms.passive import PassiveOLU
-from worker.olu.core.index import MAX_ID_BYTES, record_key
-from worker.olu.core.kernels import hashing, jit, ogd
+from worker.olu.core.kernels import ogd
 from worker.olu.core.losses import Logistic, Ridge
 from worker.olu.exceptions import InvalidLabel, InvalidRecordId
 
@@ -137,16 +138,20 @@ def tiny_tail(monkeypatch):
 
 
 # ------------------------------------------------------------------ the tombstone filter
-def test_filter_helpers_of_both_kernel_modules_agree():
-    """kernels/ogd.py reads the bits kernels/merge.py sets: their copies of the helpers must agree."""
+def test_the_filter_merge_sets_passes_every_key_it_holds_and_rules_most_others_out():
+    """kernels/merge.py sets the bits the OGD kernel reads (worker/compiled/sorted_keys.py): every
+    key added passes, and a filter of 64 bits a key rules out most others."""
+    from worker.compiled.sorted_keys import filter_passes, filter_shift
     from worker.olu.core.kernels import merge
 
     rng = np.random.default_rng(3)
     for words in (np.zeros(64, np.uint64), np.zeros(1 << 15, np.uint64)):
-        assert merge._filter_shift(words) == ogd._filter_shift(words)
-        shift = merge._filter_shift(words)
-        for k in [*rng.integers(1, 2**64 - 1, 200, dtype=np.uint64, endpoint=True), np.uint64(1), np.uint64(2**64 - 1)]:
-            assert merge._filter_slot(k, shift) == ogd._filter_slot(k, shift)
+        keys = rng.integers(1, 2**64 - 1, words.shape[0], dtype=np.uint64, endpoint=True)
+        merge.filter_add(words, keys)
+        shift = filter_shift(words)
+        assert all(filter_passes(words, shift, k) for k in keys)
+        others = rng.integers(1, 2**64 - 1, 2000, dtype=np.uint64, endpoint=True)
+        assert np.mean([filter_passes(words, shift, k) for k in others]) < 0.05
 
 
 def test_learning_skips_exactly_the_tombstoned_keys_with_many_tombstones():
@@ -177,10 +182,9 @@ def test_learning_skips_exactly_the_tombstoned_keys_with_many_tombstones():
 
 
 def _filter_passes(words, key):
-    from worker.olu.core.kernels import merge
+    from worker.compiled.sorted_keys import filter_passes, filter_shift
 
-    word, mask = merge._filter_slot(np.uint64(key), merge._filter_shift(words))
-    return int(words[word]) & int(mask) == int(mask)
+    return bool(filter_passes(words, filter_shift(words), np.uint64(key)))
 
 
 # ------------------------------------------------------------------ kernel vs reference
@@ -263,7 +267,7 @@ def test_reference_switches():
 
 
 def test_environment_forces_reference():
-    code = "from worker.olu.core.kernels import hashing, jit, ogd, warmup; print(jit.FORCE_REFERENCE)"
+    code = "from worker.compiled import jit; from worker.olu.core.kernels import ingest, ogd, warmup; print(jit.FORCE_REFERENCE)"
     env = {**os.environ, "OLU_REFERENCE_KERNEL": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=ROOT)
@@ -358,15 +362,15 @@ def test_record_keys_bit_identical_to_record_key():
     ids += ["é", "日本語-7", "\ud800", "\udc00\ud800", "a\x00", "\x00", "é" * 512, "😀" * 256, "x" * MAX_ID_BYTES]
     ids += ["".join(chr(c) for c in rng.integers(1, 0x10FFFF, size=n)) for n in (1, 5, 40, 100)]
     expected = np.array([record_key(r) for r in ids], np.uint64)
-    assert np.array_equal(hashing.record_keys(ids), expected)
-    assert np.array_equal(hashing.record_keys(iter(ids)), expected)
-    assert np.array_equal(hashing.record_keys(ids[-7:]), expected[-7:])  # the non-ASCII path alone
+    assert np.array_equal(record_keys(ids), expected)
+    assert np.array_equal(record_keys(iter(ids)), expected)
+    assert np.array_equal(record_keys(ids[-7:]), expected[-7:])  # the non-ASCII path alone
 
     class Sub(str):
         pass
 
-    assert np.array_equal(hashing.record_keys([Sub("r-1"), "r-2"]), [record_key("r-1"), record_key("r-2")])
-    assert hashing.record_keys([]).dtype == np.uint64
+    assert np.array_equal(record_keys([Sub("r-1"), "r-2"]), [record_key("r-1"), record_key("r-2")])
+    assert record_keys([]).dtype == np.uint64
 
 
 @pytest.mark.parametrize("bad", ["", "x" * (MAX_ID_BYTES + 1), "é" * 513, 5, None, b"r-1"])
@@ -375,7 +379,7 @@ def test_record_keys_rejects_like_record_key(bad):
     with pytest.raises(InvalidRecordId) as want:
         [record_key(r) for r in ids]
     with pytest.raises(InvalidRecordId) as got:
-        hashing.record_keys(ids)
+        record_keys(ids)
     assert str(got.value) == str(want.value)
 
 
@@ -404,7 +408,7 @@ def test_kernels_work_without_a_writable_cache_dir():
 
         caching._CacheLocator.ensure_cache_path = read_only
         import numpy as np
-        from worker.olu.core.kernels import hashing, jit, ogd, warmup
+        from worker.compiled import jit; from worker.olu.core.kernels import ingest, ogd, warmup
         from worker.olu.algorithms.passive import PassiveOLU
         m = PassiveOLU(dim=2)
         m.learn_many(["a", "b"], [[0.6, 0.8], [0.8, -0.6]], [1, -1])
@@ -425,12 +429,13 @@ WARM_UP_COVERS = textwrap.dedent("""
     import worker.olu.core.index as index_module
     import worker.olu.core.tombstones as tombstones_module
     from worker.olu import load_model
-    from worker.olu.core.kernels import hashing, merge, ogd, warmup
+    from worker.compiled import blake2b, sorted_keys
+    from worker.olu.core.kernels import ingest, merge, ogd, warmup
     from worker.olu.algorithms.active import ActiveD2D
     from worker.olu.algorithms.passive import PassiveOLU
 
     def versions():
-        return {f"{m.__name__}.{name}": len(d.signatures) for m in (hashing, merge, ogd)
+        return {f"{m.__name__}.{name}": len(d.signatures) for m in (blake2b, ingest, merge, ogd, sorted_keys)
                 for name, d in vars(m).items() if isinstance(d, numba.core.registry.CPUDispatcher)}
 
     warmup.warm_up()
@@ -459,7 +464,7 @@ WARM_UP_COVERS = textwrap.dedent("""
         if start == 400:
             m = load_model(frozen_copy(m.export_state()), noise_rng=rng)
     # a poll batch's inserts and deletes in one pass (core/mixed.py), on frozen runs and base
-    from worker.olu.core.index import record_key
+    from worker.olu import record_key
     from worker.olu.core.mixed import learn_and_unlearn
     index_module.TAIL_SIZE = 1 << 10  # room for the pass
     m = load_model(frozen_copy(m.export_state()), noise_rng=rng)
@@ -501,7 +506,8 @@ NO_FUSED_OPS = textwrap.dedent("""
     import numba
     from worker.features.spec import parse_spec
     from worker.formats import framed_kernel
-    from worker.olu.core.kernels import hashing, merge, ogd, warmup
+    from worker.compiled import blake2b, sorted_keys
+    from worker.olu.core.kernels import ingest, merge, ogd, warmup
     from worker.stream import loss_kernel
     from worker.stream.input import framed_scan, insert_kernel, scan
 
@@ -516,7 +522,7 @@ NO_FUSED_OPS = textwrap.dedent("""
     PassiveOLU(dim=10, rho=1.0, feature_policy="clip").learn_many(["a", "b"], sparse, [1.0, 0.0])
     fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
     found, versions = [], 0
-    for module in (hashing, merge, ogd, loss_kernel, insert_kernel, framed_kernel):
+    for module in (blake2b, ingest, merge, ogd, sorted_keys, loss_kernel, insert_kernel, framed_kernel):
         for name, d in vars(module).items():
             if isinstance(d, numba.core.registry.CPUDispatcher):
                 for asm in d.inspect_asm().values():

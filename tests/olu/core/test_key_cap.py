@@ -11,9 +11,8 @@ import pytest
 from scipy import stats
 
 from tests.olu.helpers import halve_sigma, masked_run, released_law_is_private, synthetic_stream
-from worker.olu import PassiveOLU, load_model
+from worker.olu import PassiveOLU, load_model, record_key
 from worker.olu.core.contribution import ContributionCap
-from worker.olu.core.index import record_key
 from worker.olu.core.mixed import learn_and_unlearn
 from worker.olu.exceptions import ConfigError
 from worker.olu.rotation import Rotation

@@ -1,5 +1,5 @@
 """The engine's order of addition (worker/olu/arith.py): the reference against the definition
-written out in plain Python floats, and the compiled lanes (core/kernels/lanes.py) against the
+written out in plain Python floats, and the compiled lanes (worker/compiled/lanes.py) against the
 reference, bit for bit; the compiled front's clipping against ``FeatureBound``'s."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from worker.compiled.intrinsics import data_pointer
+from worker.compiled.lanes import lane_axpy, lane_dot, lane_sqnorm, lane_step
 from worker.olu import arith
 from worker.olu.core.domain import FeatureBound
-from worker.olu.core.kernels import hashing
-from worker.olu.core.kernels.intrinsics import data_pointer
-from worker.olu.core.kernels.lanes import lane_axpy, lane_dot, lane_sqnorm, lane_step
+from worker.olu.core.kernels import ingest
 from worker.olu.core.losses import Logistic
 
 
@@ -119,8 +119,8 @@ def test_compiled_front_clips_as_the_feature_bound_does(case):
     X *= bound / np.sqrt((X * X).sum(axis=1))[:, None]
     X *= rng.choice([1.0, 1.0, 1 + 2.2e-16, 1 - 1.1e-16, 1 + 4e-7, 1.5, 0.5], (n, 1))
     features, y = FeatureBound(d, bound, policy), np.ones(n)
-    got = hashing.checked_rows(Logistic(0.1), features, np.arange(n, dtype=np.uint64), X, y)
-    ingested = hashing.ingest_batch(Logistic(0.1), features, [f"r-{i}" for i in range(n)], X, y)
+    got = ingest.checked_rows(Logistic(0.1), features, np.arange(n, dtype=np.uint64), X, y)
+    ingested = ingest.ingest_batch(Logistic(0.1), features, [f"r-{i}" for i in range(n)], X, y)
     try:
         want = features.check_many(X)
     except Exception:  # noqa: BLE001 - the general path raises: the front must have stepped aside
@@ -142,7 +142,7 @@ def test_rows_normalised_to_the_bound_stay_on_the_compiled_path():
     X /= np.sqrt((X * X).sum(axis=1))[:, None]
     before = X.copy()
     assert (np.sqrt(arith.row_sqnorms(X)) > 1.0).any()  # the test holds rows the bound clips
-    got = hashing.checked_rows(Logistic(0.1), FeatureBound(1000, 1.0), np.arange(500, dtype=np.uint64), X,
+    got = ingest.checked_rows(Logistic(0.1), FeatureBound(1000, 1.0), np.arange(500, dtype=np.uint64), X,
                                np.ones(500))
     assert got is not None and got[1].tobytes() == FeatureBound(1000, 1.0).check_many(X).tobytes()
     assert (np.sqrt(arith.row_sqnorms(got[1])) <= 1.0).all() and np.array_equal(X, before)
@@ -153,5 +153,5 @@ def test_non_finite_or_huge_rows_take_the_general_path(bad):
     X = np.full((3, 9), 0.1)
     X[1, 4] = bad
     for policy in ("clip", "reject"):
-        assert hashing.checked_rows(Logistic(0.1), FeatureBound(9, 1.0, policy), np.arange(3, dtype=np.uint64), X,
+        assert ingest.checked_rows(Logistic(0.1), FeatureBound(9, 1.0, policy), np.arange(3, dtype=np.uint64), X,
                                     np.ones(3)) is None

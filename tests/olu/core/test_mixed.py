@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.olu.test_contract import assert_same_state
+from worker.olu import record_key
 from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
-from worker.olu.core.index import record_key
 from worker.olu.core.mixed import learn_and_unlearn
 
 DIM = 6

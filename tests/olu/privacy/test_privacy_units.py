@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from tests.olu.helpers import halve_sigma, released_law_is_private, synthetic_stream, tight_last_deletion
-from worker.olu import PassiveOLU, load_model
-from worker.olu.core.index import record_key
+from worker.olu import PassiveOLU, load_model, record_key
 from worker.olu.exceptions import ConfigError
 from worker.olu.privacy.accountant import PerRequestAccountant, PrivacyAccountant
 from worker.olu.privacy.analysis.gaussian import gaussian_epsilon

@@ -25,11 +25,12 @@ from .contribution import ContributionCap, subject_keys
 from .deletion import Deletion, request_ids
 from .domain import Ball, FeatureBound
 from .entropy import OsEntropy
-from .index import AppliedIndex, record_key, step_overflow
+from .index import AppliedIndex, step_overflow
 from .iterate import ScaledIterate
 from .kernels.loader import compiled
 from .losses import make_loss
 from .rebuild import exported, rebuild, subclass_named
+from .record_keys import record_key
 from .schedules import Constant, Convex, Schedule, StronglyConvex
 from .sparse import SparseRows
 from .tombstones import KeySet
@@ -277,12 +278,12 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
 
         The kernel replaces exactly ``_learn``: a subclass (or instance) that overrides it, sets
         ``use_kernel = False``, or uses a loss/schedule the kernel does not know gets the
-        reference, as does everything under ``OLU_REFERENCE_KERNEL=1`` or ``kernels.jit.reference()``.
+        reference, as does everything under ``OLU_REFERENCE_KERNEL=1`` or ``worker.compiled.jit.reference()``.
         """
         if not self.use_kernel or getattr(self._learn, "__func__", None) is not OnlineUnlearner._learn:
             return None
         kernels = compiled()
-        if kernels is None or kernels.force_reference:
+        if kernels is None or kernels.reference_forced():
             return None
         return kernels.plan_for(self)
 

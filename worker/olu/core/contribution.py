@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .index import record_key
+from .record_keys import record_key
 
 __all__ = ["ContributionCap", "RECENT_KEYS", "subject_keys"]
 

@@ -45,14 +45,10 @@ caller counts that skip.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 import numpy as np
 
-from ..exceptions import InvalidRecordId
-
-MAX_ID_BYTES = 1024
 TAIL_SIZE = 1 << 16  # entries buffered before they become a run (768 KB)
 MAX_RUN = 1 << 21  # runs stop growing by merges here (24 MB; the largest merge stalls ~40 ms)
 # Runs merge MERGE_FANIN at a time once that many of one size tier exist. Each merge's output is a
@@ -61,21 +57,6 @@ MAX_RUN = 1 << 21  # runs stop growing by merges here (24 MB; the largest merge 
 MERGE_FANIN = 4
 MERGE_SLICE = 1 << 14  # entries of the largest run per slice of a paced merge (~0.3 ms of work)
 _RUN_GROUP = re.compile(r"applied_run(\d+)")
-
-
-def record_key(record_id: str) -> int:
-    """Stable 64-bit key of a record id (never 0, which marks a free slot).
-
-    >>> record_key("r-42") == record_key("r-42") != record_key("r-43")
-    True
-    """
-    if not isinstance(record_id, str) or not record_id:
-        raise InvalidRecordId(f"record id must be a non-empty string, got {type(record_id).__name__}"
-                              f"{' (empty)' if record_id == '' else ''}")
-    raw = str.encode(record_id, "utf-8", "surrogatepass")  # the content: a subclass's encode is not asked
-    if len(raw) > MAX_ID_BYTES:
-        raise InvalidRecordId(f"record id is {len(raw)} bytes, more than {MAX_ID_BYTES}")
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") or 1
 
 
 def step_overflow(step: int) -> OverflowError:

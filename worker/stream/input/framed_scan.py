@@ -31,12 +31,12 @@ import sys
 
 import numpy as np
 
+from ...compiled import blake2b
 from ...formats.exceptions import RegistryUnavailable
 from ...formats.framed_kernel import DECLINED, DELETE, INSERT, avro_kernel, protobuf_kernel
 from ...formats.input import transcode
 from ...formats.jsonschema_plan import JsonSchemaPlan
 from ...formats.plans import AvroPlan, ProtobufPlan
-from ...olu.core.kernels import hashing
 from .decode import Delete
 from .insert_kernel import parse_kernel
 from .scan import BatchScan, joined, kafka_stamps, key_lengths, scan_batch
@@ -95,7 +95,7 @@ def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int, features=
     kinds[klen + _JSON_OVERHEAD + 6 * id_chars + _JSON_PER_NUMBER * (dim + 2) > max_bytes] = DECLINED
     accepted = kinds == INSERT
     keys = np.zeros(n, np.uint64)
-    hashing.blake2b64_spans(vbuf, spans, accepted, keys)
+    blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
     raw = vbuf.data
     events = {j: Delete((bytes(raw[a:b]).decode("ascii"),))
               for j, a, b in zip(np.flatnonzero(kinds == DELETE).tolist(), *spans[kinds == DELETE].T.tolist())}

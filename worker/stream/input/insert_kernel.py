@@ -25,9 +25,7 @@ JSON whitespace anywhere) and notes where its id lies in the value buffer (the c
 from there: the Kafka key is the partitioning key and need not equal the id). :func:`parse_named_kernel`
 does it for named fields under a feature spec, in worker/features/transform.py's arithmetic.
 
-All the cached kernels call is in this file (but intrinsics.py and pow10.py, which never change):
-numba's disk cache notices a change to a cached function's file, not to other files. The helpers
-take raw pointers, not arrays: numba counts references to an array argument around every call of
+The helpers take raw pointers, not arrays: numba counts references to an array argument around every call of
 a helper (the parser has many exits), and that cost more than the parsing.
 """
 
@@ -39,8 +37,8 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from ...olu.core.kernels.intrinsics import data_pointer, load8, mul64
-from ...olu.core.kernels.jit import jit
+from ...compiled.intrinsics import data_pointer, load8, mul64
+from ...compiled.jit import jit
 from .decode import MAX_ID_CHARS
 from .pow10 import POW10_HI, POW10_LO, POW10_MAX, POW10_MIN
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...olu.core.kernels.hashing import blake2b64_many, record_keys
+from ...compiled.blake2b import blake2b64_many
+from ...olu import record_keys
 from ...olu.exceptions import InvalidExample
 from .decode import Delete
 
@@ -34,7 +35,7 @@ def partitioning_keys(messages: list) -> np.ndarray:
     record is a dead letter (``key_mismatch``) and is never learned.
 
     >>> from confluent_kafka import Message
-    >>> from worker.olu.core.index import record_key
+    >>> from worker.olu import record_key
     >>> keys = partitioning_keys([Message(key=b"user-7"), Message(key=None)])
     >>> int(keys[0]) == record_key("user-7"), len(keys)
     (True, 2)

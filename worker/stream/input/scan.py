@@ -30,9 +30,9 @@ from itertools import chain
 
 import numpy as np
 
+from ...compiled import blake2b, jit
 from ...features.spec import FeatureSpec
 from ...features.tables import SpecTables, spec_tables
-from ...olu.core.kernels import hashing, jit
 from .insert_kernel import parse_kernel, parse_named_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths", "python_decoder", "scan_batch"]
@@ -124,7 +124,7 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int, features: FeatureSpe
         t, clipped = tables_of(features), np.zeros(n, np.int64)
         parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats, t.table, t.vocab,
                            t.vocab_offsets, t.intercept, t.bound, X, y, spans, clipped, accepted)
-    hashing.blake2b64_spans(vbuf, spans, accepted, keys)
+    blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
     return BatchScan(accepted, X, y, keys, kafka_stamps(messages), clipped)
 
 

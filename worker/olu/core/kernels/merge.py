@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import jit
+from ....compiled.jit import jit
+from ....compiled.sorted_keys import filter_shift, filter_slot, lower_bound
 
 
 @jit
@@ -103,19 +104,6 @@ def sort_tail(keys, steps):
 
 
 @jit
-def _lower_bound(keys, n, k):
-    """The first position of the sorted ``keys[:n]`` whose key is not below ``k``."""
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if keys[mid] < k:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@jit
 def _slot(key, mask):
     """Where a key's chain starts in the tail's slot table (Fibonacci hashing: test keys are small
     integers, record keys are random; both spread)."""
@@ -144,7 +132,7 @@ def _find_in_runs(runs, k, out_run, out_pos):
     for r in range(len(runs)):
         keys = runs[r]
         n = keys.shape[0]
-        lo = _lower_bound(keys, n, k)
+        lo = lower_bound(keys, n, k)
         while lo < n and keys[lo] == k:
             if m == 0:
                 first_run, first_pos = r, lo
@@ -229,10 +217,10 @@ def find_tail(k, tail_keys, tail_len, slots, indexed, out_tail):
 @jit(nogil=False)
 def keyset_find(base, recent, n, k):
     """Where key ``k`` is in a tombstone set: 1 in the frozen ``base``, 2 in ``recent[:n]``, else 0."""
-    lo = _lower_bound(base, base.shape[0], k)
+    lo = lower_bound(base, base.shape[0], k)
     if lo < base.shape[0] and base[lo] == k:
         return 1
-    lo = _lower_bound(recent, n, k)
+    lo = lower_bound(recent, n, k)
     if lo < n and recent[lo] == k:
         return 2
     return 0
@@ -256,7 +244,7 @@ def keyset_insert(base, recent, n, k, words):
         recent[pos] = recent[pos - 1]
         pos -= 1
     recent[pos] = k
-    word, mask = _filter_slot(k, _filter_shift(words))
+    word, mask = filter_slot(k, filter_shift(words))
     words[word] |= mask
     return n + 1
 
@@ -275,34 +263,13 @@ def keyset_insert_many(base, recent, n, ks, start, words, stop_at):
     return n, j
 
 
-# The tombstone filter (``KeySet.filter``): a blocked Bloom filter, two bits of one 64-bit word
-# per key, so that the learning kernel (kernels/ogd.py, which has its own copy of these two
-# helpers: numba's disk cache tracks one file per kernel) binary-searches the tombstones only for
-# the few inserts the filter cannot rule out.
-_FILTER_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: small test keys spread too
-_U1, _U6, _U63 = np.uint64(1), np.uint64(6), np.uint64(63)
-
-
-@jit
-def _filter_shift(words):
-    """64 - log2(len(words)): the shift that takes a mixed key to its word (len a power of two >= 2)."""
-    bits = 0
-    while (1 << bits) < words.shape[0]:
-        bits += 1
-    return np.uint64(64 - bits)
-
-
-@jit
-def _filter_slot(k, shift):
-    """(word, two-bit mask) of key ``k`` in a filter of 2 ** (64 - shift) words."""
-    h = k * _FILTER_MIX
-    return h >> shift, (_U1 << (h & _U63)) | (_U1 << ((h >> _U6) & _U63))
-
-
+# The tombstone filter (``KeySet.filter``, worker/compiled/sorted_keys.py): a blocked Bloom filter,
+# two bits of one 64-bit word per key, so that the learning kernel binary-searches the tombstones
+# only for the few inserts the filter cannot rule out.
 @jit(nogil=False)
 def filter_add(words, keys):
     """Set the bits of every key of ``keys`` in the filter ``words``."""
-    shift = _filter_shift(words)
+    shift = filter_shift(words)
     for j in range(keys.shape[0]):
-        word, mask = _filter_slot(keys[j], shift)
+        word, mask = filter_slot(keys[j], shift)
         words[word] |= mask

@@ -23,15 +23,16 @@ import math
 
 import numpy as np
 
+from ....compiled.intrinsics import data_pointer
+from ....compiled.jit import jit
+from ....compiled.lanes import LANES, lane_axpy, lane_dot, lane_sqnorm, lane_step
+from ....compiled.sorted_keys import contains, filter_passes, filter_shift, lower_bound
 from ...exceptions import InvalidLabel
 from ..domain import Ball
 from ..index import AppliedIndex
 from ..losses import Logistic, Ridge, Softmax
 from ..schedules import Constant, Convex, StronglyConvex
 from ..tombstones import KeySet
-from .intrinsics import data_pointer
-from .jit import jit
-from .lanes import lane_axpy, lane_dot, lane_sqnorm, lane_step
 
 LOSS_LOGISTIC, LOSS_RIDGE, LOSS_SOFTMAX = 0, 1, 2
 SCHED_STRONGLY_CONVEX, SCHED_CONVEX, SCHED_CONSTANT = 0, 1, 2
@@ -43,27 +44,6 @@ _MAX_STEP = 2**32 - 1  # the index stores steps as uint32
 
 # --------------------------------------------------------------------------- the OGD kernel
 @jit
-def _lower_bound(sorted_keys, key):
-    """The first position of the sorted ``sorted_keys`` whose key is not below ``key`` (kernels/merge.py
-    has its own: numba's disk cache tracks one file per kernel)."""
-    lo, hi = 0, sorted_keys.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if sorted_keys[mid] < key:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@jit
-def _contains(sorted_keys, key):
-    """Binary search in a sorted uint64 array."""
-    lo = _lower_bound(sorted_keys, key)
-    return lo < sorted_keys.shape[0] and sorted_keys[lo] == key
-
-
-@jit
 def _project(z, sq, radius):
     """``Ball.project`` in place, given ``sq`` = ||z||^2: z * (r / ||z||) outside the ball."""
     norm = math.sqrt(sq)
@@ -73,36 +53,14 @@ def _project(z, sq, radius):
             z[i] = z[i] * scale
 
 
-# The tombstone filter's word and bits of a key: the same two helpers as kernels/merge.py's
-# (which sets the bits), repeated here because numba's disk cache tracks one file per kernel; a
-# test checks that the two agree.
-_FILTER_MIX = np.uint64(0x9E3779B97F4A7C15)
-_U1, _U6, _U63 = np.uint64(1), np.uint64(6), np.uint64(63)
-
-
-@jit
-def _filter_shift(words):
-    bits = 0
-    while (1 << bits) < words.shape[0]:
-        bits += 1
-    return np.uint64(64 - bits)
-
-
-@jit
-def _filter_slot(k, shift):
-    h = k * _FILTER_MIX
-    return h >> shift, (_U1 << (h & _U63)) | (_U1 << ((h >> _U6) & _U63))
-
-
 @jit
 def _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
     """The key is a tombstone (an insert after its delete, docs/guarantee.md 1.3): a key the
     filter passes is searched in both tombstone arrays; "no" from the filter is certain (most inserts)."""
-    word, mask = _filter_slot(key, fshift)
-    if (tomb_filter[word] & mask) != mask:
+    if not filter_passes(tomb_filter, fshift, key):
         return False
-    return ((tombstones.shape[0] > 0 and _contains(tombstones, key))
-            or (recent_tombstones.shape[0] > 0 and _contains(recent_tombstones, key)))
+    return ((tombstones.shape[0] > 0 and contains(tombstones, key))
+            or (recent_tombstones.shape[0] > 0 and contains(recent_tombstones, key)))
 
 
 @jit
@@ -175,7 +133,7 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     n, d = X.shape
     cap = tail_keys.shape[0]
     any_tomb = tombstones.shape[0] + recent_tombstones.shape[0] > 0
-    fshift = _filter_shift(tomb_filter)
+    fshift = filter_shift(tomb_filter)
     xp, zp = data_pointer(X), data_pointer(z)  # both C-contiguous (run_batch, run_mixed)
     scores = np.empty(z.shape[0] // d if loss_kind == LOSS_SOFTMAX else 0)
     applied = 0
@@ -208,7 +166,6 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
 
 # --------------------------------------------------------------------------- sparse rows
 MIN_SCALE = 1e-150  # core/sparse.py's
-LANES_K = 8  # lanes.LANES (a kernel module reads constants of its own file)
 
 
 @jit
@@ -216,7 +173,7 @@ def _sparse_lane_sum(indices, terms_w, values, lo, hi, dim, squares, lanes):
     """core/sparse.py's ``lane_sum``: sum of w[i] x_i (or x_i^2 when ``squares``) over the non-zeros
     lo..hi-1, each in the lane of its coordinate (``lanes``: 8 doubles of scratch), the tail's
     after the fold."""
-    full = dim - dim % LANES_K
+    full = dim - dim % LANES
     lanes[:] = 0.0
     p = lo
     while p < hi and indices[p] < full:
@@ -234,7 +191,7 @@ def _sparse_lane_sum(indices, terms_w, values, lo, hi, dim, squares, lanes):
 def sparse_sqnorms(indptr, indices, values, dim):
     """||x_j||^2 of each sparse row, as ``arith.row_sqnorms`` of the dense rows."""
     n = indptr.shape[0] - 1
-    out, lanes = np.empty(n), np.empty(LANES_K)
+    out, lanes = np.empty(n), np.empty(LANES)
     for j in range(n):
         out[j] = _sparse_lane_sum(indices, values, values, indptr[j], indptr[j + 1], dim, True, lanes)
     return out
@@ -252,7 +209,7 @@ def sparse_rows_pass(indptr, indices, values, dim, sq_limit):
     n = indptr.shape[0] - 1
     if n < 0 or indptr[0] != 0 or indptr[n] != indices.shape[0] or indices.shape[0] != values.shape[0]:
         return False
-    lanes = np.empty(LANES_K)
+    lanes = np.empty(LANES)
     for j in range(n):
         lo, hi = indptr[j], indptr[j + 1]
         if hi < lo:
@@ -284,8 +241,8 @@ def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, resyn
     n, d = keys.shape[0], w.shape[0]
     cap = tail_keys.shape[0]
     any_tomb = tombstones.shape[0] + recent_tombstones.shape[0] > 0
-    fshift = _filter_shift(tomb_filter)
-    wp, lanes = data_pointer(w), np.empty(LANES_K)
+    fshift = filter_shift(tomb_filter)
+    wp, lanes = data_pointer(w), np.empty(LANES)
     if not sq == sq:
         sq = lane_sqnorm(wp, 0, d)
     applied = 0
@@ -372,7 +329,7 @@ def plan_pass(keys, spans, rows, dkeys, ops, here):
             key = keys[j]
             if key < wanted[0] or key > wanted[n_del - 1]:
                 continue
-            lo = _lower_bound(wanted, key)
+            lo = lower_bound(wanted, n_del, key)
             if wanted[lo] == key:
                 k = order[lo]
                 if here[k] >= 0 or j > rows[k]:

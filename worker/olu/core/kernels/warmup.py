@@ -6,11 +6,12 @@ import time
 
 import numpy as np
 
+from ....compiled.blake2b import blake2b64_many
 from ..domain import FeatureBound
 from ..index import AppliedIndex, Run, merge_pair
 from ..losses import Logistic, Ridge
 from ..tombstones import KeySet
-from .hashing import blake2b64_many, checked_rows, ingest_batch
+from .ingest import checked_rows, ingest_batch
 from .ogd import (
     LOSS_LOGISTIC,
     SCHED_STRONGLY_CONVEX,

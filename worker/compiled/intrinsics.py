@@ -1,9 +1,7 @@
 """LLVM intrinsics the compiled readers share: raw pointers, unaligned loads, a 64x64-bit product.
 
-Each is a few lines of IR that numba inlines; they sit apart from the kernels that call them
-(worker/stream/input/insert_kernel.py, worker/formats/framed_kernel.py) because they are the same
-everywhere and never change, which is what numba's disk cache needs of code outside a kernel's
-own file (jit.py).
+Each is a few lines of IR that numba inlines into the kernels that call them
+(worker/stream/input/insert_kernel.py, worker/formats/framed_kernel.py, the engine's kernels).
 """
 
 from __future__ import annotations

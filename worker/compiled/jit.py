@@ -12,8 +12,9 @@ kernels work, but every process pays the compile time. In read-only containers s
 :func:`~worker.olu.core.kernels.warmup.warm_up` at startup, before consuming, so the first message
 does not wait for the compiler.
 
-numba's disk cache tracks the file a kernel is defined in, not the files of what it calls: keep a
-kernel and every compiled helper it calls in one module.
+Each kernel's cache entry is stamped with a digest of every compiled source of the package
+(:mod:`.cache`), so a kernel may call helpers and read constants of other modules: a change to
+any of them recompiles it.
 
 Switches: ``OnlineUnlearner.use_kernel = False`` (class or instance attribute) always uses the
 reference; ``OLU_REFERENCE_KERNEL=1`` in the environment (read at import) or ``with
@@ -27,6 +28,8 @@ import logging
 import os
 
 import numba
+
+from .cache import SourcesCache
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +46,16 @@ def jit(func=None, *, nogil: bool = True):
     if func is None:
         return lambda f: jit(f, nogil=nogil)
     global CACHE_ENABLED
-    opts = dict(nogil=nogil, fastmath=False)
+    kernel = numba.njit(cache=False, nogil=nogil, fastmath=False)(func)
     if CACHE_ENABLED:
         try:
-            return numba.njit(cache=True, **opts)(func)
+            # what numba's own cache=True does (Dispatcher.enable_caching), with the wider stamp
+            kernel._cache = SourcesCache(kernel.py_func)
         except RuntimeError as exc:  # "cannot cache function ...: no locator available"
             CACHE_ENABLED = False
             log.warning("numba cache disabled (%s); kernels compile in every process. "
                         "Set NUMBA_CACHE_DIR to a writable directory.", exc)
-    return numba.njit(cache=False, **opts)(func)
+    return kernel
 
 
 @contextlib.contextmanager
@@ -63,3 +67,8 @@ def reference():
         yield
     finally:
         FORCE_REFERENCE = saved
+
+
+def reference_forced() -> bool:
+    """``OLU_REFERENCE_KERNEL=1`` or inside :func:`reference`: every model takes the reference."""
+    return FORCE_REFERENCE

@@ -12,7 +12,7 @@ checks the machine code for fused multiply-adds): the same bits on every CPU, at
 
 The last ``d % 8`` coordinates are copied into a zero-padded block and take one more vector step;
 a padded term adds 0.0 to its lane, which changes nothing (a lane that starts at +0.0 is never
--0.0). Like intrinsics.py, this module never changes with a kernel (numba's disk cache, jit.py).
+-0.0).
 """
 
 from __future__ import annotations
