@@ -495,8 +495,16 @@ def test_every_default_survives_its_own_parser():
             assert opt.parse(shown[opt.name]) == opt.default, opt.name
 
 
-def test_readme_configuration_table_is_the_settings_table():
-    lines = (ROOT / "README.md").read_text().split("### Configuration\n", 1)[1].splitlines()
+def test_the_configuration_page_is_generated_from_the_options():
+    """docs/configuration.md is ``python -m worker.config``'s output, byte for byte."""
+    from worker.config.reference import settings_markdown
+
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert page == settings_markdown(), "run: .venv/bin/python -m worker.config > docs/configuration.md"
+
+
+def test_the_configuration_table_has_one_row_per_setting():
+    lines = (ROOT / "docs" / "configuration.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     table = []
     for line in lines[start:]:
@@ -507,7 +515,7 @@ def test_readme_configuration_table_is_the_settings_table():
     rows = [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in table[2:]]
     expected = [[f"`{r['env']}`", f"`{r['flag']}`", f"`{r['default'] or '—'}`", r["meaning"]]
                 for r in config.settings_table()]
-    assert rows == expected, "README.md's configuration table differs from worker.config.settings_table()"
+    assert rows == expected, "docs/configuration.md's table differs from worker.config.settings_table()"
 
 
 # --------------------------------------------------------------------------- privacy settings

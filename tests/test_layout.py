@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "worker"
 MAX_LINES = 600
-# The package's tiers (README "Layout"), each allowed to import only the tiers after it; a module
+# The package's tiers (docs/layout.md), each allowed to import only the tiers after it; a module
 # imports freely inside its own package. ``worker`` alone is the package's __init__ (its version).
 TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow", "worker.http", "worker.devtools"),
          ("worker.metrics",), ("worker.stream", "worker.client"),

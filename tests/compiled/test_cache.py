@@ -12,6 +12,7 @@ from pathlib import Path
 from worker.compiled import cache
 
 ROOT = Path(__file__).resolve().parents[2]
+PROBE = "probe_kernel"  # a module only the copied package has
 
 HELPER = '''from .jit import jit
 
@@ -50,7 +51,7 @@ def test_a_kernel_stamp_carries_the_digest_of_all_sources():
 
 def _run(package_root: Path, cache_dir: Path) -> str:
     env = {**os.environ, "PYTHONPATH": str(package_root), "NUMBA_CACHE_DIR": str(cache_dir)}
-    code = "from worker.compiled.probe_kernel import kernel; print(kernel())"
+    code = f"from worker.compiled.{PROBE} import kernel; print(kernel())"
     out = subprocess.run([sys.executable, "-c", code], cwd=package_root, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -62,7 +63,7 @@ def test_changing_a_helper_in_another_module_recompiles_the_kernel_that_calls_it
     copy = tmp_path / "src"
     shutil.copytree(ROOT / "worker", copy / "worker", ignore=shutil.ignore_patterns("__pycache__"))
     compiled = copy / "worker" / "compiled"
-    (compiled / "probe_kernel.py").write_text(KERNEL)
+    (compiled / f"{PROBE}.py").write_text(KERNEL)
     (compiled / "probe_helper.py").write_text(HELPER.format(value=1))
     assert _run(copy, tmp_path / "cache") == "101"
     assert list((tmp_path / "cache").rglob("*.nbi")), "the kernel was cached"

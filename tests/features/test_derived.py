@@ -225,14 +225,14 @@ def test_a_curved_boundary_is_learnable_through_fourier_features():
             assert accuracy >= least, accuracy
 
 
-def test_the_readme_s_choosing_features_example_is_a_valid_spec():
+def test_the_choosing_features_example_of_the_docs_is_a_valid_spec():
     import re
     from pathlib import Path
 
     import yaml
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "features.md").read_text()
     block = re.search(r"### Choosing features.*?```yaml\n(.*?)```", text, re.S)
-    assert block, "the README's Choosing features example moved"
+    assert block, "docs/features.md's Choosing features example moved"
     s = parse_spec(yaml.safe_load(block.group(1)))
     assert {d.kind for d in s.derived} == {"bins", "cross", "fourier"} and not s.compiled

@@ -565,16 +565,16 @@ def test_chart_defaults_alone_fail_with_a_clear_message(chart):
 
 
 def _readme_values_examples() -> list[dict]:
-    """Every ``# values-*.yaml`` block of the README, as a user would copy it."""
-    text = (CHART.parents[1] / "README.md").read_text()
+    """Every ``# values-*.yaml`` block of docs/deploy.md, as a user would copy it."""
+    text = (CHART.parents[1] / "docs" / "deploy.md").read_text()
     blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
     return [yaml.safe_load(b) for b in blocks if b.lstrip().startswith("# values")]
 
 
 def test_the_readme_values_examples_pass_the_schema_and_render(chart):
-    """The README's deploy example is what a newcomer copies first: it must install as shown."""
+    """The deploy example is what a newcomer copies first: it must install as shown."""
     examples = _readme_values_examples()
-    assert examples, "the README shows no values file"
+    assert examples, "docs/deploy.md shows no values file"
     for values in examples:
         chart.validate_schema(values)
         objects = render(chart, values)

@@ -1,5 +1,5 @@
-"""The README's ``olu-worker plan`` example: its commands, run as shown, print exactly the output the
-README shows (the planner's arithmetic is the engine's fixed-order one, so this holds on every CPU)."""
+"""The ``olu-worker plan`` example of docs/planning.md: its commands, run as shown, print exactly the
+output the page shows (the planner's arithmetic is the engine's fixed-order one, so this holds on every CPU)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ pytestmark = pytest.mark.slow
 
 
 def _example() -> tuple[str, str, str]:
-    """(sample command's Python code, plan command, shown output) of the README."""
-    text = (ROOT / "README.md").read_text()
+    """(sample command's Python code, plan command, shown output) of docs/planning.md."""
+    text = (ROOT / "docs" / "planning.md").read_text()
     match = re.search(r'```bash\n# a sample of .*?\n\.venv/bin/python -c "(.*?)" > sample\.jsonl\n'
                       r"(\.venv/bin/olu-worker plan [^\n]*)\n```\n\n```\n(.*?)```", text, flags=re.S)
-    assert match, "the README's plan example moved: update this test with it"
+    assert match, "docs/planning.md's plan example moved: update this test with it"
     return match.group(1), match.group(2), match.group(3)
 
 

@@ -1,5 +1,5 @@
 """BLAKE2b-64 of byte strings, compiled: the record key of an id's UTF-8 bytes, bit-identical to
-``hashlib.blake2b(raw, digest_size=8)`` read little-endian (``worker.olu.core.index.record_key``,
+``hashlib.blake2b(raw, digest_size=8)`` read little-endian (``worker.olu.core.record_keys.record_key``,
 which tests compare it with).
 
 Strings of up to one block (128 bytes) are hashed four at a time, one per lane of 256-bit vectors

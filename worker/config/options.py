@@ -4,7 +4,7 @@ Every setting ``name`` has the environment variable ``OLU_<NAME>`` and the flag
 ``--<name-with-dashes>`` (one exception: the bootstrap servers are ``OLU_KAFKA_BOOTSTRAP_SERVERS``,
 with the plain ``KAFKA_BOOTSTRAP_SERVERS`` as a fallback). An option's default is its
 :class:`~worker.config.settings.Settings` field's default, read from there: each default is
-written once. :func:`settings_table` lists them all (the README's configuration table).
+written once. :func:`settings_table` lists them all (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("dim", number(1, integer=True), "feature dimension (required for run, unless features_file gives it)",
            "model"),
     Option("features_file", text, "feature spec (YAML or JSON): inserts carry named fields, turned into the "
-           "vector by declared transforms; sets dim and feature_bound (README, Named fields)", "model"),
+           "vector by declared transforms; sets dim and feature_bound (docs/features.md)", "model"),
     Option("features_reset", boolean, "a snapshot trained under another feature spec starts a fresh model "
            "(default: the restore is refused)", "model"),
     Option("sparse_input", boolean, "inserts carry x as {indices, values} (an array is taken too), or a "
@@ -242,7 +242,7 @@ OPTION_BY_ENV = {o.env: o for o in OPTIONS}
 
 
 def settings_table() -> list[dict[str, str]]:
-    """One row per setting (name, env, flag, default, meaning): the README table."""
+    """One row per setting (name, env, flag, default, meaning): docs/configuration.md."""
     rows = []
     for opt in OPTIONS:
         default = opt.default

@@ -1,7 +1,7 @@
 """The effective configuration: one typed, frozen field per setting, and what derives from it.
 
 The field defaults below are the settings' defaults, written nowhere else: the option table
-(:mod:`worker.config.options`) reads them from here for ``--help`` and the README table.
+(:mod:`worker.config.options`) reads them from here for ``--help`` and docs/configuration.md.
 """
 
 from __future__ import annotations
