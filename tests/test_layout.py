@@ -20,7 +20,7 @@ TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow",
          ("worker.wire", "worker.exceptions", "worker"))
 # The engine's layers, each allowed to import only the ones after it (and itself).
 ENGINE_LAYERS = ("worker.olu.registry", "worker.olu.algorithms", "worker.olu.core", "worker.olu.privacy",
-                 "worker.olu.exceptions", "worker.olu.arith")
+                 "worker.olu.exceptions", "worker.olu.formulas", "worker.olu.arith")
 
 
 def modules() -> dict[str, Path]:

@@ -283,9 +283,7 @@ class Rotation:
         missing = [set(r.not_applied) for r in results]  # sets: a request may name 100,000 ids
         not_applied = tuple(i for i in ids if all(i in m for m in missing))
         duplicates = results[0].duplicates
-        return Deletion(base.outcome, base.index, base.sigma, base.shift, base.steps,
-                        records=len(ids) - len(not_applied) - len(duplicates), not_applied=not_applied,
-                        duplicates=duplicates)
+        return base.for_request(len(ids) - len(not_applied) - len(duplicates), not_applied, duplicates)
 
     def learn_and_unlearn(self, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
                           subjects=None) -> MixedBatch | None:
@@ -316,9 +314,7 @@ class Rotation:
             base = changed[0] if changed else results[0]
             not_applied = (record_id,) if all(record_id in r.not_applied for r in results) else ()
             duplicates = results[0].duplicates
-            deletions.append(Deletion(base.outcome, base.index, base.sigma, base.shift, base.steps,
-                                      records=1 - len(not_applied) - len(duplicates), not_applied=not_applied,
-                                      duplicates=duplicates))
+            deletions.append(base.for_request(1 - len(not_applied) - len(duplicates), not_applied, duplicates))
             before = sum(max(0, min(stop, row) - first) for first, stop in spans)  # events learned before it
             at.append(self._state_at(points, events + before))
         applied = done[0].applied  # the active model's, as learn_prepared counts

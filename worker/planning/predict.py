@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+from ..olu.formulas import passive_shift, sensitivity
 from ..olu.privacy.analysis.noise import plan_deletions, predicted_noise_growth, predicted_noise_std
 from ..olu.privacy.analysis.rdp import noise_multiplier
 from ..olu.privacy.analysis.split import DEFAULT_RESERVE, capacity_for_rate
@@ -70,7 +71,7 @@ def deletion_sigmas(model, target, *, deletion_rate: float, events: int, omega: 
     def sigma(j: int) -> float:
         tau = taus[j - 1]
         u = max(1, tau - age)
-        shift = math.exp(schedule.log_contraction(u, tau)) * min(schedule.eta(u) * L, cap)
+        shift = passive_shift(schedule.log_contraction(u, tau), sensitivity(schedule.eta(u), L, cap))
         if target.unit == "per-request":
             return per_request_sigma([shift], target.rho)
         return shift * noise_multiplier(j, target.rho, omega)

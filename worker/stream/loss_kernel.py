@@ -8,12 +8,15 @@ fixed price per insert run, and a stream with 1% deletes has one run per deletio
 from __future__ import annotations
 
 import contextlib
-import math
 
+import numba
 import numpy as np
 
 from ..compiled.jit import jit
 from ..olu.exceptions import InvalidExample
+from ..olu.formulas import log1pexp
+
+_log1pexp = numba.njit(inline="always")(log1pexp)  # the engine's loss, compiled from its definition
 
 
 @jit
@@ -38,7 +41,7 @@ def batch_mean_loss(X, y, z, ridge, rows):
             total += 0.5 * r * r
         else:
             m = -(-1.0 if y[j] == 0.0 else y[j]) * margin  # log(1 + e^m), stable for either sign
-            total += (m + math.log1p(math.exp(-m))) if m > 0.0 else math.log1p(math.exp(m))
+            total += _log1pexp(m)
     return total / counted if counted else np.nan
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..arith import norm
 from ..core.base import Deletion, OnlineUnlearner
 from ..exceptions import ConfigError
+from ..formulas import passive_shift
 
 
 class PassiveOLU(OnlineUnlearner):
@@ -48,10 +49,8 @@ class PassiveOLU(OnlineUnlearner):
         """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice, docs/guarantee.md 1.3)."""
         if len(steps) == 1:  # the common record, applied once: fsum of one term is that term
             u = steps[0]
-            return math.exp(self.schedule.log_contraction(u, tau)) * self.sensitivity(u)
-        return math.fsum(
-            math.exp(self.schedule.log_contraction(u, tau)) * self.sensitivity(u) for u in steps
-        )
+            return passive_shift(self.schedule.log_contraction(u, tau), self.sensitivity(u))
+        return math.fsum(passive_shift(self.schedule.log_contraction(u, tau), self.sensitivity(u)) for u in steps)
 
     def _delete(self, key: int, steps: list[int]) -> Deletion:
         return self._release_with_noise(self.z, self.shift(steps, self.t), steps)

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ..exceptions import ConfigError, InvalidState
+from ..formulas import sensitivity
 from ..privacy.accountant import make_accountant
 from ..privacy.analysis.checks import positive
 from ..privacy.analysis.split import DEFAULT_RESERVE
@@ -22,7 +23,7 @@ from ..privacy.ledger import Ledger
 from ..privacy.meter import MeteredNoise, NoiseMeter
 from . import sparse
 from .contribution import ContributionCap, subject_keys
-from .deletion import Deletion, request_ids
+from .deletion import Deletion, charge_noised, exact_deletion, request_ids
 from .domain import Ball, FeatureBound
 from .entropy import OsEntropy
 from .index import AppliedIndex, step_overflow
@@ -394,8 +395,7 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
             self._adopt(post_state)
         # results hold only applied records' rule calls (dp-tofw's ``dp_covered`` changes nothing)
         base = (changed or results or [Deletion("not_applied" if fresh else "duplicate")])[-1]
-        return Deletion(base.outcome, base.index, base.sigma, base.shift, base.steps,
-                        records=popped, not_applied=tuple(not_applied), duplicates=duplicates)
+        return base.for_request(popped, not_applied, duplicates)
 
     def _delete_grouped(self, keys, ids, fresh):
         """One rule call on the union of the request's applied steps: one noise draw for the summed
@@ -495,27 +495,19 @@ class OnlineUnlearner(ScaledIterate, MeteredNoise):
         """
         if shift == 0.0:  # every influence of the record has contracted away exactly
             self.z = z_hat
-            return Deletion("exact", self.accountant.deletions, 0.0, 0.0, tuple(steps))
+            return exact_deletion(self.accountant, steps)
         sigma = self.accountant.sigma_for_next(shift)
         if self.noise_share != 1.0:  # x / sqrt(1.0) is x: skip it in the common case
             sigma /= math.sqrt(self.noise_share)
-        self.accountant.charge(shift, sigma)  # raises BudgetExhausted before any change
+        # charged first: BudgetExhausted leaves the model untouched
+        deletion = charge_noised(self.accountant, self.ledger, self.noise_meter, epoch=self.epoch, tau=self.t,
+                                 steps=steps, shift=shift, sigma=sigma, extra=extra, share=self.noise_share)
         self.z = self.ball.project(z_hat + self._noise(sigma))
-        i = self.accountant.deletions
-        if len(steps) == 1 and not extra and self.noise_share == 1.0:  # the common entry: stored as columns
-            self.ledger.append_core(i, self.epoch, self.t, int(steps[0]), shift, sigma, self.accountant.spent)
-        else:
-            self.ledger.append({
-                "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
-                "shift": shift, "sigma": sigma, "rho": self.accountant.spent, **extra,
-                **({"share": self.noise_share} if self.noise_share != 1.0 else {}),
-            })
-        self.noise_meter.add(self.epoch, self.t, sigma)
-        return Deletion("noised", i, sigma, shift, tuple(steps))
+        return deletion
 
     def sensitivity(self, u: int) -> float:
         """Delta_u = min(eta_u L, D): the most one example can move the iterate (docs/calibration.md 3.1)."""
-        return min(self.schedule.eta(u) * self.constants.L, self.ball.diameter)
+        return sensitivity(self.schedule.eta(u), self.constants.L, self.ball.diameter)
 
     # --------------------------------------------------------------- prediction
     def predict_proba_one(self, x):

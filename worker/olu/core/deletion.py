@@ -32,6 +32,32 @@ class Deletion(NamedTuple):
     def changed_model(self) -> bool:
         return self.outcome in ("noised", "exact", "restarted", "retrained")
 
+    def for_request(self, records: int, not_applied, duplicates) -> Deletion:
+        """This answer as a whole request's: the same outcome and noise, the request's counts."""
+        return self._replace(records=records, not_applied=tuple(not_applied), duplicates=tuple(duplicates))
+
+
+def exact_deletion(accountant, steps, records: int = 0) -> Deletion:
+    """The answer when every influence of the record has contracted away: no noise, no charge."""
+    return Deletion("exact", accountant.deletions, 0.0, 0.0, tuple(steps), records=records)
+
+
+def charge_noised(accountant, ledger, meter, *, epoch: int, tau: int, steps, shift: float, sigma: float,
+                  extra: dict | None = None, share: float = 1.0, records: int = 0) -> Deletion:
+    """Charge a noised deletion and record it: the accountant (raises ``BudgetExhausted`` before
+    anything is written), the ledger entry, the release's noise meter; then the answer. Every
+    route that noises a deletion (the estimator's and the mixed pass) books it here."""
+    accountant.charge(shift, sigma)
+    i = accountant.deletions
+    if len(steps) == 1 and not extra and share == 1.0:  # the common entry: stored as columns
+        ledger.append_core(i, epoch, tau, int(steps[0]), shift, sigma, accountant.spent)
+    else:
+        ledger.append({"i": i, "epoch": epoch, "tau": tau, "u": [int(s) for s in steps], "shift": shift,
+                       "sigma": sigma, "rho": accountant.spent, **(extra or {}),
+                       **({"share": share} if share != 1.0 else {})})
+    meter.add(epoch, tau, sigma)
+    return Deletion("noised", i, sigma, shift, tuple(steps), records=records)
+
 
 def request_ids(record_ids) -> list[str]:
     """A deletion request's record ids, checked: a sequence of distinct strings, at least one."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..arith import dot, matvec, sqnorm
 from ..exceptions import ConfigError, InvalidLabel
+from ..formulas import log1pexp, logistic_derivative, ridge_derivative
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,6 @@ def _finite_label(y) -> float:
     if not math.isfinite(value):
         raise InvalidLabel("label is NaN or infinite")
     return value
-
-
-def _log1pexp(m: float) -> float:
-    """log(1 + exp(m)) without overflow."""
-    return m + math.log1p(math.exp(-m)) if m > 0 else math.log1p(math.exp(m))
 
 
 class Logistic:
@@ -85,15 +81,13 @@ class Logistic:
 
     def derivative(self, margin: float, y: float) -> float:
         """d/d(x.z) of the data term at ``margin`` = x.z: the gradient is this times x, plus lam z."""
-        m = y * margin
-        # d/dm log(1+e^{-m}) = -1/(1+e^{m}); written to avoid overflow for large |m|.
-        return -y / (1.0 + math.exp(m)) if m < 0 else -y * math.exp(-m) / (1.0 + math.exp(-m))
+        return logistic_derivative(margin, y)
 
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
         return self.derivative(dot(x, z), y) * x + self.lam * z
 
     def value(self, z: np.ndarray, x: np.ndarray, y: float) -> float:
-        return _log1pexp(-y * dot(x, z)) + 0.5 * self.lam * sqnorm(z)
+        return log1pexp(-y * dot(x, z)) + 0.5 * self.lam * sqnorm(z)
 
     def predict(self, z: np.ndarray, x: np.ndarray) -> float:
         """P(y = +1 | x)."""
@@ -135,7 +129,7 @@ class Ridge:
 
     def derivative(self, margin: float, y: float) -> float:
         """d/d(x.z) of the data term at ``margin`` = x.z."""
-        return margin - y
+        return ridge_derivative(margin, y)
 
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
         return self.derivative(dot(x, z), y) * x + self.lam * z

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .contribution import subject_keys
-from .deletion import Deletion
+from .deletion import Deletion, charge_noised, exact_deletion
 from .kernels.loader import compiled
 from .schedules import StronglyConvex
 
@@ -220,13 +220,10 @@ def _account(model, popped, tombstoned, ids, steps_u, taus, shifts, sigmas, z_af
             deletions.append(Deletion("duplicate" if dead else "not_applied", not_applied=() if dead else (ids[j],),
                                       duplicates=(ids[j],) if dead else ()))
         elif shift == 0.0:
-            deletions.append(Deletion("exact", accountant.deletions, 0.0, 0.0, (u,), records=1))
-        else:
-            accountant.charge(shift, sigma)  # cannot refuse: multipliers() said so
-            i = accountant.deletions
-            ledger.append_core(i, epoch, tau, u, shift, sigma, accountant.spent)
-            meter.add(epoch, tau, sigma)
-            deletions.append(Deletion("noised", i, sigma, shift, (u,), records=1))
+            deletions.append(exact_deletion(accountant, (u,), records=1))
+        else:  # the charge cannot refuse: multipliers() said so
+            deletions.append(charge_noised(accountant, ledger, meter, epoch=epoch, tau=tau, steps=(u,), shift=shift,
+                                           sigma=sigma, records=1))
         model.deletions_applied += bool(steps)
         points.append({"z": z, "t": tau, "epoch": epoch, "deletions": earlier + accountant.deletions,
                        "deletions_applied": model.deletions_applied})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from ..exceptions import ConfigError
+from ..formulas import convex_step, shifted_log_contraction, strongly_convex_step
 from ..privacy.analysis.checks import positive, real
 
 
@@ -93,7 +94,7 @@ class StronglyConvex(Schedule):
         self._regular_from = max(1, math.ceil((self.beta / self.mu + 1.0) / 2.0 - self.t0))
 
     def eta(self, t: int) -> float:
-        return 1.0 / (self.mu * (t + self.t0))
+        return strongly_convex_step(self.mu, self.t0, t)
 
     def log_contraction(self, u: int, tau: int) -> float:
         if tau <= u:
@@ -103,10 +104,9 @@ class StronglyConvex(Schedule):
         if first_regular > tau:
             return head
         # prod_{r=a}^{tau} (r + t0 - 1)/(r + t0) telescopes to (a - 1 + t0)/(tau + t0).
-        start = first_regular - 1 + self.t0
-        if start <= 0:
+        if first_regular - 1 + self.t0 <= 0:
             return -math.inf  # a step with gamma = 0 erased all earlier influence
-        return head + math.log(start) - math.log(tau + self.t0)
+        return head + shifted_log_contraction(self.t0, first_regular - 1, tau)
 
     def params(self) -> dict:
         return {**super().params(), "t0": self.t0}
@@ -130,7 +130,7 @@ class Convex(Schedule):
         self.lipschitz = _positive("L", lipschitz)
 
     def eta(self, t: int) -> float:
-        return self.diameter / (self.lipschitz * math.sqrt(t))
+        return convex_step(self.diameter, self.lipschitz, t)
 
     def gamma(self, t: int) -> float:
         # With mu > 0 the true factor is below 1; using 1 is conservative (more noise).

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 
 from ....compiled.intrinsics import data_pointer
 from ....compiled.jit import jit
 from ....compiled.lanes import LANES, lane_axpy, lane_dot, lane_sqnorm, lane_step
 from ....compiled.sorted_keys import contains, filter_passes, filter_shift, lower_bound
+from ... import formulas
 from ...exceptions import InvalidLabel
 from ..domain import Ball
 from ..index import AppliedIndex
@@ -63,13 +65,24 @@ def _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
             or (recent_tombstones.shape[0] > 0 and contains(recent_tombstones, key)))
 
 
+# The engine's formulas (worker/olu/formulas.py), compiled from the very functions the reference
+# calls: inlined into each kernel, which the disk cache then keys by formulas.py too.
+_strongly_convex_step = numba.njit(inline="always")(formulas.strongly_convex_step)
+_convex_step = numba.njit(inline="always")(formulas.convex_step)
+_shifted_log_contraction = numba.njit(inline="always")(formulas.shifted_log_contraction)
+_sensitivity = numba.njit(inline="always")(formulas.sensitivity)
+_passive_shift = numba.njit(inline="always")(formulas.passive_shift)
+_logistic_derivative = numba.njit(inline="always")(formulas.logistic_derivative)
+_ridge_derivative = numba.njit(inline="always")(formulas.ridge_derivative)
+
+
 @jit
 def _eta(sched_kind, sa, sb, t):
     """The step size at step ``t`` (the schedules' formulas, see :func:`ogd_steps`)."""
     if sched_kind == SCHED_STRONGLY_CONVEX:
-        return 1.0 / (sa * (t + sb))
+        return _strongly_convex_step(sa, sb, t)
     if sched_kind == SCHED_CONVEX:
-        return sa / (sb * math.sqrt(t))
+        return _convex_step(sa, sb, t)
     return sa
 
 
@@ -77,13 +90,8 @@ def _eta(sched_kind, sa, sb, t):
 def _derivative(loss_kind, yj, dot):
     """The data term's derivative in x.z (``Loss.derivative``): the gradient is this times x, plus lam z."""
     if loss_kind == LOSS_LOGISTIC:
-        m = yj * dot
-        # d/dm log(1+e^{-m}) = -1/(1+e^m), in the reference's overflow-free form
-        if m < 0:
-            return -yj / (1.0 + math.exp(m))
-        e = math.exp(-m)
-        return -yj * e / (1.0 + e)
-    return dot - yj
+        return _logistic_derivative(dot, yj)
+    return _ridge_derivative(dot, yj)
 
 
 @jit
@@ -299,9 +307,8 @@ def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, no
     shift = Gamma * Delta_u, sigma = shift * multiplier (the accountant's), then
     z <- Proj(z + sigma * noise_row). A shift of 0 (every influence contracted away) adds no noise.
     Returns (shift, sigma)."""
-    lc = 0.0 if tau <= u else math.log(u + t0) - math.log(tau + t0)
-    bound = (1.0 / (mu * (u + t0))) * lipschitz
-    shift = math.exp(lc) * (diameter if diameter < bound else bound)
+    lc = _shifted_log_contraction(t0, u, tau)
+    shift = _passive_shift(lc, _sensitivity(_strongly_convex_step(mu, t0, u), lipschitz, diameter))
     if shift == 0.0:
         return 0.0, 0.0
     sigma = shift * multiplier

@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+from ...formulas import passive_shift, sensitivity, shifted_log_contraction, strongly_convex_step
 from .checks import count, positive, real
 from .rdp import noise_multiplier
 from .split import DEFAULT_RESERVE, planned_multiplier
@@ -197,10 +198,10 @@ class _ShiftedStronglyConvex:
         self.mu, self.t0 = positive("mu", mu), real("t0", t0, lo=0.0)
 
     def eta(self, t: int) -> float:
-        return 1.0 / (self.mu * (t + self.t0))
+        return strongly_convex_step(self.mu, self.t0, t)
 
     def log_contraction(self, u: int, tau: int) -> float:
-        return 0.0 if tau <= u else math.log(u + self.t0) - math.log(tau + self.t0)
+        return shifted_log_contraction(self.t0, u, tau)
 
 
 def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity: int | None, k: int,
@@ -269,7 +270,7 @@ def predicted_noise_std(*, unit: str, L: float, rho: float, deletion_rate: float
     noises = []
     for j, tau in enumerate(taus, 1):
         u = max(1, tau - age)
-        shift = math.exp(schedule.log_contraction(u, tau)) * min(schedule.eta(u) * L, cap)
+        shift = passive_shift(schedule.log_contraction(u, tau), sensitivity(schedule.eta(u), L, cap))
         noises.append((tau, rule(j, shift)))
     return _accumulated_std(noises, schedule.log_contraction, steps)
 
