@@ -12,17 +12,16 @@ Longer strings take the scalar compression, block by block.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .jit import jit
+from .jit import inline, jit
 
 # BLAKE2b (RFC 7693) with an 8-byte digest and no key, i.e. hashlib.blake2b(raw, digest_size=8),
-# read little-endian: the same 64-bit value as index.record_key (tests compare them).
+# read little-endian: the same 64-bit value as record_keys.record_key (tests compare them).
 _IV = np.array([
     0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,
     0x510E527FADE682D1, 0x9B05688C2B3E6C1F, 0x1F83D9ABFB41BD6B, 0x5BE0CD19137E2179,
@@ -45,12 +44,12 @@ _PARAM0 = np.uint64(0x01010008)  # depth 1, fanout 1, key length 0, digest lengt
 _U8, _U16, _U24, _U32, _U40, _U63, _U64 = (np.uint64(v) for v in (8, 16, 24, 32, 40, 63, 64))
 
 
-@numba.njit(inline="always", nogil=True)
+@inline
 def _rotr(x, n):
     return (x >> n) | (x << (_U64 - n))
 
 
-@numba.njit(inline="always", nogil=True)
+@inline
 def _mix(a, b, c, d, x, y):
     a = a + b + x
     d = _rotr(d ^ a, _U32)
@@ -206,7 +205,7 @@ def _hash_lanes(typingctx, m, lengths, keys):
     return sig, codegen
 
 
-@numba.njit(inline="always", nogil=True)
+@inline
 def _load_lane(m, lengths, lane, buf, begin, length):
     """Put the one-block id buf[begin:begin + length] (1 <= length <= 128) in lane ``lane``."""
     for i in range(16):

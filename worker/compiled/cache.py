@@ -55,11 +55,11 @@ def _imports(module: str, text: str, is_package: bool) -> set[str]:
 
 
 @functools.cache
-def compiled_sources(package: Path = PACKAGE) -> list[Path]:
+def compiled_sources() -> list[Path]:
     """The package's modules a kernel may depend on, sorted: those importing numba, llvmlite or
     ``worker.compiled``, and everything of the package they import, transitively."""
     trees = {}
-    for path in sorted(package.rglob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_of(path)
         trees[module] = (path, _imports(module, path.read_text(), path.name == "__init__.py"))
     roots = [m for m, (_, names) in trees.items()

@@ -58,6 +58,13 @@ def jit(func=None, *, nogil: bool = True):
     return kernel
 
 
+def inline(func):
+    """``func`` compiled to be inlined into every kernel that calls it (no cache of its own: it is
+    compiled into its callers, whose cache stamp covers its module). The way to share a plain
+    Python function, such as one of the engine's formulas, with compiled code."""
+    return numba.njit(inline="always", nogil=True)(func)
+
+
 @contextlib.contextmanager
 def reference():
     """Within the block every model uses the pure-numpy reference step (for tests)."""

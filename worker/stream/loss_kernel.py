@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 
-import numba
 import numpy as np
 
-from ..compiled.jit import jit
+from ..compiled.jit import inline, jit
 from ..olu.exceptions import InvalidExample
 from ..olu.formulas import log1pexp
 
-_log1pexp = numba.njit(inline="always")(log1pexp)  # the engine's loss, compiled from its definition
+_log1pexp = inline(log1pexp)  # the engine's loss, compiled from its definition
 
 
 @jit

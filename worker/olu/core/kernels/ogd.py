@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from ....compiled.intrinsics import data_pointer
-from ....compiled.jit import jit
+from ....compiled.jit import inline, jit
 from ....compiled.lanes import LANES, lane_axpy, lane_dot, lane_sqnorm, lane_step
 from ....compiled.sorted_keys import contains, filter_passes, filter_shift, lower_bound
 from ... import formulas
@@ -67,13 +66,13 @@ def _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
 
 # The engine's formulas (worker/olu/formulas.py), compiled from the very functions the reference
 # calls: inlined into each kernel, which the disk cache then keys by formulas.py too.
-_strongly_convex_step = numba.njit(inline="always")(formulas.strongly_convex_step)
-_convex_step = numba.njit(inline="always")(formulas.convex_step)
-_shifted_log_contraction = numba.njit(inline="always")(formulas.shifted_log_contraction)
-_sensitivity = numba.njit(inline="always")(formulas.sensitivity)
-_passive_shift = numba.njit(inline="always")(formulas.passive_shift)
-_logistic_derivative = numba.njit(inline="always")(formulas.logistic_derivative)
-_ridge_derivative = numba.njit(inline="always")(formulas.ridge_derivative)
+_strongly_convex_step = inline(formulas.strongly_convex_step)
+_convex_step = inline(formulas.convex_step)
+_shifted_log_contraction = inline(formulas.shifted_log_contraction)
+_sensitivity = inline(formulas.sensitivity)
+_passive_shift = inline(formulas.passive_shift)
+_logistic_derivative = inline(formulas.logistic_derivative)
+_ridge_derivative = inline(formulas.ridge_derivative)
 
 
 @jit
