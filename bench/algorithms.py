@@ -131,9 +131,9 @@ def main(argv=None) -> int:
     args = h.arguments(p, argv, quick="a 5,000-record synthetic d = 10 stream and breast_cancer")
     info = h.machine()
     print(h.machine_line(info))
-    from worker.olu.core.kernels import warmup
+    from worker.olu import warm_up
 
-    warmup.warm_up()  # compile once, outside every timing
+    warm_up()  # compile once, outside every timing
     rows = []
     for data in streams(args.quick):
         for algorithm in args.algorithms.split(","):

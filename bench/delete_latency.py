@@ -353,10 +353,10 @@ def main(argv=None) -> int:
     info = h.machine()
     print(h.machine_line(info))
     from worker.metrics import Metrics
-    from worker.olu.core.kernels import warmup
+    from worker.olu import warm_up
     from worker.stream.app import Worker
 
-    compile_s = warmup.warm_up()
+    compile_s = warm_up()
 
     class LatencyMetrics(Metrics):
         """The worker's Metrics, also keeping every delete-to-release observation."""

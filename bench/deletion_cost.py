@@ -52,8 +52,14 @@ import _targets as T  # noqa: E402
 import numpy as np  # noqa: E402
 from active_deletion import run_case, stream  # noqa: E402
 
-from worker.olu import ActiveAnchor, ActiveD2D, PassiveOLU, Retrain, RidgeNewton  # noqa: E402
-from worker.olu.core.kernels import warmup  # noqa: E402
+from worker.olu import (  # noqa: E402
+    ActiveAnchor,
+    ActiveD2D,
+    PassiveOLU,
+    Retrain,
+    RidgeNewton,
+    warm_up,  # noqa: E402
+)
 
 # name: (class, keyword arguments without max_deletions, active?, O(n) per deletion?, baseline)
 ALGORITHMS = {
@@ -207,7 +213,7 @@ def main(argv=None) -> int:
 
     info = h.machine()
     print(h.machine_line(info))
-    compile_s = warmup.warm_up()
+    compile_s = warm_up()
     print(f"numba kernels warmed up in {compile_s:.2f} s; d = {args.d}, n in {sizes}, {args.repeat} deletions "
           f"per model ({args.repeat_large} for active-d2d and retraining at n >= {args.large_n:,}), "
           f"k = {args.max_deletions}, one core")

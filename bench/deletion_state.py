@@ -59,7 +59,7 @@ import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 from _targets import LEDGER_BYTES_PER_DELETION, Checks  # noqa: E402
 
-from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+from worker.olu import PassiveOLU  # noqa: E402
 from worker.olu.core.kernels import ogd  # noqa: E402
 from worker.olu.core.tombstones import KeySet  # noqa: E402
 from worker.olu.privacy.ledger import SEGMENT_ENTRIES  # noqa: E402

@@ -34,7 +34,7 @@ from worker_throughput import run_worker  # noqa: E402
 
 from worker.features.spec import parse_spec  # noqa: E402
 from worker.features.transform import vectorize  # noqa: E402
-from worker.olu.core.kernels import warmup  # noqa: E402
+from worker.olu import warm_up  # noqa: E402
 from worker.stream.demo import named_record  # noqa: E402
 
 REPORT_KEYS = ("config", "rows")
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         args.events, args.repeat = min(args.events, 10_000), 1
     info = h.machine()
     print(h.machine_line(info))
-    warmup.warm_up()
+    warm_up()
     spec = parse_spec(SPEC)
     named, vectors, labels = pool(spec, args.seed)
     plan = h.stream_plan(args.events, args.delete_frac, args.seed)

@@ -31,9 +31,11 @@ import _harness as h  # noqa: E402
 import numpy as np  # noqa: E402
 from _targets import MERGE_STALL_MS, Checks  # noqa: E402
 
-from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
+from worker.olu import (
+    PassiveOLU,  # noqa: E402
+    warm_up,  # noqa: E402
+)
 from worker.olu.core.index import AppliedIndex  # noqa: E402
-from worker.olu.core.kernels import warmup  # noqa: E402
 
 REPORT_KEYS = ("rows",)
 SERVICES = ()
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
         args.records, args.repeat = min(args.records, 300_000), 1
     info = h.machine()
     print(h.machine_line(info))
-    warmup.warm_up()
+    warm_up()
     rows = []
     print(f"{'way':8} {'records':>10} {'median':>8} {'p99':>8} {'p99.9':>8} {'max':>8} {'calls > 5 ms':>13}")
     for paced in (False, True):

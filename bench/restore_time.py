@@ -226,9 +226,9 @@ def main(argv=None) -> int:
     wall = time.perf_counter()
     info = h.machine()
     print(h.machine_line(info))
-    from worker.olu.core.kernels import warmup
+    from worker.olu import warm_up
 
-    warmup.warm_up()
+    warm_up()
 
     base = h.worker_settings("127.0.0.1:9", topic=TOPIC, params="bench.params", dlq="bench.dlq",
                              group="bench-restore", state_url="memory://", log_level="WARNING")

@@ -59,8 +59,10 @@ import _targets as T  # noqa: E402
 import engine_throughput as et  # noqa: E402
 import worker_throughput as wt  # noqa: E402
 
-from worker.olu import ALGORITHMS  # noqa: E402
-from worker.olu.core.kernels import warmup  # noqa: E402
+from worker.olu import (
+    ALGORITHMS,  # noqa: E402
+    warm_up,  # noqa: E402
+)
 
 ACTIVE_DEFAULTS = {"order_fallback": "passive"}  # see the module docstring
 REPORT_KEYS = ("broker", "produce", "config", "results", "targets", "wall_s")
@@ -276,7 +278,7 @@ def main(argv=None) -> int:
     except ImportError:
         raise SystemExit("River is not installed (pip install -e '.[bench]')") from None
     print(h.machine_line(info))
-    compile_s = warmup.warm_up()
+    compile_s = warm_up()
     print(f"numba kernels warmed up in {compile_s:.2f} s (before any timing)")
 
     rows: list[dict] = []

@@ -53,8 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 from _targets import Checks, Target  # noqa: E402
 
-from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
-from worker.olu.core.kernels import warmup  # noqa: E402
+from worker.olu import (
+    PassiveOLU,  # noqa: E402
+    warm_up,  # noqa: E402
+)
 from worker.state import codec  # noqa: E402
 from worker.stream.output.releases import release_value  # noqa: E402
 
@@ -120,7 +122,7 @@ def dense(array_mb: float, pairs: int, seed: int) -> list[dict]:
 
 
 def sparse(n: int, n_dense: int, d: int, nnz: int, repeat: int, seed: int) -> dict:
-    from worker.olu.core.sparse import SparseRows
+    from worker.olu import SparseRows
 
     rng = np.random.default_rng(seed)
     pool = 4096
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         args.array_mb, args.pairs, args.deletions, args.sparse_events, args.dense_events = 8.0, 1, 20, 20_000, 1_000
     info = h.machine()
     print(h.machine_line(info))
-    warmup.warm_up()
+    warm_up()
     dense_rows = dense(args.array_mb, args.pairs, args.seed)
     sparse_row = sparse(args.sparse_events, args.dense_events, 2**16, 30, 1 if args.quick else 3, args.seed)
     deleted = deletion(10_000, args.deletions, args.seed)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 from worker_throughput import run_worker  # noqa: E402
 
-from worker.olu.core.kernels import warmup  # noqa: E402
+from worker.olu import warm_up  # noqa: E402
 
 REPORT_KEYS = ("config", "rows")
 SERVICES = ("kafka",)
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         args.events, args.repeat = min(args.events, 5_000), 1
     info = h.machine()
     print(h.machine_line(info))
-    warmup.warm_up()
+    warm_up()
     plan = h.stream_plan(args.events, args.delete_frac, args.seed)
     rows = []
     with h.kafka() as (bootstrap, _source):

@@ -100,7 +100,7 @@ from _targets import (  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
 from worker.metrics import Metrics  # noqa: E402
-from worker.olu.core.kernels import warmup  # noqa: E402
+from worker.olu import warm_up  # noqa: E402
 from worker.stream.app import Worker  # noqa: E402
 from worker.stream.exceptions import DeadLetter  # noqa: E402
 from worker.stream.input.decode import decode_event  # noqa: E402
@@ -455,7 +455,7 @@ def main(argv=None) -> int:
 
     info = h.machine()
     print(h.machine_line(info))
-    compile_s = warmup.warm_up()
+    compile_s = warm_up()
     print(f"numba kernels warmed up in {compile_s:.2f} s (before any timing)")
 
     with (h.kafka() as (bootstrap, broker_source), (h.s3() if args.s3 else contextlib.nullcontext()) as server,

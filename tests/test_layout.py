@@ -19,7 +19,7 @@ TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow",
          ("worker.features",), ("worker.olu",), ("worker.compiled",),
          ("worker.wire", "worker.exceptions", "worker"))
 # The engine's layers, each allowed to import only the ones after it (and itself).
-ENGINE_LAYERS = ("worker.olu.registry", "worker.olu.algorithms", "worker.olu.core", "worker.olu.privacy",
+ENGINE_LAYERS = ("worker.olu.batches", "worker.olu.registry", "worker.olu.algorithms", "worker.olu.core", "worker.olu.privacy",
                  "worker.olu.exceptions", "worker.olu.formulas", "worker.olu.arith")
 
 
@@ -179,3 +179,18 @@ def test_no_module_is_longer_than_600_lines():
     long = {str(p.relative_to(ROOT)): n for p in MODULES.values()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+#: What the layers above the engine may import of it: the package's exports, and the public modules
+#: (arith: the fixed-order arithmetic a subscriber's predict shares with the engine).
+ENGINE_SURFACE = ("worker.olu", "worker.olu.arith", "worker.olu.exceptions", "worker.olu.formulas", "worker.olu.privacy",
+                  "worker.olu.registry", "worker.olu.rotation")
+
+
+def test_the_rest_of_the_worker_uses_the_engine_through_its_surface():
+    """Nothing outside worker/olu reaches into olu.core, olu.algorithms, olu.batches or the privacy
+    internals: the stream learns through ``worker.olu.apply_batch`` and the ``Model`` Protocol."""
+    inside = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {target}" for m in MODULES
+              if not m.startswith("worker.olu") for target, _, line in imports(m)
+              if target.startswith("worker.olu") and target not in ENGINE_SURFACE]
+    assert not inside, "\n".join(inside)

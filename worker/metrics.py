@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .olu.core.deletion import Deletion
-from .olu.privacy.analysis.units import UNITS
+from .olu import Deletion, Model
+from .olu.privacy import UNITS
 from .stream.outcome import Outcome, Release
 from .wire import TRIGGERS
 
@@ -39,7 +39,7 @@ class RunnerView(Protocol):
 
     topic: str
     partition: int
-    model: Any  # the engine model: privacy(), t, deletions_applied, index, release_noise_std(), ...
+    model: Model  # the engine model (worker.olu.Model)
     settings: Any  # worker.config.settings.Settings, or None
     released_version: int | None
     next_offset: int | None

@@ -27,10 +27,10 @@ from confluent_kafka import Message
 from worker.compiled import jit
 from worker.config import load_settings
 from worker.olu import ALGORITHMS, PassiveOLU, arith, load_model
+from worker.olu.batches import apply as apply_mod
 from worker.olu.core import domain, entropy, losses
 from worker.olu.rotation import Rotation
 from worker.state.store import SnapshotStore, open_store
-from worker.stream import partition as partition_mod
 from worker.stream.partition import PartitionRunner
 
 
@@ -119,8 +119,8 @@ def run_partition(model, msgs, one_pass: bool = True) -> tuple[PartitionRunner, 
     """The runner over ``msgs`` in poll batches: the model, its deltas and its releases, digested."""
     settings = load_settings([], env={"OLU_DIM": str(DIM), "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1",
                                       "OLU_RELEASE_EVERY_EVENTS": "300"})
-    real = partition_mod.learn_and_unlearn
-    partition_mod.learn_and_unlearn = real if one_pass else (lambda *a: None)
+    real = apply_mod.learn_and_unlearn
+    apply_mod.learn_and_unlearn = real if one_pass else (lambda *a: None)
     try:
         snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
         digest, deltas = Digest(), []
@@ -135,7 +135,7 @@ def run_partition(model, msgs, one_pass: bool = True) -> tuple[PartitionRunner, 
         digest.state(runner.model)
         return runner, digest.hex()
     finally:
-        partition_mod.learn_and_unlearn = real
+        apply_mod.learn_and_unlearn = real
 
 
 def engine_runs(msgs) -> dict[str, str]:

@@ -237,7 +237,7 @@ def test_a_release_after_a_restore_at_a_requests_offset_is_byte_identical():
 
 
 def test_the_compiled_prequential_loss_equals_numpy():
-    from worker.stream.loss_kernel import ALL_ROWS, batch_mean_loss
+    from worker.olu.batches.quality import ALL_ROWS, batch_mean_loss
 
     rng = np.random.default_rng(0)
     X, z = rng.normal(size=(40, 5)), rng.normal(size=5) * 30  # large margins: the stable branches

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from worker.config import load_settings
 from worker.config.model import build_model
 from worker.olu import PassiveOLU
+from worker.olu.batches import apply as apply_mod
 from worker.olu.rotation import Rotation
 from worker.state.store import SnapshotStore, open_store
 from worker.stream import partition as partition_mod
@@ -300,7 +301,7 @@ def test_a_batch_with_deletes_scores_its_inserts_once_before_learning():
     """Test-then-train on a poll batch split by deletes: one prequential loss over its inserts (the
     scan's accepted rows, scored in place: the deletes' rows are never counted), under the model
     as it was before the batch."""
-    from worker.stream.loss_kernel import ALL_ROWS, batch_mean_loss
+    from worker.olu.batches.quality import ALL_ROWS, batch_mean_loss
 
     msgs = _stream(n=200)
     runner, _ = _run(msgs[:100])
@@ -391,8 +392,8 @@ def test_a_batch_of_inserts_and_deletes_in_one_pass_gives_what_one_by_one_gives(
 
     def run(one_pass: bool):
         taken = []
-        real = partition_mod.learn_and_unlearn
-        monkeypatch.setattr(partition_mod, "learn_and_unlearn",
+        real = apply_mod.learn_and_unlearn
+        monkeypatch.setattr(apply_mod, "learn_and_unlearn",
                             lambda *a: taken.append(real(*a) if one_pass else None) or taken[-1])
         snapshots = SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3)
         deltas = []

@@ -19,12 +19,12 @@ from tests.stream.kafka_harness import WorkerProcess, read_topic, settings_of, t
 from worker.config import load_settings
 from worker.config.model import build_model
 from worker.olu import PassiveOLU
+from worker.olu.batches.quality import softmax_mean_loss
 from worker.olu.core.sparse import SparseRows
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.batch import decode_batch
 from worker.stream.input.decode import decode_event
-from worker.stream.loss_kernel import softmax_mean_loss
 from worker.stream.partition import PartitionRunner
 
 CLASSES = ("fraud", "ok", "review")

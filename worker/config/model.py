@@ -11,7 +11,7 @@ import inspect
 from typing import Any
 
 from ..exceptions import ConfigError
-from ..olu.privacy.analysis.split import capacity_for_rate
+from ..olu.privacy import capacity_for_rate
 from ..olu.registry import ALGORITHMS as _REGISTRY
 from ..olu.rotation import Rotation, planned_capacity
 

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..olu.privacy.analysis.split import SPLIT_NAMES
-from ..olu.privacy.analysis.units import UNITS
+from ..olu.privacy import SPLIT_NAMES, UNITS
 from ..olu.rotation import VARIANTS
 from .model import ALGORITHMS
 from .parsers import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..olu.privacy.analysis.units import UNITS
+from ..olu.privacy import UNITS
 from .advice import assess
 from .predict import noise_std, predict, renewal
 from .search import scaled, search

@@ -28,10 +28,15 @@ from __future__ import annotations
 import math
 
 from ..olu.formulas import passive_shift, sensitivity
-from ..olu.privacy.analysis.noise import plan_deletions, predicted_noise_growth, predicted_noise_std
-from ..olu.privacy.analysis.rdp import noise_multiplier
-from ..olu.privacy.analysis.split import DEFAULT_RESERVE, capacity_for_rate
-from ..olu.privacy.analysis.units import per_request_sigma
+from ..olu.privacy import (
+    DEFAULT_RESERVE,
+    capacity_for_rate,
+    noise_multiplier,
+    per_request_sigma,
+    plan_deletions,
+    predicted_noise_growth,
+    predicted_noise_std,
+)
 from ..olu.rotation import charged_deletions, model_budget, planned_capacity
 
 __all__ = ["GROWTH_LENGTHS", "LIFETIMES", "NO_SAMPLE_MIN_LIFETIME", "deletion_sigmas", "noise_std", "predict",

@@ -18,8 +18,7 @@ import math
 
 import numpy as np
 
-from ..olu import arith
-from ..olu.core.losses import Softmax
+from ..olu import Softmax, arith
 
 __all__ = ["BLOCKS", "TAIL", "WINDOWS", "better", "class_labels", "metric_name", "predicted_classes", "replay",
            "score", "window_scores"]

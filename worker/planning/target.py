@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..config.model import engine_class, model_kwargs
 from ..exceptions import ConfigError
-from ..olu.privacy.analysis.units import UNITS, unit_epsilon, unit_rho_for_epsilon
+from ..olu.privacy import UNITS, unit_epsilon, unit_rho_for_epsilon
 
 __all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "classes_of", "planned_algorithms",
            "resolve_target", "with_settings"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..olu import record_keys
-from ..olu.privacy.analysis.noise import plan_deletions
+from ..olu.privacy import plan_deletions
 
 __all__ = ["RECORDS", "Shape", "Workload", "from_sample", "from_shape", "nearest_present"]
 

@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from ..olu.algorithms.baselines import PlainOGD
+from ..olu import PlainOGD
 
 # One line is said when the released models trail plain OGD by more than this (accuracy points,
 # or this share of OGD's squared error for ridge).

@@ -17,16 +17,24 @@ are bit-identical, so how the broker batches messages cannot change the result.
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
 from ..logs import get_logger
-from ..olu import load_model, record_keys
-from ..olu.core.mixed import learn_and_unlearn
-from ..olu.core.sparse import SparseRows
-from ..olu.exceptions import BudgetExhausted, InvalidExample
+from ..olu import (
+    Batch,
+    BudgetExhausted,
+    Columns,
+    Forget,
+    Forgotten,
+    Learn,
+    Learned,
+    Published,
+    SparseRows,
+    apply_batch,
+    load_model,
+)
 from ..wire import (
     BUDGET_RETRAINED,
     TRIGGER_DELETION,
@@ -37,15 +45,33 @@ from ..wire import (
 )
 from .exceptions import DeadLetter, FeatureSpecChanged, PartialRequest
 from .input.batch import DecodedBatch, decode_batch, names_labels
-from .input.decode import Delete, Insert, InsertRun, insert_ids
+from .input.decode import Delete, Insert
 from .input.framed_scan import FramedBatch
-from .loss_kernel import ALL_ROWS, batch_mean_loss, softmax_mean_loss, sparse_mean_loss
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
-from .output.releases import budget_header, noise_figures, release_headers, release_value, request_report
+from .output.releases import budget_header, release_headers, release_value, request_report
 from .replay_floor import ReplayFloor
 
 log = get_logger("olu.partition")
+
+
+class _NewestStamps:
+    """The newest Kafka timestamp of an insert stretch: the decoder's run's, or from the scan's
+    stamps (over the whole batch so far, in one pass, when deletes split it: the records before a
+    stretch moved event time already, so the figure is the same)."""
+
+    def __init__(self, batch: DecodedBatch):
+        self.batch, self.so_far = batch, None
+
+    def __call__(self, start: int, stop: int) -> int:
+        scan = self.batch.scan
+        if scan is None:
+            return self.batch.runs[start].newest_ts
+        if len(self.batch.stretches) == 1:
+            return scan.newest_ts(start, stop)
+        if self.so_far is None:
+            self.so_far = scan.newest_ts_so_far()
+        return int(self.so_far[stop - 1])
 
 
 def _spec_changed(restored, settings, topic: str, partition: int) -> bool:
@@ -128,7 +154,7 @@ class PartitionRunner:
     def process(self, messages) -> Outcome:
         """Apply fetched messages (offset order); ``releases`` holds those publishable now.
 
-        Stops after a deletion whose delta could not be stored (``resume_at``, ``blocked``).
+        After a deletion whose delta could not be stored, ``blocked`` and ``resume_at`` are set.
         """
         out = Outcome()
         # the input stage chooses the decoder; each message's subject (its Kafka key) is hashed
@@ -136,26 +162,20 @@ class PartitionRunner:
         batch = decode_batch(self._unseen(messages), dim=self.model.dim, max_bytes=self.settings.max_record_bytes,
                              subjects=self.model.key_cap is not None, features=self.settings.feature_spec,
                              sparse=self.settings.sparse_input, labels=names_labels(self.model.loss))
-        messages, self._subjects, stretches = batch.messages, batch.subjects, batch.stretches
         if (spec := self.settings.feature_spec) is not None and (counts := batch.count_clipped(len(spec.fields))) \
                 is not None:
             out.clipped = {f.name: int(c) for f, c in zip(spec.fields, counts) if c}
-        # Inserts split by deletes: check all of them once, then learn each stretch (a check per
-        # stretch cost ~30 us, once per deletion at 1% deletes). None: check stretch by stretch.
-        rows = self._checked_rows(batch.scan) if batch.scan is not None and len(stretches) > 1 else None
-        if rows is not None:  # test-then-train on the batch's inserts, as for a batch of inserts only
-            self._observe_loss(rows[1], rows[2], batch.scan.accepted, positions=True)
-            # up to the batch's last delete in one engine pass, where it applies
-            stretches = stretches[self._process_mixed(batch, rows, out):]
-        self._prefetch(batch, stretches)  # the deletes left to take one by one, looked up together
-        for start, stop, accepted in stretches:
-            if accepted and rows is not None:
-                self._apply_checked(rows, start, stop, messages, out)
-            elif accepted:
-                self._apply_inserts(batch.run(start, stop), messages, start, out)
-            elif not all(self._take(messages, j, batch.events[j], out, batch.last_candidate, batch.keys.get(j))
-                         for j in range(start, stop)):
-                break
+        started = time.monotonic()
+        steps = self._steps(batch)
+        scan = batch.scan
+        columns = None if scan is None else Columns(scan.X, scan.y, scan.keys, scan.accepted)
+        applied = apply_batch(self.model, Batch(steps, columns, batch.subjects, self.settings.quality_metric))
+        for mean in applied.losses:  # outside the certificate (docs/guarantee.md 2.4)
+            prev = self.prequential_loss
+            self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
+        out.inserts += applied.applied
+        out.skipped += applied.skipped
+        self._walk(batch, zip(steps, applied.outcomes), out, started)
         self._settle_batch()
         if not self.blocked:
             if (held := self.replay_floor.due(self.next_offset)) is not None and self._unreleased():
@@ -166,71 +186,67 @@ class PartitionRunner:
             out.resume_at = self.next_offset
         return out
 
-    def _process_mixed(self, batch: DecodedBatch, rows, out: Outcome) -> int:
-        """The batch's inserts and single-record deletes up to its last delete in one engine pass
-        (worker/olu/core/mixed.py); how many of its stretches it took (0 where that path does not
-        apply). The inserts after the last delete are left for the usual path, so the release
-        that follows the deletions shows the state right after the last one, as it does there:
-        the state, the deltas and the releases are those of the message-by-message path."""
-        messages, events, keys, stretches = batch.messages, batch.events, batch.keys, batch.stretches
-        deletes = [j for j, event in events.items() if isinstance(event, Delete)]
-        if (not deletes or self.replay_deltas or self.blocked or self.settings.deletion_releases != "batch"
-                or any(len(events[j].ids) != 1 for j in deletes)
-                or not all(isinstance(e, (Delete, DeadLetter)) for e in events.values())):
-            return 0
-        try:
-            deleted = [keys[j][0] if j in keys else int(record_keys([events[j].ids[0]])[0]) for j in deletes]
-        except InvalidExample:
-            return 0
-        started = time.monotonic()
-        taken = next(n for n, (_, stop, _) in enumerate(stretches) if stop > deletes[-1]) + 1
-        spans = [(start, stop) for start, stop, accepted in stretches[:taken] if accepted]
-        done = learn_and_unlearn(self.model, rows[0], rows[1], rows[2], spans, deletes, deleted,
-                                 [events[j].ids[0] for j in deletes], self._subjects)
-        if done is None:
-            return 0
-        out.inserts += done.applied
-        out.skipped += done.skipped
-        found = dict(zip(deletes, zip(done.deletions, done.states)))
-        for start, stop, accepted in stretches[:taken]:
+    def _steps(self, batch: DecodedBatch) -> list:
+        """The batch as the engine's steps: a stretch of inserts each, a deletion request each (with
+        the post-noise state an earlier process stored for it, and whether its release follows it:
+        the batch's last possible delete releases for all of them, docs/worker.md 3.4)."""
+        steps, each = [], self.settings.deletion_releases == "each"
+        for start, stop, accepted in batch.stretches:
             if accepted:
-                self._moved(messages, stop, stop - start, int(rows[3][stop - 1]))
+                run = batch.runs.get(start)  # the Python decoder's; None: the scan's columns
+                steps.append(Learn(start, stop) if run is None else Learn(start, stop, run.X, run.y, run.ids, run.keys))
                 continue
             for j in range(start, stop):
-                event = events[j]
+                event = batch.events[j]
+                if isinstance(event, Insert):  # not expected (the runs mirror decode_event), never lost
+                    row = SparseRows.from_rows([event.x]) if self.settings.sparse_input else np.array([event.x])
+                    label = np.array([event.y], object if isinstance(event.y, str) else np.float64)  # a class name
+                    steps.append(Learn(j, j + 1, row, label, [event.id]))
+                elif isinstance(event, Delete):
+                    stored = self.replay_deltas.pop(batch.messages[j].offset() + 1, None)
+                    steps.append(Forget(j, tuple(event.ids), batch.keys.get(j),
+                                        None if stored is None else self._post_state(stored),
+                                        publish=each or j >= batch.last_candidate))
+        return steps
+
+    def _walk(self, batch: DecodedBatch, answered, out: Outcome, started: float) -> None:
+        """Bookkeeping after the engine applied the batch, message by message: positions, dead
+        letters, deltas and the coalesced release, as if each had been applied in its turn."""
+        messages, answered = batch.messages, iter(answered)
+        newest = _NewestStamps(batch)
+        for start, stop, accepted in batch.stretches:
+            if accepted:
+                self._learned(messages, start, stop, next(answered)[1], newest(start, stop), out)
+                continue
+            for j in range(start, stop):
+                event, msg = batch.events[j], messages[j]
                 if isinstance(event, DeadLetter):
-                    self._take(messages, j, event, out, batch.last_candidate)
+                    out.dead_letters.append(DeadLetterOut(msg, event.reason, event.detail))
+                    self._advance(msg)
+                elif isinstance(event, Insert):
+                    kind, ts = msg.timestamp()
+                    self._learned(messages, j, j + 1, next(answered)[1], ts if kind else 0, out)
                 else:
-                    deletion, state = found[j]
-                    self._honoured(messages[j], event, deletion, out, started, j >= batch.last_candidate, state)
-        return taken
+                    step, forgotten = next(answered)
+                    self._forgotten(msg, event, step, forgotten, out, started)
 
-    def _take(self, messages: list, j: int, event, out: Outcome, last_candidate: int, keys=None) -> bool:
-        """Apply ``messages[j]`` decoded as ``event``; False once processing must stop."""
-        msg = messages[j]
-        if isinstance(event, DeadLetter):
-            out.dead_letters.append(DeadLetterOut(msg, event.reason, event.detail))
-            self._advance(msg)
-            return True
-        if isinstance(event, Insert):  # not expected (the runs mirror decode_event), never lost
-            kind, ts = msg.timestamp()
-            row = SparseRows.from_rows([event.x]) if self.settings.sparse_input else np.array([event.x], np.float64)
-            label = np.array([event.y], object if isinstance(event.y, str) else np.float64)  # a class name stays one
-            single = InsertRun(j + 1, [event.id], row, label, ts if kind else 0)
-            self._apply_inserts(single, messages, j, out)
-            return True
-        last = j >= last_candidate or self.settings.deletion_releases == "each"
-        return self._delete(msg, event, out, last=last, keys=keys)
+    def _learned(self, messages: list, start: int, stop: int, learned: Learned, newest_ts: int,
+                 out: Outcome) -> None:
+        """After the inserts ``messages[start:stop]``: the rows the model refused dead-lettered."""
+        for position, bad in learned.rejected:
+            out.dead_letters.append(DeadLetterOut(messages[position], bad.reason, str(bad)))
+        self._moved(messages, stop, stop - start, newest_ts)
 
-    def _prefetch(self, batch: DecodedBatch, stretches: list) -> None:
-        """Look the deletes of ``stretches`` up in the model at once (one compiled call each for
-        the index and the tombstones instead of one per delete). Only for the deletes taken one
-        by one: the one-pass path searches the index itself, and a second search of every run
-        cost a poll batch ~120 us. Only a hint: results are the same with or without it."""
-        wanted = [k for start, stop, accepted in stretches if not accepted
-                  for j in range(start, stop) for k in batch.keys.get(j, ())]
-        if len(wanted) >= 2:
-            self.model.prefetch_deletes(np.array(wanted, np.uint64))
+    def _forgotten(self, msg, event: Delete, step: Forget, forgotten: Forgotten, out: Outcome,
+                   started: float) -> None:
+        if forgotten.partial:  # records before the refused one were unlearned
+            raise PartialRequest(f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the middle "
+                                 f"of a deletion request of {len(event.ids)} records ({forgotten.refused}); "
+                                 "raise the budget or split the request, then restart") from forgotten.refused
+        if forgotten.refused is not None:
+            self._refuse(msg, forgotten.refused, out)  # the model is unchanged; never crash-loop on it
+            return
+        self._honoured(msg, event, forgotten, out, started, step.publish)
 
     @property
     def blocked(self) -> bool:
@@ -257,66 +273,6 @@ class PartitionRunner:
         self.events_since_release += 1
         self.events_since_snapshot += 1
 
-    def _apply_inserts(self, run, messages: list, start: int, out: Outcome) -> None:
-        """Learn ``messages[start:run.end]`` (decoded in ``run``) as one batch."""
-        X, y = run.X, run.y
-        self._observe_loss(X, y)
-        dead = 0
-        try:
-            applied = self.model.learn_many(run.ids, X, y, keys=run.keys, subjects=self._subjects_of(start, run.end))
-        except InvalidExample:
-            # Rare: find the bad rows one by one (learn_many changed nothing; learn_one is
-            # bit-identical to it, so the result does not depend on this path being taken).
-            applied = 0
-            ids = run.ids if run.ids is not None else insert_ids(messages[start:run.end])
-            for j, record_id in enumerate(ids):
-                try:
-                    if isinstance(X, SparseRows):  # one row of learn_many: learn_one's result, bit for bit
-                        subject = self._subjects_of(start + j, start + j + 1)
-                        applied += self.model.learn_many([record_id], X[j:j + 1], y[j:j + 1], subjects=subject)
-                        continue
-                    applied += self.model.learn_one(record_id, X[j], y[j], subject=self._subject_at(start + j))
-                except InvalidExample as bad:
-                    out.dead_letters.append(DeadLetterOut(messages[start + j], bad.reason, str(bad)))
-                    dead += 1
-        self._learned(messages, run.end, run.end - start, applied, dead, run.newest_ts, out)
-
-    def _subjects_of(self, start: int, stop: int):
-        return None if self._subjects is None else self._subjects[start:stop]
-
-    def _subject_at(self, j: int):
-        return None if self._subjects is None else int(self._subjects[j])
-
-    def _checked_rows(self, scan):
-        """The whole batch through the model's checks, row j for record j, as (keys, X, y, newest
-        Kafka timestamp up to each record); None when a row fails (then each stretch finds its bad
-        rows). The rows the scan declined (deletes, dead letters) are zeros first: they pass the
-        checks and are never learned, and the accepted rows need no copy out of the batch (~40 us
-        a poll batch with deletes)."""
-        declined = ~scan.accepted
-        scan.X[declined] = 0.0  # no other reader: the Python decoder decodes those records itself
-        scan.y[declined] = getattr(self.model.loss, "classes", (0.0,))[0]  # a label the loss takes
-        try:
-            keys, X, y = self.model.prepare_batch(None, scan.X, scan.y, keys=scan.keys)
-        except InvalidExample:
-            return None
-        return keys, X, y, scan.newest_ts_so_far()
-
-    def _apply_checked(self, rows, start: int, stop: int, messages: list, out: Outcome) -> None:
-        """Learn the accepted stretch ``messages[start:stop]`` from rows checked by :meth:`_checked_rows`."""
-        keys, X, y, newest = rows
-        applied = self.model.learn_prepared(keys[start:stop], X[start:stop], y[start:stop],
-                                            self._subjects_of(start, stop))
-        # newest of the whole batch so far: the messages before ``start`` have moved event time already
-        self._learned(messages, stop, stop - start, applied, 0, int(newest[stop - 1]), out)
-
-    def _learned(self, messages: list, end: int, count: int, applied: int, dead: int, newest_ts: int,
-                 out: Outcome) -> None:
-        """Bookkeeping after ``count`` insert messages up to ``messages[end - 1]`` were learned."""
-        out.inserts += applied
-        out.skipped += count - applied - dead  # inserts of ids deleted before they arrived
-        self._moved(messages, end, count, newest_ts)
-
     def _moved(self, messages: list, end: int, count: int, newest_ts: int) -> None:
         """The position after ``count`` insert messages up to ``messages[end - 1]``."""
         self.event_time_ms = max(self.event_time_ms, newest_ts)
@@ -324,52 +280,12 @@ class PartitionRunner:
         self.events_since_release += count
         self.events_since_snapshot += count
 
-    def _observe_loss(self, X: np.ndarray, y: np.ndarray, rows: np.ndarray = ALL_ROWS, positions=False) -> None:
-        """Prequential (test-then-train) loss of the current model on the incoming batch (its
-        ``rows``, a mask; empty: all of them); ``positions``: softmax labels already mapped to classes.
-        A figure of incoming records, later deleted ones included: outside the certificate
-        (docs/guarantee.md 2.4), so ``quality_metric`` can turn it off."""
-        if len(y) == 0 or not self.settings.quality_metric:
-            return
-        ridge = self.model.loss.name == "ridge"
-        if self.model.loss.name == "softmax":  # the mean cross-entropy
-            mean = softmax_mean_loss(self.model.loss, X, y, self.model.z, rows, positions)
-        elif isinstance(X, SparseRows):
-            mean = sparse_mean_loss(X, y, self.model.z, ridge)
-        else:
-            X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)
-            mean = batch_mean_loss(X, y, np.ascontiguousarray(self.model.z, np.float64), ridge, rows)
-        if math.isfinite(mean):
-            prev = self.prequential_loss
-            self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
-
-    def _delete(self, msg, event: Delete, out: Outcome, last: bool = True, keys: list[int] | None = None) -> bool:
-        """One deletion request (every id of the event in one engine call: one noise draw, one
-        charge, one ledger entry, one delta). Its release is coalesced: the poll batch's last
-        deletion (``last``: no later message of the batch can be one) releases for all of them,
-        after their deltas (docs/worker.md 3.4 and 5.3)."""
-        started = time.monotonic()
-        after = msg.offset() + 1
-        stored = self.replay_deltas.pop(after, None)
-        post_state = None if stored is None else self._post_state(stored)
-        z_before = self.model.z  # the engine replaces z on every change, never writes into it
-        try:
-            deletion = self.model.unlearn_request(list(event.ids), post_state=post_state, keys=keys)
-        except BudgetExhausted as exc:
-            if self.model.z is not z_before:  # records before the refused one were unlearned
-                raise PartialRequest(f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the "
-                                     f"middle of a deletion request of {len(event.ids)} records ({exc}); "
-                                     f"raise the budget or split the request, then restart") from exc
-            self._refuse(msg, exc, out)  # the model is unchanged; never crash-loop on it
-            return True
-        fresh = stored is None and deletion.changed_model
-        return self._honoured(msg, event, deletion, out, started, last, self.model.deletion_state() if fresh else None)
-
-    def _honoured(self, msg, event: Delete, deletion, out: Outcome, started: float, last: bool,
-                  state: dict | None) -> bool:
-        """Bookkeeping after the engine honoured ``event``: its delta (from ``state``, the model's
-        ``deletion_state()`` right after it; None when replaying a stored one) and its coalesced
-        release. False once processing must stop."""
+    def _honoured(self, msg, event: Delete, forgotten: Forgotten, out: Outcome, started: float,
+                  last: bool) -> None:
+        """Bookkeeping after the engine honoured ``event``: its delta (from the model's deletion
+        state right after it; none when it adopted a stored one) and its coalesced release, of
+        the state the engine captured right after it when ``last``."""
+        deletion, state = forgotten.deletion, forgotten.state
         after = msg.offset() + 1
         self._advance(msg)
         out.deletes += 1
@@ -382,7 +298,7 @@ class PartitionRunner:
                     "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
                     "outcome": deletion.outcome, "ids": request["ids"], "not_applied": len(request["not_applied"]),
                     "duplicates": request["duplicates"]})
-            return True
+            return
         if self.model.keeps_examples and self.purge_due_at is None:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
@@ -394,30 +310,28 @@ class PartitionRunner:
                 "algorithm": self.settings.algorithm, "epoch": self.model.epoch})
         first_started, any_retrained = self._owed or (started, False)
         self._owed = (first_started, any_retrained or retrained)
-        ok = True
         if state is not None:  # None: replaying, this exact post-noise state is already durable
             header, arrays = self._delta_payload(after, state)
             header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
             self._batch_deltas.append((after, header, arrays))
             if len(self._batch_deltas) >= MAX_GROUP:
-                ok = self._hand_over_deltas()
+                self._hand_over_deltas()
         if last:
-            ok = self._release_owed() and ok
-        return ok
+            self._release_owed(forgotten.published)
 
-    def _hand_over_deltas(self) -> bool:
-        """Queue the batch's deltas for the writer; False if the write already failed."""
+    def _hand_over_deltas(self) -> None:
+        """Queue the batch's deltas for the writer (a failed write blocks the partition: ``blocked``)."""
         batch, self._batch_deltas = self._batch_deltas, []
-        return self.outbox.deltas(batch)
+        self.outbox.deltas(batch)
 
-    def _release_owed(self) -> bool:
-        """The release that follows the batch's deletions, behind their deltas."""
-        ok = self._hand_over_deltas()
+    def _release_owed(self, published: Published | None = None) -> None:
+        """The release that follows the batch's deletions, behind their deltas; ``published``: the
+        state it shows (default: the model's now)."""
+        self._hand_over_deltas()
         if self._owed is not None:
             started, retrained = self._owed
             self._owed = None
-            self._emit(TRIGGER_DELETION, started, retrained)
-        return ok
+            self._emit(TRIGGER_DELETION, started, retrained, published)
 
     def _settle_batch(self) -> None:
         """End of a poll batch: no delta waits to be handed over, no deletion waits for its release
@@ -474,11 +388,13 @@ class PartitionRunner:
         at = self.request_at
         return at[1] if at is not None and at[0] == self.next_offset else None
 
-    def _release(self, trigger: str, deletion_started: float | None = None) -> Release:
-        noise = noise_figures(self.model)
+    def _release(self, trigger: str, deletion_started: float | None = None,
+                 published: Published | None = None) -> Release:
+        published = published or Published.of(self.model)
+        noise = published.noise
         value = release_value(model_name=self.model_name, topic=self.topic, partition=self.partition,
-                              offset=self.next_offset, event_time_ms=self.event_time_ms, model=self.model,
-                              noise=noise, request=self._request_here(), features=self.settings.feature_spec)
+                              offset=self.next_offset, event_time_ms=self.event_time_ms, model=published,
+                              request=self._request_here(), features=self.settings.feature_spec)
         self.released_version = self.next_offset
         self.events_since_release = 0
         self.last_release_at = time.monotonic()
@@ -486,12 +402,14 @@ class PartitionRunner:
                        self.next_offset, trigger, deletion_started, *noise,
                        prequential_loss=self.prequential_loss)
 
-    def _emit(self, trigger: str, deletion_started: float | None = None, retrained: bool = False) -> None:
-        """A release of the current state to the outbox, or held back below the replay floor."""
+    def _emit(self, trigger: str, deletion_started: float | None = None, retrained: bool = False,
+              published: Published | None = None) -> None:
+        """A release of the state (``published``, default the model's now) to the outbox, or held
+        back below the replay floor."""
         if self.replay_floor.holds(self.next_offset):
             self.replay_floor.hold(trigger, deletion_started, retrained)
             return
-        release = self._release(trigger, deletion_started)
+        release = self._release(trigger, deletion_started, published)
         if retrained:  # the budget ran out: said in a header, the value stays pure
             release.headers.append(budget_header(BUDGET_RETRAINED))
         self.outbox.release(release)

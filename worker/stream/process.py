@@ -8,17 +8,16 @@ import time
 
 from ..logs import get_logger
 from ..memory import fix_malloc_thresholds
+from ..olu import warm_up
 from .input import framed_scan, scan
 
 log = get_logger("olu.worker")
 
 
 def _warm_up_kernels(settings=None) -> None:
-    try:
-        from ..olu.core.kernels import warmup
-    except ImportError:
+    seconds = warm_up(sparse=getattr(settings, "sparse_input", False))
+    if seconds is None:
         return  # numba unavailable: the engine uses its numpy reference step
-    seconds = warmup.warm_up() + (warmup.warm_up_sparse() if getattr(settings, "sparse_input", False) else 0.0)
     started = time.perf_counter()
     scan.warm_up(features=getattr(settings, "feature_spec", None))
     if getattr(settings, "input_format", "json") in ("avro", "protobuf"):

@@ -508,7 +508,7 @@ NO_FUSED_OPS = textwrap.dedent("""
     from worker.formats import framed_kernel
     from worker.compiled import blake2b, sorted_keys
     from worker.olu.core.kernels import ingest, merge, ogd, warmup
-    from worker.stream import loss_kernel
+    from worker.olu.batches import quality as loss_kernel
     from worker.stream.input import framed_scan, insert_kernel, scan
 
     warmup.warm_up()

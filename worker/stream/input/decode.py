@@ -66,7 +66,7 @@ import orjson
 from ...features.exceptions import BadFeature
 from ...features.spec import FeatureSpec
 from ...features.transform import vectorize
-from ...olu.core.sparse import SparseRows
+from ...olu import SparseRows
 from ..exceptions import DeadLetter
 from .sparse_x import from_dense, parse_sparse, to_dense
 

@@ -174,8 +174,3 @@ def warm_up(features: FeatureSpec | None = None) -> None:
     if features is not None:
         scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","y":1}')], dim=features.dim, max_bytes=64,
                    features=features)
-    from ..loss_kernel import ALL_ROWS, batch_mean_loss  # the prequential loss of every insert run
-
-    for ridge in (False, True):
-        batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, np.ones(1, np.bool_))
-        batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, ALL_ROWS)

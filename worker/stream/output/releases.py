@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from ... import __version__
+from ...olu import Published
 from ...wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGGER_HEADER, WORKER_VERSION_HEADER
 from ..exceptions import UnreleasableState
 
@@ -52,14 +53,16 @@ def _classes(loss) -> dict:
 def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model,
                   noise: tuple[float | None, float | None] | None = None, request: dict | None = None,
                   features=None) -> bytes:
-    """The release's JSON value; ``noise`` is :func:`noise_figures` when the caller has it already;
-    ``request``: the report of the deletion request the state directly follows (see
-    :func:`request_report`), else None; ``features``: the feature spec the model learns under."""
+    """The release's JSON value of ``model`` (or its :class:`Published` state, captured earlier);
+    ``noise`` is :func:`noise_figures` when the caller has it already; ``request``: the report of
+    the deletion request the state directly follows (see :func:`request_report`), else None;
+    ``features``: the feature spec the model learns under."""
+    model = model if isinstance(model, Published) else Published.of(model)
     weights = model.weights
     if not np.isfinite(weights).all():  # the method: np.all's wrapper cost ~10 us a release
         raise UnreleasableState(f"{topic}/{partition}: non-finite weights at offset {offset}")
-    privacy = model.privacy()
-    noise_std, noise_to_signal = noise_figures(model) if noise is None else noise
+    privacy = model.privacy
+    noise_std, noise_to_signal = model.noise if noise is None else noise
     record = {
         "schema_version": RELEASE_SCHEMA_VERSION,
         "model": model_name,

@@ -1,5 +1,8 @@
-"""The prequential (test-then-train) loss of a batch in one compiled pass (a metric only); the
-softmax's mean cross-entropy in numpy (:func:`softmax_mean_loss`).
+"""The prequential (test-then-train) loss of a batch, before it is learned: a metric of incoming
+records (later deleted ones included), outside the certificate (docs/guarantee.md 2.4).
+
+:func:`mean_loss` picks the form: one compiled pass for dense rows (:func:`batch_mean_loss`), numpy
+for sparse rows and for the softmax's mean cross-entropy.
 
 The numpy form (a matrix product, logaddexp, a select, a mean, under errstate) cost ~15 us of
 fixed price per insert run, and a stream with 1% deletes has one run per deletion.
@@ -11,9 +14,10 @@ import contextlib
 
 import numpy as np
 
-from ..compiled.jit import inline, jit
-from ..olu.exceptions import InvalidExample
-from ..olu.formulas import log1pexp
+from ...compiled.jit import inline, jit
+from ..core.sparse import SparseRows
+from ..exceptions import InvalidExample
+from ..formulas import log1pexp
 
 _log1pexp = inline(log1pexp)  # the engine's loss, compiled from its definition
 
@@ -102,3 +106,19 @@ def softmax_mean_loss(loss, X, y, z: np.ndarray, rows: np.ndarray = ALL_ROWS, po
         lse = top + np.log(np.exp(margins - top[:, None]).sum(axis=1))
         mean = float((lse - margins[np.arange(len(at)), at]).mean())
     return mean
+
+
+def mean_loss(model, X, y, rows: np.ndarray = ALL_ROWS, positions: bool = False) -> float:
+    """The mean loss of ``model`` as it is now on rows ``X`` with labels ``y`` (over ``rows``, a
+    mask; empty: all of them); ``positions``: softmax labels already mapped to class positions.
+    NaN when nothing counts or a value is not finite."""
+    if len(y) == 0:
+        return np.nan
+    loss = model.loss
+    if loss.name == "softmax":
+        return softmax_mean_loss(loss, X, y, model.z, rows, positions)
+    ridge = loss.name == "ridge"
+    if isinstance(X, SparseRows):
+        return sparse_mean_loss(X, y, model.z, ridge)
+    X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)
+    return batch_mean_loss(X, y, np.ascontiguousarray(model.z, np.float64), ridge, rows)

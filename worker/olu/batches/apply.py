@@ -1,0 +1,171 @@
+"""A poll batch through the engine in one call: the route is chosen here, not by the stream.
+
+:func:`apply_batch` takes the batch's steps in order and returns one outcome per step. Three ways
+to the same state (each bit-identical to learning and unlearning record by record, invariant 3):
+
+1. **checked columns**: a batch split by deletes whose inserts came as one set of columns (the
+   compiled scan) is checked by the model once, not stretch by stretch (a check per stretch cost
+   ~30 us, once per deletion at 1% deletes), and its test-then-train loss is measured once;
+2. **one compiled pass** (core/mixed.py) over its inserts and single-record deletes up to the
+   last delete, where that pass applies; the inserts after the last delete are left to route 1,
+   so a release right after the last deletion shows the state there;
+3. **step by step**: ``learn_many`` per stretch (a refused row found one by one, the rest
+   learned), ``unlearn_request`` per deletion request, the deletes looked up together first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..core.mixed import learn_and_unlearn
+from ..core.record_keys import record_keys
+from ..exceptions import BudgetExhausted, InvalidExample
+from .published import Published
+from .quality import ALL_ROWS, mean_loss
+from .steps import Applied, Batch, Forget, Forgotten, Learn, Learned
+
+
+def apply_batch(model, batch: Batch) -> Applied:
+    """Apply ``batch`` (its inserts and deletion requests in order) to ``model``; module doc."""
+    out = Applied()
+    checked = _checked(model, batch)
+    begin = 0
+    if checked is not None:
+        _observe(out, batch, model, checked[1], checked[2], batch.columns.accepted, positions=True)
+        begin = _one_pass(model, batch, checked, out)
+    rest = batch.steps[begin:]
+    _prefetch(model, rest)
+    for step in rest:
+        if isinstance(step, Learn):
+            out.outcomes.append(_learn(model, batch, step, checked, out))
+            continue
+        forgotten = _forget(model, step)
+        out.outcomes.append(forgotten)
+        if forgotten.partial:
+            break
+    return out
+
+
+def _observe(out: Applied, batch: Batch, model, X, y, rows=ALL_ROWS, positions: bool = False) -> None:
+    """The model's mean loss on rows about to be learned (test-then-train), if measured."""
+    if not batch.quality or len(y) == 0:
+        return
+    mean = mean_loss(model, X, y, rows, positions)
+    if math.isfinite(mean):
+        out.losses.append(mean)
+
+
+def _subjects(batch: Batch, start: int, stop: int):
+    return None if batch.subjects is None else batch.subjects[start:stop]
+
+
+def _checked(model, batch: Batch):
+    """The batch's columns through the model's checks, row j for position j, as (keys, X, y);
+    None without columns, for a single step, or when a row fails (then each stretch finds its
+    bad rows). The rows of other records (deletes, dead letters) are zeroed first: they pass
+    the checks and are never learned, and the inserts need no copy out of the batch."""
+    cols = batch.columns
+    if cols is None or len(batch.steps) < 2:
+        return None
+    declined = ~cols.accepted
+    cols.X[declined] = 0.0
+    cols.y[declined] = getattr(model.loss, "classes", (0.0,))[0]  # a label the loss takes
+    try:
+        return model.prepare_batch(None, cols.X, cols.y, keys=cols.keys)
+    except InvalidExample:
+        return None
+
+
+def _learn(model, batch: Batch, step: Learn, checked, out: Applied) -> Learned:
+    count = step.stop - step.start
+    subjects = _subjects(batch, step.start, step.stop)
+    if step.X is None and checked is not None:
+        keys, X, y = (a[step.start:step.stop] for a in checked)
+        applied = model.learn_prepared(keys, X, y, subjects)
+        out.applied += applied
+        out.skipped += count - applied
+        return Learned()
+    if step.X is None:
+        cols = batch.columns
+        X, y, ids, keys = (cols.X[step.start:step.stop], cols.y[step.start:step.stop], None,
+                           cols.keys[step.start:step.stop])
+    else:
+        X, y, ids, keys = step.X, step.y, step.ids, step.keys
+    _observe(out, batch, model, X, y)
+    learned = Learned()
+    try:
+        applied = model.learn_many(ids, X, y, keys=keys, subjects=subjects)
+    except InvalidExample:
+        # Rare: find the bad rows one by one (learn_many changed nothing, and one row of it is
+        # learn_one bit for bit, so the result does not depend on this path being taken).
+        applied = 0
+        for j in range(count):
+            one = slice(j, j + 1)
+            try:
+                applied += model.learn_many(None if ids is None else ids[one], X[one], y[one],
+                                            keys=None if keys is None else keys[one],
+                                            subjects=None if subjects is None else subjects[one])
+            except InvalidExample as bad:
+                learned.rejected.append((step.start + j, bad))
+    out.applied += applied
+    out.skipped += count - applied - len(learned.rejected)  # ids deleted before they arrived
+    return learned
+
+
+def _forget(model, step: Forget) -> Forgotten:
+    """One deletion request: one engine call for all its ids."""
+    z_before = model.z  # the engine replaces z on every change, never writes into it
+    try:
+        deletion = model.unlearn_request(list(step.ids), post_state=step.post_state, keys=step.keys)
+    except BudgetExhausted as exc:
+        return Forgotten(refused=exc, partial=model.z is not z_before)
+    fresh = step.post_state is None and deletion.changed_model
+    published = Published.of(model) if step.publish and deletion.changed_model else None
+    return Forgotten(deletion, model.deletion_state() if fresh else None, published)
+
+
+def _prefetch(model, steps: list) -> None:
+    """Look the deletes of ``steps`` up at once (one compiled call each for the index and the
+    tombstones instead of one per delete). Only a hint: results are the same without it."""
+    wanted = [k for step in steps if isinstance(step, Forget) and step.keys for k in step.keys]
+    if len(wanted) >= 2:
+        model.prefetch_deletes(np.array(wanted, np.uint64))
+
+
+def _one_pass(model, batch: Batch, checked, out: Applied) -> int:
+    """The steps up to the batch's last delete in one compiled pass (core/mixed.py); how many
+    steps it took (0, the model unchanged, where that pass does not apply: requests of several
+    ids, a stored post-noise state to adopt, a release wanted before the last delete, rows of
+    their own)."""
+    steps = batch.steps
+    forgets = [k for k, step in enumerate(steps) if isinstance(step, Forget)]
+    if not forgets:
+        return 0
+    taken = steps[:forgets[-1] + 1]
+    deletes = [steps[k] for k in forgets]
+    if (any(isinstance(s, Learn) and s.X is not None for s in taken)
+            or any(d.post_state is not None or len(d.ids) != 1 for d in deletes)
+            or any(d.publish for d in deletes[:-1])):
+        return 0
+    try:
+        deleted = [d.keys[0] if d.keys else int(record_keys([d.ids[0]])[0]) for d in deletes]
+    except InvalidExample:
+        return 0
+    spans = [(s.start, s.stop) for s in taken if isinstance(s, Learn)]
+    done = learn_and_unlearn(model, *checked, spans, [d.position for d in deletes], deleted,
+                             [d.ids[0] for d in deletes], batch.subjects)
+    if done is None:
+        return 0
+    out.applied += done.applied
+    out.skipped += done.skipped
+    answers = iter(zip(done.deletions, done.states))
+    for step in taken:
+        if isinstance(step, Learn):
+            out.outcomes.append(Learned())
+            continue
+        deletion, state = next(answers)
+        published = Published.of(model) if step.publish and deletion.changed_model else None
+        out.outcomes.append(Forgotten(deletion, state, published))
+    return len(taken)
