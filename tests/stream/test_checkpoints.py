@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from worker.stream import app
+from worker.stream.checkpoints import Checkpoints
 
 
 class ClosedConsumer:
@@ -17,10 +17,10 @@ class ClosedConsumer:
 def test_a_commit_that_finds_the_consumer_closed_raises_nothing_in_its_thread(monkeypatch):
     raised = []
     monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
-    worker = app.Worker.__new__(app.Worker)
-    worker.consumer = ClosedConsumer()
-    worker.settings = SimpleNamespace(transactional=False)
+    checkpoints = Checkpoints(None, bytes_per_second=0.0, upload_spread=0.0, transactional=False)
+    checkpoints.consumer = ClosedConsumer()
     runner = SimpleNamespace(topic="t", partition=0, snapshot_offset=10)
-    worker._commit([runner])  # synchronous: on a thread of its own (_finished_within)
-    worker._commit([runner], asynchronous=True)
+    checkpoints.commit([runner])  # synchronous: on a thread of its own (finished_within)
+    checkpoints.commit([runner], asynchronous=True)
+    checkpoints.shutdown()
     assert raised == []
