@@ -43,7 +43,7 @@ from ..wire import (
     TRIGGER_INTERVAL,
     release_key,
 )
-from .exceptions import DeadLetter, FeatureSpecChanged, PartialRequest
+from .exceptions import DeadLetter, PartialRequest
 from .input.batch import DecodedBatch, decode_batch, names_labels
 from .input.decode import Delete, Insert
 from .input.framed_scan import FramedBatch
@@ -51,6 +51,7 @@ from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
 from .output.releases import budget_header, release_headers, release_value, request_report
 from .replay_floor import ReplayFloor
+from .stored_forms import delta_payload, features_header, post_state, spec_changed
 
 log = get_logger("olu.partition")
 
@@ -72,25 +73,6 @@ class _NewestStamps:
         if self.so_far is None:
             self.so_far = scan.newest_ts_so_far()
         return int(self.so_far[stop - 1])
-
-
-def _spec_changed(restored, settings, topic: str, partition: int) -> bool:
-    """Whether the stored state was trained under another feature spec (every header says which);
-    raises :class:`FeatureSpecChanged` unless ``features_reset`` lets a new model start."""
-    wanted = None if settings.feature_spec is None else settings.feature_spec.digest
-    headers = ([restored.header] if restored.key is not None else []) + [hdr for _, hdr, _ in restored.deltas]
-    stored = {hdr.get("features") for hdr in headers}
-    if stored <= {wanted}:
-        return False
-    other = next(iter(stored - {wanted}))
-    if not settings.features_reset:
-        raise FeatureSpecChanged(
-            f"{topic}/{partition}: the stored state (offset {restored.offset}) was trained under feature spec "
-            f"{other or 'none'}, the worker is configured with {wanted or 'none'}: a different model. Restore "
-            "with the spec it was trained under, or set OLU_FEATURES_RESET=true to start a new model from here")
-    log.warning("feature spec changed: a new model starts at the stored offset", extra={
-        "topic": topic, "partition": partition, "offset": restored.offset, "stored": other, "configured": wanted})
-    return True
 
 
 class PartitionRunner:
@@ -138,7 +120,7 @@ class PartitionRunner:
         common = dict(snapshots=snapshots, settings=settings, model_name=model_name, delta_writer=delta_writer)
         if restored is None:
             return cls(topic, partition, model_factory(), **common), None
-        if _spec_changed(restored, settings, topic, partition):  # OLU_FEATURES_RESET: a new model from here
+        if spec_changed(restored, settings, topic, partition):  # OLU_FEATURES_RESET: a new model from here
             return cls(topic, partition, model_factory(), next_offset=restored.offset, **common), None
         deltas = {off: (hdr, arrs) for off, hdr, arrs in restored.deltas}
         if restored.key is None:  # deletions before the first full snapshot: replay from the start
@@ -205,7 +187,7 @@ class PartitionRunner:
                 elif isinstance(event, Delete):
                     stored = self.replay_deltas.pop(batch.messages[j].offset() + 1, None)
                     steps.append(Forget(j, tuple(event.ids), batch.keys.get(j),
-                                        None if stored is None else self._post_state(stored),
+                                        None if stored is None else post_state(stored),
                                         publish=each or j >= batch.last_candidate))
         return steps
 
@@ -311,7 +293,7 @@ class PartitionRunner:
         first_started, any_retrained = self._owed or (started, False)
         self._owed = (first_started, any_retrained or retrained)
         if state is not None:  # None: replaying, this exact post-noise state is already durable
-            header, arrays = self._delta_payload(after, state)
+            header, arrays = delta_payload(after, state, self.event_time_ms, self.settings.feature_spec)
             header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
             self._batch_deltas.append((after, header, arrays))
             if len(self._batch_deltas) >= MAX_GROUP:
@@ -358,29 +340,6 @@ class PartitionRunner:
     def retry_durable(self) -> list[Release]:
         """Store the deltas that are not durable, in order (raises StorageUnavailable); the releases."""
         return self.outbox.retry()
-
-    def _features_header(self) -> dict:
-        """The feature spec's digest, in every snapshot and delta (none without a spec)."""
-        spec = self.settings.feature_spec
-        return {} if spec is None else {"features": spec.digest}
-
-    def _delta_payload(self, after: int, state: dict) -> tuple[dict, dict]:
-        # The model's deletion state: its arrays (the post-noise iterate ``z``; a rotation's standby
-        # ``z_standby`` too) and its counters. "deletions" counts charged deletions (the
-        # accountant's), "deletions_applied" all of them (the release's "deletions"); a replay
-        # checks both (OnlineUnlearner._adopt), a rotation also its generation and event count.
-        header = {"kind": "delta", "offset": after, "event_time_ms": self.event_time_ms, **self._features_header()}
-        arrays = {}
-        for k, v in state.items():
-            (arrays if isinstance(v, np.ndarray) else header)[k] = v
-        return header, arrays
-
-    @staticmethod
-    def _post_state(stored) -> dict:
-        header, arrays = stored
-        state = {k: v for k, v in header.items() if k not in ("kind", "offset", "event_time_ms", "features")}
-        state.setdefault("deletions_applied", None)  # absent from older deltas
-        return {**state, **arrays}
 
     # ----------------------------------------------------------------- releases
     def _request_here(self) -> dict | None:
@@ -458,7 +417,7 @@ class PartitionRunner:
         self.outbox.seal()  # no delta group spans this snapshot's offset
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
-                  "model": state["meta"], **self._features_header()}
+                  "model": state["meta"], **features_header(self.settings.feature_spec)}
         if (request := self._request_here()) is not None:  # a release at this offset after a restore
             header["request"] = request  # must carry it too (docs/worker.md 5.2)
         # Deletions after this point may need their own purge: they are not in this copy's past.
