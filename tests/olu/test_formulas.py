@@ -27,6 +27,8 @@ def _arguments(func, rng, n):
         "log_contraction": lambda: -rng.exponential(5.0), "sensitivity_u": lambda: rng.uniform(0, 50.0),
         "m": lambda: rng.normal(0, 30.0), "margin": lambda: rng.normal(0, 30.0),
         "y": lambda: rng.choice([-1.0, 1.0, rng.normal(0, 5.0)]),
+        "shift": lambda: rng.choice([rng.exponential(1.0), 5e-324, 1e-310]),
+        "factor": lambda: rng.choice([rng.uniform(0.1, 50.0), -rng.uniform(1e-3, 10.0)]),
     }
     names = list(inspect.signature(func).parameters)
     return [tuple(draws[name]() for name in names) for _ in range(n)]

@@ -369,8 +369,13 @@ def _deleting_stream(n=3_000, dim=3, seed=2):
                     timestamp=(1, 1_700_000_000_000 + j)) for j, (k, v) in enumerate(values)]
 
 
-@pytest.mark.parametrize("rotating", [False, True], ids=["passive", "rotation"])
-def test_a_batch_of_inserts_and_deletes_in_one_pass_gives_what_one_by_one_gives(rotating, monkeypatch):
+ONE_PASS_CASES = {"passive": {}, "rotation": {"variant": "overlap"},
+                  "per-request": {"privacy_unit": "per-request"},
+                  "per-request-disjoint": {"privacy_unit": "per-request", "variant": "disjoint"}}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_PASS_CASES))
+def test_a_batch_of_inserts_and_deletes_in_one_pass_gives_what_one_by_one_gives(case, monkeypatch):
     """The runner hands a poll batch's single-id deletes to the engine's one pass (core/mixed.py)
     up to its last delete; a rotation runs it on each of its models, except in a batch that
     reaches a promotion. Against the message-by-message path: the same model bit for bit, the
@@ -378,6 +383,10 @@ def test_a_batch_of_inserts_and_deletes_in_one_pass_gives_what_one_by_one_gives(
     msgs = _deleting_stream()
     settings = load_settings([], env={"OLU_DIM": "3", "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1",
                                       "OLU_RELEASE_EVERY_EVENTS": "500"})
+    params = dict(ONE_PASS_CASES[case])
+    rotating = "variant" in params
+    if not rotating:
+        params.pop("variant", None)
     if rotating:  # two models draw in another order in the pass: the same noise whatever the order
         from worker.olu.core import entropy
 
@@ -387,8 +396,8 @@ def test_a_batch_of_inserts_and_deletes_in_one_pass_gives_what_one_by_one_gives(
 
     def new_model():
         if rotating:
-            return Rotation(PassiveOLU, lifetime_events=1000, dim=3)
-        return PassiveOLU(dim=3, noise_rng=np.random.default_rng(11))
+            return Rotation(PassiveOLU, lifetime_events=1000, dim=3, **params)
+        return PassiveOLU(dim=3, noise_rng=np.random.default_rng(11), **params)
 
     def run(one_pass: bool):
         taken = []

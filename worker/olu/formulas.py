@@ -49,6 +49,22 @@ def passive_shift(log_contraction, sensitivity_u):
     return math.exp(log_contraction) * sensitivity_u
 
 
+#: The smallest normal float (``sys.float_info.min``): a per-request sigma never goes below it.
+SMALLEST_NORMAL = 2.2250738585072014e-308
+
+
+def deletion_sigma(shift, factor):
+    """The noise std of a deletion that moved the iterate by ``shift`` > 0, for either privacy unit
+    in one argument (the compiled pass takes one such factor per deletion): all-deletions passes
+    the accountant's next noise multiplier, ``shift * factor``; per-request minus its divisor,
+    ``factor = -sqrt(2 rho)``, for ``shift / sqrt(2 rho)`` but never below the smallest normal
+    float (a subnormal quotient would lose the relative precision the charge relies on, or
+    underflow to 0, no noise for a real shift; a larger sigma is always safe)."""
+    if factor < 0.0:
+        return max(shift / -factor, SMALLEST_NORMAL)
+    return shift * factor
+
+
 def log1pexp(m):
     """log(1 + e^m) without overflow: the logistic loss at margin -m."""
     return m + math.log1p(math.exp(-m)) if m > 0 else math.log1p(math.exp(m))

@@ -213,7 +213,7 @@ class Rotation:
             applied = self.active.learn_prepared(keys, X, y, subjects)
             self.standby.learn_prepared(keys, X, y, subjects)
             return applied
-        mine = (keys & np.uint64(1)) == np.uint64((self.generation + 1) & 1)  # the standby's parity
+        mine = (keys & np.uint64(1)) == np.uint64(self._standby_parity())
         rest = ~mine
 
         def part(rows):
@@ -221,6 +221,10 @@ class Rotation:
 
         return (self.standby.learn_prepared(keys[mine], X[mine], y[mine], part(mine))
                 + self.active.learn_prepared(keys[rest], X[rest], y[rest], part(rest)))
+
+    def _standby_parity(self) -> int:
+        """Disjoint variant: the standby learns the records whose key has this low bit."""
+        return (self.generation + 1) & 1
 
     def _rotate(self) -> None:
         """At a multiple of H: promote the standby (retiring the active), then start a fresh standby."""
@@ -288,21 +292,28 @@ class Rotation:
     def learn_and_unlearn(self, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
                           subjects=None) -> MixedBatch | None:
         """:func:`worker.olu.core.mixed.learn_and_unlearn` of a rotation: the batch in one pass per
-        model (each with its own noise and charges), each delete answered and its state given as
-        :meth:`unlearn_request` and :meth:`deletion_state` would. None, nothing changed, for the
-        disjoint variant (its models learn different rows), a batch that reaches a promotion, or
+        model (each with its own noise and charges; under the disjoint variant each over its own
+        rows), each delete answered and its state given as :meth:`unlearn_request` and
+        :meth:`deletion_state` would. None, nothing changed, for a batch that reaches a promotion,
+        a per-request delete both disjoint models hold (each then takes half the noise share), or
         where a pass does not apply to one of the models (the others' pops are undone)."""
         learned = sum(stop - first for first, stop in spans)
-        if self.variant != "overlap" or self.events % self.half + learned >= self.half:
+        if self.events % self.half + learned >= self.half:
             return None
+        disjoint = self.variant == "disjoint" and self.standby is not None
         passes = []
         for m in self.models:
-            prepared = prepare_pass(m, keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects)
+            own = _parity_spans(spans, keys, self._standby_parity(), m is self.standby) if disjoint else spans
+            prepared = prepare_pass(m, keys, X, y, own, delete_rows, delete_keys, delete_ids, subjects)
             if prepared is None:
-                for other in passes:
-                    other.cancel()
-                return None
+                break
             passes.append(prepared)
+        shared = disjoint and self.unit == "per-request" and len(passes) == 2 and any(
+            a and b for a, b in zip(passes[0].popped, passes[1].popped))
+        if len(passes) < len(self.models) or shared:
+            for prepared in reversed(passes):
+                prepared.cancel()
+            return None
         events, done = self.events, [p.run() for p in passes]
         self.events += learned
         deletions, at = [], []
@@ -317,7 +328,8 @@ class Rotation:
             deletions.append(base.for_request(1 - len(not_applied) - len(duplicates), not_applied, duplicates))
             before = sum(max(0, min(stop, row) - first) for first, stop in spans)  # events learned before it
             at.append(self._state_at(points, events + before))
-        applied = done[0].applied  # the active model's, as learn_prepared counts
+        # the active model's, as learn_prepared counts (disjoint: each row is one model's)
+        applied = sum(b.applied for b in done) if disjoint else done[0].applied
         states = [state if d.changed_model else None for d, state in zip(deletions, at)]
         return MixedBatch(applied, learned - applied, deletions, states, at)
 
@@ -441,3 +453,17 @@ def _slot(slot: str, meta: dict, arrays: dict, shared: dict) -> dict:
     prefix = slot + "_"
     return {"meta": meta, "arrays": {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)},
             "shared": {k[len(prefix):]: v for k, v in shared.items() if k.startswith(prefix)}}
+
+
+def _parity_spans(spans, keys: np.ndarray, parity: int, standby: bool) -> list[tuple[int, int]]:
+    """The rows of ``spans`` one disjoint model learns (the standby: keys whose low bit is
+    ``parity``; the active: the others), as maximal runs."""
+    out = []
+    for first, stop in spans:
+        mine = (keys[first:stop] & np.uint64(1)) == np.uint64(parity)
+        rows = np.flatnonzero(mine if standby else ~mine) + first
+        if len(rows) == 0:
+            continue
+        cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+        out += zip(rows[np.r_[0, cuts]].tolist(), (rows[np.r_[cuts - 1, len(rows) - 1]] + 1).tolist())
+    return out

@@ -374,7 +374,8 @@ def test_multipliers_refuse_where_a_charge_could_be_refused():
 
     capped = PrivacyAccountant(budget=1.0, capacity=3)
     assert capped.multipliers(3) is not None and capped.multipliers(4) is None
-    assert PerRequestAccountant(budget=0.5).multipliers(1) is None  # sigma is a quotient there
+    per_request = PerRequestAccountant(budget=0.5, capacity=2)
+    assert per_request.multipliers(2) == [-1.0, -1.0] and per_request.multipliers(3) is None  # minus sqrt(2 rho)
     near = PrivacyAccountant(budget=1.0)
     near._spent = 1.0 - 1e-12  # a budget all but spent (a restored state, say)
     assert near.multipliers(1) is None and near.multipliers(0) == []
@@ -414,3 +415,21 @@ def test_every_unit_and_split_has_its_accountant_in_the_registries():
     assert tuple(ACCOUNTANTS) == UNITS and tuple(SPLITS) == SPLIT_NAMES
     assert all(cls.unit == unit for unit, cls in ACCOUNTANTS.items())
     assert all(cls.split == split for split, cls in SPLITS.items())
+
+
+def test_per_request_factors_give_the_sigma_the_request_gets():
+    """The compiled pass's per-request factor (minus sqrt(2 rho)) gives, through
+    ``formulas.deletion_sigma``, the very sigma ``sigma_for_next`` gives, and the charges go through."""
+    from worker.olu.formulas import deletion_sigma
+    from worker.olu.privacy.accountant import PerRequestAccountant
+
+    rng = np.random.default_rng(3)
+    for budget in (0.05, 0.5, 1.0, 7.3):
+        acc, twin = PerRequestAccountant(budget=budget), PerRequestAccountant(budget=budget)
+        shifts = [*rng.exponential(1.0, 50), 5e-324, 1e-300]
+        for shift, factor in zip(shifts, acc.multipliers(len(shifts))):
+            sigma = twin.sigma_for_next(shift)
+            assert deletion_sigma(shift, factor) == sigma
+            twin.charge(shift, sigma)
+            acc.charge(shift, deletion_sigma(shift, factor))
+        assert acc.to_state() == twin.to_state()

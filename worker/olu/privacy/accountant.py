@@ -226,9 +226,14 @@ class PerRequestAccountant(PrivacyAccountant):
         """``shift / sqrt(2 budget)`` (:func:`.analysis.units.per_request_sigma`): no index enters."""
         return per_request_sigma([real("shift", shift, lo=0.0)], self.budget)
 
-    def multipliers(self, n: int) -> None:
-        """None: a request's sigma is a quotient (``shift / sqrt(2 budget)``), not a product."""
-        return None
+    def multipliers(self, n: int) -> list[float] | None:
+        """The noise factors of the next ``n`` single-record requests for the compiled pass: minus
+        the divisor, ``-sqrt(2 budget)`` (a request's sigma is the quotient ``shift / sqrt(2
+        budget)``: ``formulas.deletion_sigma``); None when the capacity cannot take ``n`` more.
+        Each charge is then ``budget`` within rounding, which :meth:`charge` accepts."""
+        if self.capacity is not None and self._deletions + n > self.capacity:
+            return None
+        return [-math.sqrt(2.0 * self.budget)] * n
 
     def charge(self, shift: float, sigma: float) -> None:
         """Record one request: ``shift**2 / (2 sigma**2)`` must not exceed ``budget`` (beyond rounding)."""

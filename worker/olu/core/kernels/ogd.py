@@ -71,6 +71,7 @@ _convex_step = inline(formulas.convex_step)
 _shifted_log_contraction = inline(formulas.shifted_log_contraction)
 _sensitivity = inline(formulas.sensitivity)
 _passive_shift = inline(formulas.passive_shift)
+_deletion_sigma = inline(formulas.deletion_sigma)
 _logistic_derivative = inline(formulas.logistic_derivative)
 _ridge_derivative = inline(formulas.ridge_derivative)
 
@@ -303,14 +304,15 @@ def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, no
     ``PassiveOLU._delete`` for a StronglyConvex schedule past its irregular head, formula by formula.
 
     log Gamma_{u,tau} = log(u + t0) - log(tau + t0), Delta_u = min(eta_u L, D),
-    shift = Gamma * Delta_u, sigma = shift * multiplier (the accountant's), then
+    shift = Gamma * Delta_u, sigma from ``multiplier`` (``formulas.deletion_sigma``: the accountant's
+    next multiplier, or minus a per-request divisor), then
     z <- Proj(z + sigma * noise_row). A shift of 0 (every influence contracted away) adds no noise.
     Returns (shift, sigma)."""
     lc = _shifted_log_contraction(t0, u, tau)
     shift = _passive_shift(lc, _sensitivity(_strongly_convex_step(mu, t0, u), lipschitz, diameter))
     if shift == 0.0:
         return 0.0, 0.0
-    sigma = shift * multiplier
+    sigma = _deletion_sigma(shift, multiplier)
     _project(z, lane_axpy(data_pointer(z), data_pointer(noise_row), 0, z.shape[0], sigma), radius)
     return shift, sigma
 

@@ -43,9 +43,10 @@ of its records' shifts, each ``sum_u Gamma_{u,tau} Delta_u`` over that record's 
 from __future__ import annotations
 
 import math
-import sys
+import sys  # noqa: F401 - the doctests compare with sys.float_info.min
 from collections.abc import Iterable
 
+from ...formulas import deletion_sigma
 from .checks import positive, real
 from .gaussian import gaussian_epsilon, gaussian_rho_for_epsilon, mu_for_rho
 from .rdp import rdp_to_dp, rho_for_epsilon
@@ -122,7 +123,7 @@ def per_request_sigma(shifts: Iterable[float], rho: float) -> float:
     shift = request_shift(shifts)
     if shift == 0.0:
         return 0.0
-    return max(shift / math.sqrt(2.0 * rho), sys.float_info.min)
+    return deletion_sigma(shift, -math.sqrt(2.0 * rho))
 
 
 def per_request_charge(shifts: Iterable[float], rho: float) -> float:
