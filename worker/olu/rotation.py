@@ -457,13 +457,13 @@ def _slot(slot: str, meta: dict, arrays: dict, shared: dict) -> dict:
 
 def _parity_spans(spans, keys: np.ndarray, parity: int, standby: bool) -> list[tuple[int, int]]:
     """The rows of ``spans`` one disjoint model learns (the standby: keys whose low bit is
-    ``parity``; the active: the others), as maximal runs."""
-    out = []
+    ``parity``; the active: the others), as maximal runs (one vectorised pass over the batch)."""
+    if not spans:
+        return []
+    inside = np.zeros(len(keys) + 1, np.bool_)  # a False sentinel: every run ends
     for first, stop in spans:
-        mine = (keys[first:stop] & np.uint64(1)) == np.uint64(parity)
-        rows = np.flatnonzero(mine if standby else ~mine) + first
-        if len(rows) == 0:
-            continue
-        cuts = np.flatnonzero(np.diff(rows) != 1) + 1
-        out += zip(rows[np.r_[0, cuts]].tolist(), (rows[np.r_[cuts - 1, len(rows) - 1]] + 1).tolist())
-    return out
+        inside[first:stop] = True
+    low = (keys & np.uint64(1)) == np.uint64(parity)
+    inside[:-1] &= low if standby else ~low
+    edges = np.flatnonzero(np.diff(inside, prepend=False))  # run starts and stops, alternating
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
