@@ -430,7 +430,7 @@ WARM_UP_COVERS = textwrap.dedent("""
     import worker.olu.core.tombstones as tombstones_module
     from worker.olu import load_model
     from worker.compiled import blake2b, sorted_keys
-    from worker.olu.core.kernels import ingest, merge, ogd, warmup
+    from worker.olu.core.kernels import ingest, merge, mixed_pass, ogd, sparse_ogd, warmup
     from worker.olu.algorithms.active import ActiveD2D
     from worker.olu.algorithms.passive import PassiveOLU
 
@@ -507,7 +507,7 @@ NO_FUSED_OPS = textwrap.dedent("""
     from worker.features.spec import parse_spec
     from worker.formats import framed_kernel
     from worker.compiled import blake2b, sorted_keys
-    from worker.olu.core.kernels import ingest, merge, ogd, warmup
+    from worker.olu.core.kernels import ingest, merge, mixed_pass, ogd, sparse_ogd, warmup
     from worker.olu.batches import quality as loss_kernel
     from worker.stream.input import framed_scan, insert_kernel, scan
 
@@ -522,7 +522,8 @@ NO_FUSED_OPS = textwrap.dedent("""
     PassiveOLU(dim=10, rho=1.0, feature_policy="clip").learn_many(["a", "b"], sparse, [1.0, 0.0])
     fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
     found, versions = [], 0
-    for module in (blake2b, ingest, merge, ogd, sorted_keys, loss_kernel, insert_kernel, framed_kernel):
+    for module in (blake2b, ingest, merge, ogd, sparse_ogd, mixed_pass, sorted_keys, loss_kernel, insert_kernel,
+                   framed_kernel):
         for name, d in vars(module).items():
             if isinstance(d, numba.core.registry.CPUDispatcher):
                 for asm in d.inspect_asm().values():

@@ -92,10 +92,16 @@ def test_the_pass_of_a_softmax_model_changes_it_exactly_as_one_by_one(classes, m
     _pass_against_one_by_one(7, 3_000)
 
 
-def _pass_against_one_by_one(seed: int, n0: int) -> None:
+@pytest.mark.parametrize("seed", range(3))
+def test_the_pass_under_per_request_changes_the_model_exactly_as_one_by_one(seed):
+    """Per-request sigma (shift / sqrt(2 rho)) through the pass's factor, bit for bit."""
+    _pass_against_one_by_one(seed, [300, 5_000, 20_000][seed], privacy_unit="per-request")
+
+
+def _pass_against_one_by_one(seed: int, n0: int, **kw) -> None:
     rng = np.random.default_rng(seed)
-    fast, earlier = _fed(seed, n0)
-    slow, _ = _fed(seed, n0)
+    fast, earlier = _fed(seed, n0, **kw)
+    slow, _ = _fed(seed, n0, **kw)
     taken = 0
     for b in range(4):
         batch = _batch(fast, rng, b, earlier)
@@ -161,10 +167,10 @@ def _untouched(model, before):
         assert np.asarray(after["arrays"][k]).tobytes() == np.asarray(v).tobytes(), k
 
 
-@pytest.mark.parametrize("case", ["inserted after its delete", "deleted twice", "per-request unit",
+@pytest.mark.parametrize("case", ["inserted after its delete", "deleted twice", "per-request capacity",
                                   "another rule", "a subclass with its own deletion", "capacity", "tail fills"])
 def test_where_the_pass_cannot_keep_the_order_it_changes_nothing(case):
-    kw = {"privacy_unit": "per-request"} if case == "per-request unit" else {
+    kw = {"privacy_unit": "per-request", "capacity": 5} if case == "per-request capacity" else {
         "cls": PassiveRestartOLU} if case == "another rule" else {"capacity": 5} if case == "capacity" else {}
     if case == "a subclass with its own deletion":  # the fact inherits, a changed step opts out
         kw = {"cls": type("Tuned", (PassiveOLU,), {"_delete": lambda self, key, steps: PassiveOLU._delete(

@@ -6,11 +6,11 @@ tombstones, noise, accountant, ledger, meter), each running cold in the CPU's ca
 batch's other work. :func:`learn_and_unlearn` does the same work in three phases instead:
 
 1. Before the pass: the deletes' bookkeeping that does not depend on the inserts around them.
-   The conflict checks and the pass's program (``kernels.ogd.plan_pass``), which keys are
+   The conflict checks and the pass's program (``kernels.mixed_pass.plan_pass``), which keys are
    tombstoned already (duplicates), each applied record's step ``u`` (the batch's pops in one
    search, ``AppliedIndex.pop_each``), the accountant's next noise multipliers, and one N(0, I)
    row per applied record.
-2. One compiled pass (``kernels.ogd.mixed_steps``): the inserts and deletions in row order. A
+2. One compiled pass (``kernels.mixed_pass.mixed_steps``): the inserts and deletions in row order. A
    deletion's shift needs the step ``tau`` it happens at, and its noise moves the iterate the
    later inserts learn from, so both run inside the pass. A record this batch inserted before
    its delete takes its step from the pass and leaves the index after it.

@@ -20,7 +20,7 @@ projection keeps ``||z|| <= r`` up to the drift of the kept norm (at most resync
 rounding, ~1e-12 relative; tests check it). A scale that falls below ``MIN_SCALE`` (or a step whose
 shrinkage is not in (0, 1]) is folded into ``w`` first, an O(d) step at a point fixed by the events.
 
-:func:`learn_reference` is the pure-Python step the compiled ``ogd.sparse_steps`` follows bit for bit.
+:func:`learn_reference` is the pure-Python step the compiled ``sparse_ogd.sparse_steps`` follows bit for bit.
 """
 
 from __future__ import annotations

@@ -7,19 +7,9 @@ from __future__ import annotations
 from ....compiled.jit import reference_forced
 from ..record_keys import record_keys
 from .ingest import checked_rows, ingest_batch
-from .ogd import (
-    DONE,
-    STEP_OVERFLOW,
-    check_labels,
-    ogd_steps,
-    plan_for,
-    plan_pass,
-    run_batch,
-    run_mixed,
-    run_sparse,
-    sparse_rows_pass,
-    sparse_sqnorms,
-)
+from .mixed_pass import plan_pass, run_mixed
+from .ogd import DONE, STEP_OVERFLOW, check_labels, ogd_steps, plan_for, run_batch
+from .sparse_ogd import run_sparse, sparse_rows_pass, sparse_sqnorms
 
 __all__ = ["DONE", "STEP_OVERFLOW", "check_labels", "front", "ogd_steps", "plan_for", "plan_pass",
            "record_keys", "reference_forced", "run_batch", "run_mixed", "run_sparse", "sparse_rows_pass",

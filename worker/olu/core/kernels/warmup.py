@@ -12,16 +12,9 @@ from ..index import AppliedIndex, Run, merge_pair
 from ..losses import Logistic, Ridge
 from ..tombstones import KeySet
 from .ingest import checked_rows, ingest_batch
-from .ogd import (
-    LOSS_LOGISTIC,
-    SCHED_STRONGLY_CONVEX,
-    plan_pass,
-    run_batch,
-    run_mixed,
-    run_sparse,
-    sparse_rows_pass,
-    sparse_sqnorms,
-)
+from .mixed_pass import plan_pass, run_mixed
+from .ogd import LOSS_LOGISTIC, SCHED_STRONGLY_CONVEX, run_batch
+from .sparse_ogd import run_sparse, sparse_rows_pass, sparse_sqnorms
 
 compile_seconds: float | None = None  # set by warm_up()
 
