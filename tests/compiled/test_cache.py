@@ -35,7 +35,8 @@ def test_the_sources_cover_the_kernels_and_every_module_they_import():
     names = {str(p.relative_to(cache.PACKAGE)) for p in cache.compiled_sources()}
     for kernel_module in ("compiled/sorted_keys.py", "olu/core/kernels/ogd.py", "olu/core/kernels/merge.py",
                           "olu/core/kernels/sparse_ogd.py", "olu/core/kernels/mixed_pass.py",
-                          "stream/input/insert_kernel.py", "formats/framed_kernel.py", "olu/batches/quality.py"):
+                          "stream/input/insert_kernel.py", "stream/input/json_number.py", "formats/framed_kernel.py",
+                          "olu/batches/quality.py"):
         assert kernel_module in names
     # what ogd.py folds in at compile time: the loss and schedule classes it reads constants of
     assert {"olu/core/losses.py", "olu/core/schedules.py", "olu/core/index.py"} <= names

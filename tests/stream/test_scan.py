@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.stream.test_decode import BIG, SETTINGS, records
 from worker.olu import record_key
 from worker.stream.exceptions import DeadLetter
-from worker.stream.input import insert_kernel
+from worker.stream.input import pow10
 from worker.stream.input import scan as scan_mod
 from worker.stream.input.decode import Insert, decode_event
 from worker.stream.input.scan import scan_batch
@@ -65,7 +65,7 @@ def test_power_of_ten_table_matches_known_entries():
              -1: (0xCCCCCCCCCCCCCCCC, 0xCCCCCCCCCCCCCCCC), 23: (0xA968163F0A57B400, 0)}
     for e, (hi, lo) in table.items():
         i = e + 348
-        assert (int(insert_kernel.POW10_HI[i]), int(insert_kernel.POW10_LO[i])) == (hi, lo), e
+        assert (int(pow10.POW10_HI[i]), int(pow10.POW10_LO[i])) == (hi, lo), e
 
 
 @pytest.mark.parametrize("text, accepted, value", [
