@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 from _targets import ACTIVE_DELETION_DIM, ACTIVE_DELETION_MS, ACTIVE_DELETION_RETAINED, Checks  # noqa: E402
 
-from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D, average_loss_descent  # noqa: E402
+from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D  # noqa: E402
+from worker.olu.algorithms.descent import average_loss_descent  # noqa: E402
 from worker.olu.algorithms.newton import RidgeNewton  # noqa: E402
 from worker.olu.algorithms.passive import PassiveOLU  # noqa: E402
 from worker.olu.algorithms.retrain import Retrain  # noqa: E402

@@ -50,7 +50,7 @@ import _harness as h  # noqa: E402
 from _targets import Checks, Target  # noqa: E402
 
 from worker.olu import load_model  # noqa: E402
-from worker.olu.algorithms.active import average_loss_descent  # noqa: E402
+from worker.olu.algorithms.descent import average_loss_descent  # noqa: E402
 from worker.olu.algorithms.rewind import RewindToDelete  # noqa: E402
 from worker.olu.privacy.analysis import rewind as r2d  # noqa: E402
 

@@ -129,7 +129,7 @@ from ..core.examples import ExampleStore
 from ..core.replay import load_store, replay_rows, store_arrays
 from ..exceptions import ConfigError, InvalidState
 from ..privacy.analysis import rewind as r2d
-from .active import average_loss_descent
+from .descent import average_loss_descent
 
 ROUTES = ("rewind", "replay", "refit")  # the "route" of each ledger entry (module docstring)
 

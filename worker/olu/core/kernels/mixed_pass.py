@@ -12,7 +12,7 @@ from ....compiled.jit import inline, jit
 from ....compiled.lanes import lane_axpy
 from ....compiled.sorted_keys import lower_bound
 from ... import formulas
-from .ogd import DONE, TAIL_FULL, _contiguous, _project, _tombstone_arrays, ogd_steps
+from .ogd import DONE, TAIL_FULL, contiguous, ogd_steps, project, tombstone_arrays
 
 _strongly_convex_step = inline(formulas.strongly_convex_step)
 _shifted_log_contraction = inline(formulas.shifted_log_contraction)
@@ -36,7 +36,7 @@ def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, no
     if shift == 0.0:
         return 0.0, 0.0
     sigma = _deletion_sigma(shift, multiplier)
-    _project(z, lane_axpy(data_pointer(z), data_pointer(noise_row), 0, z.shape[0], sigma), radius)
+    project(z, lane_axpy(data_pointer(z), data_pointer(noise_row), 0, z.shape[0], sigma), radius)
     return shift, sigma
 
 
@@ -130,7 +130,7 @@ def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diamete
     the same way. ``steps_u`` is updated in place. Returns (t, steps, taus, shifts, sigmas, z_after,
     stop reason); on a step overflow the ops from the stopping one on were not applied."""
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y, z), _tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y, z), tombstone_arrays(tombstones)
     noise = np.ascontiguousarray(noise, dtype=np.float64)
     k = len(steps_u)
     steps = np.zeros(len(keys), np.int64)

@@ -40,12 +40,12 @@ SCHED_STRONGLY_CONVEX, SCHED_CONVEX, SCHED_CONSTANT = 0, 1, 2
 
 # kernel stop reasons (second-to-last field of ogd_steps' result)
 DONE, TAIL_FULL, STEP_OVERFLOW = 0, 1, 2
-_MAX_STEP = 2**32 - 1  # the index stores steps as uint32
+MAX_STEP = 2**32 - 1  # the index stores steps as uint32
 
 
 # --------------------------------------------------------------------------- the OGD kernel
 @jit
-def _project(z, sq, radius):
+def project(z, sq, radius):
     """``Ball.project`` in place, given ``sq`` = ||z||^2: z * (r / ||z||) outside the ball."""
     norm = math.sqrt(sq)
     if not norm <= radius:
@@ -55,7 +55,7 @@ def _project(z, sq, radius):
 
 
 @jit
-def _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
+def tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
     """The key is a tombstone (an insert after its delete, docs/guarantee.md 1.3): a key the
     filter passes is searched in both tombstone arrays; "no" from the filter is certain (most inserts)."""
     if not filter_passes(tomb_filter, fshift, key):
@@ -73,7 +73,7 @@ _ridge_derivative = inline(formulas.ridge_derivative)
 
 
 @jit
-def _eta(sched_kind, sa, sb, t):
+def step_size(sched_kind, sa, sb, t):
     """The step size at step ``t`` (the schedules' formulas, see :func:`ogd_steps`)."""
     if sched_kind == SCHED_STRONGLY_CONVEX:
         return _strongly_convex_step(sa, sb, t)
@@ -83,7 +83,7 @@ def _eta(sched_kind, sa, sb, t):
 
 
 @jit
-def _derivative(loss_kind, yj, dot):
+def derivative(loss_kind, yj, dot):
     """The data term's derivative in x.z (``Loss.derivative``): the gradient is this times x, plus lam z."""
     if loss_kind == LOSS_LOGISTIC:
         return _logistic_derivative(dot, yj)
@@ -115,7 +115,7 @@ def _softmax_step(z, xp, x0, d, y_pos, eta, lam, radius, scores):
         for i in range(d):
             zi = z[base + i]
             z[base + i] = zi - eta * (s * xp[x0 + i] + lam * zi)
-    _project(z, lane_sqnorm(zp, 0, z.shape[0]), radius)
+    project(z, lane_sqnorm(zp, 0, z.shape[0]), radius)
 
 
 @jit
@@ -144,21 +144,21 @@ def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombsto
     j = start
     while j < n:
         key = keys[j]
-        if any_tomb and _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
+        if any_tomb and tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
             steps_out[j] = 0  # skipped and counted, not applied
             j += 1
             continue
         if tail_len == cap:
             return j, t, tail_len, applied, TAIL_FULL
-        if t >= _MAX_STEP:
+        if t >= MAX_STEP:
             return j, t, tail_len, applied, STEP_OVERFLOW
         t += 1
-        eta = _eta(sched_kind, sa, sb, t)
+        eta = step_size(sched_kind, sa, sb, t)
         if loss_kind == LOSS_SOFTMAX:
             _softmax_step(z, xp, j * d, d, int(y[j]), eta, lam, radius, scores)
         else:
-            s = _derivative(loss_kind, y[j], lane_dot(xp, j * d, zp, 0, d))
-            _project(z, lane_step(zp, xp, j * d, d, eta, s, lam), radius)
+            s = derivative(loss_kind, y[j], lane_dot(xp, j * d, zp, 0, d))
+            project(z, lane_step(zp, xp, j * d, d, eta, s, lam), radius)
         tail_keys[tail_len] = key
         tail_steps[tail_len] = np.uint32(t)
         tail_len += 1
@@ -196,21 +196,21 @@ def plan_for(model):
     return lk, float(loss.lam), sk, float(sa), float(sb), float(model.ball.radius)
 
 
-def _check_iterate(z) -> None:
+def check_iterate(z) -> None:
     """The iterate the kernels update in place through its data pointer: it must already be a
     contiguous 1-D float64 array (a copy would leave the caller's unchanged)."""
     if not (type(z) is np.ndarray and z.dtype == np.float64 and z.ndim == 1 and z.flags.c_contiguous):
         raise ValueError("the iterate must be a contiguous 1-D float64 array")
 
 
-def _contiguous(keys, X, y, z):
-    """A batch as the kernels take it, its iterate checked (:func:`_check_iterate`)."""
-    _check_iterate(z)
+def contiguous(keys, X, y, z):
+    """A batch as the kernels take it, its iterate checked (:func:`check_iterate`)."""
+    check_iterate(z)
     return (np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(X, dtype=np.float64),
             np.ascontiguousarray(y, dtype=np.float64))
 
 
-def _tombstone_arrays(tombstones):
+def tombstone_arrays(tombstones):
     """What the kernels read of a ``KeySet``: its sorted base and recent keys and its filter."""
     return tombstones.base, tombstones.recent, tombstones.filter
 
@@ -224,7 +224,7 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
     rows from ``consumed`` on were not touched (only when the step counter would overflow).
     """
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = _contiguous(keys, X, y, z), _tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y, z), tombstone_arrays(tombstones)
     n = len(keys)
     steps = np.zeros(n, np.int64)
     j, t, reason = 0, int(t), DONE

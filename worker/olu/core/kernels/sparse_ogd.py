@@ -14,15 +14,15 @@ from ....compiled.jit import jit
 from ....compiled.lanes import LANES, lane_sqnorm
 from ....compiled.sorted_keys import filter_shift
 from .ogd import (
-    _MAX_STEP,
     DONE,
+    MAX_STEP,
     STEP_OVERFLOW,
     TAIL_FULL,
-    _check_iterate,
-    _derivative,
-    _eta,
-    _tombstone_arrays,
-    _tombstoned,
+    check_iterate,
+    derivative,
+    step_size,
+    tombstone_arrays,
+    tombstoned,
 )
 
 MIN_SCALE = 1e-150  # core/sparse.py's
@@ -109,18 +109,18 @@ def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, resyn
     j = start
     while j < n:
         key = keys[j]
-        if any_tomb and _tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
+        if any_tomb and tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
             steps_out[j] = 0
             j += 1
             continue
         if tail_len == cap:
             return j, t, tail_len, applied, TAIL_FULL, scale, sq
-        if t >= _MAX_STEP:
+        if t >= MAX_STEP:
             return j, t, tail_len, applied, STEP_OVERFLOW, scale, sq
         t += 1
-        eta = _eta(sched_kind, sa, sb, t)
+        eta = step_size(sched_kind, sa, sb, t)
         lo, hi = indptr[j], indptr[j + 1]
-        s = _derivative(loss_kind, y[j], scale * _sparse_lane_sum(indices, w, values, lo, hi, d, False, lanes))
+        s = derivative(loss_kind, y[j], scale * _sparse_lane_sum(indices, w, values, lo, hi, d, False, lanes))
         scale_next = scale * (1.0 - eta * lam)
         if not scale_next >= MIN_SCALE:  # the scale folded into w first (O(d))
             for i in range(d):
@@ -156,9 +156,9 @@ def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y, resync):
     ``sparse.resync_steps(d)``). Returns
     (t, steps, rows consumed, stop reason, scale, sq)."""
     lk, lam, sk, sa, sb, radius = plan
-    _check_iterate(w)
+    check_iterate(w)
     keys, y = np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(y, dtype=np.float64)
-    tomb, recent, tomb_filter = _tombstone_arrays(tombstones)
+    tomb, recent, tomb_filter = tombstone_arrays(tombstones)
     steps = np.zeros(len(keys), np.int64)
     j, t, reason, sq = 0, int(t), DONE, np.nan if sq is None else float(sq)
     while j < len(keys):
