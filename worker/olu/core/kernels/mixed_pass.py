@@ -12,7 +12,7 @@ from ....compiled.jit import inline, jit
 from ....compiled.lanes import lane_axpy
 from ....compiled.sorted_keys import lower_bound
 from ... import formulas
-from .ogd import DONE, TAIL_FULL, contiguous, ogd_steps, project, tombstone_arrays
+from .ogd import DONE, TAIL_FULL, contiguous, ogd_steps, paced, project, tombstone_arrays
 
 _strongly_convex_step = inline(formulas.strongly_convex_step)
 _shifted_log_contraction = inline(formulas.shifted_log_contraction)
@@ -142,8 +142,6 @@ def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diamete
         op, j, t, tail_len, drawn, reason = mixed_steps(
             lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent, tomb_filter, tail_keys, tail_steps, tail_len, t,
             steps, ops, op, j, lipschitz, diameter, steps_u, multipliers, noise, drawn, taus, shifts, sigmas, z_after)
-        index.set_tail_len(tail_len)
-        index.advance_merge()
+        paced(index, tail_len, reason)
         if reason != TAIL_FULL:
             return t, steps, taus, shifts, sigmas, z_after, reason
-        index.merge(paced=True)

@@ -215,6 +215,16 @@ def tombstone_arrays(tombstones):
     return tombstones.base, tombstones.recent, tombstones.filter
 
 
+def paced(index, tail_len: int, reason: int) -> bool:
+    """After a kernel call: the index's tail as the kernel left it and its merge paced (a full tail
+    merged, the batch then goes on); True when the batch stops there (a step overflow)."""
+    index.set_tail_len(tail_len)
+    index.advance_merge()
+    if reason == TAIL_FULL:
+        index.merge(paced=True)
+    return reason == STEP_OVERFLOW
+
+
 def run_batch(plan, z, t, index, tombstones, keys, X, y):
     """Drive :func:`ogd_steps` over a whole batch, pacing the index's merges as its tail fills.
 
@@ -232,11 +242,7 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
         tail_keys, tail_steps, tail_len = index.tail_buffers()
         j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent, tomb_filter,
                                               tail_keys, tail_steps, tail_len, t, steps, j)
-        index.set_tail_len(tail_len)
-        index.advance_merge()
-        if reason == TAIL_FULL:
-            index.merge(paced=True)
-        elif reason == STEP_OVERFLOW:
+        if paced(index, tail_len, reason):
             break
     return t, steps, j, reason
 

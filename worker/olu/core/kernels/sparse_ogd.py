@@ -20,6 +20,7 @@ from .ogd import (
     TAIL_FULL,
     check_iterate,
     derivative,
+    paced,
     step_size,
     tombstone_arrays,
     tombstoned,
@@ -149,7 +150,6 @@ def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, resyn
     return j, t, tail_len, applied, DONE, scale, sq
 
 
-
 def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y, resync):
     """:func:`run_batch` for sparse rows (core/sparse.py's ``SparseRows``) on the iterate
     ``scale * w`` (``w`` updated in place; ``sq``: ||w||^2 as kept, or None; ``resync``:
@@ -166,10 +166,6 @@ def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y, resync):
         j, t, tail_len, _, reason, scale, sq = sparse_steps(
             lk, lam, sk, sa, sb, radius, w, float(scale), sq, int(resync), rows.indptr, rows.indices, rows.values, y,
             keys, tomb, recent, tomb_filter, tail_keys, tail_steps, tail_len, t, steps, j)
-        index.set_tail_len(tail_len)
-        index.advance_merge()
-        if reason == TAIL_FULL:
-            index.merge(paced=True)
-        elif reason == STEP_OVERFLOW:
+        if paced(index, tail_len, reason):
             break
     return t, steps, j, reason, scale, (None if not sq == sq else sq)
