@@ -61,6 +61,7 @@ from _targets import BURST_100K_S, DELETION_IN_PLACE_US, Checks  # noqa: E402
 from worker.config.model import build_model  # noqa: E402
 from worker.devtools.messages import messages  # noqa: E402
 from worker.metrics import Metrics  # noqa: E402
+from worker.olu.batches import apply as engine_module  # noqa: E402
 from worker.state.store import SnapshotStore, open_store  # noqa: E402
 from worker.stream import partition as partition_module  # noqa: E402
 from worker.stream.input import batch as batch_module  # noqa: E402
@@ -75,22 +76,21 @@ TOPIC = "events"
 STEPS = (
     ("decode the deletes", "input stage", "decode_message"),
     ("look the deletes up ahead (prefetch)", "model", "prefetch_deletes"),
-    ("batch with deletes, one pass (all of it)", "runner", "_process_mixed"),
-    ("  engine pass: inserts and deletes", "runner module", "learn_and_unlearn"),
+    ("the batch through the engine (all of it)", "runner module", "apply_batch"),
+    ("  engine pass: inserts and deletes", "engine module", "learn_and_unlearn"),
     ("    index lookups (pop_each)", "index", "pop_each"),
     ("    tombstone adds (add_many)", "tombstones", "add_many"),
     ("    noise rows", "model", "_noise_rows"),
-    ("  each deletion's bookkeeping", "runner", "_honoured"),
-    ("delete one by one (all of it)", "runner", "_delete"),
-    ("  engine unlearn_request", "model", "unlearn_request"),
-    ("  index lookup (pop)", "index", "pop"),
-    ("  tombstone add", "tombstones", "add"),
-    ("  noise draw", "model", "_noise"),
-    ("delta payload", "runner", "_delta_payload"),
+    ("  deletes one by one", "engine module", "_forget"),
+    ("    engine unlearn_request", "model", "unlearn_request"),
+    ("    index lookup (pop)", "index", "pop"),
+    ("    tombstone add", "tombstones", "add"),
+    ("    noise draw", "model", "_noise"),
+    ("  inserts (learn_many runs, stretches between deletes)", "engine module", "_learn"),
+    ("each deletion's bookkeeping", "runner", "_honoured"),
+    ("  delta payload", "runner module", "delta_payload"),
     ("delta hand-off (outbox)", "outbox", "deltas"),
     ("release (JSON)", "runner", "_release"),
-    ("inserts (learn_many runs)", "runner", "_apply_inserts"),
-    ("inserts (learn_many runs)", "runner", "_apply_checked"),  # stretches between deletes
     ("metrics per release", "metrics", "record_release"),
 )
 
@@ -186,7 +186,7 @@ def instrument(loop: Loop, timers: Timers) -> list:
     owners = {"runner": runner, "model": model, "index": model.index, "tombstones": model.tombstones,
               "outbox": runner.outbox, "metrics": loop.metrics}
     undo = []
-    modules = {"input stage": batch_module, "runner module": partition_module}
+    modules = {"input stage": batch_module, "runner module": partition_module, "engine module": engine_module}
     for label, where, attr in STEPS:
         if where in modules:
             undo.append((modules[where], attr, getattr(modules[where], attr)))

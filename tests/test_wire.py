@@ -23,7 +23,8 @@ NAMES = {wire.PARAMS_TOPIC, wire.HEADER_PREFIX, wire.TRIGGER_HEADER, wire.WORKER
 #: ``"{topic}/{partition}"`` f-strings that are not release keys, by file: a partition's name in the
 #: logs and in the demo's report, for people to read.
 PARTITION_NAMES = {
-    "worker/stream/app.py": {'f"{o.topic}/{o.partition}"', 'f"{p.topic}/{p.partition}"'},
+    "worker/stream/app.py": {'f"{p.topic}/{p.partition}"'},
+    "worker/stream/checkpoints.py": {'f"{o.topic}/{o.partition}"', 'f"{p.topic}/{p.partition}"'},
     "worker/stream/demo.py": {'f"{t}/{p}"'},
 }
 
