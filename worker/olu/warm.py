@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 
 def warm_up(*, sparse: bool = False) -> float | None:
     """Compile every engine kernel with the types production passes (``sparse``: the sparse-row
@@ -15,8 +17,6 @@ def warm_up(*, sparse: bool = False) -> float | None:
         return None
     seconds = warmup.warm_up() + (warmup.warm_up_sparse() if sparse else 0.0)
     started = time.perf_counter()
-    import numpy as np
-
     from .batches.quality import ALL_ROWS, batch_mean_loss  # the prequential loss of every insert run
 
     for ridge in (False, True):

@@ -101,7 +101,6 @@ class PartitionRunner:
         # delta_writer: a single-thread executor's submit (None: write deltas on this thread).
         self.outbox = Outbox(self._write_deltas, delta_writer)
         self.prequential_loss: float | None = None
-        self._subjects = None  # the batch's partitioning keys when the model caps them (process)
         # (offset after it, report) of the newest deletion request that changed the model: every
         # release at exactly that offset carries the report, so all of them are byte-identical.
         self.request_at: tuple[int, dict] | None = None

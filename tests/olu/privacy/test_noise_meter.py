@@ -19,6 +19,7 @@ from worker.olu import (
     MemoryPair,
     PassiveOLU,
     PassiveRestartOLU,
+    Published,
     Retrain,
     RewindToDelete,
     load_model,
@@ -28,7 +29,6 @@ from worker.olu.privacy.analysis.noise import release_noise_std
 from worker.olu.privacy.ledger import Ledger
 from worker.olu.privacy.meter import NoiseMeter
 from worker.olu.rotation import Rotation
-from worker.stream.output.releases import noise_figures
 
 SCHEDULES = {
     "strongly-convex": {},
@@ -234,5 +234,5 @@ def test_noise_figures_are_the_two_figures_of_every_algorithm():
         model.learn_many(ids, X, y)
         model.unlearn_one(ids[15])
         assert model.noise_figures() == (model.release_noise_std(), model.noise_to_signal()), type(model)
-        assert noise_figures(model) == model.noise_figures()
+        assert Published.of(model).noise == model.noise_figures()
     assert models[0].noise_figures()[0] > 0.0 and models[-1].noise_figures()[0] > 0.0  # noised, not vacuous

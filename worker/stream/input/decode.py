@@ -70,8 +70,8 @@ from ...olu import SparseRows
 from ..exceptions import DeadLetter
 from .sparse_x import from_dense, parse_sparse, to_dense
 
-__all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "MAX_REQUEST_IDS", "decode_event", "decode_inserts",
-           "insert_ids"]
+__all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "MAX_REQUEST_IDS", "decode_event",
+           "decode_inserts"]
 
 MAX_ID_CHARS = 256
 #: The most record ids one delete event (one deletion request) may name in ``ids``.
@@ -189,11 +189,6 @@ def _delete_ids(obj: dict) -> tuple[str, ...]:
         raise DeadLetter("duplicate_ids", f"'ids' names {n - len(unique)} record id(s) more than once "
                                           f"(the first repeat is ids[{first}])")
     return tuple(ids)
-
-
-def insert_ids(messages) -> list[str]:
-    """The ``id`` of each message, all valid inserts (the ones the compiled path accepted)."""
-    return [_loads(m.value())["id"] for m in messages]
 
 
 def _extra_fields(obj: dict, allowed: tuple[str, ...]) -> DeadLetter:

@@ -29,12 +29,6 @@ def _json_number(value: float | None) -> float | None:
     return value if value is None or math.isfinite(value) else _MAX_DOUBLE
 
 
-def noise_figures(model) -> tuple[float | None, float | None]:
-    """(noise std bound, noise-to-signal ratio) of the model's current release, from public constants
-    and the ledger (docs/accounting.md 10); None where the algorithm's noise is not tracked."""
-    return model.noise_figures()  # every engine (MeteredNoise) and a rotation: the bound computed once
-
-
 def request_report(ids, deletion) -> dict:
     """The release's ``request`` object for a deletion request naming ``ids`` (schemas/README.md):
     how many ids it named, how many the model applied, the ids it never applied (in request order)
@@ -54,7 +48,8 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
                   noise: tuple[float | None, float | None] | None = None, request: dict | None = None,
                   features=None) -> bytes:
     """The release's JSON value of ``model`` (or its :class:`Published` state, captured earlier);
-    ``noise`` is :func:`noise_figures` when the caller has it already; ``request``: the report of
+    ``noise``: (noise std bound, noise-to-signal) when the caller has them already (default: the
+    state's, ``Model.noise_figures()``, docs/accounting.md 10); ``request``: the report of
     the deletion request the state directly follows (see :func:`request_report`), else None;
     ``features``: the feature spec the model learns under."""
     model = model if isinstance(model, Published) else Published.of(model)
