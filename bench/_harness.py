@@ -345,7 +345,7 @@ def kafka() -> Iterator[tuple[str, str]]:
         yield bootstrap, "KAFKA_BOOTSTRAP_SERVERS"
         return
     _own_server("a Kafka broker", "KAFKA_BOOTSTRAP_SERVERS")
-    from worker.devtools.kafka_local import KafkaBroker
+    from worker.devtools.kafka_broker import KafkaBroker
 
     t0 = time.perf_counter()
     with KafkaBroker(heap="1g") as broker:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/throughput_matrix.py [--events 500000] [--dims 10,100]
         [--algorithms passive,active-anchor] [--repeat 1] [--quick] [--set NAME=VALUE] [--out DIR]
 
-One run against a real broker (a local KRaft broker from worker.devtools.kafka_local unless
+One run against a real broker (a local KRaft broker from worker.devtools.kafka_broker unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set). For each dimension d, one 1-partition topic is filled with
 ``--events`` logistic records of dimension d (``_harness.Records``, the wire format of
 schemas/insert.schema.json, ~``--delete-frac`` deletes of earlier, hence applied, ids), then on

@@ -5,7 +5,7 @@
         [--cores shared|split]
         [--out DIR]
 
-A local Kafka broker is started (worker.devtools.kafka_local) unless ``KAFKA_BOOTSTRAP_SERVERS`` is
+A local Kafka broker is started (worker.devtools.kafka_broker) unless ``KAFKA_BOOTSTRAP_SERVERS`` is
 set. For each share in ``--delete-fracs`` (default: 0, the inserts-only stream the target states,
 then 0.001) one 1-partition input topic is filled beforehand with ``--events`` records (d = 10
 logistic inserts as in schemas/insert.schema.json, ids ``r-<n>``, keys = ids, about that share of

@@ -1,4 +1,4 @@
-"""The parameter subscriber (worker/client.py) and ``olu-worker follow`` (worker/follow.py).
+"""The parameter subscriber (worker/client/) and ``olu-worker follow`` (worker/follow.py).
 
 Validation and prediction are checked offline; deduplication, "latest per partition",
 isolation and the CLI against the session's real Kafka broker, with release records built

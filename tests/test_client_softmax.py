@@ -1,4 +1,4 @@
-"""The subscriber (worker/client.py) and ``olu-worker follow`` (worker/follow.py) on releases of a
+"""The subscriber (worker/client/) and ``olu-worker follow`` (worker/follow.py) on releases of a
 softmax model: K classes, the K x dim matrix row by row. Releases are built from real engine
 models as the worker builds them (worker/stream/output/releases.py); predictions are checked
 against numpy and the engine's own probabilities.

@@ -18,8 +18,10 @@ from worker.exceptions import ConfigError, OluWorkerError
 #: Private exceptions that never leave their module (raised and caught inside it), by
 #: ``module.qualname``.
 PRIVATE = {
-    "worker.state.store._Invalid": "a badly decoded object; store.py turns it into a fallback or SnapshotCorrupt",
-    "worker.state.store._Vanished": "an object another replica's gc removed mid-read; store.py relists",
+    "worker.state.restore._Invalid":
+        "a badly decoded object; restore.py turns it into a fallback or SnapshotCorrupt",
+    "worker.state.restore._Vanished":
+        "an object another replica's gc removed mid-read; restore.py relists",
 }
 
 

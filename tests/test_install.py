@@ -115,7 +115,7 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs(tmp_path):
     (wheel,) = dist.glob("olu_worker-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "worker/devtools/kafka-pom.xml" in names  # package data the local broker needs
-    assert "worker/cli.py" in names and "worker/client.py" in names
+    assert "worker/cli.py" in names and "worker/client/__init__.py" in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "helm/", "scripts/", "schemas/"))]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))

@@ -104,7 +104,7 @@ class FakeModel:
 
 
 def runner(partition=0, capacity_left=None, released_version=4_000, next_offset=4_000):
-    """A RunnerView (worker/metrics.py): what the metrics read of a PartitionRunner."""
+    """A RunnerView (worker/metrics/loop.py): what the metrics read of a PartitionRunner."""
     return SimpleNamespace(topic="olu.events", partition=partition, model=FakeModel(capacity_left), settings=None,
                            released_version=released_version, next_offset=next_offset)
 

@@ -2,7 +2,7 @@
 
 The parameter topic's default name, the release schema version, the release key, the Kafka header
 names and their closed sets of values live here once, so the worker (``worker/stream``), the
-subscriber (``worker/client.py``, ``worker/follow.py``) and the settings (``worker/config``)
+subscriber (``worker/client/``, ``worker/follow.py``) and the settings (``worker/config``)
 cannot drift apart. ``schemas/release.schema.json`` and ``schemas/dead-letter.schema.json``
 describe the same records for other languages; ``tests/test_wire.py`` checks that no other module
 under ``worker/`` spells these names itself.

@@ -5,7 +5,7 @@ the chart's PrometheusRule embeds: every alert is shown firing on synthetic seri
 healthy ones. promtool comes from PATH (CI installs Debian's ``prometheus`` package) or is fetched
 from Debian into a cache by ``worker.devtools.promtool``; the promtool tests skip, saying what to
 install, only where neither is possible. Offline checks keep every PromQL expression, in the alerts and
-in the dashboard, to metric and label names that worker/metrics.py actually exports.
+in the dashboard, to metric and label names that worker/metrics/ actually exports.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def promtool() -> Path:
 
 
 def exported_series() -> set[str]:
-    """Every series name worker/metrics.py can export (counters as *_total, histograms' parts)."""
+    """Every series name worker/metrics/ can export (counters as *_total, histograms' parts)."""
     names = set()
     for family in Metrics().registry.collect():
         if family.type == "counter":

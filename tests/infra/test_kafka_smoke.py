@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from worker.devtools import kafka_local
+from worker.devtools import kafka_jars
 
 pytestmark = pytest.mark.kafka
 
@@ -124,15 +124,16 @@ def _next_value(consumer: Consumer) -> str:
 
 
 def test_broker_jars_are_cached_and_not_fetched_again(kafka_broker, monkeypatch: pytest.MonkeyPatch) -> None:
-    libs = kafka_local.resolve_jars(kafka_broker.version, kafka_broker.cache_dir)  # resolved by the broker's start
+    # resolved by the broker's start
+    libs = kafka_jars.resolve_jars(kafka_broker.version, kafka_broker.cache_dir)
     assert (libs / f"kafka_2.13-{kafka_broker.version}.jar").is_file()
     assert (libs.parent / ".resolved").is_file()
 
     def no_maven(*args, **kwargs):
         raise AssertionError("resolve_jars ran Maven although the cache is complete")
 
-    monkeypatch.setattr(kafka_local, "_run_maven", no_maven)
-    assert kafka_local.resolve_jars(kafka_broker.version, kafka_broker.cache_dir) == libs
+    monkeypatch.setattr(kafka_jars, "_run_maven", no_maven)
+    assert kafka_jars.resolve_jars(kafka_broker.version, kafka_broker.cache_dir) == libs
 
 
 def _fake_maven(calls: list[Path], *, fail: bool = False, pause: float = 0.0):
@@ -149,27 +150,28 @@ def _fake_maven(calls: list[Path], *, fail: bool = False, pause: float = 0.0):
 
 def test_interrupted_resolve_is_redone_then_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    monkeypatch.setattr(kafka_local, "_run_maven", _fake_maven(calls, fail=True))
+    monkeypatch.setattr(kafka_jars, "_run_maven", _fake_maven(calls, fail=True))
     with pytest.raises(RuntimeError, match="network down"):
-        kafka_local.resolve_jars("9.9.9", cache_dir=tmp_path)
+        kafka_jars.resolve_jars("9.9.9", cache_dir=tmp_path)
     assert not (tmp_path / "kafka-9.9.9" / ".resolved").exists()
 
-    monkeypatch.setattr(kafka_local, "_run_maven", _fake_maven(calls))
-    libs = kafka_local.resolve_jars("9.9.9", cache_dir=tmp_path)
+    monkeypatch.setattr(kafka_jars, "_run_maven", _fake_maven(calls))
+    libs = kafka_jars.resolve_jars("9.9.9", cache_dir=tmp_path)
     assert libs == tmp_path / "kafka-9.9.9" / "libs"
     assert (libs.parent / ".resolved").read_text().strip() == "9.9.9"
     assert "<kafka.version>9.9.9</kafka.version>" in calls[-1].read_text()
 
-    kafka_local.resolve_jars("9.9.9", cache_dir=tmp_path)
+    kafka_jars.resolve_jars("9.9.9", cache_dir=tmp_path)
     assert len(calls) == 2  # the failed attempt and the good one; the third call hit the cache
 
 
 def test_concurrent_resolvers_run_maven_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    monkeypatch.setattr(kafka_local, "_run_maven", _fake_maven(calls, pause=0.3))
+    monkeypatch.setattr(kafka_jars, "_run_maven", _fake_maven(calls, pause=0.3))
     results: list[Path] = []
     threads = [
-        threading.Thread(target=lambda: results.append(kafka_local.resolve_jars("9.9.9", cache_dir=tmp_path)))
+        threading.Thread(
+            target=lambda: results.append(kafka_jars.resolve_jars("9.9.9", cache_dir=tmp_path)))
         for _ in range(4)
     ]
     for t in threads:
@@ -183,9 +185,9 @@ def test_concurrent_resolvers_run_maven_once(tmp_path: Path, monkeypatch: pytest
 def test_cluster_ids_never_look_like_an_option(monkeypatch):
     import uuid
 
-    from worker.devtools import kafka_local
+    from worker.devtools import kafka_broker as local_broker
 
     ids = iter([uuid.UUID(bytes=b"\xfb" + bytes(15)), uuid.UUID(int=7)])  # the first encodes to "-..."
-    monkeypatch.setattr(kafka_local.uuid, "uuid4", lambda: next(ids))
-    cluster_id = kafka_local._new_cluster_id()
+    monkeypatch.setattr(local_broker.uuid, "uuid4", lambda: next(ids))
+    cluster_id = local_broker._new_cluster_id()
     assert not cluster_id.startswith("-") and len(cluster_id) == 22

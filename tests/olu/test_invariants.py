@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from worker.olu.algorithms.passive import PassiveOLU
-from worker.olu.core import base
+from worker.olu.core import learning, unlearning
 from worker.olu.core.losses import Logistic, Ridge
 
 from .helpers import synthetic_stream
@@ -75,8 +75,13 @@ def test_passive_model_holds_no_raw_features_in_memory_or_state():
 
 # Invariant 7: approximations err towards more noise and never drop an insert silently.
 def test_an_index_collision_applies_both_inserts_and_pays_for_both(monkeypatch):
-    real = base.record_key
-    monkeypatch.setattr(base, "record_key", lambda rid: real("same") if rid in ("a", "b") else real(rid))
+    real = learning.record_key
+
+    def colliding(rid):
+        return real("same") if rid in ("a", "b") else real(rid)
+
+    monkeypatch.setattr(learning, "record_key", colliding)  # the insert's key
+    monkeypatch.setattr(unlearning, "record_key", colliding)  # the deletion's
     m = PassiveOLU(**BASE)
     m.use_kernel = False
     assert m.learn_one("a", [0.5, 0, 0, 0], 1) and m.learn_one("b", [0, 0.5, 0, 0], -1)

@@ -35,7 +35,7 @@ from tests.stream.kafka_harness import (
     wait_for,
     worker_env,
 )
-from worker.devtools.kafka_local import KafkaBroker
+from worker.devtools.kafka_broker import KafkaBroker
 from worker.state.store import SnapshotStore, open_store
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

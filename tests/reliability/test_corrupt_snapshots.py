@@ -52,7 +52,9 @@ from worker.devtools.messages import messages
 from worker.olu import ALGORITHMS
 from worker.state.codec import FORMAT_VERSION, MAGIC, encode
 from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt
-from worker.state.store import GROUP_LAYOUTS, LAYOUT_VERSION, SnapshotStore, open_store
+from worker.state.groups import GROUP_LAYOUTS
+from worker.state.layout import LAYOUT_VERSION
+from worker.state.store import SnapshotStore, open_store
 from worker.stream.partition import PartitionRunner
 
 T = "events"

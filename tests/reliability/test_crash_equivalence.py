@@ -293,7 +293,7 @@ def assert_exactly_once(bootstrap, topics, records, poison: int, worker) -> None
 
 
 # Compaction as soon as a segment rolls: the local broker's cleaner looks every second
-# (worker/devtools/kafka_local.py), and these settings make every closed segment cleanable.
+# (worker/devtools/kafka_broker.py), and these settings make every closed segment cleanable.
 COMPACTED = dict(cleanup_policy="compact", segment_ms=200, min_cleanable_dirty_ratio=0.001,
                  min_compaction_lag_ms=0, delete_retention_ms=100)
 

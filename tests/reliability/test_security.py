@@ -297,9 +297,9 @@ def test_wrong_sasl_password_fails_fast_with_a_clear_error(kafka_sasl_broker, sa
 
 
 def test_local_broker_sasl_listener_configuration():
-    """worker.devtools.kafka_local: the SASL_PLAINTEXT listener's properties, and credentials
+    """worker.devtools.kafka_broker: the SASL_PLAINTEXT listener's properties, and credentials
     that would break out of the JAAS line are refused."""
-    from worker.devtools.kafka_local import KafkaBroker
+    from worker.devtools.kafka_broker import KafkaBroker
 
     broker = KafkaBroker(sasl_users={"alice": "s3cret", "bob": "hunter2"})
     props = broker.server_properties()

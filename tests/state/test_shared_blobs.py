@@ -20,7 +20,7 @@ from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core import index as index_module
 from worker.olu.core import tombstones as tombstones_module
 from worker.olu.privacy import ledger as ledger_module
-from worker.state import store as store_module
+from worker.state import writer as writer_module
 from worker.state.exceptions import SnapshotCorrupt
 from worker.state.store import SnapshotStore
 
@@ -244,7 +244,8 @@ def test_a_damaged_blob_is_replaced_when_written_again():
 # --------------------------------------------------------------------------- pieces and pacing
 
 def test_a_large_run_is_stored_in_pieces_that_restore_joins(raw, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)  # 10 entries of 12 bytes per piece
+    # 10 entries of 12 bytes per piece
+    monkeypatch.setattr(writer_module, "BLOB_PIECE_BYTES", 12 * 10)
     store = SnapshotStore(raw, prefix="olu", group="g1")
     s = Stream()
     s.advance(200, delete=[3, 150])
@@ -272,7 +273,7 @@ def _shared_header(store: SnapshotStore, offset: int) -> dict:
 
 
 def test_a_missing_piece_invalidates_the_snapshot(monkeypatch):
-    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
+    monkeypatch.setattr(writer_module, "BLOB_PIECE_BYTES", 12 * 10)
     store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
     s = Stream()
     s.advance(64)
@@ -311,19 +312,19 @@ def slept(monkeypatch) -> list[float]:
     """The store's clock is fake: it moves only when the store sleeps; the sleeps, in order."""
     clock = {"now": 100.0}
     slept: list[float] = []
-    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(writer_module.time, "monotonic", lambda: clock["now"])
 
     def sleep(seconds):
         slept.append(seconds)
         clock["now"] += seconds
 
-    monkeypatch.setattr(store_module.time, "sleep", sleep)
+    monkeypatch.setattr(writer_module.time, "sleep", sleep)
     return slept
 
 
 def test_uploads_are_paced_to_the_rate_limit(monkeypatch, slept):
     """Between pieces the writer sleeps so that bytes sent / elapsed stays at the limit."""
-    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
+    monkeypatch.setattr(writer_module, "BLOB_PIECE_BYTES", 12 * 10)
     store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
     s = Stream()
     s.advance(64)
@@ -346,7 +347,7 @@ def test_uploads_are_paced_to_the_rate_limit(monkeypatch, slept):
 def test_uploads_are_spread_over_the_given_time_and_count_only_new_blobs(monkeypatch, slept):
     """spread_seconds: the new blobs' bytes go out evenly over that time (slower than the limit),
     and blobs stored by an earlier snapshot do not count."""
-    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 12 * 10)
+    monkeypatch.setattr(writer_module, "BLOB_PIECE_BYTES", 12 * 10)
     store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
     s = Stream()
     for offset in (64, 128):
@@ -355,7 +356,7 @@ def test_uploads_are_spread_over_the_given_time_and_count_only_new_blobs(monkeyp
         state = s.model.export_state()
         before = blobs(store)
         new_bytes = sum(sum(a.nbytes for a in g.values()) for g in state["shared"].values()
-                        if not store._stored(store.directory(T, 0), g))
+                        if not store._stored_groups.blob_names(store.directory(T, 0), g))
         store.write_full(T, 0, offset, {"model": state["meta"]}, state["arrays"], state["shared"],
                          bytes_per_second=1e9, spread_seconds=4.0)
         written = {k: v for k, v in blobs(store).items() if k not in before}
@@ -375,7 +376,7 @@ def test_uploads_are_spread_over_the_given_time_and_count_only_new_blobs(monkeyp
 
 
 def test_a_spread_ignores_groups_stored_before(monkeypatch, slept):
-    monkeypatch.setattr(store_module, "BLOB_PIECE_BYTES", 8 * 1000)
+    monkeypatch.setattr(writer_module, "BLOB_PIECE_BYTES", 8 * 1000)
     store = SnapshotStore(MemoryStore(), prefix="olu", group="g1")
     old = {"k": np.arange(50_000, dtype=np.uint64)}  # 400 kB, stored by the first snapshot
     new = {"k": np.arange(5_000, dtype=np.uint64) * 3}  # 40 kB: five pieces

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from obstore.store import LocalStore, MemoryStore, S3Store
 
-import worker.state.store as store_module
+import worker.state.layout as layout_module
 from worker.devtools.s3_local import SeaweedS3
 from worker.state.backends import DEFAULT_RETRY
 from worker.state.codec import decode, encode
 from worker.state.exceptions import SnapshotConflict, SnapshotCorrupt, StorageUnavailable
+from worker.state.layout import LAYOUT_VERSION
 from worker.state.store import (
     GROUP_LAYOUT_VERSION,
-    LAYOUT_VERSION,
     STACKED_GROUP_LAYOUT_VERSION,
     SnapshotStore,
     open_store,
@@ -669,7 +669,7 @@ def test_gc_with_nothing_valid_deletes_nothing(snaps, raw):
 def test_gc_deletes_in_batches_and_tolerates_a_vanished_key(snaps, raw, monkeypatch):
     """Deltas covered by a kept full snapshot go in batches of DELETE_BATCH keys per request; a key
     another worker already removed (LocalStore then reports it) does not stop the rest."""
-    monkeypatch.setattr(store_module, "DELETE_BATCH", 3)
+    monkeypatch.setattr(layout_module, "DELETE_BATCH", 3)
     calls = []
     real_delete = obstore.delete
 

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from worker.devtools.kafka_local import default_cache_root
+from worker.devtools.kafka_jars import default_cache_root
 
 PACKAGE = "prometheus"
 INSTALL = ("install Debian's prometheus package (apt-get install -y --no-install-recommends prometheus) "

@@ -5,7 +5,8 @@ Why Apicurio: its Confluent-compatible API (``/apis/ccompat/v7``) is what conflu
 (``io.apicurio:apicurio-registry-app:<version>``, classifier ``all``, type ``tar.gz``), runs on
 Java 17 and keeps its schemas in memory, so each start is a clean registry.
 
-Pieces (the same pattern as :mod:`worker.devtools.kafka_local`):
+Pieces (the same pattern as the local Kafka broker's, :mod:`worker.devtools.kafka_jars` and
+:mod:`worker.devtools.kafka_broker`):
 
 * :func:`resolve_app` fetches the tar.gz into the local Maven repository with
   ``mvn dependency:copy`` and extracts it into ``${XDG_CACHE_HOME:-~/.cache}/olu-worker/

@@ -1,10 +1,11 @@
 """Shared blobs: immutable array groups stored once, as content-addressed row pieces, and named by
-every later full snapshot; and the pacing of their uploads."""
+every later full snapshot; which groups are stored already; and the pacing of their uploads."""
 
 from __future__ import annotations
 
 import re
 import time
+import weakref
 
 import numpy as np
 
@@ -58,6 +59,29 @@ def blob_lists(refs) -> dict[str, list[str]] | None:
 def group_ident(where: str, arrays: dict) -> tuple:
     """The identity cache key of a shared group: its directory and the ids of its arrays."""
     return where, tuple((k, id(v)) for k, v in sorted(arrays.items()))
+
+
+class StoredGroups:
+    """The shared groups this process has written or loaded, and their blob names, by identity
+    (the group's directory and the ids of its arrays), not content: re-hashing a 48 MB run per
+    snapshot is what blobs avoid."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, tuple[list, tuple[str, ...]]] = {}  # ident -> (weak refs, names)
+
+    def blob_names(self, where: str, arrays: dict) -> tuple[str, ...] | None:
+        """The blob names of this very group if it is stored already, else None."""
+        ident = group_ident(where, arrays)
+        known = self._known.get(ident)
+        if known and all(r() is arrays[k] for (k, _), r in zip(ident[1], known[0])):
+            return known[1]
+        return None
+
+    def remember(self, where: str, arrays: dict, names: tuple[str, ...]) -> None:
+        for ident in [i for i, (refs, _) in self._known.items() if any(r() is None for r in refs)]:
+            del self._known[ident]  # groups the model has merged away
+        self._known[group_ident(where, arrays)] = (
+            [weakref.ref(v) for _, v in sorted(arrays.items())], names)
 
 
 class Pacer:

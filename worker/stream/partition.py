@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from ..logs import get_logger
 from ..olu import (
     Batch,
@@ -28,10 +26,8 @@ from ..olu import (
     Columns,
     Forget,
     Forgotten,
-    Learn,
     Learned,
     Published,
-    SparseRows,
     apply_batch,
     load_model,
 )
@@ -43,6 +39,7 @@ from ..wire import (
     TRIGGER_INTERVAL,
     release_key,
 )
+from .batch_steps import NewestStamps, engine_steps
 from .exceptions import DeadLetter, PartialRequest
 from .input.batch import DecodedBatch, decode_batch, names_labels
 from .input.decode import Delete, Insert
@@ -51,28 +48,9 @@ from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
 from .output.releases import budget_header, release_headers, release_value, request_report
 from .replay_floor import ReplayFloor
-from .stored_forms import delta_payload, features_header, post_state, spec_changed
+from .stored_forms import delta_payload, features_header, spec_changed
 
 log = get_logger("olu.partition")
-
-
-class _NewestStamps:
-    """The newest Kafka timestamp of an insert stretch: the decoder's run's, or from the scan's
-    stamps (over the whole batch so far, in one pass, when deletes split it: the records before a
-    stretch moved event time already, so the figure is the same)."""
-
-    def __init__(self, batch: DecodedBatch):
-        self.batch, self.so_far = batch, None
-
-    def __call__(self, start: int, stop: int) -> int:
-        scan = self.batch.scan
-        if scan is None:
-            return self.batch.runs[start].newest_ts
-        if len(self.batch.stretches) == 1:
-            return scan.newest_ts(start, stop)
-        if self.so_far is None:
-            self.so_far = scan.newest_ts_so_far()
-        return int(self.so_far[stop - 1])
 
 
 class PartitionRunner:
@@ -147,7 +125,7 @@ class PartitionRunner:
                 is not None:
             out.clipped = {f.name: int(c) for f, c in zip(spec.fields, counts) if c}
         started = time.monotonic()
-        steps = self._steps(batch)
+        steps = engine_steps(batch, self.replay_deltas, self.settings)
         scan = batch.scan
         columns = None if scan is None else Columns(scan.X, scan.y, scan.keys, scan.accepted)
         applied = apply_batch(self.model, Batch(steps, columns, batch.subjects, self.settings.quality_metric))
@@ -167,34 +145,11 @@ class PartitionRunner:
             out.resume_at = self.next_offset
         return out
 
-    def _steps(self, batch: DecodedBatch) -> list:
-        """The batch as the engine's steps: a stretch of inserts each, a deletion request each (with
-        the post-noise state an earlier process stored for it, and whether its release follows it:
-        the batch's last possible delete releases for all of them, docs/worker.md 3.4)."""
-        steps, each = [], self.settings.deletion_releases == "each"
-        for start, stop, accepted in batch.stretches:
-            if accepted:
-                run = batch.runs.get(start)  # the Python decoder's; None: the scan's columns
-                steps.append(Learn(start, stop) if run is None else Learn(start, stop, run.X, run.y, run.ids, run.keys))
-                continue
-            for j in range(start, stop):
-                event = batch.events[j]
-                if isinstance(event, Insert):  # not expected (the runs mirror decode_event), never lost
-                    row = SparseRows.from_rows([event.x]) if self.settings.sparse_input else np.array([event.x])
-                    label = np.array([event.y], object if isinstance(event.y, str) else np.float64)  # a class name
-                    steps.append(Learn(j, j + 1, row, label, [event.id]))
-                elif isinstance(event, Delete):
-                    stored = self.replay_deltas.pop(batch.messages[j].offset() + 1, None)
-                    steps.append(Forget(j, tuple(event.ids), batch.keys.get(j),
-                                        None if stored is None else post_state(stored),
-                                        publish=each or j >= batch.last_candidate))
-        return steps
-
     def _walk(self, batch: DecodedBatch, answered, out: Outcome, started: float) -> None:
         """Bookkeeping after the engine applied the batch, message by message: positions, dead
         letters, deltas and the coalesced release, as if each had been applied in its turn."""
         messages, answered = batch.messages, iter(answered)
-        newest = _NewestStamps(batch)
+        newest = NewestStamps(batch)
         for start, stop, accepted in batch.stretches:
             if accepted:
                 self._learned(messages, start, stop, next(answered)[1], newest(start, stop), out)

@@ -382,7 +382,7 @@ def test_a_deletion_is_a_covered_no_op_that_changes_nothing_and_spends_nothing()
 def test_metrics_count_covered_deletions_and_follow_the_spend_of_inserts():
     from worker.stream.outcome import Outcome
 
-    class Runner:  # a RunnerView (worker/metrics.py)
+    class Runner:  # a RunnerView (worker/metrics/loop.py)
         topic, partition, released_version, prequential_loss = "olu.events", 0, None, None
         settings = next_offset = None
 

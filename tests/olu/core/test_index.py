@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.olu.core import index as index_module
-from worker.olu.core.index import AppliedIndex, merge_runs_reference
+from worker.olu.core import runs as runs_module
+from worker.olu.core.index import AppliedIndex
 from worker.olu.core.kernels import merge
+from worker.olu.core.runs import merge_runs_reference
 from worker.olu.core.tombstones import FILTER_BITS_PER_KEY, KeySet
 
 
@@ -347,7 +349,7 @@ def _reloaded(idx):
     tail = len(idx._tail_keys)
     copy._max_run, copy._tail_keys, copy._tail_steps = idx._max_run, copy._tail_keys[:tail].copy(), copy._tail_steps[:tail].copy()
     if copy._merging is not None:  # restarted with the slices of this test's size
-        copy._merging = index_module._PacedMerge(copy._merging.start, copy._merging.sources)
+        copy._merging = runs_module.PacedMerge(copy._merging.start, copy._merging.sources)
     return copy
 
 
@@ -358,8 +360,8 @@ def _reloaded(idx):
 def test_paced_merges_are_a_dict_and_a_replay_rebuilds_the_same_layout(operations):
     """Against a dict, with merges of many small slices; and an index reloaded from its
     snapshot at random points (mid-merge too) ends with exactly the uninterrupted layout."""
-    saved = index_module.MERGE_SLICE
-    index_module.MERGE_SLICE = 1
+    saved = runs_module.MERGE_SLICE
+    runs_module.MERGE_SLICE = 1
     try:
         plain, reloaded = AppliedIndex(tail_size=4, max_run=64), AppliedIndex(tail_size=4, max_run=64)
         expected, step, merging_seen = defaultdict(list), 0, False
@@ -383,11 +385,11 @@ def test_paced_merges_are_a_dict_and_a_replay_rebuilds_the_same_layout(operation
         if step > 40:
             assert merging_seen
     finally:
-        index_module.MERGE_SLICE = saved
+        runs_module.MERGE_SLICE = saved
 
 
 def test_a_paced_merge_spreads_its_slices_over_the_next_tail(monkeypatch):
-    monkeypatch.setattr(index_module, "MERGE_SLICE", 4)
+    monkeypatch.setattr(runs_module, "MERGE_SLICE", 4)
     idx, step = AppliedIndex(tail_size=16, max_run=1 << 20), 0
     for _ in range(4 * 16 + 1):  # four tails: the fifth add starts a merge of their four runs
         step += 1
@@ -407,7 +409,7 @@ def test_a_paced_merge_spreads_its_slices_over_the_next_tail(monkeypatch):
 
 
 def test_deletions_during_a_paced_merge_are_carried_into_the_merged_run(monkeypatch):
-    monkeypatch.setattr(index_module, "MERGE_SLICE", 2)
+    monkeypatch.setattr(runs_module, "MERGE_SLICE", 2)
     idx = AppliedIndex(tail_size=8, max_run=1 << 20)
     for step in range(1, 34):  # 4 runs of 8 and a merge started at step 33
         idx.add(step % 11 + 1, step)
@@ -441,7 +443,7 @@ def test_compiled_tail_sort_gives_the_lexsort_order(n):
     order = np.lexsort((steps, keys))
     out_keys, out_steps = merge.sort_tail(keys, steps)
     assert np.array_equal(out_keys, keys[order]) and np.array_equal(out_steps, steps[order])
-    got = index_module.sorted_tail(keys, steps)
+    got = runs_module.sorted_tail(keys, steps)
     assert np.array_equal(got[0], keys[order]) and np.array_equal(got[1], steps[order])
 
 
@@ -449,5 +451,5 @@ def test_clustered_keys_fall_back_to_numpy_sort():
     keys = np.arange(5000, 0, -1, dtype=np.uint64)  # all in the first bucket
     steps = np.arange(1, 5001, dtype=np.uint32)
     assert len(merge.sort_tail(keys, steps)[0]) == 0
-    got_keys, got_steps = index_module.sorted_tail(keys, steps)
+    got_keys, got_steps = runs_module.sorted_tail(keys, steps)
     assert np.array_equal(got_keys, keys[::-1]) and np.array_equal(got_steps, steps[::-1])

@@ -207,8 +207,8 @@ def test_a_record_applied_twice_is_left_to_the_one_by_one_path():
 def test_a_rotation_whose_standby_cannot_take_the_pass_changes_no_model(monkeypatch):
     """Both models' passes are prepared before either runs: where the standby's does not apply,
     the active model's index pops are undone and nothing changes in either model."""
-    from worker.olu import rotation as rotation_module
     from worker.olu.rotation import Rotation
+    from worker.olu.rotation import mixed as rotation_mixed
 
     rng = np.random.default_rng(8)
     model = Rotation(PassiveOLU, lifetime_events=4_000, dim=DIM, l2=0.01, radius=5.0, rho=1.0,
@@ -216,19 +216,19 @@ def test_a_rotation_whose_standby_cannot_take_the_pass_changes_no_model(monkeypa
     earlier = [f"r-{i}" for i in range(2_500)]
     model.learn_many(earlier, *_rows(rng, 2_500))  # a standby since event 2,000
     keys, X, y, spans, rows, names = _batch(model, rng, 0, earlier, n=300, deletes=6, pool=earlier[-6:])
-    real, asked = rotation_module.prepare_pass, []
+    real, asked = rotation_mixed.prepare_pass, []
 
     def standby_declines(m, *args):
         asked.append(m)
         return None if m is model.standby else real(m, *args)
 
-    monkeypatch.setattr(rotation_module, "prepare_pass", standby_declines)
+    monkeypatch.setattr(rotation_mixed, "prepare_pass", standby_declines)
     before = [m.export_state() for m in model.models]
     assert model.learn_and_unlearn(keys, X, y, spans, rows, [record_key(r) for r in names], names) is None
     assert asked == model.models  # the active's pass was prepared (its records popped), then undone
     for m, state in zip(model.models, before):
         _untouched(m, state)
-    monkeypatch.setattr(rotation_module, "prepare_pass", real)
+    monkeypatch.setattr(rotation_mixed, "prepare_pass", real)
     done = model.learn_and_unlearn(keys, X, y, spans, rows, [record_key(r) for r in names], names)
     assert done is not None and [d.outcome for d in done.deletions] == ["noised"] * 6
     assert all(len(m.ledger) == 6 for m in model.models)  # each model its own draw and charge

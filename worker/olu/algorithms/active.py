@@ -10,9 +10,9 @@ gamma* = (beta - mu)/(beta + mu) (docs/algorithms.md 4.1, docs/guarantee.md 1.2;
 - :class:`ActiveAnchor` (``"active-anchor"``): [P1] Algorithm 2, I_i single-example steps on one
   retained "anchor" example (docs/algorithms.md 6).
 
-OGD itself runs as in every model (``base.py``); Gamma^OGD_{u,tau} always comes from the public
-schedule, ``schedule.log_contraction(u, tau)`` (docs/calibration.md 3.2), never from [P0]'s
-gamma^(tau - u).
+OGD itself runs as in every model (``core/learning.py``); Gamma^OGD_{u,tau} always comes from the
+public schedule, ``schedule.log_contraction(u, tau)`` (docs/calibration.md 3.2), never from
+[P0]'s gamma^(tau - u).
 
 Privacy argument (docs/guarantee.md 3.4)
 --------------------------------------------------------------

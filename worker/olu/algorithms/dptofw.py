@@ -135,7 +135,7 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
     example_params = {"dp_horizon": 128}
     settings = {"dp_horizon": "dp_horizon"}
     use_kernel = False  # its own step (two gradients, a tree add, an LMO), not OGD
-    #: Privacy spend grows with learning, not only with deletions (read by worker/metrics.py).
+    #: Privacy spend grows with learning, not only with deletions (read by worker/metrics/loop.py).
     spends_on_learn = True
 
     def __init__(self, dim: int, *, dp_horizon: int = DEFAULT_HORIZON, calibration: str = "zcdp",

@@ -11,7 +11,7 @@ recent inserts. When the tail fills (65,536 entries) it is sorted into a new run
 similar size are merged four at a time (O(log n) runs, each entry rewritten log_4(n) times),
 never into a run above 2,097,152 entries. A removal marks the entry's position dead in its run
 (runs never change after they are built); a merge drops dead entries, and a run that is mostly
-dead is rewritten on its own.
+dead is rewritten on its own. The runs, and how they are merged, are runs.py's.
 
 **Paced merges.** When the tail fills during learning, a merge of four runs is not done on the
 spot (a million entries held the stream ~20 ms, 100+ ms on a busy machine). It is *started*, and
@@ -49,40 +49,29 @@ import re
 
 import numpy as np
 
+from .runs import (
+    PacedMerge,
+    Run,
+    checked_run,
+    merge_all,
+    merge_kernels,
+    merge_pair,
+    sorted_tail,
+    typed_list,
+)
+
 TAIL_SIZE = 1 << 16  # entries buffered before they become a run (768 KB)
 MAX_RUN = 1 << 21  # runs stop growing by merges here (24 MB; the largest merge stalls ~40 ms)
 # Runs merge MERGE_FANIN at a time once that many of one size tier exist. Each merge's output is a
 # new run a snapshot writes in full, so the fan-in sets the write amplification: an entry is
 # rewritten log_F(n / TAIL_SIZE) times (F = 2, a binary counter, wrote ~2x the bytes of F = 4).
 MERGE_FANIN = 4
-MERGE_SLICE = 1 << 14  # entries of the largest run per slice of a paced merge (~0.3 ms of work)
 _RUN_GROUP = re.compile(r"applied_run(\d+)")
 
 
 def step_overflow(step: int) -> OverflowError:
     """The error of a step that does not fit the index's uint32 steps (the epoch must restart)."""
     return OverflowError(f"step {step} does not fit the index (restart the epoch)")
-
-
-class Run:
-    """An immutable key-sorted array of (key, step) entries, with the positions removed since."""
-
-    __slots__ = ("keys", "steps", "dead")
-
-    def __init__(self, keys: np.ndarray, steps: np.ndarray, dead=()):
-        keys.flags.writeable = False  # shared with snapshots in flight: never changed in place
-        steps.flags.writeable = False
-        self.keys, self.steps, self.dead = keys, steps, set(dead)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @property
-    def live(self) -> int:
-        return len(self.keys) - len(self.dead)
-
-    def dead_positions(self) -> np.ndarray:
-        return np.array(sorted(self.dead), np.int64)
 
 
 class AppliedIndex:
@@ -104,7 +93,7 @@ class AppliedIndex:
         self._tail_holes = 0  # tail entries removed by a pop: key 0, dropped when the tail becomes a run
         self._max_run = max_run or MAX_RUN
         self._undo: list[tuple] = []  # what the pops since begin_pops removed (see undo_pop)
-        self._merging: _PacedMerge | None = None  # runs being merged a slice at a time
+        self._merging: PacedMerge | None = None  # runs being merged a slice at a time
         self._lookup_runs: tuple | None = None  # the runs ``_lookup_keys`` was built from
         self._lookup_keys = None
         self._hit_buffers = (np.empty(8, np.int64), np.empty(8, np.int64), np.empty(8, np.int64))
@@ -255,7 +244,7 @@ class AppliedIndex:
         the runs change (once per filled tail)."""
         runs = tuple(self.runs)
         if runs != self._lookup_runs:  # identity compare of the Run objects: ~0.3 us
-            self._lookup_keys = _typed_list([run.keys for run in runs])
+            self._lookup_keys = typed_list([run.keys for run in runs])
             self._lookup_runs = runs
 
     def begin_pops(self) -> None:
@@ -293,12 +282,12 @@ class AppliedIndex:
         if paced:
             start = self._mergeable(runs)
             if start is not None:
-                self._merging = _PacedMerge(start, runs[start:start + fanin])
+                self._merging = PacedMerge(start, runs[start:start + fanin])
             return
         while len(runs) >= fanin and _same_tier(runs[-fanin:]) and sum(r.live for r in runs[-fanin:]) <= self._max_run:
             group = runs[-fanin:]
             del runs[-fanin:]
-            runs.append(_merge_all(group))
+            runs.append(merge_all(group))
 
     def _mergeable(self, runs: list[Run]) -> int | None:
         """Where the next paced merge starts: the first four neighbouring runs, oldest first, of
@@ -378,7 +367,7 @@ class AppliedIndex:
         idx = cls()
         shared = shared or {}
         if "applied_keys" in arrays:  # state format 1: one sorted array, no tail
-            idx.runs = [_checked_run("applied", arrays["applied_keys"], arrays["applied_steps"], ())]
+            idx.runs = [checked_run("applied", arrays["applied_keys"], arrays["applied_steps"], ())]
             idx.runs = [r for r in idx.runs if len(r)]
             return idx
         numbers = []
@@ -390,8 +379,8 @@ class AppliedIndex:
             raise ValueError(f"applied index runs are not numbered 0..n-1: {sorted(numbers)}")
         for i in range(len(numbers)):
             group = shared[f"applied_run{i}"]
-            idx.runs.append(_checked_run(f"applied_run{i}", group["keys"], group["steps"],
-                                         arrays[f"applied_run{i}_dead"]))
+            idx.runs.append(checked_run(f"applied_run{i}", group["keys"], group["steps"],
+                                        arrays[f"applied_run{i}_dead"]))
         tail_keys = np.asarray(arrays["applied_tail_keys"], np.uint64)
         tail_steps = np.asarray(arrays["applied_tail_steps"], np.uint32)
         if tail_keys.shape != tail_steps.shape or tail_keys.ndim != 1 or len(tail_keys) > len(idx._tail_keys):
@@ -405,7 +394,7 @@ class AppliedIndex:
             start, count = (int(v) for v in np.asarray(arrays["applied_merging"], np.int64).reshape(2))
             if count != MERGE_FANIN or not 0 <= start <= len(idx.runs) - count:
                 raise ValueError(f"applied index merges runs {start}..{start + count - 1} of {len(idx.runs)}")
-            idx._merging = _PacedMerge(start, idx.runs[start:start + count])
+            idx._merging = PacedMerge(start, idx.runs[start:start + count])
         return idx
 
     @property
@@ -424,149 +413,6 @@ def _positions(count: int, first: int, buffer: np.ndarray) -> list[int]:
     return [] if count == 0 else [first] if count == 1 else buffer[:count].tolist()
 
 
-def _checked_run(name: str, keys, steps, dead) -> Run:
-    keys, steps = np.asarray(keys, np.uint64), np.asarray(steps, np.uint32)
-    dead = np.asarray(dead, np.int64)
-    if keys.shape != steps.shape or keys.ndim != 1:
-        raise ValueError(f"{name}: keys and steps must be 1-D and of equal length")
-    if len(keys) > 1 and not np.all(keys[1:] >= keys[:-1]):
-        raise ValueError(f"{name}: keys are not sorted")
-    if not steps.all():
-        raise ValueError(f"{name}: a zero step")
-    if (dead.ndim != 1 or (len(dead) and (dead.min() < 0 or dead.max() >= len(keys)))
-            or len(np.unique(dead)) != len(dead)):
-        raise ValueError(f"{name}: dead positions out of range or repeated")
-    return Run(keys, steps, dead.tolist())
-
-
 def _same_tier(runs: list[Run]) -> bool:
     """Runs of one tier: none more than twice the newest (dead entries shrink runs a little)."""
     return all(r.live <= 2 * runs[-1].live for r in runs)
-
-
-def _merge_all(runs: list[Run]) -> Run:
-    """One run from several, merged pairwise (oldest first among equal keys)."""
-    while len(runs) > 1:
-        pairs = [merge_pair(runs[i], runs[i + 1]) for i in range(0, len(runs) - 1, 2)]
-        runs = pairs + ([runs[-1]] if len(runs) % 2 else [])
-    return runs[0]
-
-
-def merge_pair(a: Run, b: Run | None) -> Run:
-    """One run with the live entries of ``a`` and ``b`` (``a`` first among equal keys)."""
-    from .kernels.merge import merge_runs  # on first use: importing numba takes ~0.2 s
-
-    empty_keys, empty_steps = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
-    no_dead = np.zeros(0, np.int64)
-    bk, bs, bd = (b.keys, b.steps, b.dead_positions()) if b is not None else (empty_keys, empty_steps, no_dead)
-    keys, steps = merge_runs(a.keys, a.steps, a.dead_positions(), bk, bs, bd)
-    return Run(keys, steps)
-
-
-def merge_runs_reference(ak, as_, adead, bk, bs, bdead):
-    """numpy form of ``kernels.merge_runs`` (tests compare them)."""
-    ka, sa = np.delete(ak, adead), np.delete(as_, adead)
-    kb, sb = np.delete(bk, bdead), np.delete(bs, bdead)
-    keys, steps = np.concatenate([ka, kb]), np.concatenate([sa, sb])
-    order = np.argsort(keys, kind="stable")
-    return keys[order], steps[order]
-
-
-def sorted_tail(keys: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The tail's entries in (key, step) order, new arrays: the compiled bucket sort, or numpy's
-    when the keys are too clustered for it (not record keys: tests and hand-made keys)."""
-    from .kernels.merge import sort_tail  # on first use: importing numba takes ~0.2 s
-
-    out = sort_tail(keys, steps)
-    if len(out[0]) == len(keys):
-        return out
-    order = _key_step_order(keys, steps)
-    return keys[order], steps[order]
-
-
-def _key_step_order(keys: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """The (key, step) order of the tail: numpy's quicksort on the keys (0.8 ms for a full tail,
-    where a lexsort takes 4.6 ms), unless two keys are equal (a record applied twice, or a hash
-    collision): then the lexsort, which orders them by step."""
-    order = np.argsort(keys)
-    ordered = keys[order]
-    if len(ordered) > 1 and (ordered[1:] == ordered[:-1]).any():
-        order = np.lexsort((steps, keys))
-    return order
-
-
-class _PacedMerge:
-    """Runs being merged into one, a key-range slice at a time (see the module doc).
-
-    The merged run holds every entry of the sources, dead ones included, in the order of
-    :func:`_merge_all` (by key; among equal keys, source by source and in position order), so
-    each slice is a merge of the sources' sub-ranges and the slices simply follow each other.
-    """
-
-    def __init__(self, start: int, sources: list[Run]):
-        self.start, self.sources = start, list(sources)
-        largest = max(sources, key=len)
-        slices = max(1, -(-len(largest) // MERGE_SLICE))
-        cuts = largest.keys[[len(largest) * k // slices for k in range(1, slices)]]
-        # bounds[i][k]: where slice k starts in source i (equal keys never straddle a cut)
-        self.bounds = [np.concatenate(([0], np.searchsorted(r.keys, cuts, "left"), [len(r)])) for r in sources]
-        total = sum(len(r) for r in sources)
-        self.keys, self.steps = np.empty(total, np.uint64), np.empty(total, np.uint32)
-        self.slices, self.done, self.filled = slices, 0, 0
-
-    def advance(self, fraction: float) -> None:
-        """Merge slices until ``fraction`` of them are done."""
-        due = min(self.slices, int(np.ceil(fraction * self.slices)))
-        while self.done < due:
-            self._merge_slice(self.done)
-            self.done += 1
-
-    def _merge_slice(self, k: int) -> None:
-        parts = [Run(r.keys[b[k]:b[k + 1]], r.steps[b[k]:b[k + 1]]) for r, b in zip(self.sources, self.bounds)]
-        merged = _merge_all(parts)
-        n = len(merged)
-        self.keys[self.filled:self.filled + n] = merged.keys
-        self.steps[self.filled:self.filled + n] = merged.steps
-        self.filled += n
-
-    def finish(self) -> Run:
-        """The merged run, with the dead marks of the sources as they are now."""
-        self.advance(1.0)
-        dead = []
-        for i, run in enumerate(self.sources):
-            positions = run.dead_positions()
-            if len(positions) == 0:
-                continue
-            keys = run.keys[positions]
-            earlier = sum(np.searchsorted(r.keys, keys, "right") - np.searchsorted(r.keys, keys, "left")
-                          for r in self.sources[:i])
-            within = positions - np.searchsorted(run.keys, keys, "left")
-            dead.append(np.searchsorted(self.keys, keys, "left") + earlier + within)
-        return Run(self.keys, self.steps, np.concatenate(dead).tolist() if dead else ())
-
-
-_MERGE_KERNELS = None
-
-
-def merge_kernels():
-    """kernels.merge, imported on first use (importing numba takes ~0.2 s), then one global read
-    (an import statement in a function costs ~1 us a call, and a deletion makes a dozen)."""
-    global _MERGE_KERNELS
-    if _MERGE_KERNELS is None:
-        from .kernels import merge
-
-        _MERGE_KERNELS = merge
-    return _MERGE_KERNELS
-
-
-def _typed_list(arrays: list[np.ndarray]):
-    """The arrays as a numba typed list (what ``find_key`` takes); [] holds no type, so an empty
-    index hands over one empty array."""
-    from numba.typed import List
-
-    return List(arrays or [frozen(np.zeros(0, np.uint64))])
-
-
-def frozen(keys: np.ndarray) -> np.ndarray:
-    keys.flags.writeable = False  # shared with snapshots in flight: never changed in place
-    return keys

@@ -25,9 +25,10 @@ changed nothing, and the caller takes the one-by-one path: a key inserted after 
 twice, or deleted twice, a record applied more than once, an index tail that would fill inside
 the pass (its merge would see the pops early), a step before the schedule's closed form, an
 accountant that could refuse a charge (or whose sigma is not shift times a multiplier:
-``per-request``), or any model but a plain passive one. A rotation (worker/olu/rotation.py) runs
-the pass on each of its models, all of them prepared (phase 1) before any runs, so that one whose
-pass does not apply leaves every model as it was (:meth:`Pass.cancel`).
+``per-request``), or any model but a plain passive one. A rotation
+(worker/olu/rotation/mixed.py) runs the pass on each of its models, all of them prepared (phase 1)
+before any runs, so that one whose pass does not apply leaves every model as it was
+(:meth:`Pass.cancel`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .index import frozen, merge_kernels
+from .runs import frozen, merge_kernels
 
 RECENT_KEYS = 1 << 14  # tombstones added before they are merged into the base (128 KB): see KeySet
 FILTER_BITS_PER_KEY = 16  # the filter's bits a key at its fullest (~1.5% of absent keys pass it then)

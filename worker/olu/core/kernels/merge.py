@@ -13,7 +13,7 @@ def merge_runs(ak, as_, adead, bk, bs, bdead):
     """Merge two key-sorted runs of the applied index, skipping their dead positions (sorted).
 
     Among equal keys the entries of ``a`` come first, each run's own order kept; the numpy
-    reference is ``index.merge_runs_reference``. Returns (keys, steps). Between dead positions the
+    reference is ``runs.merge_runs_reference``. Returns (keys, steps). Between dead positions the
     choice is a select, not a branch (random keys mispredict half the branches): ~2x faster.
     """
     n = ak.shape[0] - adead.shape[0] + bk.shape[0] - bdead.shape[0]

@@ -8,8 +8,9 @@ import numpy as np
 
 from ....compiled.blake2b import blake2b64_many
 from ..domain import FeatureBound
-from ..index import AppliedIndex, Run, merge_pair
+from ..index import AppliedIndex
 from ..losses import Logistic, Ridge
+from ..runs import Run, merge_pair
 from ..tombstones import KeySet
 from .ingest import checked_rows, ingest_batch
 from .mixed_pass import plan_pass, run_mixed
