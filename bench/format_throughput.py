@@ -86,7 +86,9 @@ def main(argv=None) -> int:
     args = h.arguments(ap, argv, quick="2,000 records per format, 2 repetitions")
     if args.quick:
         args.n, args.repeat = min(args.n, 2_000), min(args.repeat, 2)
-    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import MockSchemaRegistryClient
+    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
+        MockSchemaRegistryClient,
+    )
 
     info = h.machine()
     print(h.machine_line(info))

@@ -30,13 +30,18 @@ from .produce import PRODUCE_OPTIONS  # noqa: E402
 from .produce import add_parser as add_produce_parser  # noqa: E402
 
 log = get_logger("olu.cli")
-UNIT_REQUIRED = ("OLU_PRIVACY_UNIT (--privacy-unit) is required: per-request protects each deletion request on its "
-                 "own (its noise fades as the stream grows), all-deletions protects every deleted record together "
-                 "(its noise grows with the share deleted, often near chance); `olu-worker plan` shows what each "
-                 "costs on your events")
+UNIT_REQUIRED = (
+    "OLU_PRIVACY_UNIT (--privacy-unit) is required: per-request protects each deletion request on "
+    "its "
+    "own (its noise fades as the stream grows), all-deletions protects every deleted record "
+    "together "
+    "(its noise grows with the share deleted, often near chance); `olu-worker plan` shows what "
+    "each "
+    "costs on your events")
 DEMO_OPTIONS = ("events", "delete_rate", "seed", "json", "state_dir")
 #: The settings ``demo --help`` lists (every other one of ``run`` is accepted, unlisted).
-DEMO_SHOWN_SETTINGS = ("bootstrap_servers", "privacy_unit", "target_epsilon", "algorithm", "rotation",
+DEMO_SHOWN_SETTINGS = ("bootstrap_servers", "privacy_unit", "target_epsilon", "algorithm",
+                       "rotation",
                        "dim", "input_format", "schema_registry_url")
 
 
@@ -53,8 +58,10 @@ def _start(settings, command: str):
     try:
         port = health.start()
     except OSError as exc:  # the port is taken, or the host is not this machine's
-        raise ConfigError(f"OLU_HTTP_PORT (--http-port) {settings.http_port} on {settings.http_host}: cannot listen "
-                          f"({exc.strerror or exc}); choose another port, or 0 for any free one") from None
+        raise ConfigError(
+            f"OLU_HTTP_PORT (--http-port) {settings.http_port} on {settings.http_host}: cannot "
+            "listen "
+            f"({exc.strerror or exc}); choose another port, or 0 for any free one") from None
     log.info("http listening", extra={"port": port, "paths": ["/metrics", "/healthz", "/readyz"]})
     return metrics, health
 
@@ -68,30 +75,35 @@ def _is_config_error(exc) -> bool:
 
 
 def _refused(exc) -> ConfigError:
-    return ConfigError(f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / "
-                       "--kafka key=value pass librdkafka properties as they are)")
+    return ConfigError(
+        f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / "
+        "--kafka key=value pass librdkafka properties as they are)")
 
 
 def run(args, _opts) -> int:
     from .stream.app import Worker
 
     settings = load_settings(args, command="run")
-    if settings.origin("privacy_unit") == "default":  # the one choice no default can make for an operator
+    if settings.origin("privacy_unit") == "default":
+        # the one choice no default can make for an operator
         raise ConfigError(UNIT_REQUIRED)
     metrics, health = _start(settings, "run")
     from .planning.startup import unit_warning
 
-    if (warning := unit_warning(settings)) is not None:  # a near-chance model, said before it happens
+    if (warning := unit_warning(settings)) is not None:
+        # a near-chance model, said before it happens
         log.warning(warning, extra={"privacy_unit": settings.privacy_unit,
                                     "expected_deletion_rate": settings.expected_deletion_rate})
     try:
         Worker(settings, metrics, health).run()
-    except ConfigError:  # found at start (a release larger than the params topic takes): exit 2, named
+    except ConfigError:
+        # found at start (a release larger than the params topic takes): exit 2, named
         raise
     except Exception as exc:  # one structured line an operator can alert on, then exit non-zero
         if _is_config_error(exc):
             raise _refused(exc) from None
-        log.critical("worker failed", exc_info=True, extra={"error": str(exc), "error_type": type(exc).__name__})
+        log.critical("worker failed", exc_info=True,
+                     extra={"error": str(exc), "error_type": type(exc).__name__})
         return 1
     finally:
         health.stop()
@@ -106,7 +118,8 @@ def demo(args, opts) -> int:
     if opts.events < 1:
         raise ConfigError(f"--events must be a whole number >= 1, got {opts.events}")
     if not 0.0 <= opts.delete_rate < 1.0:
-        raise ConfigError(f"--delete-rate must be a share of events in [0, 1), got {opts.delete_rate:g}")
+        raise ConfigError(
+            f"--delete-rate must be a share of events in [0, 1), got {opts.delete_rate:g}")
     olu_env = _olu_env()
     d.check_format(args.input_format or olu_env.get("OLU_INPUT_FORMAT", "json"),
                    args.schema_registry_url or olu_env.get("OLU_SCHEMA_REGISTRY_URL"))
@@ -117,7 +130,8 @@ def demo(args, opts) -> int:
     state_dir = opts.state_dir or d.new_state_dir()  # a temporary one is removed at the end
     # The interactive view: warnings only, as text lines, so the progress line stays readable.
     view = {} if opts.json else {"OLU_LOG_FORMAT": "text", "OLU_LOG_LEVEL": "WARNING"}
-    env = {**d.demo_env(bootstrap, state_dir), **view, **olu_env, **(d.own_names() if given else {})}
+    env = {**d.demo_env(bootstrap, state_dir), **view, **olu_env,
+           **(d.own_names() if given else {})}
     settings = load_settings(args, env, command="demo")
     if given:
         d.create_topics(bootstrap, settings)
@@ -125,10 +139,12 @@ def demo(args, opts) -> int:
     partitions = d.input_partitions(bootstrap, settings.input_topics[0])
     scores = DemoScores(settings, partitions, opts.seed)  # the released models beside plain OGD
     worker = Worker(settings, metrics, health)
-    produced = d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed, partitions,
+    produced = d.start_producer(bootstrap, settings, opts.events, opts.delete_rate, opts.seed,
+                                partitions,
                                 observe=scores.observe, consumed=lambda: worker.events)
     if not opts.json:
-        print("starting: the first run compiles the numeric kernels (10 to 30 s), later runs load them",
+        print("starting: the first run compiles the numeric kernels (10 to 30 s), later runs load "
+              "them",
               file=sys.stderr, flush=True)
         threading.Thread(target=_progress, args=(worker, opts.events, scores), daemon=True).start()
     started = time.monotonic()
@@ -138,16 +154,20 @@ def demo(args, opts) -> int:
         health.stop()
     elapsed = time.monotonic() - started
     partitions = d.partition_summary(worker)
-    report = {"events": summary.get("events", 0), "events_applied": sum(p["t"] for p in partitions.values()),
+    report = {"events": summary.get("events", 0),
+              "events_applied": sum(p["t"] for p in partitions.values()),
               "deletions_honoured": summary.get("deletions_honoured", 0),
-              "releases": summary.get("releases", 0), "dead_letters": summary.get("dead_letters", 0),
+              "releases": summary.get("releases", 0),
+              "dead_letters": summary.get("dead_letters", 0),
               "seconds": round(elapsed, 3), "state_dir": state_dir if opts.state_dir else None,
               "broker": "embedded mock cluster" if holder is not None else bootstrap,
               "topics": {"input": settings.input_topics[0], "params": settings.params_topic,
                          "dead_letters": settings.dlq_topic},
               "partitions": {k: {"unit": v["unit"], "epsilon": v["epsilon"], "delta": v["delta"],
-                                 "target_epsilon": v["target_epsilon"], "rho": v["rho"], "requests": v["requests"],
-                                 "budget_used": v["budget_used"], "deletions": v["deletions"], "t": v["t"],
+                                 "target_epsilon": v["target_epsilon"], "rho": v["rho"],
+                                 "requests": v["requests"],
+                                 "budget_used": v["budget_used"], "deletions": v["deletions"],
+                                 "t": v["t"],
                                  "offset": v["offset"]}
                              for k, v in partitions.items()}}
     produced.wait(60)
@@ -162,8 +182,10 @@ def demo(args, opts) -> int:
     if opts.state_dir is None:
         shutil.rmtree(state_dir, ignore_errors=True)
     if given and not opts.json:
-        print(f"  topics kept on {bootstrap}: {settings.input_topics[0]}, {settings.params_topic} (try "
-              f"olu-worker follow --bootstrap-servers {bootstrap} --topic {settings.params_topic} --once), "
+        print(f"  topics kept on {bootstrap}: {settings.input_topics[0]}, {settings.params_topic} "
+              "(try "
+              f"olu-worker follow --bootstrap-servers {bootstrap} --topic {settings.params_topic} "
+              "--once), "
               f"{settings.dlq_topic}")
     return 0
 
@@ -175,19 +197,23 @@ def _olu_env() -> dict[str, str]:
 
 
 def _progress(worker, target: int, scores) -> None:
-    if not sys.stderr.isatty():  # a pipe or a file: no line rewritten in place (the summary says it all)
+    if not sys.stderr.isatty():
+        # a pipe or a file: no line rewritten in place (the summary says it all)
         return
     while not worker.stopping.is_set() and worker.events < target:
         s = worker.summary
-        print(f"\r{worker.events:>9,}/{target:,} events  {s.get('deletions_honoured', 0):>6,} deletions honoured  "
+        print(f"\r{worker.events:>9,}/{target:,} events  {s.get('deletions_honoured', 0):>6,} "
+              "deletions honoured  "
               f"{s.get('releases', 0):>6,} releases  {s.get('dead_letters', 0):>4,} dead letters"
-              f"{_quality_line(scores.report(dict(worker.latest_release)))}", end="", file=sys.stderr, flush=True)
+              f"{_quality_line(scores.report(dict(worker.latest_release)))}", end="",
+              file=sys.stderr, flush=True)
         time.sleep(0.5)
     print(file=sys.stderr)
 
 
 def _quality_line(q: dict) -> str:
-    """The released models' score beside plain OGD's, as the progress line and the report show it."""
+    """The released models' score beside plain OGD's, as the
+    progress line and the report show it."""
     if q["released"] is None or q["plain_ogd"] is None:
         return ""
     if q["metric"] == "accuracy":
@@ -198,16 +224,21 @@ def _quality_line(q: dict) -> str:
 def _print_report(report: dict, worker) -> None:
     from .stream.demo import DEMO_PRIVACY_UNIT
 
-    print(f"{report['events']:,} events in {report['seconds']:.1f}s: {report['deletions_honoured']:,} deletions "
+    print(f"{report['events']:,} events in {report['seconds']:.1f}s: "
+          f"{report['deletions_honoured']:,} deletions "
           f"honoured, {report['releases']:,} releases, {report['dead_letters']:,} dead letters")
     unit = next(iter(report["partitions"].values()), {}).get("unit")
     if unit == DEMO_PRIVACY_UNIT:
-        print(f"  privacy unit {unit} (the demo's default): each deletion request is protected on its own; "
-              "--privacy-unit all-deletions protects every deleted record together, at a larger noise")
+        print(f"  privacy unit {unit} (the demo's default): each deletion request is protected on "
+              "its own; "
+              "--privacy-unit all-deletions protects every deleted record together, at a larger "
+              "noise")
     s = worker.settings
     if s.origin("rotation") == "unit default":  # why the model renews itself, said once
-        print(f"  the model is renewed every {s.model_lifetime_events // 2:,} events ({s.rotation_variant} rotation, "
-              f"lifetime {s.model_lifetime_events:,}: the defaults under {s.privacy_unit}), so a subject's "
+        print(f"  the model is renewed every {s.model_lifetime_events // 2:,} events "
+              f"({s.rotation_variant} rotation, "
+              f"lifetime {s.model_lifetime_events:,}: the defaults under {s.privacy_unit}), so a "
+              "subject's "
               "deletion never leaves noise in the releases for long")
     for name, p in report["partitions"].items():
         print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} {_guarantee(p)}")
@@ -219,7 +250,8 @@ def _print_report(report: dict, worker) -> None:
         else:  # the largest weights, by the spec's names
             top = sorted(range(len(names)), key=lambda i: -abs(value["weights"][i]))[:4]
             weights = ", ".join(f"{names[i]}={value['weights'][i]:+.3f}" for i in top)
-        print(f"  latest release {topic}/{partition} v{value['version']} ({release.trigger}): [{weights}, ...]")
+        print(f"  latest release {topic}/{partition} v{value['version']} ({release.trigger}): "
+              f"[{weights}, ...]")
     q = report["quality"]
     noise = [v for v in q["noise_to_signal_by_partition"].values() if v is not None]
     print(f" {_quality_line(q)} on fresh points of the demo's rule"
@@ -234,31 +266,41 @@ def _guarantee(p: dict) -> str:
     target = (f"target epsilon {p['target_epsilon']:g}" if p.get("target_epsilon") is not None
               else f"rho {p['rho']:g}")
     if p["unit"] == "per-request":
-        return (f"unit per-request: each of {p['requests']:,} requests has epsilon={p['epsilon']:.3f} "
+        return (f"unit per-request: each of {p['requests']:,} requests has "
+                f"epsilon={p['epsilon']:.3f} "
                 f"(delta={p['delta']:g}; {target})")
-    return (f"unit all-deletions: epsilon={p['epsilon']:.3f} (delta={p['delta']:g}; {target}) for every deleted "
+    return (f"unit all-deletions: epsilon={p['epsilon']:.3f} (delta={p['delta']:g}; {target}) for "
+            "every deleted "
             f"record together, budget used={p['budget_used']:.3f}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="olu-worker", description="Kafka worker that learns and unlearns "
+    parser = argparse.ArgumentParser(prog="olu-worker",
+                                     description="Kafka worker that learns and unlearns "
                                      "online with certified privacy guarantees.")
     parser.add_argument("--version", action="version", version=f"olu-worker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="consume, learn, unlearn, snapshot and release (settings: flags or OLU_*)")
+    r = sub.add_parser(
+        "run", help="consume, learn, unlearn, snapshot and release (settings: flags or OLU_*)")
     add_arguments(r)
     r.set_defaults(func=run)
-    d = sub.add_parser("demo", help="the worker on embedded defaults: in-process Kafka, local state, "
+    d = sub.add_parser("demo",
+                       help="the worker on embedded defaults: in-process Kafka, local state, "
                                     "synthetic stream with deletions",
-                       description="The worker on embedded defaults: librdkafka's in-process mock cluster (or "
-                                   "--bootstrap-servers), a temporary state directory and a synthetic stream "
-                                   "with deletions; at the end, the released models' accuracy beside plain "
-                                   "OGD's. Every setting of `olu-worker run` is accepted too (flags or OLU_*; "
+                       description="The worker on embedded defaults: librdkafka's in-process mock "
+                       "cluster (or "
+                                   "--bootstrap-servers), a temporary state directory and a "
+                                   "synthetic stream "
+                                   "with deletions; at the end, the released models' accuracy "
+                                   "beside plain "
+                                   "OGD's. Every setting of `olu-worker run` is accepted too "
+                                   "(flags or OLU_*; "
                                    "see olu-worker run --help); the main ones are listed below.")
     d.add_argument("--events", type=int, default=50_000, help="stop after N events (default 50000)")
     d.add_argument("--delete-rate", type=float, default=0.01,
                    help="share of events that are deletes, in [0, 1) (default 0.01)")
-    d.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (never of the noise)")
+    d.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthetic data (never of the noise)")
     d.add_argument("--json", action="store_true", help="print a final JSON summary on stdout")
     d.add_argument("--state-dir", help="where snapshots go (default: a new temporary directory)")
     d.add_argument("--features", "--features-file", dest="features_file", metavar="FILE",
@@ -280,12 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func = args.__dict__.pop("func")
     args.__dict__.pop("command", None)
-    opts = argparse.Namespace(**{k: args.__dict__.pop(k) for k in DEMO_OPTIONS + PLAN_OPTIONS + PRODUCE_OPTIONS
-                                 if k in args.__dict__})
+    opts = argparse.Namespace(
+        **{k: args.__dict__.pop(k) for k in DEMO_OPTIONS + PLAN_OPTIONS + PRODUCE_OPTIONS
+           if k in args.__dict__})
     try:
         try:
             return func(args, opts)
-        except Exception as exc:  # every command that builds a Kafka client: a refused property is one line
+        except Exception as exc:
+            # every command that builds a Kafka client: a refused property is one line
             if _is_config_error(exc):
                 raise _refused(exc) from None
             raise

@@ -1,8 +1,8 @@
 """``olu-worker follow``: print the released parameter versions as they arrive.
 
     olu-worker follow --bootstrap-servers broker:9092 --topic olu.params
-    olu-worker follow --json --once                       # catch up, one JSON line per version, exit
-    olu-worker follow --predict "0.1,0.2,0.3"             # and a prediction after each update
+    olu-worker follow --json --once                       # catch up, one JSON line per version,
+    exit olu-worker follow --predict "0.1,0.2,0.3"             # and a prediction after each update
     olu-worker follow --predict '{"age": 41, "plan": "pro"}'  # a raw record, under a feature spec
 
 One line per accepted new version on stdout (a JSON object with ``--json``: the release record
@@ -57,28 +57,38 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     other subcommands of :mod:`worker.cli`).
     """
     p = subparsers.add_parser(
-        "follow", help="follow the parameter topic: print each new released version (and predictions)",
-        description="Subscribe to the parameter topic, keep the latest version of every input partition's "
-                    "model and print each new one. Invalid records are reported on stderr and skipped.")
+        "follow",
+        help="follow the parameter topic: print each new released version (and predictions)",
+        description="Subscribe to the parameter topic, keep the latest version of every input "
+        "partition's "
+                    "model and print each new one. Invalid records are reported on stderr and "
+                    "skipped.")
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT",
-                   help="Kafka bootstrap servers (default: $OLU_KAFKA_BOOTSTRAP_SERVERS or $KAFKA_BOOTSTRAP_SERVERS)")
+                   help="Kafka bootstrap servers (default: $OLU_KAFKA_BOOTSTRAP_SERVERS or "
+                   "$KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic", default=None,
                    help=f"parameter topic (default: $OLU_PARAMS_TOPIC or {PARAMS_TOPIC})")
     p.add_argument("--group-id", default=None,
-                   help="consumer group (default: a new one, so every partition is read; subscribers sharing "
+                   help="consumer group (default: a new one, so every partition is read; "
+                   "subscribers sharing "
                         "a group split the partitions)")
     p.add_argument("--model", default=None, help="only releases of this model name")
-    p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"), default="read_committed",
-                   help="isolation level (default read_committed: never show releases of aborted transactions)")
+    p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),
+                   default="read_committed",
+                   help="isolation level (default read_committed: never show releases of aborted "
+                   "transactions)")
     p.add_argument("--json", action="store_true", help="one JSON object per accepted new version")
     p.add_argument("--predict", metavar="X1,X2,...",
-                   help="features, or a raw JSON record under a feature spec: after each update, print the "
-                        "prediction of the averaged model of that update's input topic (probability for "
+                   help="features, or a raw JSON record under a feature spec: after each update, "
+                   "print the "
+                        "prediction of the averaged model of that update's input topic "
+                        "(probability for "
                         "logistic, w.x for ridge, the most probable class for softmax)")
     p.add_argument("--partition", type=int, default=None,
                    help="with --predict: use this input partition's model instead of the average")
     p.add_argument("--once", action="store_true",
-                   help="exit after catching up (every partition read to its end); exit 1 on --timeout")
+                   help="exit after catching up (every partition read to its end); exit 1 on "
+                   "--timeout")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (with --once: give up catching up, exit 1)")
     p.add_argument("--kafka", action="append", default=None, metavar="KEY=VALUE",
@@ -146,7 +156,8 @@ def _text_line(release: ModelRelease, prediction: float | str | int | None,
     p = release.privacy
     line = (f"{release.topic}/{release.partition} v{release.version} model={release.model} "
             f"algorithm={release.algorithm} t={release.t} deletions={release.deletions} "
-            f"unit={p.get('unit', 'all-deletions')} epsilon={p['epsilon']:.4g} budget_used={p['budget_used']:.2%}")
+            f"unit={p.get('unit', 'all-deletions')} epsilon={p['epsilon']:.4g} "
+            f"budget_used={p['budget_used']:.2%}")
     if release.classes is not None:  # softmax: the labels, and the K x d shape of the weights
         shown = ",".join(str(c) for c in release.classes[:_SHOWN_CLASSES])
         more = ",..." if len(release.classes) > _SHOWN_CLASSES else ""
@@ -160,7 +171,8 @@ def _text_line(release: ModelRelease, prediction: float | str | int | None,
     if release.feature_names is not None:  # the strongest weights, by the spec's names
         line += " weights: " + _largest_weights(release)
     if prediction is not None:
-        line += f" prediction={prediction:.6g}" if isinstance(prediction, float) else f" prediction={prediction}"
+        line += f" prediction={prediction:.6g}" if isinstance(prediction,
+                                                              float) else f" prediction={prediction}"
     if probability is not None:
         line += f" (p={probability:.4g})"
     return line
@@ -176,7 +188,8 @@ def _largest_weights(release: ModelRelease) -> str:
 
     order = sorted(range(len(weights)), key=lambda i: -abs(weights[i]))[:_SHOWN_WEIGHTS]
     text = " ".join(f"{name(i)}={weights[i]:+.3g}" for i in order)
-    return text + (f" (largest {_SHOWN_WEIGHTS} of {len(weights)})" if len(weights) > _SHOWN_WEIGHTS else "")
+    return text + (f" (largest {_SHOWN_WEIGHTS} of {len(weights)})" if len(weights) > _SHOWN_WEIGHTS
+                   else "")
 
 
 def _request_text(request) -> str:
@@ -189,7 +202,8 @@ def _request_text(request) -> str:
     return text + f" duplicates={request['duplicates']}"
 
 
-def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, stdout: TextIO | None = None,
+def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *,
+           stdout: TextIO | None = None,
            stderr: TextIO | None = None, stop: threading.Event | None = None) -> int:
     """Run ``olu-worker follow`` with parsed arguments; returns the exit code.
 
@@ -213,9 +227,11 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
     partition = option("partition")
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    bootstrap = option("bootstrap_servers") or next((os.environ[n] for n in BOOTSTRAP_ENV if os.environ.get(n)), None)
+    bootstrap = option("bootstrap_servers") or next(
+        (os.environ[n] for n in BOOTSTRAP_ENV if os.environ.get(n)), None)
     if not bootstrap:
-        print("olu-worker follow: --bootstrap-servers (or OLU_KAFKA_BOOTSTRAP_SERVERS) is required", file=err)
+        print("olu-worker follow: --bootstrap-servers (or OLU_KAFKA_BOOTSTRAP_SERVERS) is required",
+              file=err)
         return 2
     topic = option("topic") or os.environ.get("OLU_PARAMS_TOPIC") or PARAMS_TOPIC
     try:
@@ -226,7 +242,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
         return 2
 
     def invalid(exc: InvalidRelease, msg) -> None:
-        print(f"olu-worker follow: skipped record {_where(msg)}: {exc.reason}: {exc}", file=err, flush=True)
+        print(f"olu-worker follow: skipped record {_where(msg)}: {exc.reason}: {exc}", file=err,
+              flush=True)
 
     kafka_log = _kafka_log(err)
 
@@ -235,7 +252,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
 
     try:
         sub = ParamsSubscriber(bootstrap, topic, group_id=option("group_id"),
-                               isolation=option("isolation", "read_committed"), extra_config=extra_config,
+                               isolation=option("isolation", "read_committed"),
+                               extra_config=extra_config,
                                model=option("model"), on_invalid=invalid, on_error=kafka_error,
                                schema_registry=option("schema_registry_url")
                                or os.environ.get("OLU_SCHEMA_REGISTRY_URL") or None)
@@ -251,23 +269,27 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
         probabilities: dict | None = None  # softmax: every class's, in class order
         if features is not None:
             if isinstance(features, dict) and release.features is None:
-                wrong_features.append(f"--predict is a record, but the model of {release.topic}/{release.partition} "
-                                      "has no feature spec: give its features as numbers")
+                wrong_features.append(
+                    f"--predict is a record, but the model of {release.topic}/{release.partition} "
+                    "has no feature spec: give its features as numbers")
                 return
             if not isinstance(features, dict) and len(features) != release.dim:
-                wrong_features.append(f"--predict has {len(features)} features, the model of {release.topic}/"
-                                      f"{release.partition} has {release.dim}")
+                wrong_features.append(
+                    f"--predict has {len(features)} features, the model of {release.topic}/"
+                    f"{release.partition} has {release.dim}")
                 return
             try:
                 prediction = sub.predict(features, partition=partition, topic=release.topic)
                 if release.classes is not None:
-                    probabilities = sub.predict_proba(features, partition=partition, topic=release.topic)
+                    probabilities = sub.predict_proba(features, partition=partition,
+                                                      topic=release.topic)
             except BadFeature as bad:
                 wrong_features.append(f"--predict: {bad.detail}")
                 return
             except (LookupError, ValueError) as exc:
                 prediction = None
-                print(f"olu-worker follow: no prediction for {release.topic}: {exc}", file=err, flush=True)
+                print(f"olu-worker follow: no prediction for {release.topic}: {exc}", file=err,
+                      flush=True)
         if as_json:
             record = release.to_dict()
             if features is not None:
@@ -295,7 +317,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 if once:
-                    print(f"olu-worker follow: not caught up with {topic} after {timeout:g} s", file=err)
+                    print(f"olu-worker follow: not caught up with {topic} after {timeout:g} s",
+                          file=err)
                     return 1
                 return 0
             wait = 0.5 if remaining is None else max(0.0, min(0.5, remaining))
@@ -314,7 +337,8 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *, 
         sub.close()
         s = sub.stats
         if s["invalid"] or s["conflicts"]:
-            print(f"olu-worker follow: {s['accepted']} versions accepted, {s['invalid']} invalid and "
+            print(f"olu-worker follow: {s['accepted']} versions accepted, {s['invalid']} invalid "
+                  "and "
                   f"{s['conflicts']} conflicting records skipped", file=err)
 
 

@@ -60,7 +60,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200 if alive else 503, text.encode(), head=head)
             elif path == "/readyz":
                 ready = health.ready
-                self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n", head=head)
+                self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n",
+                           head=head)
             else:
                 self._send(404, b"not found\n", head=head)
         except (BrokenPipeError, ConnectionResetError):
@@ -125,7 +126,8 @@ class HealthServer:
         self._server = _Server((self.host, self.port), handler)
         self.port = self._server.server_address[1]
         self._last_beat = self._clock()
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2},
                                         name=f"olu-http-{self.port}", daemon=True)
         self._thread.start()
         return self.port

@@ -43,10 +43,12 @@ class RepeatLimiter(logging.Filter):
     without such a line the next one starts a new episode and is shown at once (a new outage):
     ``quiet`` exceeds librdkafka's longest reconnect backoff (10 s), so one outage stays one."""
 
-    def __init__(self, first_gap: float = 1.0, max_gap: float = 60.0, quiet: float = 15.0, clock=time.monotonic):
+    def __init__(self, first_gap: float = 1.0, max_gap: float = 60.0, quiet: float = 15.0,
+                 clock=time.monotonic):
         super().__init__()
         self.first_gap, self.max_gap, self.quiet, self.clock = first_gap, max_gap, quiet, clock
-        self._seen: dict[tuple, list] = {}  # shape -> [next report due, window, held back, last seen]
+        # shape -> [next report due, window, held back, last seen]
+        self._seen: dict[tuple, list] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         now = self.clock()
@@ -64,8 +66,9 @@ class RepeatLimiter(logging.Filter):
         state[1] = min(2 * state[1], self.max_gap)
         state[0] = now + state[1]
         if held:
-            record.msg, record.args = (f"{message} ({held} more like it held back; next report within "
-                                       f"{state[1]:g} s)"), None
+            record.msg, record.args = (
+                f"{message} ({held} more like it held back; next report within "
+                f"{state[1]:g} s)"), None
         return True
 
 

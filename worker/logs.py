@@ -4,7 +4,8 @@ A JSON line holds ``ts`` (RFC 3339, UTC, milliseconds), ``level``, ``logger``, `
 passed with ``extra={...}``, and ``exc`` with the traceback when there is one::
 
     log.info("partition assigned", extra={"topic": "olu.events", "partition": 3, "offset": 1200})
-    {"ts":"2025-01-01T12:00:00.000Z","level":"INFO","logger":"olu.worker","msg":"partition assigned",...}
+    {"ts":"2025-01-01T12:00:00.000Z","level":"INFO","logger":"olu.worker","msg":"partition
+    assigned",...}
 
 PRIVACY: never log a record's features, labels or ids, nor any noise vector, noise seed or
 pre-noise state (docs/worker.md 4.1). Log topics, partitions, offsets, counts, reason codes and
@@ -22,7 +23,8 @@ import orjson
 __all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "get_logger"]
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime",
+                                                                              "taskName"}
 _CORE = ("ts", "level", "logger", "msg")
 _HANDLER_MARK = "_olu_handler"
 
@@ -32,7 +34,8 @@ def _rfc3339(created: float) -> str:
     >>> _rfc3339(0.0)
     '1970-01-01T00:00:00.000Z'
     """
-    return datetime.fromtimestamp(created, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(created,
+                                  tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _extras(record: logging.LogRecord) -> dict:
@@ -85,7 +88,8 @@ class JsonFormatter(logging.Formatter):
             entry["stack"] = self.formatStack(record.stack_info)
         try:
             return _dumps(entry)
-        except TypeError:  # e.g. an int beyond 64 bits: keep the line, stringify the fields that fail
+        except TypeError:
+            # e.g. an int beyond 64 bits: keep the line, stringify the fields that fail
             return _dumps({k: _field(v) for k, v in entry.items()})
 
 
@@ -115,7 +119,8 @@ def configure_logging(level: str | int = "INFO", fmt: str = "json", stream=None)
     if isinstance(level, str):
         name = level.strip().upper()
         if name not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise ValueError(f"log level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {level!r}")
+            raise ValueError(
+                f"log level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {level!r}")
         level = getattr(logging, name)
     root = logging.getLogger()
     for handler in list(root.handlers):

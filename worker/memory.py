@@ -36,4 +36,5 @@ def fix_malloc_thresholds() -> bool:
     except (OSError, AttributeError):  # musl, macOS: no mallopt, and no dynamic threshold to pin
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES))
+    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES)) and bool(
+        mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES))

@@ -33,27 +33,36 @@ __all__ = ["PRODUCE_OPTIONS", "add_parser", "produce"]
 #: This command's own options (worker/cli.py moves them out of the settings' namespace).
 PRODUCE_OPTIONS = ("file", "generate", "poison")
 #: The settings ``produce --help`` lists; every other setting of ``run`` is accepted unlisted.
-SHOWN_SETTINGS = ("bootstrap_servers", "input_topics", "input_format", "schema_registry_url", "dim", "kafka")
+SHOWN_SETTINGS = ("bootstrap_servers", "input_topics", "input_format", "schema_registry_url", "dim",
+                  "kafka")
 TOPIC_WAIT_SECONDS = 15.0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "produce", help="send events to the input topic: your JSON lines, or the demo's synthetic stream",
-        description="Send events to the worker's input topic (the first of OLU_INPUT_TOPICS), with run's "
-                    "connection settings (flags or OLU_*; OLU_KAFKA_* for SASL/TLS). Every other setting of "
+        "produce",
+        help="send events to the input topic: your JSON lines, or the demo's synthetic stream",
+        description="Send events to the worker's input topic (the first of OLU_INPUT_TOPICS), with "
+        "run's "
+                    "connection settings (flags or OLU_*; OLU_KAFKA_* for SASL/TLS). Every other "
+                    "setting of "
                     "`olu-worker run` is accepted too.")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", metavar="PATH",
                         help="JSON lines, '-' for stdin: an event of schemas/insert.schema.json or "
                              "delete.schema.json (keyed by its id), "
-                             'or {"key": K, "value": EVENT} (null: a tombstone) with the partitioning key')
-    source.add_argument("--generate", type=int, metavar="N", help="the demo's synthetic stream of N events")
+                             'or {"key": K, "value": EVENT} (null: a tombstone) with the '
+                             'partitioning key')
+    source.add_argument("--generate", type=int, metavar="N",
+                        help="the demo's synthetic stream of N events")
     p.add_argument("--delete-rate", type=float, default=0.01,
-                   help="with --generate: share of events that delete an earlier record, in [0, 1) (default 0.01)")
-    p.add_argument("--seed", type=int, default=0, help="with --generate: seed of the stream (default 0)")
+                   help="with --generate: share of events that delete an earlier record, in [0, 1) "
+                   "(default 0.01)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="with --generate: seed of the stream (default 0)")
     p.add_argument("--poison", action="store_true",
-                   help="with --generate: a malformed record every 997 events (to see the dead-letter topic)")
+                   help="with --generate: a malformed record every 997 events (to see the "
+                   "dead-letter topic)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     add_arguments(p, shown=SHOWN_SETTINGS)
     p.set_defaults(func=produce)
@@ -67,7 +76,8 @@ def produce(args, opts) -> int:
     if opts.generate is not None and opts.generate < 1:
         raise ConfigError(f"--generate must be a whole number >= 1, got {opts.generate}")
     if not 0.0 <= opts.delete_rate < 1.0:
-        raise ConfigError(f"--delete-rate must be a share of events in [0, 1), got {opts.delete_rate:g}")
+        raise ConfigError(
+            f"--delete-rate must be a share of events in [0, 1), got {opts.delete_rate:g}")
     topic = settings.input_topics[0]
     config = {k: v for k, v in settings.producer_config().items() if k != "transactional.id"}
     config["client.id"] = "olu-worker-produce"
@@ -84,22 +94,29 @@ def produce(args, opts) -> int:
             events = _file_events(opts.file)
         demo.produce(config, topic, _counted(events, counts), done, encode, partitions=None)
     except BadKeyedLine as exc:
-        raise ConfigError(f"--file {opts.file}: {exc}; {done.sent} events before it were sent") from None
+        raise ConfigError(
+            f"--file {opts.file}: {exc}; {done.sent} events before it were sent") from None
     except OSError as exc:
         raise ConfigError(f"--file {opts.file}: cannot read it ({exc.strerror or exc})") from None
     except Exception as exc:  # the registry serializer refused an event
-        raise ConfigError(f"an event could not be serialized as {settings.input_format}: {type(exc).__name__}: "
-                          f"{str(exc)[:300]}; {done.sent} events before it were sent") from None
-    summary = {"topic": topic, "bootstrap_servers": settings.bootstrap_servers, "format": settings.input_format,
+        raise ConfigError(
+            f"an event could not be serialized as {settings.input_format}: {type(exc).__name__}: "
+            f"{str(exc)[:300]}; {done.sent} events before it were sent") from None
+    summary = {"topic": topic, "bootstrap_servers": settings.bootstrap_servers,
+               "format": settings.input_format,
                "sent": done.sent, **counts, "seconds": round(time.monotonic() - started, 3),
-               "all_delivered": done.failed is None, "failure": None if done.failed is None else str(done.failed)}
+               "all_delivered": done.failed is None, "failure": None if done.failed is None
+               else str(done.failed)}
     if opts.json:
         sys.stdout.write(orjson.dumps(summary).decode() + "\n")
     else:
-        print(f"olu-worker produce: {done.sent:,} events to {topic} on {settings.bootstrap_servers} "
-              f"({counts['inserts']:,} inserts, {counts['deletes']:,} deletes, {counts['tombstones']:,} tombstones, "
+        print(f"olu-worker produce: {done.sent:,} events to {topic} on "
+              f"{settings.bootstrap_servers} "
+              f"({counts['inserts']:,} inserts, {counts['deletes']:,} deletes, "
+              f"{counts['tombstones']:,} tombstones, "
               f"{counts['other']:,} other) in {summary['seconds']:.1f} s"
-              + ("" if done.failed is None else f"; NOT all delivered: {done.failed}"), file=sys.stderr)
+              + ("" if done.failed is None else f"; NOT all delivered: {done.failed}"),
+              file=sys.stderr)
     return 0 if done.failed is None else 1
 
 
@@ -139,12 +156,14 @@ def _wait_for_topic(config: dict, topic: str) -> None:
             found = probe.list_topics(topic, timeout=5).topics.get(topic)
         except KafkaException as exc:
             if time.monotonic() > deadline:
-                raise ConfigError(f"no answer from the Kafka broker at {where} ({exc.args[0].str()}); "
-                                  "is it running? (OLU_KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers)") from None
+                raise ConfigError(
+                    f"no answer from the Kafka broker at {where} ({exc.args[0].str()}); "
+                    "is it running? (OLU_KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers)") from None
             continue
         if found is not None and found.error is None and found.partitions:
             return
         if time.monotonic() > deadline:
-            raise ConfigError(f"topic {topic!r} does not exist on {where} and the broker did not create it: "
-                              "create it, or name another with --input-topics")
+            raise ConfigError(
+                f"topic {topic!r} does not exist on {where} and the broker did not create it: "
+                "create it, or name another with --input-topics")
         time.sleep(0.2)

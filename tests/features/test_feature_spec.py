@@ -226,7 +226,9 @@ def test_out_of_range_values_are_clipped_and_said():
 def test_registry_records_take_the_spec_by_field_name():
     """Avro named fields pass through the field mapping to the spec, compiled readers or not."""
     from confluent_kafka.schema_registry import Schema
-    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import MockSchemaRegistryClient
+    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
+        MockSchemaRegistryClient,
+    )
 
     from tests.stream.test_framed_scan import _avro, framed
     from worker.formats.input import InputDecoder

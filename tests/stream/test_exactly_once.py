@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stream.output.exactly_once import CommittedOutput, decode_metadata, encode_metadata, output_position
+from worker.stream.output.exactly_once import (
+    CommittedOutput,
+    decode_metadata,
+    encode_metadata,
+    output_position,
+)
 
 
 @given(st.one_of(st.none(), st.integers(min_value=0, max_value=2**63 - 1)))

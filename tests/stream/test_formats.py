@@ -31,7 +31,9 @@ INSERT = {"op": "insert", "id": "r-1", "x": [0.5, -1.0], "y": 1.0}
 
 @pytest.fixture
 def client():
-    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import MockSchemaRegistryClient
+    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
+        MockSchemaRegistryClient,
+    )
 
     return MockSchemaRegistryClient({"url": "mock://formats"})
 

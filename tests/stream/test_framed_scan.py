@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from confluent_kafka import Message
 from confluent_kafka.schema_registry import Schema
-from confluent_kafka.schema_registry._sync.mock_schema_registry_client import MockSchemaRegistryClient
+from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
+    MockSchemaRegistryClient,
+)
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings

@@ -37,7 +37,9 @@ def _softmax_release(classes, *, delete: bool = False) -> tuple[bytes, PassiveOL
 
 @pytest.fixture
 def client():
-    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import MockSchemaRegistryClient
+    from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
+        MockSchemaRegistryClient,
+    )
 
     return MockSchemaRegistryClient({"url": "mock://release-softmax"})
 

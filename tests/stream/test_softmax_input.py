@@ -15,7 +15,14 @@ import pytest
 from confluent_kafka import Message, Producer
 
 from tests.infra.schema_samples import decode_headers
-from tests.stream.kafka_harness import WorkerProcess, read_topic, settings_of, topics_for, wait_for, worker_env
+from tests.stream.kafka_harness import (
+    WorkerProcess,
+    read_topic,
+    settings_of,
+    topics_for,
+    wait_for,
+    worker_env,
+)
 from worker.config import load_settings
 from worker.config.model import build_model
 from worker.olu import PassiveOLU

@@ -12,7 +12,14 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.infra.schema_samples import decode_headers
-from tests.stream.kafka_harness import WorkerProcess, read_topic, settings_of, topics_for, wait_for, worker_env
+from tests.stream.kafka_harness import (
+    WorkerProcess,
+    read_topic,
+    settings_of,
+    topics_for,
+    wait_for,
+    worker_env,
+)
 from worker.client import ParamsSubscriber
 from worker.config.loading import load_settings
 from worker.config.model import build_model

@@ -23,7 +23,13 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message_factory import GetMessageClass
 
-from tests.stream.kafka_harness import WorkerProcess, end_offsets, event_stream, read_topic, topics_for
+from tests.stream.kafka_harness import (
+    WorkerProcess,
+    end_offsets,
+    event_stream,
+    read_topic,
+    topics_for,
+)
 from tests.stream.test_worker_kafka_registry import SAME, _env, _framed, _produce, _releases
 from worker.formats.events import EVENT_AVRO_SCHEMA, EVENT_JSON_SCHEMA, event_serializer
 from worker.formats.protobuf import event_file

@@ -1,6 +1,6 @@
 """BLAKE2b-64 of byte strings, compiled: the record key of an id's UTF-8 bytes, bit-identical to
-``hashlib.blake2b(raw, digest_size=8)`` read little-endian (``worker.olu.core.record_keys.record_key``,
-which tests compare it with).
+``hashlib.blake2b(raw, digest_size=8)`` read little-endian
+(``worker.olu.core.record_keys.record_key``, which tests compare it with).
 
 Strings of up to one block (128 bytes) are hashed four at a time, one per lane of 256-bit vectors
 (:func:`_hash_lanes`, written in LLVM IR: numba does not vectorise the rounds by itself), about
@@ -153,7 +153,8 @@ def _hash_lanes(typingctx, m, lengths, keys):
         table = cgutils.add_global_variable(builder.module, table_type, "blake2b_sigma_lanes")
         table.linkage = "internal"
         table.global_constant = True
-        table.initializer = ir.Constant(table_type, [ir.Constant(i32, int(s)) for s in _SIGMA.ravel()])
+        table.initializer = ir.Constant(table_type,
+                                        [ir.Constant(i32, int(s)) for s in _SIGMA.ravel()])
         fshr = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
                                               f"llvm.fshr.v{LANES}i64")
 
@@ -179,8 +180,9 @@ def _hash_lanes(typingctx, m, lengths, keys):
 
         def word(k):  # m[_SIGMA[r][k]]
             index = builder.load(builder.gep(table, [ir.Constant(i64, 0),
-                                                     builder.add(builder.mul(r, ir.Constant(i64, 16)),
-                                                                 ir.Constant(i64, k))]))
+                                                     builder.add(
+                                                         builder.mul(r, ir.Constant(i64, 16)),
+                                                         ir.Constant(i64, k))]))
             return builder.load(builder.gep(mptr, [builder.sext(index, i64)]), align=8)
 
         for k, (a, b, c, d) in enumerate(_G):  # _mix, on vectors
@@ -199,7 +201,8 @@ def _hash_lanes(typingctx, m, lengths, keys):
             p.add_incoming(x, tail)
         builder.cbranch(builder.icmp_unsigned("<", following, ir.Constant(i64, 12)), loop, done)
         builder.position_at_end(done)
-        builder.store(builder.xor(splat(h0), builder.xor(vs[0], vs[8])), kptr, align=8)  # h0 ^ v0 ^ v8
+        # h0 ^ v0 ^ v8
+        builder.store(builder.xor(splat(h0), builder.xor(vs[0], vs[8])), kptr, align=8)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -265,6 +268,7 @@ def blake2b64_many(buf, offsets):
 
 @jit
 def blake2b64_spans(buf, spans, selected, out):
-    """``out[k]`` = key of ``buf[spans[k, 0]:spans[k, 1]]`` for every selected k (others untouched)."""
+    """``out[k]`` = key of ``buf[spans[k, 0]:spans[k, 1]]``
+    for every selected k (others untouched)."""
     if selected.shape[0]:
         hash_ranges(buf, spans[:, 0], spans[:, 1], selected, out)

@@ -64,7 +64,8 @@ def compiled_sources() -> list[Path]:
         trees[module] = (path, _imports(module, path.read_text(), path.name == "__init__.py"))
     roots = [m for m, (_, names) in trees.items()
              if m.startswith("worker.compiled") or any(n.split(".")[0] in _COMPILED_IMPORTS
-                                                       or n.startswith("worker.compiled") for n in names)]
+                                                       or n.startswith("worker.compiled")
+                                                       for n in names)]
     seen: set[str] = set()
     stack = list(roots)
     while stack:

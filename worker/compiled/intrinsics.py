@@ -20,7 +20,8 @@ def mul64(typingctx, a, b):
         wide = ir.IntType(128)
         product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
         high = builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
-        return context.make_tuple(builder, signature.return_type, (high, builder.trunc(product, ir.IntType(64))))
+        return context.make_tuple(builder, signature.return_type,
+                                  (high, builder.trunc(product, ir.IntType(64))))
 
     return types.UniTuple(types.uint64, 2)(types.uint64, types.uint64), codegen
 

@@ -33,7 +33,8 @@ from .cache import SourcesCache
 
 log = logging.getLogger(__name__)
 
-FORCE_REFERENCE = os.environ.get("OLU_REFERENCE_KERNEL", "").strip().lower() in ("1", "true", "yes", "on")
+FORCE_REFERENCE = os.environ.get("OLU_REFERENCE_KERNEL", "").strip().lower() in ("1", "true", "yes",
+                                                                                 "on")
 CACHE_ENABLED = True
 
 

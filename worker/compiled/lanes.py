@@ -55,7 +55,8 @@ def _lane_loop(builder, n, reads, writes, term):
     fn = builder.function
     full = builder.and_(n, ir.Constant(_I64, -LANES))  # n - n % 8
     pre = builder.block
-    head, body, fold = (fn.append_basic_block(name) for name in ("lanes.head", "lanes.body", "lanes.fold"))
+    head, body, fold = (fn.append_basic_block(name)
+                        for name in ("lanes.head", "lanes.body", "lanes.fold"))
     builder.branch(head)
     builder.position_at_end(head)
     i, acc = builder.phi(_I64), builder.phi(_VEC)
@@ -64,7 +65,8 @@ def _lane_loop(builder, n, reads, writes, term):
     builder.cbranch(builder.icmp_signed("<", i, full), body, fold)
 
     builder.position_at_end(body)
-    terms, stores = term([builder.load(_vector_pointer(builder, p, i), align=8) for p in reads], True)
+    terms, stores = term([builder.load(_vector_pointer(builder, p, i), align=8) for p in reads],
+                         True)
     for pointer, value in zip(writes, stores):
         builder.store(value, _vector_pointer(builder, pointer, i), align=8)
     i.add_incoming(builder.add(i, ir.Constant(_I64, LANES)), builder.block)
@@ -74,7 +76,8 @@ def _lane_loop(builder, n, reads, writes, term):
     # the last n % 8 coordinates, added one by one to the folded lanes
     builder.position_at_end(fold)
     folded = _fold(builder, acc)
-    tail_head, tail_body, done = (fn.append_basic_block(name) for name in ("lanes.tail", "lanes.step", "lanes.done"))
+    tail_head, tail_body, done = (fn.append_basic_block(name)
+                                  for name in ("lanes.tail", "lanes.step", "lanes.done"))
     builder.branch(tail_head)
     builder.position_at_end(tail_head)
     k, total = builder.phi(_I64), builder.phi(_F64)
@@ -114,7 +117,8 @@ def lane_dot(typingctx, x, x0, z, z0, n):
     """sum_i x[x0 + i] z[z0 + i] over i < n, in the lanes' order (arith.dot)."""
     def codegen(context, builder, signature, args):
         xp, zp = _at(builder, args[0], args[1]), _at(builder, args[2], args[3])
-        return _lane_loop(builder, args[4], [xp, zp], [], lambda v, wide: (builder.fmul(v[0], v[1]), []))
+        return _lane_loop(builder, args[4], [xp, zp], [], lambda v,
+                          wide: (builder.fmul(v[0], v[1]), []))
 
     return types.float64(_PTR, types.int64, _PTR, types.int64, types.int64), codegen
 
@@ -124,7 +128,8 @@ def lane_sqnorm(typingctx, x, x0, n):
     """sum_i x[x0 + i]^2 over i < n, in the lanes' order (arith.sqnorm)."""
     def codegen(context, builder, signature, args):
         xp = _at(builder, args[0], args[1])
-        return _lane_loop(builder, args[2], [xp], [], lambda v, wide: (builder.fmul(v[0], v[0]), []))
+        return _lane_loop(builder, args[2], [xp], [], lambda v,
+                          wide: (builder.fmul(v[0], v[0]), []))
 
     return types.float64(_PTR, types.int64, types.int64), codegen
 
@@ -139,12 +144,14 @@ def lane_step(typingctx, z, x, x0, n, eta, s, lam):
 
         def term(v, wide):
             (zv, xv), (eta, s, lam) = v, wide_args if wide else args[4:7]
-            new = builder.fsub(zv, builder.fmul(eta, builder.fadd(builder.fmul(s, xv), builder.fmul(lam, zv))))
+            new = builder.fsub(
+                zv, builder.fmul(eta, builder.fadd(builder.fmul(s, xv), builder.fmul(lam, zv))))
             return builder.fmul(new, new), [new]
 
         return _lane_loop(builder, args[3], [zp, xp], [zp], term)
 
-    return types.float64(_PTR, _PTR, types.int64, types.int64, types.float64, types.float64, types.float64), codegen
+    return types.float64(_PTR, _PTR, types.int64, types.int64, types.float64, types.float64,
+                         types.float64), codegen
 
 
 @intrinsic

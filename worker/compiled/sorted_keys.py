@@ -38,7 +38,8 @@ def contains(sorted_keys, key):
 
 @jit
 def filter_shift(words):
-    """64 - log2(len(words)): the shift that takes a mixed key to its word (len a power of two >= 2)."""
+    """64 - log2(len(words)): the shift that takes a mixed key
+    to its word (len a power of two >= 2)."""
     bits = 0
     while (1 << bits) < words.shape[0]:
         bits += 1

@@ -37,9 +37,10 @@ from .model import ALGORITHMS
 from .options import OPTION_BY_NAME, OPTIONS, Option, settings_table
 from .settings import Settings
 
-# The names imported from worker.config anywhere, and the type of OPTIONS' entries; everything else is
-# imported from its own module.
+# The names imported from worker.config anywhere, and the type of OPTIONS' entries; everything else
+# is imported from its own module.
 __all__ = [
-    "ALGORITHMS", "DEMO_DIM", "OPTIONS", "OPTION_BY_NAME", "ConfigError", "Option", "Settings", "add_arguments",
+    "ALGORITHMS", "DEMO_DIM", "OPTIONS", "OPTION_BY_NAME", "ConfigError", "Option", "Settings",
+    "add_arguments",
     "env_to_kafka_key", "kafka_key_to_env", "load_settings", "settings_table",
 ]

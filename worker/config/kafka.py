@@ -52,8 +52,9 @@ DEFAULT_STATISTICS_INTERVAL_MS = 5_000
 # faster than that sits idle (and a delete behind the queue waits up to a second). 10 ms keeps
 # the queue topped up; an OLU_KAFKA_FETCH_QUEUE_BACKOFF_MS pass-through still overrides it.
 DEFAULT_FETCH_QUEUE_BACKOFF_MS = 10
-# librdkafka's defaults: the consumer receives responses (so records) up to receive.message.max.bytes,
-# raised to fetch.max.bytes + 512 if that is larger; the producer's message.max.bytes is at most 1e9.
+# librdkafka's defaults: the consumer receives responses (so records) up to
+# receive.message.max.bytes, raised to fetch.max.bytes + 512 if that is larger; the producer's
+# message.max.bytes is at most 1e9.
 LIBRDKAFKA_RECEIVE_MAX_BYTES = 100_000_000
 LIBRDKAFKA_FETCH_MAX_BYTES = 52_428_800
 LIBRDKAFKA_MESSAGE_MAX_BYTES_LIMIT = 1_000_000_000
@@ -83,46 +84,64 @@ _FALSE_VALUES = {"false", "0", "f"}
 _TRUE_VALUES = {"true", "1", "t"}
 #: key -> (allowed values, lower-cased; why)
 CONTRACT_KEYS: dict[str, tuple[frozenset[str], str]] = {
-    "enable.auto.commit": (frozenset(_FALSE_VALUES), "offsets are committed only up to a durable snapshot"),
-    "auto.commit.enable": (frozenset(_FALSE_VALUES), "offsets are committed only up to a durable snapshot"),
-    "enable.auto.offset.store": (frozenset(_FALSE_VALUES), "offsets are stored only with a durable snapshot"),
-    "isolation.level": (frozenset({"read_committed"}), "events of aborted transactions must never be learned"),
+    "enable.auto.commit": (frozenset(_FALSE_VALUES),
+                           "offsets are committed only up to a durable snapshot"),
+    "auto.commit.enable": (frozenset(_FALSE_VALUES),
+                           "offsets are committed only up to a durable snapshot"),
+    "enable.auto.offset.store": (frozenset(_FALSE_VALUES),
+                                 "offsets are stored only with a durable snapshot"),
+    "isolation.level": (frozenset({"read_committed"}),
+                        "events of aborted transactions must never be learned"),
     "auto.offset.reset": (frozenset({"earliest", "smallest", "beginning", "error"}),
-                          "skipping to the end would silently drop unprocessed events, deletes among them"),
+                          "skipping to the end would silently drop unprocessed events, deletes "
+                          "among them"),
     "partition.assignment.strategy": (frozenset({"cooperative-sticky"}),
                                       "the rebalance callbacks use incremental assignment"),
     "enable.partition.eof": (frozenset(_FALSE_VALUES), "partition EOF events are not handled"),
-    "enable.idempotence": (frozenset(_TRUE_VALUES), "releases must not be duplicated or reordered by retries"),
+    "enable.idempotence": (frozenset(_TRUE_VALUES),
+                           "releases must not be duplicated or reordered by retries"),
     "acks": (frozenset({"all", "-1"}), "a release must survive a broker failure"),
     "request.required.acks": (frozenset({"all", "-1"}), "a release must survive a broker failure"),
 }
 #: Not supported with group.protocol=consumer (KIP-848 moves them to the broker).
-CLASSIC_ONLY_KEYS = frozenset({"partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
-                               "group.protocol.type"})
+CLASSIC_ONLY_KEYS = frozenset(
+    {"partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
+     "group.protocol.type"})
 #: Settable only through the C/Python API, never from a string.
-API_ONLY_KEYS = frozenset({"opaque", "default_topic_conf", "interceptors", "ssl_key", "ssl_certificate", "ssl_ca",
-                           "ssl_engine_callback_data", "ssl.certificate.verify_cb", "on_commit", "on_delivery",
-                           "logger", "error_cb", "stats_cb", "throttle_cb", "oauth_cb"})
+API_ONLY_KEYS = frozenset(
+    {"opaque", "default_topic_conf", "interceptors", "ssl_key", "ssl_certificate", "ssl_ca",
+     "ssl_engine_callback_data", "ssl.certificate.verify_cb", "on_commit", "on_delivery",
+     "logger", "error_cb", "stats_cb", "throttle_cb", "oauth_cb"})
 CONSUMER_ONLY_KEYS = frozenset({
-    "group.instance.id", "group.remote.assignor", "group.protocol.type", "partition.assignment.strategy",
-    "session.timeout.ms", "heartbeat.interval.ms", "coordinator.query.interval.ms", "max.poll.interval.ms",
-    "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store", "queued.min.messages",
-    "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms", "fetch.message.max.bytes",
+    "group.instance.id", "group.remote.assignor", "group.protocol.type",
+    "partition.assignment.strategy",
+    "session.timeout.ms", "heartbeat.interval.ms", "coordinator.query.interval.ms",
+    "max.poll.interval.ms",
+    "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store",
+    "queued.min.messages",
+    "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms",
+    "fetch.message.max.bytes",
     "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms",
     "offset.store.method", "offset.store.path", "offset.store.sync.interval.ms", "isolation.level",
     "enable.partition.eof", "check.crcs", "auto.commit.enable", "auto.offset.reset",
     "consume.callback.max.messages",
 })
 PRODUCER_ONLY_KEYS = frozenset({
-    "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee", "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms", "message.send.max.retries", "retries",
-    "queue.buffering.backpressure.threshold", "compression.codec", "compression.type", "compression.level",
-    "batch.num.messages", "batch.size", "delivery.report.only.error", "sticky.partitioning.linger.ms",
-    "request.required.acks", "acks", "request.timeout.ms", "message.timeout.ms", "delivery.timeout.ms",
+    "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms", "message.send.max.retries",
+    "retries",
+    "queue.buffering.backpressure.threshold", "compression.codec", "compression.type",
+    "compression.level",
+    "batch.num.messages", "batch.size", "delivery.report.only.error",
+    "sticky.partitioning.linger.ms",
+    "request.required.acks", "acks", "request.timeout.ms", "message.timeout.ms",
+    "delivery.timeout.ms",
     "queuing.strategy", "produce.offset.report", "partitioner",
 })
 _KEY = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*")
-_SECRET = re.compile(r"password|secret|token|passphrase|private\.key|key\.pem|jaas|sasl\.oauthbearer\.config")
+_SECRET = re.compile(
+    r"password|secret|token|passphrase|private\.key|key\.pem|jaas|sasl\.oauthbearer\.config")
 REDACTED = "***"
 
 
@@ -154,26 +173,33 @@ def kafka_key_to_env(key: str) -> str:
     return KAFKA_ENV_PREFIX + key.replace("_", "__").replace(".", "_").upper()
 
 
-def check_key(key: str, value: str, source: str, group_protocol: str, label: Callable[[str], str]) -> None:
+def check_key(key: str, value: str, source: str, group_protocol: str,
+              label: Callable[[str], str]) -> None:
     """Raise :class:`ConfigError` if pass-through ``key=value`` (from ``source``) is refused.
 
     ``label(name)`` names a setting in the message (``OLU_GROUP_ID (--group-id)``).
     """
     if key in OWNED_KEYS:
-        raise ConfigError(f"{source}: librdkafka '{key}' has its own setting, use {label(OWNED_KEYS[key])}")
+        raise ConfigError(
+            f"{source}: librdkafka '{key}' has its own setting, use {label(OWNED_KEYS[key])}")
     if key in API_ONLY_KEYS or key.endswith("_cb"):
-        raise ConfigError(f"{source}: librdkafka '{key}' can only be set through the API, not configuration")
+        raise ConfigError(
+            f"{source}: librdkafka '{key}' can only be set through the API, not configuration")
     if not _KEY.fullmatch(key):
-        raise ConfigError(f"{source}: {key!r} is not a librdkafka property name (lower case, '.'-separated)")
+        raise ConfigError(
+            f"{source}: {key!r} is not a librdkafka property name (lower case, '.'-separated)")
     if key in CONTRACT_KEYS:
         allowed, why = CONTRACT_KEYS[key]
         if value.strip().lower() not in allowed:
-            raise ConfigError(f"{source}: librdkafka '{key}' must be one of {', '.join(sorted(allowed))}, "
-                              f"got {value!r} ({why})")
+            raise ConfigError(
+                f"{source}: librdkafka '{key}' must be one of {', '.join(sorted(allowed))}, "
+                f"got {value!r} ({why})")
     elif key not in CONSUMER_ONLY_KEYS | PRODUCER_ONLY_KEYS:
-        near = difflib.get_close_matches(key, list(CONTRACT_KEYS) + list(OWNED_KEYS), n=1, cutoff=0.88)
+        near = difflib.get_close_matches(key, list(CONTRACT_KEYS) + list(OWNED_KEYS), n=1,
+                                         cutoff=0.88)
         if near:
-            raise ConfigError(f"{source}: unknown librdkafka key '{key}'; did you mean '{near[0]}'?")
+            raise ConfigError(
+                f"{source}: unknown librdkafka key '{key}'; did you mean '{near[0]}'?")
     if group_protocol == "consumer" and key in CLASSIC_ONLY_KEYS:
         raise ConfigError(f"{source}: librdkafka '{key}' is not supported with "
                           f"{label('group_protocol')} = consumer (KIP-848 sets it on the broker)")
@@ -204,14 +230,17 @@ def release_timeout_ms(group_protocol: str, kafka: dict[str, str]) -> int:
     return expulsion_ms(group_protocol, kafka) - MESSAGE_TIMEOUT_SLACK_MS
 
 
-def check_release_timeout(group_protocol: str, kafka: dict[str, str], label: Callable[[str], str]) -> None:
+def check_release_timeout(group_protocol: str, kafka: dict[str, str],
+                          label: Callable[[str], str]) -> None:
     """At-least-once delivery: refuse a message timeout that would let a paused member's queued
     releases outlive its membership, or timings that leave no room for one."""
     bound = release_timeout_ms(group_protocol, kafka)
     if bound < 1_000:
         raise ConfigError(f"librdkafka session.timeout.ms - heartbeat.interval.ms must be at least "
-                          f"{1_000 + MESSAGE_TIMEOUT_SLACK_MS} ms without {label('transactional')}: a "
-                          "release queued when the member pauses must expire before it can be expelled")
+                          f"{1_000 + MESSAGE_TIMEOUT_SLACK_MS} ms without "
+                          f"{label('transactional')}: a "
+                          "release queued when the member pauses must expire before it can be "
+                          "expelled")
     for key in MESSAGE_TIMEOUT_KEYS:
         raw = kafka.get(key)
         if raw is None:
@@ -219,9 +248,12 @@ def check_release_timeout(group_protocol: str, kafka: dict[str, str], label: Cal
         _check_int(key, raw, f"librdkafka '{key}'", 1, 86_400_000)
         if int(raw) > bound:
             raise ConfigError(
-                f"librdkafka '{key}' = {raw} is above {bound} ms (session.timeout.ms - heartbeat.interval.ms - "
-                f"{MESSAGE_TIMEOUT_SLACK_MS}): without {label('transactional')} a release still queued when the "
-                "worker pauses could land after its successor's release of a deletion; lower it, raise "
+                f"librdkafka '{key}' = {raw} is above {bound} ms (session.timeout.ms - "
+                "heartbeat.interval.ms - "
+                f"{MESSAGE_TIMEOUT_SLACK_MS}): without {label('transactional')} a release still "
+                "queued when the "
+                "worker pauses could land after its successor's release of a deletion; lower it, "
+                "raise "
                 "session.timeout.ms, or turn transactions on")
 
 
@@ -231,4 +263,5 @@ def _check_int(key, value, source, lo, hi) -> None:
     except ValueError:
         number = None
     if number is None or not lo <= number <= hi:
-        raise ConfigError(f"{source}: librdkafka '{key}' must be an integer in [{lo}, {hi}], got {value!r}")
+        raise ConfigError(
+            f"{source}: librdkafka '{key}' must be an integer in [{lo}, {hi}], got {value!r}")

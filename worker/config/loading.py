@@ -35,12 +35,15 @@ from .settings import Settings, hostname
 OTHER_ENV = frozenset({"OLU_REFERENCE_KERNEL", "OLU_KAFKA_LOCAL"})
 OTHER_ENV_PREFIXES = ("OLU_TEST_",)
 #: Environment variables that carry object-store credentials (read by obstore, never copied).
-AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE",
-                      "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
+AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                      "AWS_WEB_IDENTITY_TOKEN_FILE",
+                      "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                      "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
 COMMANDS = ("run", "demo", "plan", "produce")
 #: Settings that were removed, with what replaces them: refused at start, never silently ignored.
 REMOVED = {
-    "eps": ("OLU_EPS (--eps) was removed: it was the Renyi slope, not epsilon. Set OLU_RHO (--rho) for "
+    "eps": ("OLU_EPS (--eps) was removed: it was the Renyi slope, not epsilon. Set OLU_RHO (--rho) "
+            "for "
             "the slope, or OLU_TARGET_EPSILON (--target-epsilon) with OLU_DELTA (--delta) for an "
             "(epsilon, delta) target per privacy unit"),
 }
@@ -50,7 +53,8 @@ DEMO_DIM = 10
 #: deletion of an active subject leaves noise in every later release: 7 to 15 points below plain OGD
 #: at 2% of records deleted by account, against 0.1 to 0.5 with a 20,000-event disjoint rotation
 #: (bench/deletion_workloads.py, docs/accounting.md 13).
-UNIT_DEFAULTS = {"per-request": {"rotation": "on", "rotation_variant": "disjoint", "model_lifetime_events": 20_000}}
+UNIT_DEFAULTS = {"per-request": {"rotation": "on", "rotation_variant": "disjoint",
+                                 "model_lifetime_events": 20_000}}
 KAFKA_FLAG = "--kafka"
 
 
@@ -59,9 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, exclude: Iterable[str] = (
                   shown: Iterable[str] | None = None) -> None:
     """Add every setting's flag to ``parser`` (defaults None, so environment and defaults apply).
 
-    ``exclude`` names settings whose flag the caller defines itself. ``shown``, when given, names the
-    settings ``--help`` lists (with ``kafka`` for ``--kafka``): the others are accepted all the same,
-    unlisted, so a command's help stays about that command (``run --help`` lists them all).
+    ``exclude`` names settings whose flag the caller defines itself. ``shown``, when given, names
+    the settings ``--help`` lists (with ``kafka`` for ``--kafka``): the others are accepted all the
+    same, unlisted, so a command's help stays about that command (``run --help`` lists them all).
     """
     skip = set(exclude)
     listed = None if shown is None else set(shown)
@@ -74,9 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, exclude: Iterable[str] = (
             continue
         group = groups.get(opt.group)
         if group is None:
-            group = groups[opt.group] = parser.add_argument_group(f"{GROUP_TITLES[opt.group]} settings")
+            group = groups[opt.group] = parser.add_argument_group(
+                f"{GROUP_TITLES[opt.group]} settings")
         shown = ",".join(opt.default) if isinstance(opt.default, tuple) else opt.default
-        help_text = f"{opt.help} (env {opt.env}" + ("" if shown is None else f"; default {shown}") + ")"
+        help_text = f"{opt.help} (env {opt.env}" + ("" if shown is None
+                                                    else f"; default {shown}") + ")"
         _add_flag(group, opt, help_text.replace("%", "%%"))
     for name in REMOVED:  # hidden: so the refusal names the replacement instead of "unknown flag"
         parser.add_argument("--" + name.replace("_", "-"), dest=f"removed_{name}", default=None,
@@ -92,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, exclude: Iterable[str] = (
 
 def _add_flag(target, opt, help_text: str) -> None:
     if opt.parse is boolean:
-        target.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction, default=None,
+        target.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction,
+                            default=None,
                             help=help_text)
         return
     choices = getattr(opt.parse, "choices", None)
@@ -119,7 +126,8 @@ def _parse_argv(argv: list[str]) -> dict[str, Any]:
         flags = [o.flag for o in OPTIONS] + [KAFKA_FLAG]
         unknown = rest[0].split("=", 1)[0]
         hint = difflib.get_close_matches(unknown, flags, n=1)
-        raise ConfigError(f"unknown flag {unknown!r}" + (f"; did you mean {hint[0]}?" if hint else ""))
+        raise ConfigError(
+            f"unknown flag {unknown!r}" + (f"; did you mean {hint[0]}?" if hint else ""))
     return vars(namespace)
 
 
@@ -137,7 +145,8 @@ def _label(name: str) -> str:
     return OPTION_BY_NAME[name].label
 
 
-def _kafka_overrides(env: Mapping[str, str], flags: list[str] | None, group_protocol: str) -> dict[str, str]:
+def _kafka_overrides(env: Mapping[str, str], flags: list[str] | None,
+                     group_protocol: str) -> dict[str, str]:
     found: dict[str, tuple[str, str]] = {}  # key -> (value, source)
     for name in sorted(env):
         if not name.startswith(KAFKA_ENV_PREFIX) or name == BOOTSTRAP_ENV or name in OTHER_ENV:
@@ -162,13 +171,14 @@ def _kafka_overrides(env: Mapping[str, str], flags: list[str] | None, group_prot
 
 
 # --------------------------------------------------------------------------- loading
-def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: str = "run") -> Settings:
+def load_settings(argv=None, env: Mapping[str, str] | None = None, *,
+                  command: str = "run") -> Settings:
     """Settings from flags (``argv``: a list of strings or an ``argparse.Namespace`` produced by a
     parser given :func:`add_arguments`), the environment (default ``os.environ``) and defaults.
 
-    ``command="run"`` requires the bootstrap servers and ``dim``, ``command="produce"`` the bootstrap
-    servers; ``demo`` and ``plan`` require neither (``dim`` defaults to 10; the demo brings its own
-    cluster).
+    ``command="run"`` requires the bootstrap servers and ``dim``, ``command="produce"`` the
+    bootstrap servers; ``demo`` and ``plan`` require neither (``dim`` defaults to 10; the demo
+    brings its own cluster).
 
     >>> s = load_settings(["--dim", "3", "--rho", "2"], {"OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
     >>> s.dim, s.rho, s.target_epsilon, s.origin("rho"), s.origin("l2")
@@ -221,21 +231,25 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
             values[opt.name] = opt.parse(raw)
         except BadValue as bad:
             raise ConfigError(f"{opt.label} must be {bad}, got {raw!r}" +
-                              (f" (from {source})" if source == BOOTSTRAP_FALLBACK_ENV else "")) from None
+                              (f" (from {source})" if source == BOOTSTRAP_FALLBACK_ENV
+                               else "")) from None
         origins[opt.name] = origin
 
     for name, value in UNIT_DEFAULTS.get(values["privacy_unit"], {}).items():
         if origins[name] == "default" and _rotates(values["algorithm"]):
             values[name], origins[name] = value, "unit default"
-    explicit = {name for name, origin in origins.items() if origin not in ("default", "unit default")}
+    explicit = {name for name, origin in origins.items()
+                if origin not in ("default", "unit default")}
     if {"rho", "target_epsilon"} <= explicit:
-        raise ConfigError(f"{_label('rho')} and {_label('target_epsilon')} are mutually exclusive: give the "
-                          "Renyi slope or the (epsilon, delta) target, not both")
+        raise ConfigError(
+            f"{_label('rho')} and {_label('target_epsilon')} are mutually exclusive: give the "
+            "Renyi slope or the (epsilon, delta) target, not both")
     if "rho" in explicit:
         values["target_epsilon"] = None  # the default target gives way to an explicit slope
 
     _apply_feature_spec(values, explicit)
-    required = {"run": ("bootstrap_servers", "dim"), "produce": ("bootstrap_servers",)}.get(command, ())
+    required = {"run": ("bootstrap_servers", "dim"), "produce": ("bootstrap_servers",)}.get(command,
+                                                                                            ())
     for name in required:
         if values[name] is None:
             extra = f" (or {BOOTSTRAP_FALLBACK_ENV})" if name == "bootstrap_servers" else ""
@@ -255,10 +269,12 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *, command: s
     if values["schedule"] == "constant" and values["step"] is None:
         raise ConfigError(f"{_label('step')} is required with {_label('schedule')} = constant")
     if values["schedule"] == "strongly-convex" and values["l2"] == 0:
-        raise ConfigError(f"{_label('l2')} must be > 0 with {_label('schedule')} = strongly-convex, got 0")
+        raise ConfigError(
+            f"{_label('l2')} must be > 0 with {_label('schedule')} = strongly-convex, got 0")
     if not values["snapshot_every_events"] and not values["snapshot_every_seconds"]:
-        raise ConfigError(f"{_label('snapshot_every_events')} and {_label('snapshot_every_seconds')} cannot "
-                          "both be 0: offsets are committed only with snapshots")
+        raise ConfigError(
+            f"{_label('snapshot_every_events')} and {_label('snapshot_every_seconds')} cannot "
+            "both be 0: offsets are committed only with snapshots")
 
     _check_registry(values)
     _check_sparse(values)
@@ -285,7 +301,8 @@ def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
     """Load ``features_file``: it sets ``dim`` and ``feature_bound`` (worker/features)."""
     if values["features_file"] is None:
         if values["features_reset"]:
-            raise ConfigError(f"{_label('features_reset')} applies only with {_label('features_file')}")
+            raise ConfigError(
+                f"{_label('features_reset')} applies only with {_label('features_file')}")
         return
     from ..features.exceptions import FeatureSpecError
     from ..features.spec import load_spec
@@ -293,17 +310,23 @@ def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
     try:
         spec = load_spec(values["features_file"])
     except FeatureSpecError as bad:
-        raise ConfigError(f"{_label('features_file')} ({values['features_file']}): the feature spec has mistakes:\n"
-                          + "\n".join(f"  - {p}" for p in bad.problems)) from None
+        raise ConfigError(
+            f"{_label('features_file')} ({values['features_file']}): the feature spec has "
+            "mistakes:\n"
+            + "\n".join(f"  - {p}" for p in bad.problems)) from None
     if values["dim"] is not None and values["dim"] != spec.dim:
-        raise ConfigError(f"{_label('dim')} is {values['dim']}, but the feature spec makes {spec.dim} coordinates: "
-                          f"leave {_label('dim')} unset with {_label('features_file')}")
+        raise ConfigError(
+            f"{_label('dim')} is {values['dim']}, but the feature spec makes {spec.dim} "
+            "coordinates: "
+            f"leave {_label('dim')} unset with {_label('features_file')}")
     if "feature_bound" in explicit:
-        raise ConfigError(f"{_label('feature_bound')} is set, but the feature spec bounds the vector: declare "
-                          f"'bound:' in the spec instead (docs/calibration.md 2.4)")
+        raise ConfigError(
+            f"{_label('feature_bound')} is set, but the feature spec bounds the vector: declare "
+            f"'bound:' in the spec instead (docs/calibration.md 2.4)")
     if values["input_feature_fields"]:
-        raise ConfigError(f"{_label('input_feature_fields')} and {_label('features_file')} exclude each other: "
-                          "the spec names the feature fields")
+        raise ConfigError(
+            f"{_label('input_feature_fields')} and {_label('features_file')} exclude each other: "
+            "the spec names the feature fields")
     values["dim"], values["feature_bound"] = spec.dim, spec.norm_bound * FEATURE_BOUND_ROOM
     values["feature_spec"] = spec
 
@@ -316,24 +339,31 @@ def _check_loss(values: dict[str, Any]) -> None:
     if cls is not None and loss not in cls.losses:
         # the engine's refusal (OnlineUnlearner.__init__), named by the settings: its reason may use
         # words that are other settings' names, which _check_model would name too
-        raise ConfigError(f"{_label('algorithm')}, {_label('loss')}: algorithm {algorithm!r} does not support "
-                          f"loss {loss!r}: {cls.loss_refusal}")
+        raise ConfigError(
+            f"{_label('algorithm')}, {_label('loss')}: algorithm {algorithm!r} does not support "
+            f"loss {loss!r}: {cls.loss_refusal}")
     if loss == "softmax" and classes is None:
-        raise ConfigError(f"{_label('classes')} is required with {_label('loss')} = softmax: the class labels, "
-                          "e.g. fraud,ok,review or 0,1,2 (at least 2)")
+        raise ConfigError(
+            f"{_label('classes')} is required with {_label('loss')} = softmax: the class labels, "
+            "e.g. fraud,ok,review or 0,1,2 (at least 2)")
     if loss != "softmax" and classes is not None:
-        raise ConfigError(f"{_label('classes')} applies only with {_label('loss')} = softmax, got loss {loss}")
+        raise ConfigError(
+            f"{_label('classes')} applies only with {_label('loss')} = softmax, got loss {loss}")
     if classes is not None and isinstance(classes[0], str) and values["input_format"] != "json":
         raise ConfigError(f"{_label('classes')} are strings, but {_label('input_format')} = "
-                          f"{values['input_format']} reads numeric labels: use integer classes (e.g. 0,1,2) "
+                          f"{values['input_format']} reads numeric labels: use integer classes "
+                          "(e.g. 0,1,2) "
                           "with a registry format, or input_format json")
 
 
 def _check_sparse(values: dict[str, Any]) -> None:
-    """Sparse rows come from the JSON reader alone (the registry formats' readers write dense rows)."""
+    """Sparse rows come from the JSON reader alone (the
+    registry formats' readers write dense rows)."""
     if values["sparse_input"] and values["input_format"] != "json":
-        raise ConfigError(f"{_label('sparse_input')} needs {_label('input_format')} = json (the registry formats' "
-                          f"readers write dense rows), got {values['input_format']}")
+        raise ConfigError(
+            f"{_label('sparse_input')} needs {_label('input_format')} = json (the registry "
+            "formats' "
+            f"readers write dense rows), got {values['input_format']}")
 
 
 def _check_registry(values: dict[str, Any]) -> None:
@@ -345,18 +375,23 @@ def _check_registry(values: dict[str, Any]) -> None:
     for name in ("input_fields", "input_feature_fields"):
         if values[name] and values["input_format"] == "json":
             raise ConfigError(f"{_label(name)} applies to the registry formats only, not to "
-                              f"{_label('input_format')} = json (its field names are fixed: schemas/)")
+                              f"{_label('input_format')} = json (its field names are fixed: "
+                              "schemas/)")
     features = values["input_feature_fields"]
     if features:
         if "x" in dict(values["input_fields"] or ()):
-            raise ConfigError(f"{_label('input_feature_fields')} and x= in {_label('input_fields')} exclude "
-                              "each other: features are one array field or named fields")
+            raise ConfigError(
+                f"{_label('input_feature_fields')} and x= in {_label('input_fields')} exclude "
+                "each other: features are one array field or named fields")
         if values["dim"] is not None and len(features) != values["dim"]:
             raise ConfigError(f"{_label('input_feature_fields')} names {len(features)} fields, "
                               f"{_label('dim')} is {values['dim']}")
-    if (values["schema_registry_cert_location"] is None) != (values["schema_registry_key_location"] is None):
-        raise ConfigError(f"{_label('schema_registry_cert_location')} and {_label('schema_registry_key_location')}"
-                          " go together (mTLS)")
+    if (values["schema_registry_cert_location"] is None) != (
+            values["schema_registry_key_location"] is None):
+        raise ConfigError(
+            f"{_label('schema_registry_cert_location')} and "
+            f"{_label('schema_registry_key_location')}"
+            " go together (mTLS)")
 
 
 def _check_model(settings: Settings) -> None:

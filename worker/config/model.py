@@ -18,8 +18,10 @@ from ..olu.rotation import Rotation, planned_capacity
 ALGORITHMS = tuple(_REGISTRY)
 
 # Settings every algorithm takes, under the same keyword (OnlineUnlearner.__init__).
-BASE_MODEL_SETTINGS = ("dim", "loss", "classes", "l2", "label_bound", "radius", "feature_bound", "feature_policy",
-                       "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega", "delta",
+BASE_MODEL_SETTINGS = ("dim", "loss", "classes", "l2", "label_bound", "radius", "feature_bound",
+                       "feature_policy",
+                       "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega",
+                       "delta",
                        "budget_split", "budget_reserve", "max_records_per_key")
 
 
@@ -65,7 +67,8 @@ def model_kwargs(settings: Any) -> dict[str, Any]:
 
 def deletion_capacity(settings: Any) -> int | None:
     """The planned split's capacity per model: given, or the expected deletion rate times the
-    lifetime (per model: half of it in the disjoint rotation, docs/accounting.md 12.2); None if neither."""
+    lifetime (per model: half of it in the disjoint rotation,
+    docs/accounting.md 12.2); None if neither."""
     if settings.deletion_capacity is not None:
         return settings.deletion_capacity
     rate = settings.expected_deletion_rate
@@ -82,7 +85,8 @@ def build_model(settings: Any):
     cls = engine_class(settings.algorithm)
     kwargs = model_kwargs(settings)
     if getattr(settings, "rotation", "off") == "on":
-        return Rotation(cls, lifetime_events=settings.model_lifetime_events, variant=settings.rotation_variant,
+        return Rotation(cls, lifetime_events=settings.model_lifetime_events,
+                        variant=settings.rotation_variant,
                         **kwargs)
     return cls(**kwargs)
 

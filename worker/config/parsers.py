@@ -35,7 +35,8 @@ def _bound_text(lo, hi, lo_open, hi_open) -> str:
     return ""
 
 
-def number(lo=None, hi=None, *, lo_open=False, hi_open=False, integer=False) -> Callable[[str], Any]:
+def number(lo=None, hi=None, *, lo_open=False, hi_open=False, integer=False) -> Callable[[str],
+                                                                                         Any]:
     """A finite float (or an int) within the bounds; ``lo_open``/``hi_open`` exclude a bound."""
     what = ("an integer" if integer else "a number") + (" " + _bound_text(lo, hi, lo_open, hi_open)
                                                         if lo is not None or hi is not None else "")
@@ -219,8 +220,9 @@ def field_map(raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(found.items()))
 
 
-field_map.requirement = ("comma-separated ROLE=FIELD pairs, each role once, roles " + ", ".join(FIELD_ROLES)
-                         + ", fields [A-Za-z_][A-Za-z0-9_]*")
+field_map.requirement = (
+    "comma-separated ROLE=FIELD pairs, each role once, roles " + ", ".join(FIELD_ROLES)
+    + ", fields [A-Za-z_][A-Za-z0-9_]*")
 
 
 def field_names(raw: str) -> tuple[str, ...]:
@@ -260,14 +262,18 @@ def class_labels(raw: str) -> tuple:
     kinds = {type(item) for item in items}
     if len(items) < 2 or kinds not in ({str}, {int}):
         raise BadValue(class_labels.requirement)
-    if kinds == {str} and not all(0 < len(item) <= MAX_LABEL_CHARS and item.isprintable() for item in items):
-        raise BadValue(class_labels.requirement + f" (a label is 1 to {MAX_LABEL_CHARS} printable characters)")
-    if kinds == {int} and not all(abs(item) < 2**53 for item in items):  # a double names each exactly
+    if kinds == {str} and not all(0 < len(item) <= MAX_LABEL_CHARS and item.isprintable()
+                                  for item in items):
+        raise BadValue(
+            class_labels.requirement + f" (a label is 1 to {MAX_LABEL_CHARS} printable characters)")
+    if kinds == {int} and not all(abs(item) < 2**53 for item in items):
+        # a double names each exactly
         raise BadValue(class_labels.requirement + " (an integer label is below 2**53 in magnitude)")
     if len(set(items)) != len(items):
         raise BadValue(class_labels.requirement + " (a label is given twice)")
     return tuple(items)
 
 
-class_labels.requirement = ("at least 2 distinct class labels, all strings or all integers: a JSON list "
-                            "(e.g. [\"fraud\",\"ok\"]) or comma-separated (e.g. fraud,ok or 0,1,2)")
+class_labels.requirement = (
+    "at least 2 distinct class labels, all strings or all integers: a JSON list "
+    "(e.g. [\"fraud\",\"ok\"]) or comma-separated (e.g. fraud,ok or 0,1,2)")

@@ -41,7 +41,8 @@ NOT_OPTIONS = ("kafka_overrides", "storage_credentials_present", "origins", "fea
 
 @dataclass(frozen=True, repr=False)
 class Settings:
-    """The effective configuration. Build it with :func:`~worker.config.load_settings` (which validates)."""
+    """The effective configuration. Build it with
+    :func:`~worker.config.load_settings` (which validates)."""
 
     # Kafka
     bootstrap_servers: str | None = None
@@ -61,8 +62,10 @@ class Settings:
     schema_registry_ca_location: str | None = None
     schema_registry_cert_location: str | None = None
     schema_registry_key_location: str | None = None
-    input_fields: tuple[tuple[str, str], ...] | None = None  # role -> the user's field (None: the role's name)
-    input_feature_fields: tuple[str, ...] | None = None  # features as these named numeric fields, in order
+    # role -> the user's field (None: the role's name)
+    input_fields: tuple[tuple[str, str], ...] | None = None
+    # features as these named numeric fields, in order
+    input_feature_fields: tuple[str, ...] | None = None
     # Model
     algorithm: str = "passive"
     dim: int | None = None
@@ -70,7 +73,8 @@ class Settings:
     features_reset: bool = False
     sparse_input: bool = False
     loss: str = "logistic"
-    classes: tuple[str, ...] | tuple[int, ...] | None = None  # softmax: the K class labels, in order
+    # softmax: the K class labels, in order
+    classes: tuple[str, ...] | tuple[int, ...] | None = None
     l2: float = 0.01
     label_bound: float = 1.0
     radius: float = 10.0
@@ -87,7 +91,8 @@ class Settings:
     budget_split: str = "weighted"
     deletion_capacity: int | None = None  # None: from expected_deletion_rate and the lifetime
     expected_deletion_rate: float | None = None
-    planned_records_per_request: float | None = None  # the plan's workload: watched, not used by the model
+    # the plan's workload: watched, not used by the model
+    planned_records_per_request: float | None = None
     planned_deletion_age_events: int | None = None
     budget_reserve: float = 0.1
     rotation: str = "off"
@@ -131,8 +136,10 @@ class Settings:
     log_format: str = "json"
     # Not settings: facts recorded for the start-up log line
     storage_credentials_present: bool = False
-    origins: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # name -> flag|env|default
-    feature_spec: Any = field(default=None, compare=False)  # worker.features.spec.FeatureSpec of features_file
+    # name -> flag|env|default
+    origins: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # worker.features.spec.FeatureSpec of features_file
+    feature_spec: Any = field(default=None, compare=False)
 
     def __post_init__(self):
         if isinstance(self.input_topics, str):
@@ -162,7 +169,8 @@ class Settings:
 
     @property
     def revoke_budget_seconds(self) -> float:
-        """Time for final snapshots and commits on revoke or shutdown, inside max.poll.interval.ms."""
+        """Time for final snapshots and commits on revoke or
+        shutdown, inside max.poll.interval.ms."""
         return self.revoke_budget_fraction * self.max_poll_interval_ms / 1000.0
 
     def origin(self, name: str) -> str:
@@ -186,7 +194,8 @@ class Settings:
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "enable.partition.eof": False,
-            "statistics.interval.ms": DEFAULT_STATISTICS_INTERVAL_MS,  # consumer lag for the metrics
+            # consumer lag for the metrics
+            "statistics.interval.ms": DEFAULT_STATISTICS_INTERVAL_MS,
             "fetch.queue.backoff.ms": DEFAULT_FETCH_QUEUE_BACKOFF_MS,
         })
         if self.group_protocol == "classic":
@@ -204,18 +213,21 @@ class Settings:
         # letters never makes a batch the dead-letter topic refuses where each alone would pass (a
         # record larger than that is sent alone); releases are far smaller.
         conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 1,
-                     "message.max.bytes": self.dead_letter_max_bytes(), "batch.size": PRODUCER_BATCH_BYTES})
+                     "message.max.bytes": self.dead_letter_max_bytes(),
+                     "batch.size": PRODUCER_BATCH_BYTES})
         if self.transactional:
             conf["transactional.id"] = self.transactional_id
-        else:  # a paused member's queued releases expire before it can be expelled (docs/worker.md 5.6)
+        else:
+            # a paused member's queued releases expire before it
+            # can be expelled (docs/worker.md 5.6)
             conf["message.timeout.ms"] = release_timeout_ms(self.group_protocol, self.kafka)
         conf.update(self._passthrough(CONSUMER_ONLY_KEYS))
         return conf
 
     def dead_letter_max_bytes(self) -> int:
         """The producer's message.max.bytes: a dead letter is the original record whole, so it must
-        take anything the consumer can receive, plus the dead letter's headers (librdkafka's default,
-        1,000,000, refused a 4.8 MB record the input topic had accepted)."""
+        take anything the consumer can receive, plus the dead letter's headers (librdkafka's
+        default, 1,000,000, refused a 4.8 MB record the input topic had accepted)."""
         kafka = dict(self.kafka_overrides)
         try:
             receive = max(int(kafka.get("receive.message.max.bytes", LIBRDKAFKA_RECEIVE_MAX_BYTES)),
@@ -228,7 +240,8 @@ class Settings:
         """Admin client configuration (reads the dead-letter topic's size limit): the connection
         and security settings of the producer, without what only a producer takes."""
         conf = {k: v for k, v in self.producer_config().items()
-                if k not in PRODUCER_ONLY_KEYS and k not in ("transactional.id", "message.max.bytes")}
+                if k not in PRODUCER_ONLY_KEYS
+                and k not in ("transactional.id", "message.max.bytes")}
         conf["client.id"] = f"{self.group_id}-admin"
         return conf
 
@@ -239,12 +252,14 @@ class Settings:
 
     @property
     def string_labels(self) -> bool:
-        """Inserts carry class names as ``y`` (softmax with string classes): the Python decoder reads them."""
+        """Inserts carry class names as ``y`` (softmax with string
+        classes): the Python decoder reads them."""
         return self.loss == "softmax" and bool(self.classes) and isinstance(self.classes[0], str)
 
     # ------------------------------------------------------------------ logging
     def redacted(self) -> dict[str, Any]:
-        """Every setting as JSON-able values, secrets replaced by ``***`` (for the start log line)."""
+        """Every setting as JSON-able values, secrets replaced
+        by ``***`` (for the start log line)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             if f.name in ("kafka_overrides", "origins"):
@@ -278,5 +293,6 @@ def _redact_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (f":{parts.port}" if parts.port
+                                                                else "")
     return parts._replace(netloc=netloc).geturl()

@@ -18,7 +18,8 @@ def personality() -> dict[str, str]:
     try:
         from threadpoolctl import threadpool_info
 
-        blas = next((f"{i['internal_api']} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()
+        blas = next((f"{i['internal_api']} {i.get('version')} {i.get('architecture')}"
+                     for i in threadpool_info()
                      if i.get("user_api") == "blas"), "none")
     except ImportError:  # threadpoolctl comes with scikit-learn (the bench extra)
         blas = f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(default)')}"

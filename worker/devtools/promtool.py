@@ -1,4 +1,5 @@
-"""promtool for the alert-rule tests: found on PATH, or fetched from Debian without installing anything.
+"""promtool for the alert-rule tests: found on PATH, or
+fetched from Debian without installing anything.
 
 :func:`find_promtool` returns, first match wins:
 
@@ -26,8 +27,9 @@ from pathlib import Path
 from worker.devtools.kafka_jars import default_cache_root
 
 PACKAGE = "prometheus"
-INSTALL = ("install Debian's prometheus package (apt-get install -y --no-install-recommends prometheus) "
-           "or put promtool on PATH")
+INSTALL = (
+    "install Debian's prometheus package (apt-get install -y --no-install-recommends prometheus) "
+    "or put promtool on PATH")
 _TIMEOUT_S = 600
 
 
@@ -56,8 +58,10 @@ def fetch(binary: Path, which: Callable[[str], str | None] = shutil.which) -> Pa
     """Download Debian's prometheus package and keep its promtool at ``binary``."""
     apt_get, dpkg_deb = which("apt-get"), which("dpkg-deb")
     if apt_get is None or dpkg_deb is None:
-        missing = " and ".join(n for n, p in (("apt-get", apt_get), ("dpkg-deb", dpkg_deb)) if p is None)
-        raise PromtoolUnavailable(f"promtool is not on PATH and there is no {missing} to fetch it: {INSTALL}")
+        missing = " and ".join(n for n, p in (("apt-get", apt_get), ("dpkg-deb", dpkg_deb))
+                               if p is None)
+        raise PromtoolUnavailable(
+            f"promtool is not on PATH and there is no {missing} to fetch it: {INSTALL}")
     binary.parent.mkdir(parents=True, exist_ok=True)
     # Work next to the destination, so that the final rename is atomic: processes fetching at the
     # same time each end with a complete binary.
@@ -66,13 +70,15 @@ def fetch(binary: Path, which: Callable[[str], str | None] = shutil.which) -> Pa
         got = _run([apt_get, "download", PACKAGE], work)
         debs = sorted(work.glob(f"{PACKAGE}_*.deb"))
         if got.returncode != 0 or not debs:
-            raise PromtoolUnavailable(f"`apt-get download {PACKAGE}` failed ({_last(got)}); the package lists "
-                                      f"may be missing (apt-get update), or {INSTALL}")
+            raise PromtoolUnavailable(
+                f"`apt-get download {PACKAGE}` failed ({_last(got)}); the package lists "
+                f"may be missing (apt-get update), or {INSTALL}")
         tree = work / "tree"
         got = _run([dpkg_deb, "-x", str(debs[-1]), str(tree)], work)
         extracted = tree / "usr" / "bin" / "promtool"
         if got.returncode != 0 or not extracted.is_file():
-            raise PromtoolUnavailable(f"no usr/bin/promtool in {debs[-1].name} ({_last(got)}): {INSTALL}")
+            raise PromtoolUnavailable(
+                f"no usr/bin/promtool in {debs[-1].name} ({_last(got)}): {INSTALL}")
         extracted.chmod(0o755)
         os.replace(extracted, binary)
     return binary

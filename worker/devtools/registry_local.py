@@ -63,7 +63,8 @@ def runner_jar(home: Path, version: str = DEFAULT_VERSION) -> Path:
 
 
 def resolve_app(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike | None = None) -> Path:
-    """The directory holding the extracted application (runner jar and ``lib/``), resolved if needed."""
+    """The directory holding the extracted application (runner
+    jar and ``lib/``), resolved if needed."""
     base = Path(cache_dir) if cache_dir is not None else default_cache_root()
     home = base / f"apicurio-registry-{version}"
     if (home / _MARKER).exists():
@@ -90,10 +91,13 @@ def resolve_app(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike | N
 def _maven_copy(version: str, out: Path) -> Path:
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise RuntimeError("`mvn` not found on PATH: Maven is needed once to fetch Apicurio Registry")
+        raise RuntimeError(
+            "`mvn` not found on PATH: Maven is needed once to fetch Apicurio Registry")
     coordinate = f"{GROUP}:{ARTIFACT}:{version}:tar.gz:all"
-    cmd = [mvn, "-q", "-B", "dependency:copy", f"-Dartifact={coordinate}", f"-DoutputDirectory={out}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False, cwd=out)
+    cmd = [mvn, "-q", "-B", "dependency:copy", f"-Dartifact={coordinate}",
+           f"-DoutputDirectory={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S,
+                          check=False, cwd=out)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-_LOG_TAIL_LINES:])
         raise RuntimeError(f"Maven failed ({proc.returncode}): {' '.join(cmd)}\n{tail}")
@@ -113,7 +117,8 @@ def _java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise RuntimeError("no `java` found (set JAVA_HOME or put java on PATH); Apicurio 3 needs Java 17+")
+        raise RuntimeError(
+            "no `java` found (set JAVA_HOME or put java on PATH); Apicurio 3 needs Java 17+")
     return java
 
 
@@ -157,10 +162,12 @@ class SchemaRegistry:
         self._log = open(self.log_dir / "registry.log", "ab")
         started = time.monotonic()
         self._proc = subprocess.Popen(
-            [_java(), f"-Xmx{self.heap}", f"-Dquarkus.http.port={self.port}", "-Dquarkus.http.host=127.0.0.1",
+            [_java(), f"-Xmx{self.heap}", f"-Dquarkus.http.port={self.port}",
+             "-Dquarkus.http.host=127.0.0.1",
              "-jar", str(runner_jar(home, self.version))],
             cwd=home, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux")
+            else None)
         try:
             self._wait_ready(started)
             self._request("PUT", "/config", {"compatibility": self.compatibility})
@@ -196,7 +203,8 @@ class SchemaRegistry:
     def _request(self, method: str, path: str, body: dict | None = None, timeout: float = 5.0):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+                                     headers={
+                                         "Content-Type": "application/vnd.schemaregistry.v1+json"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read() or b"null")
 
@@ -209,8 +217,9 @@ class SchemaRegistry:
                 self._request("GET", "/subjects", timeout=2.0)
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"Apicurio Registry not ready after {self.startup_timeout:.0f} s.\n"
-                                   f"{self.log_tail()}")
+                raise TimeoutError(
+                    f"Apicurio Registry not ready after {self.startup_timeout:.0f} s.\n"
+                    f"{self.log_tail()}")
             time.sleep(0.2)
 
     def log_tail(self) -> str:
@@ -227,10 +236,13 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.devtools.registry_local",
-                                     description="Run Apicurio Registry (Confluent API) on 127.0.0.1 until Ctrl-C.")
-    parser.add_argument("--version", default=DEFAULT_VERSION, help="Apicurio Registry release (default %(default)s)")
+                                     description="Run Apicurio Registry (Confluent API) on "
+                                     "127.0.0.1 until Ctrl-C.")
+    parser.add_argument("--version", default=DEFAULT_VERSION,
+                        help="Apicurio Registry release (default %(default)s)")
     parser.add_argument("--port", type=int, help="HTTP port; default: a free one")
-    parser.add_argument("--resolve-only", action="store_true", help="only fetch/cache the application, print its dir")
+    parser.add_argument("--resolve-only", action="store_true",
+                        help="only fetch/cache the application, print its dir")
     args = parser.parse_args(argv)
     if args.resolve_only:
         print(resolve_app(args.version))
@@ -240,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         registry.start()
         print(f"OLU_SCHEMA_REGISTRY_URL={registry.url}", flush=True)
-        print(f"apicurio registry {args.version} ready in {registry.startup_seconds:.1f} s; Ctrl-C to stop",
+        print(f"apicurio registry {args.version} ready in {registry.startup_seconds:.1f} s; Ctrl-C "
+              "to stop",
               file=sys.stderr, flush=True)
         while registry.is_running:
             time.sleep(0.5)

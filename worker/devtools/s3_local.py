@@ -122,7 +122,8 @@ def _sigv4_headers(method: str, host: str, path: str, access_key: str, secret_ke
 
 
 def s3_env(server) -> dict[str, str]:
-    """``AWS_*`` variables for any S3 endpoint with ``endpoint``, ``bucket``, keys and ``region``."""
+    """``AWS_*`` variables for any S3 endpoint with
+    ``endpoint``, ``bucket``, keys and ``region``."""
     return {
         "AWS_ACCESS_KEY_ID": server.access_key,
         "AWS_SECRET_ACCESS_KEY": server.secret_key,
@@ -157,8 +158,10 @@ def external_from_env(environ: Mapping[str, str] = os.environ) -> ExternalS3 | N
     endpoint = environ.get("OLU_TEST_S3_ENDPOINT")
     if not endpoint:
         return None
-    return ExternalS3(endpoint=endpoint.rstrip("/"), bucket=environ.get("OLU_TEST_S3_BUCKET", DEFAULT_BUCKET),
-                      access_key=environ["AWS_ACCESS_KEY_ID"], secret_key=environ["AWS_SECRET_ACCESS_KEY"],
+    return ExternalS3(endpoint=endpoint.rstrip("/"),
+                      bucket=environ.get("OLU_TEST_S3_BUCKET", DEFAULT_BUCKET),
+                      access_key=environ["AWS_ACCESS_KEY_ID"],
+                      secret_key=environ["AWS_SECRET_ACCESS_KEY"],
                       region=environ.get("AWS_REGION", DEFAULT_REGION))
 
 
@@ -193,7 +196,8 @@ class SeaweedS3:
         taken: set[int] = set()
         if port is not None:
             taken.add(port)
-        self.ports = {name: _free_port_pair(taken) for name in ("master", "volume", "filer", "admin")}
+        self.ports = {name: _free_port_pair(taken)
+                      for name in ("master", "volume", "filer", "admin")}
         if port is None:
             self.ports["s3"] = _free_port_pair(taken)
             self._s3_grpc = self.ports["s3"] + _GRPC_OFFSET

@@ -6,11 +6,14 @@ fields' own (linear) coordinates:
 .. code-block:: yaml
 
     derived:
-      - {type: bins, field: age, edges: [30, 45, 60]}          # one-hot: <30, [30,45), [45,60), >=60
+      - {type: bins, field: age, edges: [30, 45, 60]}
+        # one-hot: <30, [30,45), [45,60), >=60
       - {type: bins, field: income, range: [0, 2.0e5], count: 8, encoding: cumulative}
-      - {type: cross, fields: [plan, country], buckets: 1024}  # one of 1024 slots per (plan, country)
+      - {type: cross, fields: [plan, country], buckets: 1024}
+        # one of 1024 slots per (plan, country)
       - {type: cross, fields: [plan, age], buckets: 256}       # a numeric field enters by its bins
-      - {type: fourier, fields: [lat, lon], components: 128, bandwidth: 0.5, seed: 7}   # an RBF kernel
+      - {type: fourier, fields: [lat, lon], components: 128,
+        bandwidth: 0.5, seed: 7}   # an RBF kernel
 
 **Bins** make a threshold rule on one field learnable by a linear model: ``onehot`` puts the weight
 in the value's bin (``edges`` e_1 < ... < e_m give m + 1 bins; bin j holds e_j <= v < e_{j+1}),
@@ -49,7 +52,8 @@ from . import portable
 __all__ = ["Bins", "Cross", "Fourier", "cross_hash", "parse_derived"]
 
 _MASK = (1 << 64) - 1
-CROSS_OFFSET = 0x6A09E667F3BCC908  # the first 64 bits of sqrt(2)'s fraction: any fixed start will do
+# the first 64 bits of sqrt(2)'s fraction: any fixed start will do
+CROSS_OFFSET = 0x6A09E667F3BCC908
 GOLDEN = 0x9E3779B97F4A7C15
 MAX_EDGES = 1024
 ENCODINGS = ("onehot", "cumulative")
@@ -125,7 +129,8 @@ class Bins:
         return [f"{self.field}<{e[0]}", *inner, f"{self.field}>={e[-1]}"]
 
     def source(self) -> dict:
-        return _weighted({"type": "bins", "field": self.field, "edges": list(self.edges), "encoding": self.encoding},
+        return _weighted({"type": "bins", "field": self.field, "edges": list(self.edges),
+                          "encoding": self.encoding},
                          self.weight)
 
 
@@ -141,7 +146,8 @@ class Cross:
 
     def tokens(self, tokens: dict) -> list[int]:
         """The fields' tokens, a numeric value as its bin."""
-        return [tokens[n] if b is None else b.bin_of(tokens[n]) for n, b in zip(self.fields, self.bins)]
+        return [tokens[n] if b is None else b.bin_of(tokens[n]) for n,
+                b in zip(self.fields, self.bins)]
 
     @property
     def width(self) -> int:
@@ -159,7 +165,8 @@ class Cross:
         return [f"{'&'.join(self.fields)}#{b}" for b in range(self.buckets)]
 
     def source(self) -> dict:
-        return _weighted({"type": "cross", "fields": list(self.fields), "buckets": self.buckets}, self.weight)
+        return _weighted({"type": "cross", "fields": list(self.fields), "buckets": self.buckets},
+                         self.weight)
 
 
 @dataclass(frozen=True)
@@ -170,7 +177,8 @@ class Fourier:
     seed: int
     weight: float
     slot: int
-    w: tuple = field(default=(), compare=False, repr=False)  # (components, fields), over the bandwidth
+    # (components, fields), over the bandwidth
+    w: tuple = field(default=(), compare=False, repr=False)
     b: tuple = field(default=(), compare=False, repr=False)
 
     kind = "fourier"
@@ -178,8 +186,10 @@ class Fourier:
     def __post_init__(self):
         k = len(self.fields)
         draws = portable.gaussians(self.seed, 0, self.components * k)
-        w = tuple(tuple(draws[j * k + i] / self.bandwidth for i in range(k)) for j in range(self.components))
-        b = tuple(6.283185307179586 * portable.uniform(self.seed, 1, j) for j in range(self.components))
+        w = tuple(tuple(draws[j * k + i] / self.bandwidth for i in range(k))
+                  for j in range(self.components))
+        b = tuple(6.283185307179586 * portable.uniform(self.seed, 1, j)
+                  for j in range(self.components))
         object.__setattr__(self, "w", w)
         object.__setattr__(self, "b", b)
 
@@ -193,7 +203,8 @@ class Fourier:
 
     def max_phase(self, bounds: list[float]) -> float:
         """The largest |w_j . u + b_j| for fields' values within ``bounds``."""
-        return max(abs(bj) + sum(abs(wi) * u for wi, u in zip(wj, bounds)) for wj, bj in zip(self.w, self.b))
+        return max(abs(bj) + sum(abs(wi) * u for wi, u in zip(wj, bounds)) for wj,
+                   bj in zip(self.w, self.b))
 
     def write(self, x: list, u: list[float]) -> None:
         scale = self.weight * math.sqrt(2.0 / self.components)
@@ -207,8 +218,9 @@ class Fourier:
         return [f"fourier({','.join(self.fields)})#{j}" for j in range(self.components)]
 
     def source(self) -> dict:
-        return _weighted({"type": "fourier", "fields": list(self.fields), "components": self.components,
-                          "bandwidth": self.bandwidth, "seed": self.seed}, self.weight)
+        return _weighted(
+            {"type": "fourier", "fields": list(self.fields), "components": self.components,
+             "bandwidth": self.bandwidth, "seed": self.seed}, self.weight)
 
 
 def _number(v) -> bool:
@@ -228,14 +240,16 @@ def _edges(item: dict, where: str, problems: list) -> tuple[float, ...] | None:
         if "range" in item or "count" in item:
             problems.append(f"{where}: give either 'edges' or 'range' and 'count', not both")
         edges = item["edges"]
-        if not (isinstance(edges, list) and 1 <= len(edges) <= MAX_EDGES and all(map(_number, edges))
+        if not (isinstance(edges, list) and 1 <= len(edges) <= MAX_EDGES
+                and all(map(_number, edges))
                 and all(a < b for a, b in zip(edges, edges[1:]))):
             problems.append(f"{where}: 'edges' must be 1 to {MAX_EDGES} increasing finite numbers")
             return None
         return tuple(float(e) for e in edges)
     r, count = item.get("range"), item.get("count")
     if not (isinstance(r, list) and len(r) == 2 and all(map(_number, r)) and r[0] < r[1]):
-        problems.append(f"{where}: bins need 'edges', or 'range' [low, high] with low < high and 'count'")
+        problems.append(
+            f"{where}: bins need 'edges', or 'range' [low, high] with low < high and 'count'")
         return None
     if not (isinstance(count, int) and not isinstance(count, bool) and 2 <= count <= MAX_EDGES + 1):
         problems.append(f"{where}: 'count' must be an integer from 2 to {MAX_EDGES + 1}")
@@ -258,10 +272,12 @@ def _bins(item: dict, where: str, kinds: dict, slot: int, problems: list) -> Bin
     return Bins(field, edges, encoding, weight, slot)
 
 
-def _cross(item: dict, where: str, kinds: dict, binned: dict, slot: int, problems: list, max_dim: int) -> Cross | None:
+def _cross(item: dict, where: str, kinds: dict, binned: dict, slot: int, problems: list,
+           max_dim: int) -> Cross | None:
     names = item.get("fields")
     bad = len(problems)
-    if not (isinstance(names, list) and 2 <= len(names) <= 3 and len(set(map(str, names))) == len(names)):
+    if not (isinstance(names, list) and 2 <= len(names) <= 3
+            and len(set(map(str, names))) == len(names)):
         problems.append(f"{where}: 'fields' must list 2 or 3 different fields")
         names = []
     for name in names:
@@ -269,7 +285,8 @@ def _cross(item: dict, where: str, kinds: dict, binned: dict, slot: int, problem
         if kind not in CROSSABLE:
             problems.append(f"{where}: {name!r} is not a field of the spec")
         elif kind == "numeric" and name not in binned:
-            problems.append(f"{where}: numeric {name!r} enters a cross by its bins: declare bins of it first")
+            problems.append(
+                f"{where}: numeric {name!r} enters a cross by its bins: declare bins of it first")
     buckets = item.get("buckets")
     if not (isinstance(buckets, int) and not isinstance(buckets, bool) and 2 <= buckets <= max_dim):
         problems.append(f"{where}: 'buckets' must be an integer from 2 to {max_dim}")
@@ -279,23 +296,27 @@ def _cross(item: dict, where: str, kinds: dict, binned: dict, slot: int, problem
     return Cross(tuple(names), buckets, weight, slot, tuple(binned.get(n) for n in names))
 
 
-def _fourier(item: dict, where: str, kinds: dict, bounds: dict, slot: int, problems: list) -> Fourier | None:
+def _fourier(item: dict, where: str, kinds: dict, bounds: dict, slot: int,
+             problems: list) -> Fourier | None:
     names = item.get("fields")
     bad = len(problems)
     if not (isinstance(names, list) and 1 <= len(names) <= MAX_FOURIER_FIELDS
             and len(set(map(str, names))) == len(names)):
-        problems.append(f"{where}: 'fields' must list 1 to {MAX_FOURIER_FIELDS} different numeric fields")
+        problems.append(
+            f"{where}: 'fields' must list 1 to {MAX_FOURIER_FIELDS} different numeric fields")
         names = []
     for name in names:
         if kinds.get(name) != "numeric":
             problems.append(f"{where}: {name!r} is not a numeric field of the spec")
     components, bandwidth, seed = item.get("components"), item.get("bandwidth"), item.get("seed")
-    if not (isinstance(components, int) and not isinstance(components, bool) and 1 <= components <= MAX_COMPONENTS):
+    if not (isinstance(components, int) and not isinstance(components, bool)
+            and 1 <= components <= MAX_COMPONENTS):
         problems.append(f"{where}: 'components' must be an integer from 1 to {MAX_COMPONENTS}")
     if not (_number(bandwidth) and bandwidth > 0):
         problems.append(f"{where}: 'bandwidth' must be a positive number")
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 1 << 63):
-        problems.append(f"{where}: 'seed' must be an integer from 0 to 2^63 - 1 (the map is drawn from it)")
+        problems.append(
+            f"{where}: 'seed' must be an integer from 0 to 2^63 - 1 (the map is drawn from it)")
     weight = _weight(item, where, problems)
     if len(problems) > bad:
         return None

@@ -1,4 +1,5 @@
-"""Exceptions of the feature spec: a spec that cannot be used, a record it cannot turn into a vector."""
+"""Exceptions of the feature spec: a spec that cannot be
+used, a record it cannot turn into a vector."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ class FeatureSpecError(OluWorkerError, ValueError):
     """The feature spec has mistakes: ``problems``, one line each."""
 
     def __init__(self, problems: list[str]):
-        super().__init__("the feature spec has mistakes:\n" + "\n".join(f"  - {p}" for p in problems))
+        super().__init__(
+            "the feature spec has mistakes:\n" + "\n".join(f"  - {p}" for p in problems))
         self.problems = problems
 
 

@@ -1,16 +1,20 @@
-"""A declared feature spec: named fields of an event to the model's vector, by fixed transforms only.
+"""A declared feature spec: named fields of an event to the
+model's vector, by fixed transforms only.
 
 The spec (``OLU_FEATURES_FILE``, YAML or JSON) lists the fields and how each becomes coordinates:
 
 .. code-block:: yaml
 
     intercept: 1.0              # a constant coordinate (0 or false: none); default 1.0
-    bound: 2.0                  # optional: clip the vector's norm to this (default: the spec's own bound)
-    features:
-      - {name: age, type: numeric, range: [18, 90]}                 # clipped, then mapped onto [-1, 1]
-      - {name: income, type: numeric, center: 4.0e4, scale: 2.0e4, clip: 3}   # (v - c) / s within +-clip
+    bound: 2.0                  # optional: clip the vector's norm to this (default: the spec's own
+    bound) features:
+      - {name: age, type: numeric, range: [18, 90]}
+        # clipped, then mapped onto [-1, 1]
+      - {name: income, type: numeric, center: 4.0e4, scale:
+        2.0e4, clip: 3}   # (v - c) / s within +-clip
       - {name: active, type: boolean}                                # 1.0 or 0.0
-      - {name: plan, type: categorical, vocabulary: [free, pro, team]}   # one-hot, plus an "other" slot
+      - {name: plan, type: categorical, vocabulary: [free, pro,
+        team]}   # one-hot, plus an "other" slot
       - {name: city, type: hashed, buckets: 64}                      # +-1 in one of 64 slots
       - {name: score, type: numeric, range: [0, 1], weight: 0.5,
          missing: {fill: 0.5, indicator: true}}                      # optional: filled, and flagged
@@ -49,7 +53,8 @@ __all__ = ["FeatureField", "FeatureSpec", "KINDS", "load_spec", "parse_spec"]
 KINDS = ("numeric", "boolean", "categorical", "hashed")
 MAX_FIELDS = 64  # the compiled reader keeps one bit per field
 MAX_DIM = 1 << 20
-_FIELD_KEYS = {"name", "type", "range", "center", "scale", "clip", "weight", "missing", "vocabulary", "buckets"}
+_FIELD_KEYS = {"name", "type", "range", "center", "scale", "clip", "weight", "missing",
+               "vocabulary", "buckets"}
 _RESERVED = {"op", "id", "y", "ts", "ids", "x"}
 
 
@@ -76,7 +81,8 @@ class FeatureField:
     scale_from_range: bool = False  # numeric ``range``: clipped before centring, not after
 
     def __post_init__(self):
-        object.__setattr__(self, "index", {v: i for i, v in enumerate(self.vocabulary)})  # value -> slot
+        # value -> slot
+        object.__setattr__(self, "index", {v: i for i, v in enumerate(self.vocabulary)})
 
     def max_abs(self) -> float:
         """The largest magnitude of this field's value coordinate (before the weight)."""
@@ -96,7 +102,8 @@ class FeatureField:
 
 @dataclass(frozen=True)
 class FeatureSpec:
-    """A parsed spec: ``fields`` in order, the intercept, the declared ``bound`` (None: the spec's own)."""
+    """A parsed spec: ``fields`` in order, the intercept, the
+    declared ``bound`` (None: the spec's own)."""
 
     fields: tuple[FeatureField, ...]
     intercept: float
@@ -106,7 +113,8 @@ class FeatureSpec:
 
     @property
     def dim(self) -> int:
-        return (1 if self.intercept else 0) + sum(f.width for f in self.fields) + sum(d.width for d in self.derived)
+        return (1 if self.intercept
+                else 0) + sum(f.width for f in self.fields) + sum(d.width for d in self.derived)
 
     @property
     def compiled(self) -> bool:
@@ -116,7 +124,8 @@ class FeatureSpec:
 
     @functools.cached_property
     def names(self) -> tuple[str, ...]:
-        return tuple((["(intercept)"] if self.intercept else []) + [n for f in self.fields for n in f.names()]
+        return tuple((["(intercept)"] if self.intercept else []) + [n for f in self.fields
+                                                                    for n in f.names()]
                      + [n for d in self.derived for n in d.names()])
 
     @property
@@ -150,12 +159,14 @@ def canonical(source: dict) -> bytes:
 
 
 def load_spec(path: str | Path) -> FeatureSpec:
-    """Read and check the spec at ``path`` (``.json``: JSON; otherwise YAML, of which JSON is a part)."""
+    """Read and check the spec at ``path`` (``.json``: JSON;
+    otherwise YAML, of which JSON is a part)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise FeatureSpecError([f"OLU_FEATURES_FILE: cannot read {path}: {exc.strerror or exc}"]) from None
+        raise FeatureSpecError(
+            [f"OLU_FEATURES_FILE: cannot read {path}: {exc.strerror or exc}"]) from None
     try:
         if path.suffix.lower() == ".json":
             raw = json.loads(text)
@@ -164,7 +175,8 @@ def load_spec(path: str | Path) -> FeatureSpec:
 
             raw = yaml.safe_load(text)
     except Exception as exc:  # both parsers' errors carry the line
-        raise FeatureSpecError([f"OLU_FEATURES_FILE: {path} does not parse: {str(exc).splitlines()[0][:200]}"]) \
+        raise FeatureSpecError(
+            [f"OLU_FEATURES_FILE: {path} does not parse: {str(exc).splitlines()[0][:200]}"]) \
             from None
     return parse_spec(raw)
 
@@ -195,7 +207,8 @@ def parse_spec(raw) -> FeatureSpec:
         if f is not None:
             fields.append(f)
             slot += f.width
-    derived = parse_derived(raw.get("derived"), {f.name: f.kind for f in fields}, slot, problems, MAX_DIM,
+    derived = parse_derived(raw.get("derived"), {f.name: f.kind for f in fields}, slot, problems,
+                            MAX_DIM,
                             {f.name: f.max_abs() for f in fields if f.kind == "numeric"})
     slot += sum(d.width for d in derived)
     if slot > MAX_DIM:
@@ -205,7 +218,8 @@ def parse_spec(raw) -> FeatureSpec:
     source = {"intercept": intercept, "bound": bound, "features": [_source(f) for f in fields]}
     if derived:  # only then: a spec without derived blocks keeps its digest
         source["derived"] = [d.source() for d in derived]
-    return FeatureSpec(tuple(fields), intercept, None if bound is None else float(bound), source, derived)
+    return FeatureSpec(tuple(fields), intercept, None if bound is None else float(bound), source,
+                       derived)
 
 
 def _number(v) -> bool:
@@ -237,7 +251,8 @@ def _field(k: int, item, slot: int, seen: set, problems: list) -> FeatureField |
     if name in seen:
         problems.append(f"{where}: the field is declared twice")
     if name in _RESERVED:
-        problems.append(f"{where}: {name!r} is an event field (op, id, y, ts, ids, x), not a feature")
+        problems.append(
+            f"{where}: {name!r} is an event field (op, id, y, ts, ids, x), not a feature")
     seen.add(name)
     for key in sorted(set(item) - _FIELD_KEYS):
         problems.append(f"{where}: unknown key {key!r}")
@@ -290,7 +305,8 @@ def _numeric(item: dict, where: str, problems: list) -> dict:
     if "range" in item:
         for key in ("center", "scale", "clip"):
             if key in item:
-                problems.append(f"{where}: give either 'range' or 'center'/'scale'/'clip', not both ({key!r})")
+                problems.append(
+                    f"{where}: give either 'range' or 'center'/'scale'/'clip', not both ({key!r})")
         r = item["range"]
         if not (isinstance(r, list) and len(r) == 2 and all(map(_number, r)) and r[0] < r[1]):
             problems.append(f"{where}: 'range' must be [low, high] with low < high, finite numbers")
@@ -310,12 +326,15 @@ def _numeric(item: dict, where: str, problems: list) -> dict:
         problems.append(f"{where}: 'clip' {clip!r} is not a positive number")
         clip = 3.0
     return {"center": float(center) if _number(center) else 0.0,
-            "scale": float(scale) if _number(scale) and scale > 0 else 1.0, "low": -float(clip), "high": float(clip)}
+            "scale": float(scale) if _number(scale) and scale > 0 else 1.0, "low": -float(clip),
+            "high": float(clip)}
 
 
 def _missing(missing, kind: str, args: dict, where: str, problems: list) -> dict:
-    if not isinstance(missing, dict) or set(missing) - {"fill", "indicator"} or "fill" not in missing:
-        problems.append(f"{where}: 'missing' must be a mapping with 'fill' (and optionally 'indicator')")
+    if not isinstance(missing, dict) or set(missing) - {"fill",
+                                                        "indicator"} or "fill" not in missing:
+        problems.append(
+            f"{where}: 'missing' must be a mapping with 'fill' (and optionally 'indicator')")
         return {}
     fill, indicator = missing["fill"], missing.get("indicator", False)
     if not isinstance(indicator, bool):

@@ -1,4 +1,5 @@
-"""A feature spec as flat arrays for the compiled JSON reader (worker/stream/input/insert_kernel.py).
+"""A feature spec as flat arrays for the compiled JSON reader
+(worker/stream/input/insert_kernel.py).
 
 :func:`spec_tables` lays the spec out as the kernel reads it: the field names' bytes, one integer
 row and one float row per field, the vocabularies' bytes and an open-addressing table per
@@ -36,7 +37,8 @@ class SpecTables:
     name_offsets: np.ndarray  # int64 (fields + 1)
     ints: np.ndarray  # int64 (fields, 9)
     floats: np.ndarray  # float64 (fields, 6)
-    table: np.ndarray  # int64: vocabulary entry index or -1, every categorical field's table in turn
+    # int64: vocabulary entry index or -1, every categorical field's table in turn
+    table: np.ndarray
     vocab: np.ndarray  # uint8: every vocabulary value's bytes
     vocab_offsets: np.ndarray  # int64 (entries + 1)
     intercept: float
@@ -59,10 +61,13 @@ def spec_tables(spec: FeatureSpec) -> SpecTables:
     tables: list[int] = []
     vocab: list[str] = []
     for k, f in enumerate(spec.fields):
-        kind = {"numeric": NUMERIC_RANGE if f.scale_from_range else NUMERIC_SCALE, "boolean": BOOLEAN,
+        kind = {"numeric": NUMERIC_RANGE if f.scale_from_range else NUMERIC_SCALE,
+                "boolean": BOOLEAN,
                 "categorical": CATEGORICAL, "hashed": HASHED}[f.kind]
-        ints[k, [I_KIND, I_SLOT, I_WIDTH, I_OPTIONAL, I_INDICATOR]] = kind, f.slot, f.width, f.optional, f.indicator
-        floats[k, [F_LOW, F_HIGH, F_CENTER, F_SCALE, F_WEIGHT]] = f.low, f.high, f.center, f.scale, f.weight
+        ints[k, [I_KIND, I_SLOT, I_WIDTH, I_OPTIONAL,
+                 I_INDICATOR]] = kind, f.slot, f.width, f.optional, f.indicator
+        floats[k, [F_LOW, F_HIGH, F_CENTER, F_SCALE,
+                   F_WEIGHT]] = f.low, f.high, f.center, f.scale, f.weight
         if f.optional and f.kind in ("numeric", "boolean"):
             floats[k, F_FILL] = float(f.fill)
         if kind == CATEGORICAL:
@@ -85,5 +90,7 @@ def spec_tables(spec: FeatureSpec) -> SpecTables:
                 ints[k, I_FILL_SLOT] = h % f.buckets
                 floats[k, F_FILL] = 1.0 if h >> 63 == 0 else -1.0
     vocab_bytes, vocab_offsets = _joined(vocab)
-    return SpecTables(names, name_offsets, ints, floats, np.array(tables or [-1], np.int64), vocab_bytes,
-                      vocab_offsets, spec.intercept, math.inf if spec.bound is None else spec.bound, spec.dim)
+    return SpecTables(names, name_offsets, ints, floats, np.array(tables or [-1], np.int64),
+                      vocab_bytes,
+                      vocab_offsets, spec.intercept, math.inf if spec.bound is None else spec.bound,
+                      spec.dim)

@@ -72,31 +72,35 @@ def _derive(spec: FeatureSpec, x: list, tokens: dict, scaled: dict) -> None:
 
 
 def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
-    """``(x, clipped)``: the vector of ``record`` and a bit mask of the fields whose value was clipped
-    (bit k: ``spec.fields[k]``)."""
+    """``(x, clipped)``: the vector of ``record`` and a bit mask of the fields whose value was
+    clipped (bit k: ``spec.fields[k]``)."""
     x = [0.0] * spec.dim
     if spec.intercept:
         x[0] = spec.intercept
     clipped = 0
-    tokens: dict[str, object] = {}  # each field's value (numeric) or token (the others), for derived blocks
+    # each field's value (numeric) or token (the others), for derived blocks
+    tokens: dict[str, object] = {}
     scaled: dict[str, float] = {}  # each numeric field's transformed value (before its weight)
     for k, f in enumerate(spec.fields):
         v = record.get(f.name)
         missing = v is None
         if missing:
             if not f.optional:
-                raise BadFeature("bad_features", f"no {f.name!r} field (the feature spec requires it)")
+                raise BadFeature("bad_features",
+                                 f"no {f.name!r} field (the feature spec requires it)")
             v = f.fill
         if f.indicator:
             x[f.slot + f.width - 1] = 1.0 if missing else 0.0
         if f.kind == "numeric":
             if type(v) is not float:
                 if type(v) is not int:
-                    raise BadFeature("bad_features", f"{f.name!r} is a {_type_name(v)}, expected a number")
+                    raise BadFeature("bad_features",
+                                     f"{f.name!r} is a {_type_name(v)}, expected a number")
                 try:
                     v = float(v)
                 except OverflowError:
-                    raise BadFeature("non_finite", f"{f.name!r} is an integer too large for a double") from None
+                    raise BadFeature("non_finite",
+                                     f"{f.name!r} is an integer too large for a double") from None
             if not math.isfinite(v):
                 raise BadFeature("non_finite", f"{f.name!r} is NaN or infinite")
             tokens[f.name] = v
@@ -116,12 +120,14 @@ def vectorize(spec: FeatureSpec, record: Mapping) -> tuple[np.ndarray, int]:
             scaled[f.name] = z
         elif f.kind == "boolean":
             if type(v) is not bool:
-                raise BadFeature("bad_features", f"{f.name!r} is a {_type_name(v)}, expected true or false")
+                raise BadFeature("bad_features",
+                                 f"{f.name!r} is a {_type_name(v)}, expected true or false")
             x[f.slot] = f.weight if v else 0.0
             tokens[f.name] = int(v)
         else:
             if type(v) is not str:
-                raise BadFeature("bad_features", f"{f.name!r} is a {_type_name(v)}, expected a string")
+                raise BadFeature("bad_features",
+                                 f"{f.name!r} is a {_type_name(v)}, expected a string")
             if f.kind == "categorical":
                 at = f.index.get(v, len(f.vocabulary))
                 x[f.slot + at] = f.weight

@@ -11,5 +11,6 @@ avro or json-schema releases are published framed the same way (release.py) with
 serializers. ``SchemaRegistryClient`` (registry.py) caches every schema it has fetched. events.py
 has the event's schemas for producers.
 
-No Kafka client calls here: worker/stream/input/framed.py and registry_releases.py wire this into the loop.
+No Kafka client calls here: worker/stream/input/framed.py and
+registry_releases.py wire this into the loop.
 """

@@ -1,4 +1,5 @@
-"""The plan of an Avro writer schema for the compiled reader (framed_kernel.py), or why there is none.
+"""The plan of an Avro writer schema for the compiled reader
+(framed_kernel.py), or why there is none.
 
 A plan is one row per field of the writer's record, in the writer's order (Avro has no field
 tags: a value is read by walking the fields): the field's role for the event (the field mapping
@@ -45,7 +46,8 @@ from .mapping import FieldMapping
 
 __all__ = ["avro_plan"]
 
-_PRIMITIVE = {name: k for k, name in enumerate(AVRO_KINDS) if name not in ("enum", "fixed", "array", "map")}
+_PRIMITIVE = {name: k for k, name in enumerate(AVRO_KINDS)
+              if name not in ("enum", "fixed", "array", "map")}
 
 
 
@@ -64,7 +66,8 @@ def avro_plan(schema_str: str, mapping: FieldMapping, *, dim: int) -> tuple[np.n
             if role != SKIP:
                 used.add(name)
             branches = field["type"] if isinstance(field["type"], list) else None
-            nodes = [_node(t, named, schema.get("namespace")) for t in (branches or [field["type"]])]
+            nodes = [_node(t, named, schema.get("namespace"))
+                     for t in (branches or [field["type"]])]
             if len(nodes) > MAX_BRANCHES:
                 raise NoPlan(f"field {name!r} is a union of more than {MAX_BRANCHES} types")
             row = [role, len(nodes) if branches is not None else 0]
@@ -85,8 +88,10 @@ def avro_plan(schema_str: str, mapping: FieldMapping, *, dim: int) -> tuple[np.n
 
 def _roles(mapping: FieldMapping) -> dict[str, int]:
     """Field name -> role."""
-    pairs = [(mapping.op, OP), (mapping.id, ID), (mapping.y, Y), (mapping.ts, TS), (mapping.ids, IDS)]
-    pairs += [(n, FEATURE + j) for j, n in enumerate(mapping.features)] if mapping.features else [(mapping.x, XS)]
+    pairs = [(mapping.op, OP), (mapping.id, ID), (mapping.y, Y), (mapping.ts, TS),
+             (mapping.ids, IDS)]
+    pairs += [(n, FEATURE + j) for j,
+              n in enumerate(mapping.features)] if mapping.features else [(mapping.x, XS)]
     roles: dict[str, int] = {}
     for name, role in pairs:
         if name in roles:
@@ -100,7 +105,8 @@ def _required(mapping: FieldMapping) -> list[str]:
 
 
 def _symbols(symbols: list) -> int:
-    """An enum's "insert" and "delete" positions, packed: (insert + 1) + 65536 * (delete + 1), 0 for none."""
+    """An enum's "insert" and "delete" positions, packed: (insert
+    + 1) + 65536 * (delete + 1), 0 for none."""
     at = {s: k for k, s in enumerate(symbols)}
     return at.get("insert", -1) + 1 + 65536 * (at.get("delete", -1) + 1)
 
@@ -130,7 +136,8 @@ def _node(t, named: dict, namespace: str | None) -> tuple[int, int, int]:
         return _PRIMITIVE[kind], 0, 0
     if kind in ("enum", "fixed"):
         symbols = t.get("symbols", [])
-        node = (A_ENUM, len(symbols), _symbols(symbols)) if kind == "enum" else (A_FIXED, int(t["size"]), 0)
+        node = (A_ENUM, len(symbols), _symbols(symbols)) if kind == "enum" else (A_FIXED,
+                                                                                 int(t["size"]), 0)
         space = t.get("namespace", namespace)
         named[_fullname(t["name"], space)] = named[t["name"]] = node
         return node

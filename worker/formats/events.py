@@ -2,11 +2,11 @@
 
 One schema describes both events (a subject holds one schema): ``op``; ``id`` for an insert and a
 delete of one record; ``ids`` (optional) for a deletion request naming several records, with no
-``id`` (null in Avro, unset "" in Protobuf, absent in JSON Schema), as in schemas/delete.schema.json;
-``x`` and ``y`` only for inserts (null, or empty for Protobuf's repeated fields, in deletes); ``ts``
-optional. The schemas only type the fields: the worker checks the values (how many ids, distinct,
-each id's length, ``x``'s dimension) with the JSON checks, so each mistake gets the dead-letter
-reason it gets in JSON.
+``id`` (null in Avro, unset "" in Protobuf, absent in JSON Schema), as in
+schemas/delete.schema.json; ``x`` and ``y`` only for inserts (null, or empty for Protobuf's repeated
+fields, in deletes); ``ts`` optional. The schemas only type the fields: the worker checks the values
+(how many ids, distinct, each id's length, ``x``'s dimension) with the JSON checks, so each mistake
+gets the dead-letter reason it gets in JSON.
 :func:`event_serializer` returns ``serialize(event dict, topic) -> framed bytes`` with
 confluent-kafka's serializer, registering the schema under ``{topic}-value`` on first use.
 """
@@ -32,7 +32,8 @@ EVENT_AVRO_SCHEMA = json.dumps({
 })
 
 EVENT_JSON_SCHEMA = json.dumps({
-    "$schema": "http://json-schema.org/draft-07/schema#", "title": "olu.events event", "type": "object",
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "olu.events event",
+    "type": "object",
     "required": ["op"], "additionalProperties": False,
     "properties": {
         "op": {"enum": ["insert", "delete"]},
@@ -51,7 +52,8 @@ def event_serializer(fmt: str, client):
         from confluent_kafka.schema_registry.avro import AvroSerializer
 
         inner = AvroSerializer(client, EVENT_AVRO_SCHEMA)
-        convert = lambda e: {"id": None, "x": None, "y": None, "ts": None, "ids": None, **e}  # noqa: E731
+        convert = lambda e: {"id": None, "x": None, "y": None, "ts": None, "ids": None,
+                             **e}  # noqa: E731
     elif fmt == "json-schema":
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
 

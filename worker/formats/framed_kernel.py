@@ -1,4 +1,5 @@
-"""Compiled readers of Schema Registry framed inserts: Avro and Protobuf bytes straight into columns.
+"""Compiled readers of Schema Registry framed inserts: Avro
+and Protobuf bytes straight into columns.
 
 Each kernel walks the records of one writer schema (a *plan*: avro_plan.py, protobuf_plan.py) in
 a joined value buffer and, like the JSON scan (worker/stream/input/scan.py), either **accepts** a
@@ -31,7 +32,8 @@ from ..compiled.jit import jit
 __all__ = ["AVRO_KINDS", "MAX_BRANCHES", "PROTO_COLUMNS", "ROLES", "avro_kernel", "protobuf_kernel"]
 
 #: Avro types a plan can hold (a union's branches each have one).
-AVRO_KINDS = ("null", "boolean", "int", "long", "float", "double", "string", "bytes", "enum", "fixed", "array", "map")
+AVRO_KINDS = ("null", "boolean", "int", "long", "float", "double", "string", "bytes", "enum",
+              "fixed", "array", "map")
 A_NULL, A_BOOL, A_INT, A_LONG, A_FLOAT, A_DOUBLE, A_STRING, A_BYTES, A_ENUM, A_FIXED, A_ARRAY, A_MAP = range(12)
 #: What a field is to the event; a named feature j is ``FEATURE + j``.
 ROLES = ("skip", "op", "id", "x", "y", "ts", "ids")
@@ -46,7 +48,8 @@ PROTO_COLUMNS = ("role", "kind", "flags", "insert", "delete")
 NO_SYMBOL = -(1 << 40)
 P_VARINT, P_ZIGZAG, P_UNSIGNED, P_INT32, P_DOUBLE, P_FLOAT, P_STRING, P_BYTES, P_ENUM, P_BOOL, P_FIXED32, \
     P_FIXED64, P_MESSAGE = range(1, 14)
-F_REPEATED, F_PRESENCE, F_ASCII, F_FLAT = 1, 2, 4, 8  # F_FLAT: a message of scalars (Timestamp, wrappers)
+# F_FLAT: a message of scalars (Timestamp, wrappers)
+F_REPEATED, F_PRESENCE, F_ASCII, F_FLAT = 1, 2, 4, 8
 _INSERT = (105, 110, 115, 101, 114, 116)  # "insert"
 _DELETE = (100, 101, 108, 101, 116, 101)  # "delete"
 
@@ -147,7 +150,8 @@ def _avro_skip_item(buf, p, end, kind, aux):
 
 @_helper
 def _avro_skip(buf, p, end, kind, aux, aux2):
-    """Past one value of ``kind`` (arrays and maps of primitives: ``aux`` the item kind, ``aux2`` its aux)."""
+    """Past one value of ``kind`` (arrays and maps of primitives:
+    ``aux`` the item kind, ``aux2`` its aux)."""
     if kind != A_ARRAY and kind != A_MAP:
         return _avro_skip_item(buf, p, end, kind, aux)
     while True:
@@ -235,7 +239,8 @@ def _avro_record(v, buf, p, end, plan, nfields, named, dim, X, y_out, spans, r):
             idx, p = _long(buf, p, end)
             if p < 0 or idx < 0 or idx >= aux:
                 return DECLINED
-            op = INSERT if idx == aux2 % 65536 - 1 else (DELETE if idx == aux2 // 65536 - 1 else DECLINED)
+            op = INSERT if idx == aux2 % 65536 - 1 else (DELETE if idx == aux2 // 65536 - 1
+                                                         else DECLINED)
         elif role == ID and kind == A_STRING:
             n, p = _long(buf, p, end)
             if p < 0 or n < 0 or p + n > end or not _ascii(buf, p, p + n):
@@ -280,9 +285,9 @@ def _avro_record(v, buf, p, end, plan, nfields, named, dim, X, y_out, spans, r):
 
 @jit
 def avro_kernel(vbuf, voff, klen, slots, slot, plan, named, dim, max_bytes, X, y_out, spans, kinds):
-    """For each record ``r`` with ``slots[r] == slot`` (value ``vbuf[voff[r]:voff[r + 1]]``, 5 framing
-    bytes first, key ``klen[r]`` bytes): ``kinds[r]`` (INSERT, DELETE, DECLINED), the id's place
-    ``vbuf[spans[r, 0]:spans[r, 1]]`` and, for an insert, its row of ``X`` and ``y_out[r]``.
+    """For each record ``r`` with ``slots[r] == slot`` (value ``vbuf[voff[r]:voff[r + 1]]``, 5
+    framing bytes first, key ``klen[r]`` bytes): ``kinds[r]`` (INSERT, DELETE, DECLINED), the id's
+    place ``vbuf[spans[r, 0]:spans[r, 1]]`` and, for an insert, its row of ``X`` and ``y_out[r]``.
     ``named``: the features are named fields (else one array field)."""
     v = data_pointer(vbuf)
     nfields = plan.shape[0]
@@ -293,7 +298,8 @@ def avro_kernel(vbuf, voff, klen, slots, slot, plan, named, dim, max_bytes, X, y
         if klen[r] == 0 or end - start + klen[r] > max_bytes:
             kinds[r] = DECLINED
             continue
-        kinds[r] = _avro_record(v, vbuf, start + 5, end, plan, nfields, named, dim, X, y_out, spans, r)
+        kinds[r] = _avro_record(v, vbuf, start + 5, end, plan, nfields, named, dim, X, y_out, spans,
+                                r)
 
 
 # ------------------------------------------------------------------------------- Protobuf
@@ -361,7 +367,8 @@ def _proto_fields(buf, p, end):
 
 @_helper
 def _wire_ok(kind, flags, wire):
-    """Whether a field declared ``kind`` may arrive with ``wire`` (repeated numbers packed or not)."""
+    """Whether a field declared ``kind`` may arrive with
+    ``wire`` (repeated numbers packed or not)."""
     if wire == 2:
         return kind == P_STRING or kind == P_BYTES or kind == P_MESSAGE or (
             flags & F_REPEATED != 0 and kind != P_STRING and kind != P_BYTES and kind != P_MESSAGE)
@@ -394,7 +401,8 @@ def _proto_message(v, buf, p, end, plan, defaults, op_default, dim, X, y_out, sp
         wire = np.int64(key & np.uint64(7))
         if number == 0 or wire == 3 or wire == 4 or wire > 5:
             return DECLINED
-        if number >= rows or plan[number, 1] == 0:  # not in the schema: kept aside by the generic parser
+        if number >= rows or plan[number, 1] == 0:
+            # not in the schema: kept aside by the generic parser
             p = _proto_skip(buf, p, end, wire)
             if p < 0:
                 return DECLINED
@@ -404,7 +412,8 @@ def _proto_message(v, buf, p, end, plan, defaults, op_default, dim, X, y_out, sp
             return DECLINED
         if kind == P_MESSAGE:  # the generic parser parses it: only one of scalars is certain here
             n, q = _varint(buf, p, end)
-            if q < 0 or n > np.uint64(end - q) or not flags & F_FLAT or not _proto_fields(buf, q, q + np.int64(n)):
+            if q < 0 or n > np.uint64(end - q) or not flags & F_FLAT or not _proto_fields(buf, q,
+                                                                                          q + np.int64(n)):
                 return DECLINED
             p = q + np.int64(n)
             continue
@@ -459,7 +468,8 @@ def _proto_message(v, buf, p, end, plan, defaults, op_default, dim, X, y_out, sp
 
 
 @jit
-def protobuf_kernel(vbuf, voff, klen, slots, slot, plan, defaults, op_default, dim, max_bytes, X, y_out, spans,
+def protobuf_kernel(vbuf, voff, klen, slots, slot, plan, defaults, op_default, dim, max_bytes, X,
+                    y_out, spans,
                     kinds):
     """As :func:`avro_kernel`, for Protobuf messages framed with the message indexes ``[0]`` (one
     0 byte after the schema id); ``defaults``: the label's value when absent, then each named
@@ -473,4 +483,5 @@ def protobuf_kernel(vbuf, voff, klen, slots, slot, plan, defaults, op_default, d
         if klen[r] == 0 or end - start + klen[r] > max_bytes or end - start < 6 or vbuf[start + 5] != 0:
             kinds[r] = DECLINED
             continue
-        kinds[r] = _proto_message(v, vbuf, start + 6, end, plan, defaults, op_default, dim, X, y_out, spans, r)
+        kinds[r] = _proto_message(v, vbuf, start + 6, end, plan, defaults, op_default, dim, X,
+                                  y_out, spans, r)

@@ -50,7 +50,8 @@ _CONF = {"subject.name.strategy": topic_subject_name_strategy}
 
 class Transcoded:
     """A fetched message with its value replaced by the JSON event; ``original`` is the message
-    itself (dead letters carry its bytes), ``dead`` the verdict of a record that cannot be decoded."""
+    itself (dead letters carry its bytes), ``dead`` the
+    verdict of a record that cannot be decoded."""
 
     __slots__ = ("original", "_value", "dead")
 
@@ -85,11 +86,13 @@ class Transcoded:
 class InputDecoder:
     """Decode framed values of ``fmt`` with ``client`` (a ``SchemaRegistryClient``)."""
 
-    def __init__(self, fmt: str, client, *, fields=(), feature_fields=(), named=(), max_bytes: int = 1 << 20):
+    def __init__(self, fmt: str, client, *, fields=(), feature_fields=(), named=(),
+                 max_bytes: int = 1 << 20):
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
         self.format, self.client, self.max_bytes = fmt, client, max_bytes
-        self.mapping = FieldMapping(fields, feature_fields, complete=fmt != "json-schema", named=named)
+        self.mapping = FieldMapping(fields, feature_fields, complete=fmt != "json-schema",
+                                    named=named)
         self.reader = READERS[fmt](client, _CONF)
 
     def writer_schema(self, schema_id: int):
@@ -105,11 +108,14 @@ class InputDecoder:
         """The JSON event of a framed ``value``; raises UndecodableRecord or RegistryUnavailable."""
         size = len(value) + (len(key) if key is not None else 0)
         if size > self.max_bytes:
-            raise UndecodableRecord("oversized", f"record is {size} bytes (key + value), more than {self.max_bytes}")
+            raise UndecodableRecord(
+                "oversized", f"record is {size} bytes (key + value), more than {self.max_bytes}")
         if len(value) < _PREFIX.size or value[0] != MAGIC_BYTE:
-            raise UndecodableRecord("not_framed", f"value is not Schema Registry framed ({len(value)} bytes, "
+            raise UndecodableRecord("not_framed",
+                                    f"value is not Schema Registry framed ({len(value)} bytes, "
                                                   + (f"first byte {value[0]}, " if value else "")
-                                                  + f"expected the magic byte {MAGIC_BYTE} and a 4-byte schema id)")
+                                                  + f"expected the magic byte {MAGIC_BYTE} and a "
+                                                  "4-byte schema id)")
         try:
             record = self.reader.read(value, SerializationContext(topic, MessageField.VALUE))
         except (UndecodableRecord, RegistryUnavailable):
@@ -121,27 +127,34 @@ class InputDecoder:
             raise self._undecodable(exc) from None
         event = orjson.dumps(self.mapping.event(record))
         if len(event) + (len(key) if key is not None else 0) > self.max_bytes:
-            raise UndecodableRecord("oversized", f"the record's JSON form is {len(event)} bytes, more than "
+            raise UndecodableRecord("oversized",
+                                    f"the record's JSON form is {len(event)} bytes, more than "
                                                  f"{self.max_bytes} with its key")
         return event
 
     def _undecodable(self, exc: Exception) -> UndecodableRecord:
         cause = exc
         while cause is not None:
-            if type(cause).__name__ == "ValidationError":  # jsonschema: the messages quote values, drop them
-                return UndecodableRecord("schema_violation", "the value does not validate against its "
+            if type(cause).__name__ == "ValidationError":
+                # jsonschema: the messages quote values, drop them
+                return UndecodableRecord("schema_violation",
+                                         "the value does not validate against its "
                                                              "registered JSON Schema")
             cause = cause.__cause__ or cause.__context__
         if self.format == "json-schema" and "validat" in str(exc).lower():
-            return UndecodableRecord("schema_violation", "the value does not validate against its registered "
+            return UndecodableRecord("schema_violation",
+                                     "the value does not validate against its registered "
                                                          "JSON Schema")
-        return UndecodableRecord("not_decodable", f"the payload does not decode with its registered {self.format} "
+        return UndecodableRecord("not_decodable",
+                                 f"the payload does not decode with its registered {self.format} "
                                                   f"schema ({type(exc).__name__})")
 
 
-def transcode(decoder: InputDecoder, messages: list) -> tuple[list, int | None, RegistryUnavailable | None]:
-    """``(decoded, stop, error)``: ``decoded[i]`` stands for ``messages[i]`` for every i before ``stop``
-    (None: the whole batch); ``error`` says why the registry could not decode ``messages[stop]``."""
+def transcode(decoder: InputDecoder, messages: list) -> tuple[list, int | None,
+                                                              RegistryUnavailable | None]:
+    """``(decoded, stop, error)``: ``decoded[i]`` stands for ``messages[i]`` for every i before
+    ``stop`` (None: the whole batch); ``error`` says why the
+    registry could not decode ``messages[stop]``."""
     out = []
     decode = decoder.decode
     for i, msg in enumerate(messages):

@@ -45,7 +45,8 @@ from .exceptions import NoPlan
 __all__ = ["JsonSchemaPlan", "jsonschema_plan"]
 
 _ANNOTATIONS = {"title", "description", "default", "examples", "$comment"}
-_TOP = _ANNOTATIONS | {"$schema", "$id", "id", "type", "properties", "required", "additionalProperties"}
+_TOP = _ANNOTATIONS | {"$schema", "$id", "id", "type", "properties", "required",
+                       "additionalProperties"}
 _FIELDS = ("op", "id", "x", "y", "ts")
 _ALLOWED = {
     "op": {"type", "enum", "const"},
@@ -54,7 +55,8 @@ _ALLOWED = {
     "y": {"type", "minimum", "maximum"},
     "ts": {"type", "minimum"},
 }
-_TYPES = {"op": ("string",), "id": ("string",), "x": ("array",), "y": ("number",), "ts": ("integer", "number")}
+_TYPES = {"op": ("string",), "id": ("string",), "x": ("array",), "y": ("number",),
+          "ts": ("integer", "number")}
 
 
 _ANY = (-math.inf, math.inf)
@@ -105,7 +107,8 @@ def _plan(schema, dim: int) -> JsonSchemaPlan:
         raise NoPlan("the schema's type is not 'object'")
     props = schema.get("properties", {})
     required = schema.get("required", [])
-    if not isinstance(props, dict) or not isinstance(required, list) or set(required) - {"op", "id", "x", "y"}:
+    if not isinstance(props, dict) or not isinstance(required, list) or set(required) - {"op", "id",
+                                                                                         "x", "y"}:
         raise NoPlan("'required' names a field a scanned insert may lack")
     extra = schema.get("additionalProperties", True)
     if not isinstance(extra, bool):
@@ -130,7 +133,8 @@ def _property(name: str, spec, dim: int):
         raise NoPlan(f"property {name!r}: keyword {sorted(unknown)[0]!r}")
     kind = spec.get("type", _TYPES[name][0])
     if kind not in _TYPES[name]:
-        raise NoPlan(f"property {name!r}: type {kind!r} (a {_TYPES[name][0]} is accepted by the scan)")
+        raise NoPlan(
+            f"property {name!r}: type {kind!r} (a {_TYPES[name][0]} is accepted by the scan)")
     if name == "op":
         allowed = spec["enum"] if "enum" in spec else [spec["const"]] if "const" in spec else ["insert"]
         if "insert" not in allowed:
@@ -141,7 +145,8 @@ def _property(name: str, spec, dim: int):
             raise NoPlan("'ts' has a positive minimum")
         return None
     if name == "id":
-        return (max(1, _count(spec.get("minLength", 0))), min(256, _count(spec.get("maxLength", 256))))
+        return (max(1, _count(spec.get("minLength", 0))),
+                min(256, _count(spec.get("maxLength", 256))))
     if name == "y":
         return (_number(spec.get("minimum", -math.inf)), _number(spec.get("maximum", math.inf)))
     if not _count(spec.get("minItems", 0)) <= dim <= _count(spec.get("maxItems", dim)):

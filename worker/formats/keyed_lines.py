@@ -63,7 +63,8 @@ def _record(number: int, line: bytes) -> tuple[bytes, dict | None]:
         if not isinstance(key, str) or not key:
             raise BadKeyedLine(f"line {number}: \"key\" must be a non-empty string")
         if event is not None and not isinstance(event, dict):
-            raise BadKeyedLine(f"line {number}: \"value\" must be an event object or null (a tombstone)")
+            raise BadKeyedLine(
+                f"line {number}: \"value\" must be an event object or null (a tombstone)")
         return key.encode(), event
     key = value.get("id")
     if not isinstance(key, str) or not key:

@@ -9,8 +9,8 @@ and a delete ignores every field but ``op``, ``id``, ``ids`` (optional: a reques
 records, as in schemas/delete.schema.json) and ``ts`` (one schema describes both events).
 
 The result is the documented JSON object, which the worker then checks exactly as it checks a
-JSON record (worker/stream/input/decode.py), so a field's meaning, its checks and its dead-letter reasons
-are the same in every format. Decided here, before that:
+JSON record (worker/stream/input/decode.py), so a field's meaning, its checks and its dead-letter
+reasons are the same in every format. Decided here, before that:
 
 - ``schema_mismatch``: with Avro and Protobuf every field of the writer schema is in the decoded
   record, so a role whose field is absent means the schema does not fit the mapping;
@@ -60,14 +60,16 @@ class FieldMapping:
     def event(self, record) -> dict:
         """The documented event object of ``record``; raises :class:`UndecodableRecord`."""
         if not isinstance(record, dict):
-            raise UndecodableRecord("not_object", f"the decoded value is a {type(record).__name__}, "
+            raise UndecodableRecord("not_object",
+                                    f"the decoded value is a {type(record).__name__}, "
                                                   "expected a record of fields")
         if self.complete:
             missing = [name for name in self._required if name not in record]
             if missing:
                 raise UndecodableRecord("schema_mismatch", "the record's schema has no field "
                                         + ", ".join(repr(m[:40]) for m in missing[:5])
-                                        + " (OLU_INPUT_FIELDS / OLU_INPUT_FEATURE_FIELDS map the roles)")
+                                        + " (OLU_INPUT_FIELDS / OLU_INPUT_FEATURE_FIELDS map the "
+                                        "roles)")
         out: dict = {}
         op = record.get(self.op)
         if op is not None:
@@ -76,7 +78,8 @@ class FieldMapping:
         ids = record.get(self.ids) if op == "delete" else None
         if isinstance(ids, (list, tuple)) and ids:
             # a request naming several records (optional field; absent, null or empty: one id). An
-            # unset id beside it (Protobuf's "" or null) is no id; a set one is id_and_ids downstream.
+            # unset id beside it (Protobuf's "" or null) is no id;
+            # a set one is id_and_ids downstream.
             out["ids"] = list(ids)
             if record_id == "":
                 record_id = None
@@ -114,10 +117,10 @@ def _check_finite(values, name: str) -> None:
 
 
 def message_dict(msg) -> dict:
-    """A Protobuf message as a dict of its schema's fields: repeated fields as lists (an empty one as
-    ``()``), enum values by name, a field with presence that is unset as None (proto3 scalars without
-    it: their value). Only the fields set are visited (``ListFields``), over a template of the
-    unset values built once per message type.
+    """A Protobuf message as a dict of its schema's fields: repeated fields as lists (an empty one
+    as ``()``), enum values by name, a field with presence that is unset as None (proto3 scalars
+    without it: their value). Only the fields set are visited (``ListFields``), over a template of
+    the unset values built once per message type.
 
     >>> from worker.formats.protobuf import event_class
     >>> message_dict(event_class()(op="insert", id="r-1", x=[0.5]))
@@ -147,7 +150,8 @@ def _repeated(f) -> bool:
 
 
 def _template(descriptor) -> dict:
-    """Each field's value when unset: () repeated, None with presence, else its default (an enum's by name)."""
+    """Each field's value when unset: () repeated, None with
+    presence, else its default (an enum's by name)."""
     out = {}
     for f in descriptor.fields:
         if _repeated(f):

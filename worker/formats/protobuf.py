@@ -43,7 +43,8 @@ def _file(schema_str: str, what: str) -> descriptor_pb2.FileDescriptorProto:
     try:
         fdp.ParseFromString(base64.standard_b64decode(schema_str))
     except Exception:
-        raise UndecodableRecord("schema_mismatch", f"{what} is not a serialized FileDescriptorProto") from None
+        raise UndecodableRecord("schema_mismatch",
+                                f"{what} is not a serialized FileDescriptorProto") from None
     return fdp
 
 
@@ -61,8 +62,10 @@ def _add(pool, fdp, files: dict, done: set) -> None:
                 done.add(dep)
                 _add_well_known(pool, dep, done)
         else:
-            raise UndecodableRecord("schema_mismatch", f"the registered Protobuf schema imports {dep[:80]!r}, "
-                                                       "which is neither a registered reference nor a "
+            raise UndecodableRecord("schema_mismatch",
+                                    f"the registered Protobuf schema imports {dep[:80]!r}, "
+                                                       "which is neither a registered reference "
+                                                       "nor a "
                                                        "well-known type")
     pool.Add(fdp)
 
@@ -92,7 +95,8 @@ def _import_well_known(name: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError:
-        raise UndecodableRecord("schema_mismatch", f"the registered Protobuf schema imports {name[:80]!r}, "
+        raise UndecodableRecord("schema_mismatch",
+                                f"the registered Protobuf schema imports {name[:80]!r}, "
                                                    "not a well-known type of this protobuf runtime") from None
 
 
@@ -109,8 +113,10 @@ def _references(schema, client, files: dict) -> None:
             registered = client.get_version(ref.subject, ref.version, fmt="serialized")
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
-                raise UndecodableRecord("schema_mismatch", f"the schema's reference {ref.name[:80]!r} "
-                                                           f"({ref.subject[:80]} v{ref.version}) is not in the "
+                raise UndecodableRecord("schema_mismatch",
+                                        f"the schema's reference {ref.name[:80]!r} "
+                                                           f"({ref.subject[:80]} v{ref.version}) "
+                                                           "is not in the "
                                                            "registry") from None
             raise classify(exc) from None
         except Exception as exc:
@@ -129,21 +135,24 @@ def message_class(schema, indexes: list[int], client=None):
     files: dict = {}
     if not isinstance(schema, str) and schema.references:
         if client is None:
-            raise UndecodableRecord("schema_mismatch", "the registered Protobuf schema has references")
+            raise UndecodableRecord("schema_mismatch",
+                                    "the registered Protobuf schema has references")
         _references(schema, client, files)
     pool = descriptor_pool.DescriptorPool()
     _add(pool, fdp, files, set())
     names, level = [], fdp.message_type
     for index in indexes or [0]:
         if not 0 <= index < len(level):
-            raise UndecodableRecord("schema_mismatch", f"message index {index} is not in the registered schema")
+            raise UndecodableRecord("schema_mismatch",
+                                    f"message index {index} is not in the registered schema")
         names.append(level[index].name)
         level = level[index].nested_type
     full = ".".join([fdp.package, *names] if fdp.package else names)
     return GetMessageClass(pool.FindMessageTypeByName(full))
 
 
-def event_file(name: str = "olu/v1/event.proto", package: str = "olu.v1") -> descriptor_pb2.FileDescriptorProto:
+def event_file(name: str = "olu/v1/event.proto",
+               package: str = "olu.v1") -> descriptor_pb2.FileDescriptorProto:
     """A file holding the documented event as message ``Event`` (EVENT_PROTO), to extend (tests add
     fields and imports to it)."""
     F = descriptor_pb2.FieldDescriptorProto

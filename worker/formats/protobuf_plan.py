@@ -1,12 +1,13 @@
-"""The plan of a Protobuf message type for the compiled reader (framed_kernel.py), or why there is none.
+"""The plan of a Protobuf message type for the compiled
+reader (framed_kernel.py), or why there is none.
 
 A plan is a table by field number (Protobuf fields are tagged, in any order, possibly repeated):
 each declared field's role for the event (the field mapping decides, by name), its wire kind,
 whether it is repeated, has presence or is a string (which proto3 checks is UTF-8), and for an
-enum ``op`` the numbers of its ``insert`` and ``delete`` values. Numbers not in the table are skipped, as the
-generic parser keeps them aside as unknown fields. Beside it, ``defaults``: the value of the label
-and of each named feature when absent (proto3's 0, or NaN for a field with presence, which
-declines the record so that the generic path names the missing value).
+enum ``op`` the numbers of its ``insert`` and ``delete`` values. Numbers not in the table are
+skipped, as the generic parser keeps them aside as unknown fields. Beside it, ``defaults``: the
+value of the label and of each named feature when absent (proto3's 0, or NaN for a field with
+presence, which declines the record so that the generic path names the missing value).
 
 A field of a message type that is not a role is read when its message has scalars only (most
 well-known types: Timestamp, Duration, the numeric wrappers): its bytes must be well-formed
@@ -67,28 +68,36 @@ __all__ = ["protobuf_plan"]
 
 MAX_FIELD_NUMBER = 1 << 16
 _KINDS = {
-    FD.TYPE_DOUBLE: P_DOUBLE, FD.TYPE_FLOAT: P_FLOAT, FD.TYPE_INT64: P_VARINT, FD.TYPE_UINT64: P_UNSIGNED,
-    FD.TYPE_INT32: P_INT32, FD.TYPE_FIXED64: P_FIXED64, FD.TYPE_FIXED32: P_FIXED32, FD.TYPE_BOOL: P_BOOL,
-    FD.TYPE_STRING: P_STRING, FD.TYPE_MESSAGE: P_MESSAGE, FD.TYPE_BYTES: P_BYTES, FD.TYPE_UINT32: P_UNSIGNED,
-    FD.TYPE_ENUM: P_ENUM, FD.TYPE_SFIXED32: P_FIXED32, FD.TYPE_SFIXED64: P_FIXED64, FD.TYPE_SINT32: P_ZIGZAG,
+    FD.TYPE_DOUBLE: P_DOUBLE, FD.TYPE_FLOAT: P_FLOAT, FD.TYPE_INT64: P_VARINT,
+    FD.TYPE_UINT64: P_UNSIGNED,
+    FD.TYPE_INT32: P_INT32, FD.TYPE_FIXED64: P_FIXED64, FD.TYPE_FIXED32: P_FIXED32,
+    FD.TYPE_BOOL: P_BOOL,
+    FD.TYPE_STRING: P_STRING, FD.TYPE_MESSAGE: P_MESSAGE, FD.TYPE_BYTES: P_BYTES,
+    FD.TYPE_UINT32: P_UNSIGNED,
+    FD.TYPE_ENUM: P_ENUM, FD.TYPE_SFIXED32: P_FIXED32, FD.TYPE_SFIXED64: P_FIXED64,
+    FD.TYPE_SINT32: P_ZIGZAG,
     FD.TYPE_SINT64: P_ZIGZAG,
 }
-_NUMBER = {FD.TYPE_DOUBLE, FD.TYPE_FLOAT, FD.TYPE_INT32, FD.TYPE_INT64, FD.TYPE_SINT64, FD.TYPE_UINT64}
+_NUMBER = {FD.TYPE_DOUBLE, FD.TYPE_FLOAT, FD.TYPE_INT32, FD.TYPE_INT64, FD.TYPE_SINT64,
+           FD.TYPE_UINT64}
 _INTEGER = {FD.TYPE_INT32, FD.TYPE_INT64, FD.TYPE_SINT64, FD.TYPE_UINT64}
 #: The declared types each role may have for the compiled reader (the generic path reads the rest).
-_ALLOWED = {OP: {FD.TYPE_STRING, FD.TYPE_ENUM}, ID: {FD.TYPE_STRING}, XS: {FD.TYPE_DOUBLE, FD.TYPE_FLOAT},
+_ALLOWED = {OP: {FD.TYPE_STRING, FD.TYPE_ENUM}, ID: {FD.TYPE_STRING},
+            XS: {FD.TYPE_DOUBLE, FD.TYPE_FLOAT},
             Y: _NUMBER, TS: _INTEGER, IDS: {FD.TYPE_STRING}}
 _REPEATED_ROLES = (XS, IDS)
 
 
 
 def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
-    """``(plan, defaults, op_default, "")`` for the message ``descriptor`` read under ``mapping``, or
-    ``(None, None, None, why not)``."""
+    """``(plan, defaults, op_default, "")`` for the message ``descriptor`` read under ``mapping``,
+    or ``(None, None, None, why not)``."""
     try:
         fields = {f.name: f for f in descriptor.fields}
-        roles = [(mapping.op, OP), (mapping.id, ID), (mapping.y, Y), (mapping.ts, TS), (mapping.ids, IDS)]
-        roles += [(n, FEATURE + j) for j, n in enumerate(mapping.features)] if mapping.features else [(mapping.x, XS)]
+        roles = [(mapping.op, OP), (mapping.id, ID), (mapping.y, Y), (mapping.ts, TS),
+                 (mapping.ids, IDS)]
+        roles += [(n, FEATURE + j) for j,
+                  n in enumerate(mapping.features)] if mapping.features else [(mapping.x, XS)]
         if mapping.features and len(mapping.features) != dim:
             raise NoPlan(f"{len(mapping.features)} feature fields for dimension {dim}")
         if len({name for name, _ in roles}) != len(roles):
@@ -112,9 +121,11 @@ def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
             _check_role(f, role)
             plan[f.number, 0] = role
             if role == OP and f.type == FD.TYPE_ENUM:
-                plan[f.number, 3], plan[f.number, 4] = _number_of(f, "insert"), _number_of(f, "delete")
+                plan[f.number, 3], plan[f.number, 4] = _number_of(f, "insert"), _number_of(f,
+                                                                                           "delete")
                 if not f.has_presence:  # absent reads as the value numbered 0
-                    op_default = INSERT if plan[f.number, 3] == 0 else DELETE if plan[f.number, 4] == 0 else DECLINED
+                    op_default = INSERT if plan[f.number, 3] == 0 else DELETE if plan[f.number,
+                                                                                      4] == 0 else DECLINED
             if role == Y or role >= FEATURE:
                 defaults[0 if role == Y else 1 + role - FEATURE] = np.nan if f.has_presence else 0.0
     except NoPlan as why:
@@ -125,7 +136,8 @@ def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
 def _flags(f) -> int:
     repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
     flat = f.type == FD.TYPE_MESSAGE and all(
-        g.type not in (FD.TYPE_STRING, FD.TYPE_MESSAGE, FD.TYPE_GROUP) for g in f.message_type.fields)
+        g.type not in (FD.TYPE_STRING, FD.TYPE_MESSAGE, FD.TYPE_GROUP)
+        for g in f.message_type.fields)
     return ((F_REPEATED if repeated else 0) | (F_PRESENCE if f.has_presence else 0)
             | (F_ASCII if f.type == FD.TYPE_STRING else 0) | (F_FLAT if flat else 0))
 

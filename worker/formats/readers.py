@@ -7,7 +7,8 @@ by the client) and a parsed form cached per id:
   ``AvroDeserializer`` calls, without its per-record walk for data-contract rules);
 - JSON Schema: ``orjson`` (Python's ``json`` where orjson refuses, so that what the registry's
   serializer wrote, a ``NaN`` included, reads as before) and a jsonschema-rs validator compiled
-  once per id (0.2-0.3 us a record against 20-90 us for the ``jsonschema`` package, bench/README.md);
+  once per id (0.2-0.3 us a record against 20-90 us for the
+  ``jsonschema`` package, bench/README.md);
 - Protobuf: the message class built from the registered descriptor (protobuf.py), parsed by the
   runtime's C implementation, read into a dict by :func:`.mapping.message_dict`.
 
@@ -43,7 +44,8 @@ class _Reader:
 
     def __init__(self, client, conf: dict):
         self.client, self.conf = client, conf
-        self._parsed: dict[int, object] = {}  # schema id -> the parsed form, or None: confluent's deserializer
+        # schema id -> the parsed form, or None: confluent's deserializer
+        self._parsed: dict[int, object] = {}
 
     def writer_schema(self, schema_id: int):
         """The registered schema of ``schema_id``; raises UndecodableRecord (``unknown_schema``) or
@@ -60,7 +62,8 @@ class _Reader:
         """:meth:`writer_schema`, refused (``schema_mismatch``) when it is of another format."""
         schema = self.writer_schema(schema_id)
         if (schema.schema_type or "AVRO") != self.schema_type:
-            raise UndecodableRecord("schema_mismatch", f"schema {schema_id} is {schema.schema_type}, "
+            raise UndecodableRecord("schema_mismatch",
+                                    f"schema {schema_id} is {schema.schema_type}, "
                                                        f"not {self.schema_type}")
         return schema
 
@@ -112,7 +115,8 @@ class JsonSchemaReader(_Reader):
         import jsonschema_rs
 
         try:  # formats are annotations, as for confluent-kafka's validator (no format checker)
-            return jsonschema_rs.validator_for(json.loads(schema.schema_str), validate_formats=False)
+            return jsonschema_rs.validator_for(json.loads(schema.schema_str),
+                                               validate_formats=False)
         except Exception as exc:
             return exc  # a schema that does not compile: each record says so
 
@@ -128,7 +132,8 @@ class JsonSchemaReader(_Reader):
         if isinstance(parsed, Exception):
             raise parsed
         if not parsed.is_valid(record):
-            raise UndecodableRecord("schema_violation", "the value does not validate against its registered "
+            raise UndecodableRecord("schema_violation",
+                                    "the value does not validate against its registered "
                                                         "JSON Schema")
         return record
 
@@ -146,7 +151,8 @@ class ProtobufReader(_Reader):
         return schema
 
     def _direct(self, schema) -> bool:
-        return True  # references are resolved here (protobuf.py), not by confluent-kafka's deserializer
+        # references are resolved here (protobuf.py), not by confluent-kafka's deserializer
+        return True
 
     def message_class(self, schema_id: int, indexes: tuple[int, ...]):
         """The message class of ``indexes`` in schema ``schema_id`` (built once)."""
@@ -155,7 +161,8 @@ class ProtobufReader(_Reader):
         if cls is None:
             from .protobuf import message_class
 
-            cls = self._classes[key] = message_class(self.own_schema(schema_id), list(indexes), self.client)
+            cls = self._classes[key] = message_class(self.own_schema(schema_id), list(indexes),
+                                                     self.client)
         return cls
 
     def read(self, value: bytes, ctx):
@@ -167,7 +174,8 @@ class ProtobufReader(_Reader):
         try:
             schema_id.from_bytes(buf)
         except Exception:
-            raise UndecodableRecord("not_decodable", "the Protobuf framing's message indexes do not parse") from None
+            raise UndecodableRecord("not_decodable",
+                                    "the Protobuf framing's message indexes do not parse") from None
         key = (schema_id.id, tuple(schema_id.message_indexes or [0]))
         cls = self.message_class(*key)
         if self.parsed(schema_id.id) is None:  # data-contract rules: confluent-kafka's deserializer

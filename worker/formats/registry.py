@@ -20,8 +20,9 @@ from confluent_kafka.schema_registry import SchemaRegistryClient, SchemaRegistry
 from .exceptions import RegistryUnavailable, UndecodableRecord
 
 REQUEST_TIMEOUT_S = 5
-#: Error codes of "no schema with this id": Confluent's (Apicurio's ccompat API answers the same) and
-#: its mock client's. Any other 404 (a wrong URL path, say) is the registry's fault, not the record's.
+#: Error codes of "no schema with this id": Confluent's (Apicurio's ccompat API answers the same)
+#: and its mock client's. Any other 404 (a wrong URL path, say)
+#: is the registry's fault, not the record's.
 SCHEMA_NOT_FOUND = frozenset({40403, 40400})
 
 
@@ -48,7 +49,8 @@ def _transport_error(exc: BaseException) -> bool:
     """A connection, TLS or timeout error of the HTTP stack (httpx / httpcore), or an OSError."""
     if isinstance(exc, OSError):
         return True
-    return any(cls.__module__.split(".")[0].startswith(("httpx", "httpcore")) for cls in type(exc).__mro__)
+    return any(cls.__module__.split(".")[0].startswith(("httpx", "httpcore"))
+               for cls in type(exc).__mro__)
 
 
 def classify(exc: BaseException) -> Exception:
@@ -56,13 +58,15 @@ def classify(exc: BaseException) -> Exception:
     (``unknown_schema``), a :class:`RegistryUnavailable`, or ``exc`` itself (not the registry's)."""
     if isinstance(exc, SchemaRegistryError):
         if exc.http_status_code == 404 and exc.error_code in SCHEMA_NOT_FOUND:
-            return UndecodableRecord("unknown_schema", "the schema id of the record is not in the registry "
+            return UndecodableRecord("unknown_schema",
+                                     "the schema id of the record is not in the registry "
                                                        f"({exc.error_message[:200]})")
         return RegistryUnavailable(f"schema registry answered HTTP {exc.http_status_code} "
                                    f"(code {exc.error_code}): {exc.error_message[:200]}")
     cause = exc
     while cause is not None:
         if _transport_error(cause):
-            return RegistryUnavailable(f"schema registry unreachable: {type(cause).__name__}: {str(cause)[:200]}")
+            return RegistryUnavailable(
+                f"schema registry unreachable: {type(cause).__name__}: {str(cause)[:200]}")
         cause = cause.__cause__ or cause.__context__
     return exc

@@ -26,7 +26,8 @@ import orjson
 from confluent_kafka.schema_registry import topic_subject_name_strategy
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-__all__ = ["RELEASE_FORMATS", "ReleaseEncoder", "ReleaseReader", "avro_schema", "release_json_schema"]
+__all__ = ["RELEASE_FORMATS", "ReleaseEncoder", "ReleaseReader", "avro_schema",
+           "release_json_schema"]
 
 RELEASE_FORMATS = ("avro", "json-schema")
 _CONF = {"subject.name.strategy": topic_subject_name_strategy}
@@ -46,7 +47,8 @@ def _avro_type(name: str, spec: dict, required: bool):
     if len(kinds) > 1:  # e.g. a class label, string or integer: a union of the scalar types
         avro = [_avro_type(name, {**spec, "type": kind}, True) for kind in kinds]
         if not all(isinstance(a, str) for a in avro):
-            raise ValueError(f"release schema field {name!r}: a union of scalar types only, got {spec}")
+            raise ValueError(
+                f"release schema field {name!r}: a union of scalar types only, got {spec}")
         return ["null", *avro] if nullable else avro
     if "enum" in spec or kinds == ["string"]:
         avro = "string"
@@ -70,7 +72,8 @@ def _record(name: str, spec: dict) -> dict:
     fields = []
     for field, sub in spec["properties"].items():
         avro = _avro_type(field, sub, field in required)
-        fields.append({"name": field, "type": avro, **({"default": None} if isinstance(avro, list) else {})})
+        fields.append(
+            {"name": field, "type": avro, **({"default": None} if isinstance(avro, list) else {})})
     return {"type": "record", "name": name, "fields": fields}
 
 
@@ -126,7 +129,8 @@ class ReleaseReader:
             elif kind == "JSON":
                 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
-                deserializer = JSONDeserializer(None, schema_registry_client=self.client, conf=_CONF)
+                deserializer = JSONDeserializer(None, schema_registry_client=self.client,
+                                                conf=_CONF)
             else:
                 raise ValueError(f"releases are never {kind}: schema {schema_id}")
             self._by_type[kind] = deserializer
@@ -135,10 +139,10 @@ class ReleaseReader:
 
 
 def _without_absent(record, schema: dict):
-    """The record as the JSON writer wrote it. Avro has no absent field: an optional field the writer
-    left out reads back as null. A field whose schema does not allow null can only be null that
-    way, so drop it; a nullable one (``target_epsilon``, the noise figures) keeps its null, which
-    the writer always writes (schemas/README.md)."""
+    """The record as the JSON writer wrote it. Avro has no absent field: an optional field the
+    writer left out reads back as null. A field whose schema does not allow null can only be null
+    that way, so drop it; a nullable one (``target_epsilon``, the noise figures) keeps its null,
+    which the writer always writes (schemas/README.md)."""
     if not isinstance(record, dict) or not isinstance(schema, dict):
         return record
     props = schema.get("properties", {})
@@ -148,4 +152,5 @@ def _without_absent(record, schema: dict):
 
 def _nullable(spec: dict) -> bool:
     kinds = spec.get("type")
-    return kinds == "null" or (isinstance(kinds, list) and "null" in kinds) or None in spec.get("enum", ())
+    return kinds == "null" or (isinstance(kinds, list)
+                               and "null" in kinds) or None in spec.get("enum", ())

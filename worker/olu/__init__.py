@@ -20,7 +20,18 @@ from .algorithms.newton import RidgeNewton
 from .algorithms.passive import PassiveOLU, PassiveRestartOLU
 from .algorithms.retrain import Retrain
 from .algorithms.rewind import RewindToDelete
-from .batches import Applied, Batch, Columns, Forget, Forgotten, Learn, Learned, Published, apply_batch, mean_loss
+from .batches import (
+    Applied,
+    Batch,
+    Columns,
+    Forget,
+    Forgotten,
+    Learn,
+    Learned,
+    Published,
+    apply_batch,
+    mean_loss,
+)
 from .core.base import Deletion, OnlineUnlearner
 from .core.examples import ExampleStore
 from .core.losses import Softmax
@@ -33,9 +44,14 @@ from .registry import ALGORITHMS, load_model
 from .warm import warm_up
 
 __all__ = [
-    "ALGORITHMS", "MAX_ID_BYTES", "ActiveAnchor", "ActiveD2D", "Applied", "Batch", "BudgetExhausted", "Columns",
-    "Deletion", "DiscardRestart", "DPTreeOnlineFrankWolfe", "ExampleStore", "Forget", "Forgotten", "InvalidExample",
-    "InvalidState", "Learn", "Learned", "MemoryPair", "Model", "OLUError", "OnlineUnlearner", "PassiveOLU",
-    "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant", "Published", "Retrain", "RewindToDelete", "RidgeNewton",
-    "Softmax", "SparseRows", "apply_batch", "load_model", "mean_loss", "record_key", "record_keys", "warm_up",
+    "ALGORITHMS", "MAX_ID_BYTES", "ActiveAnchor", "ActiveD2D", "Applied", "Batch",
+    "BudgetExhausted", "Columns",
+    "Deletion", "DiscardRestart", "DPTreeOnlineFrankWolfe", "ExampleStore", "Forget", "Forgotten",
+    "InvalidExample",
+    "InvalidState", "Learn", "Learned", "MemoryPair", "Model", "OLUError", "OnlineUnlearner",
+    "PassiveOLU",
+    "PassiveRestartOLU", "PlainOGD", "PrivacyAccountant", "Published", "Retrain", "RewindToDelete",
+    "RidgeNewton",
+    "Softmax", "SparseRows", "apply_batch", "load_model", "mean_loss", "record_key", "record_keys",
+    "warm_up",
 ]

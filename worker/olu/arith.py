@@ -17,7 +17,8 @@ compiled kernels (``worker/compiled/lanes.py``) and this pure-numpy reference fo
   is the same on every CPU, and nothing is fused (the kernels have no fast-math flags);
 - ``np.add.accumulate`` along an axis is defined element by element (``out[i] = out[i-1] +
   in[i]``): a lane's strict in-order sum whatever the CPU (a first term of -0.0 can only change
-  the sign of a zero, which the final ``+ 0.0`` of :func:`fold` settles as the kernels' 0.0 start does);
+  the sign of a zero, which the final ``+ 0.0`` of
+  :func:`fold` settles as the kernels' 0.0 start does);
 - square roots are correctly rounded everywhere (IEEE 754), and ``math.exp`` calls the same C
   library function the compiled kernels call.
 
@@ -50,7 +51,8 @@ LANES = 8
 def fold(lanes: np.ndarray) -> np.ndarray:
     """((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) over the last axis, plus 0.0."""
     lane = [lanes[..., k] for k in range(LANES)]
-    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7])) + 0.0
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + (
+        (lane[1] + lane[5]) + (lane[3] + lane[7])) + 0.0
 
 
 def _lane_sum(p: np.ndarray) -> float:
@@ -97,20 +99,23 @@ def matvec(X: np.ndarray, z: np.ndarray) -> np.ndarray:
 
 
 def rmatvec(X: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """``X.T @ m``: the rows ``m[r] X[r]`` summed in the fixed pairwise order of :func:`sum_rows`."""
+    """``X.T @ m``: the rows ``m[r] X[r]`` summed in the
+    fixed pairwise order of :func:`sum_rows`."""
     return sum_rows(X * m[:, None])
 
 
 def gram(X: np.ndarray) -> np.ndarray:
-    """``X.T @ X``: column j is :func:`rmatvec` (X, X[:, j]), so the matrix is symmetric bit for bit."""
-    return np.stack([rmatvec(X, X[:, j]) for j in range(X.shape[1])], axis=1) if X.shape[1] else np.zeros((0, 0))
+    """``X.T @ X``: column j is :func:`rmatvec` (X, X[:, j]),
+    so the matrix is symmetric bit for bit."""
+    return np.stack([rmatvec(X, X[:, j]) for j in range(X.shape[1])],
+                    axis=1) if X.shape[1] else np.zeros((0, 0))
 
 
 def sum_rows(P: np.ndarray) -> np.ndarray:
-    """The sum of the rows of ``P`` (overwritten) in a fixed pairwise order: row i += row i + h while
-    rows remain, an odd last row carried along. Only element-wise additions, each vectorised across a
-    row: the order is the same on every CPU, at a few times BLAS's cost (a strict left-to-right sum
-    of many rows, ``np.add.accumulate``, costs about 50 times BLAS's)."""
+    """The sum of the rows of ``P`` (overwritten) in a fixed pairwise order: row i += row i + h
+    while rows remain, an odd last row carried along. Only element-wise additions, each vectorised
+    across a row: the order is the same on every CPU, at a few times BLAS's cost (a strict
+    left-to-right sum of many rows, ``np.add.accumulate``, costs about 50 times BLAS's)."""
     n = P.shape[0]
     if n == 0:
         return np.zeros(P.shape[1:])

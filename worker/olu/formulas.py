@@ -31,14 +31,16 @@ def convex_step(diameter, lipschitz, t):
 
 def shifted_log_contraction(t0, u, tau):
     """log Gamma_{u,tau} = log(u + t0) - log(tau + t0): the product of the regular steps' factors
-    (1 - 1/(r + t0)) for r in (u, tau], which telescopes (docs/calibration.md 3.2); 0 for tau <= u."""
+    (1 - 1/(r + t0)) for r in (u, tau], which telescopes
+    (docs/calibration.md 3.2); 0 for tau <= u."""
     if tau <= u:
         return 0.0
     return math.log(u + t0) - math.log(tau + t0)
 
 
 def sensitivity(step, lipschitz, diameter):
-    """Delta_u = min(eta_u L, D): the most one example can move the iterate (docs/calibration.md 3.1)."""
+    """Delta_u = min(eta_u L, D): the most one example can move
+    the iterate (docs/calibration.md 3.1)."""
     bound = step * lipschitz
     return diameter if diameter < bound else bound
 

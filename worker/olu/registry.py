@@ -33,7 +33,8 @@ ALGORITHMS: dict[str, type[OnlineUnlearner]] = {
 }
 
 
-def load_model(state: dict, noise_rng: np.random.Generator | None = None) -> OnlineUnlearner | Rotation:
+def load_model(state: dict,
+               noise_rng: np.random.Generator | None = None) -> OnlineUnlearner | Rotation:
     """Rebuild any registered algorithm's model, or a rotation of one, from ``export_state()``;
     ``InvalidState`` otherwise.
 

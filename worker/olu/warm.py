@@ -17,7 +17,8 @@ def warm_up(*, sparse: bool = False) -> float | None:
         return None
     seconds = warmup.warm_up() + (warmup.warm_up_sparse() if sparse else 0.0)
     started = time.perf_counter()
-    from .batches.quality import ALL_ROWS, batch_mean_loss  # the prequential loss of every insert run
+    # the prequential loss of every insert run
+    from .batches.quality import ALL_ROWS, batch_mean_loss
 
     for ridge in (False, True):
         batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, np.ones(1, np.bool_))

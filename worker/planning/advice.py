@@ -14,7 +14,8 @@ ratio is a lower bound of the noise-to-signal).
 
 from __future__ import annotations
 
-__all__ = ["ACCURACY_GAP", "NOISE_TO_SIGNAL_LIMIT", "RMSE_RATIO", "assess", "falls_short", "formula_problems",
+__all__ = ["ACCURACY_GAP", "NOISE_TO_SIGNAL_LIMIT", "RMSE_RATIO", "assess", "falls_short",
+           "formula_problems",
            "renewal_advice"]
 
 NOISE_TO_SIGNAL_LIMIT = 0.5
@@ -23,7 +24,8 @@ RMSE_RATIO = 1.10
 
 
 def falls_short(metric: str, score: float, ogd: float) -> bool:
-    """More than :data:`ACCURACY_GAP` below plain OGD, or an RMSE above :data:`RMSE_RATIO` times its."""
+    """More than :data:`ACCURACY_GAP` below plain OGD, or an
+    RMSE above :data:`RMSE_RATIO` times its."""
     return score < ogd - ACCURACY_GAP if metric == "accuracy" else score > ogd * RMSE_RATIO
 
 
@@ -38,7 +40,8 @@ def formula_problems(std: float, *, dim: int, radius: float) -> list[str]:
     the coordinates of the parameter (``param_dim``)."""
     ratio = std * dim ** 0.5 / radius
     if ratio > NOISE_TO_SIGNAL_LIMIT:
-        return [f"predicted noise norm is {ratio:.2f} of the radius (above {NOISE_TO_SIGNAL_LIMIT}; no weights are "
+        return [f"predicted noise norm is {ratio:.2f} of the radius (above "
+                f"{NOISE_TO_SIGNAL_LIMIT}; no weights are "
                 "longer than the radius, so the release is mostly noise)"]
     return []
 
@@ -49,7 +52,8 @@ def _target(plan: dict) -> str:
 
 
 def assess(plan: dict) -> tuple[list[str], dict]:
-    """(warnings, recommendation) for a plan holding the predicted and, with a sample, searched figures."""
+    """(warnings, recommendation) for a plan holding the
+    predicted and, with a sample, searched figures."""
     if plan["search"] is not None:
         return _searched(plan)
     unit, other = plan["unit"], plan["other_unit"]
@@ -58,25 +62,33 @@ def assess(plan: dict) -> tuple[list[str], dict]:
     theirs = formula_problems(other["noise_std"], **common) if other else None
     warnings, text, best_unit = [], [], unit
     if mine:
-        warnings.append(f"the {unit} target {_target(plan)} at delta {plan['delta']:g} cannot be met with useful "
-                        f"accuracy at {100 * plan['deletion_rate']:g}% deletions: " + "; ".join(mine))
+        warnings.append(
+            f"the {unit} target {_target(plan)} at delta {plan['delta']:g} cannot be met with "
+            "useful "
+            f"accuracy at {100 * plan['deletion_rate']:g}% deletions: " + "; ".join(mine))
     if mine and theirs is not None and not theirs:
         best_unit = other["unit"]
-        text.append(f"use the {best_unit} unit: the same slope gives noise std {other['noise_std']:.3g} "
-                    f"instead of {plan['noise_std']:.3g}" + (
-                        "; it protects each deletion request on its own, not all deleted records together"
-                        if best_unit == "per-request" else ""))
+        text.append(
+            f"use the {best_unit} unit: the same slope gives noise std {other['noise_std']:.3g} "
+            f"instead of {plan['noise_std']:.3g}" + (
+                "; it protects each deletion request on its own, not all deleted records together"
+                if best_unit == "per-request" else ""))
     elif mine:
-        text.append("no unit meets this target usefully by the formula: relax the target, lower the deletion rate, "
-                    "or renew the model more often")
+        text.append(
+            "no unit meets this target usefully by the formula: relax the target, lower the "
+            "deletion rate, "
+            "or renew the model more often")
     else:
         text.append(f"the {unit} target is useful at this deletion rate by the formula")
-    text.append("give --sample FILE (your events; with deletes, their own rate, sizes and ages) to search the "
-                "configuration by simulation and predict the released model's accuracy")
+    text.append(
+        "give --sample FILE (your events; with deletes, their own rate, sizes and ages) to search "
+        "the "
+        "configuration by simulation and predict the released model's accuracy")
     renewal = renewal_advice(plan.get("renewal"))
     if renewal is not None:
         text.append(renewal)
-    return warnings, {"unit": best_unit, "settings": None, "predicted": None, "ogd": None, "l2": None,
+    return warnings, {"unit": best_unit, "settings": None, "predicted": None, "ogd": None,
+                      "l2": None,
                       "target_useful": not mine, "watch": None, "text": text}
 
 
@@ -90,33 +102,45 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
     text.append(f"{mine['settings']}: predicted {metric} of the release {mine['score']:.4g} at "
                 f"{plan['search']['events']:,} events, plain OGD {ogd:.4g}")
     if short:
-        warnings.append(f"under {unit} the best configuration simulated on the workload predicts a {metric} of "
-                        f"{mine['score']:.4g}, {_gap(metric, mine['score'], ogd)}: the {unit} target {_target(plan)} "
-                        "cannot be met usefully on this workload")
+        warnings.append(
+            f"under {unit} the best configuration simulated on the workload predicts a {metric} of "
+            f"{mine['score']:.4g}, {_gap(metric, mine['score'], ogd)}: the {unit} target "
+            f"{_target(plan)} "
+            "cannot be met usefully on this workload")
     for theirs in others:
-        verdict = "also falls short" if falls_short(metric, theirs["score"], ogd) else "would be useful"
-        text.append(f"the {theirs['unit']} unit {verdict}: best {theirs['settings']}, predicted {theirs['score']:.4g}"
-                    + (" (it protects each deletion request on its own, not all deleted records together)"
-                       if theirs["unit"] == "per-request" else ""))
+        verdict = "also falls short" if falls_short(metric, theirs["score"],
+                                                    ogd) else "would be useful"
+        text.append(
+            f"the {theirs['unit']} unit {verdict}: best {theirs['settings']}, predicted "
+            f"{theirs['score']:.4g}"
+            + (" (it protects each deletion request on its own, not all deleted records together)"
+               if theirs["unit"] == "per-request" else ""))
     watch = _watch(plan["workload"])
     if watch:  # right after the settings it goes with
-        text.insert(1, f"with the workload it assumes, which the worker watches and alerts on: {watch}")
+        text.insert(
+            1, f"with the workload it assumes, which the worker watches and alerts on: {watch}")
     if plan["workload"] and plan["workload"]["outside"]:
-        text.append(f"{plan['workload']['outside']:,} deleted ids name records older than the sample: not simulated "
-                    "(their cost is missing from the prediction; a longer sample includes them)")
-    return warnings, {"unit": unit, "settings": mine["settings"], "predicted": mine["score"], "ogd": ogd,
+        text.append(
+            f"{plan['workload']['outside']:,} deleted ids name records older than the sample: not "
+            "simulated "
+            "(their cost is missing from the prediction; a longer sample includes them)")
+    return warnings, {"unit": unit, "settings": mine["settings"], "predicted": mine["score"],
+                      "ogd": ogd,
                       "l2": mine["l2"], "target_useful": not short, "watch": watch, "text": text}
 
 
 def _watch(workload: dict | None) -> str | None:
-    """The plan's assumptions as the settings the worker exports and alerts on (OluDeletion* alerts)."""
+    """The plan's assumptions as the settings the worker
+    exports and alerts on (OluDeletion* alerts)."""
     if not workload or not workload.get("requests"):
         return None
     out = [f"OLU_EXPECTED_DELETION_RATE={workload['rate']:.4g}"]
     if workload["records_per_request"]["mean"] is not None:
-        out.append(f"OLU_PLANNED_RECORDS_PER_REQUEST={max(1.0, workload['records_per_request']['mean']):.3g}")
+        out.append(
+            f"OLU_PLANNED_RECORDS_PER_REQUEST={max(1.0, workload['records_per_request']['mean']):.3g}")
     if workload["age_events"]["p50"] is not None:
-        out.append(f"OLU_PLANNED_DELETION_AGE_EVENTS={max(1, round(workload['age_events']['p50']))}")
+        out.append(
+            f"OLU_PLANNED_DELETION_AGE_EVENTS={max(1, round(workload['age_events']['p50']))}")
     return " ".join(out)
 
 
@@ -126,5 +150,6 @@ def renewal_advice(ren: dict | None) -> str | None:
         return None
     rec = ren["recommended"]
     return (f"renewal by the formula: OLU_ROTATION=on OLU_ROTATION_VARIANT={rec['variant']} "
-            f"OLU_MODEL_LIFETIME_EVENTS={rec['lifetime']} OLU_BUDGET_SPLIT=planned OLU_DELETION_CAPACITY="
+            f"OLU_MODEL_LIFETIME_EVENTS={rec['lifetime']} OLU_BUDGET_SPLIT=planned "
+            "OLU_DELETION_CAPACITY="
             f"{rec['capacity']} (give --sample to choose by simulation)")

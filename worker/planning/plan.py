@@ -25,16 +25,18 @@ def _l2_values(l2: float) -> list[float]:
     return [l2] if l2 == 0 else [scaled(l2, f) for f in L2_FACTORS]
 
 
-def make_plan(settings, target, *, shape: Shape, events: int, sample=None, sample_path: str | None = None,
+def make_plan(settings, target, *, shape: Shape, events: int, sample=None,
+              sample_path: str | None = None,
               sim_events: int | None = None, seed: int = 0) -> dict:
-    """The plan of ``settings`` for ``target`` on the workload ``shape`` describes (see the module doc).
-    With a ``sample`` that holds deletes, its own requests are the workload (``shape`` then only
-    gives the formula its rate and age, measured on the sample)."""
+    """The plan of ``settings`` for ``target`` on the workload ``shape`` describes (see the module
+    doc). With a ``sample`` that holds deletes, its own requests are the workload (``shape`` then
+    only gives the formula its rate and age, measured on the sample)."""
     model = build_engine(settings, target)
     workload = stats = None
     if sample is not None:
         length = min(events, SIM_EVENTS) if sim_events is None else sim_events
-        workload = from_sample(sample, length) if sample.requests else from_shape(sample, shape, length, seed)
+        workload = from_sample(sample, length) if sample.requests else from_shape(sample, shape,
+                                                                                  length, seed)
         stats = workload.stats()
         if sample.requests:  # the formula's figures from the sample's own rate and median age
             shape = Shape(rate=stats["rate"], age=max(1, round(stats["age_events"]["p50"] or 1)),
@@ -47,25 +49,29 @@ def make_plan(settings, target, *, shape: Shape, events: int, sample=None, sampl
         other_pred = predict(model, other_target, events=events, **figures)
         other = {"unit": other_target.unit, "noise_std": other_pred["noise_std"],
                  "noise_growth": other_pred["noise_growth"]}
-    candidates = [{"l2": l2, "noise_std": noise_std(build_engine(settings, target, l2=l2), target, events=events,
+    candidates = [{"l2": l2, "noise_std": noise_std(build_engine(settings, target, l2=l2), target,
+                                                    events=events,
                                                    **figures)} for l2 in _l2_values(settings.l2)]
     # a softmax model's classes and K d coordinates (binary plans keep their fields as they were)
     multiclass = ({"classes": list(model.loss.classes), "param_dim": model.param_dim}
                   if model.loss.name == "softmax" else {})
     plan = {
-        "algorithm": settings.algorithm, "loss": settings.loss, "dim": settings.dim, **multiclass, "l2": settings.l2,
+        "algorithm": settings.algorithm, "loss": settings.loss, "dim": settings.dim, **multiclass,
+        "l2": settings.l2,
         "radius": settings.radius, "feature_bound": settings.feature_bound,
         "L": model.constants.L, "mu": model.constants.mu,
         "unit": target.unit, "rho": target.rho, "epsilon": target.epsilon, "delta": target.delta,
         "target_epsilon": target.target_epsilon,
         "deletion_rate": shape.rate, "events": events, "deletion_age": shape.age, **pred,
         "other_unit": other, "l2_candidates": candidates,
-        "renewal": renewal(model, target, events=events, **figures) if type(model).rotates else None,
+        "renewal": renewal(model, target, events=events, **figures) if type(model).rotates
+        else None,
         "workload": None, "search": None,
     }
     if workload is not None:
         plan["workload"] = {**stats, "sample": sample_path, "records": len(sample),
-                            "dropped": sample.dropped, "shape": None if sample.requests else asdict(shape)}
+                            "dropped": sample.dropped, "shape": None if sample.requests
+                            else asdict(shape)}
         units = [target.unit] + ([other["unit"]] if other else [])
         plan["search"] = search(settings, target, workload, units=units, seed=seed)
     plan["warnings"], plan["recommendation"] = assess(plan)

@@ -39,7 +39,8 @@ from ..olu.privacy import (
 )
 from ..olu.rotation import charged_deletions, model_budget, planned_capacity
 
-__all__ = ["GROWTH_LENGTHS", "LIFETIMES", "NO_SAMPLE_MIN_LIFETIME", "deletion_sigmas", "noise_std", "predict",
+__all__ = ["GROWTH_LENGTHS", "LIFETIMES", "NO_SAMPLE_MIN_LIFETIME", "deletion_sigmas", "noise_std",
+           "predict",
            "renewal"]
 
 #: Stream lengths at which the growth of the noise is shown.
@@ -53,7 +54,8 @@ NO_SAMPLE_MIN_LIFETIME = 10**5
 
 
 def _plan_kwargs(model, target, deletion_rate: float, omega: float, age: int) -> dict:
-    kwargs = dict(unit=target.unit, L=model.constants.L, rho=target.rho, deletion_rate=deletion_rate,
+    kwargs = dict(unit=target.unit, L=model.constants.L, rho=target.rho,
+                  deletion_rate=deletion_rate,
                   schedule=model.schedule, diameter=model.ball.diameter, age=age)
     if target.unit == "all-deletions":
         kwargs["omega"] = omega
@@ -62,7 +64,8 @@ def _plan_kwargs(model, target, deletion_rate: float, omega: float, age: int) ->
 
 def noise_std(model, target, *, deletion_rate: float, events: int, omega: float, age: int) -> float:
     """Predicted per-coordinate noise std of ``model``'s release after ``events`` events."""
-    return predicted_noise_std(events=events, **_plan_kwargs(model, target, deletion_rate, omega, age))
+    return predicted_noise_std(events=events,
+                               **_plan_kwargs(model, target, deletion_rate, omega, age))
 
 
 def deletion_sigmas(model, target, *, deletion_rate: float, events: int, omega: float,
@@ -76,7 +79,8 @@ def deletion_sigmas(model, target, *, deletion_rate: float, events: int, omega: 
     def sigma(j: int) -> float:
         tau = taus[j - 1]
         u = max(1, tau - age)
-        shift = passive_shift(schedule.log_contraction(u, tau), sensitivity(schedule.eta(u), L, cap))
+        shift = passive_shift(schedule.log_contraction(u, tau),
+                              sensitivity(schedule.eta(u), L, cap))
         if target.unit == "per-request":
             return per_request_sigma([shift], target.rho)
         return shift * noise_multiplier(j, target.rho, omega)
@@ -87,14 +91,16 @@ def deletion_sigmas(model, target, *, deletion_rate: float, events: int, omega: 
 
 def predict(model, target, *, deletion_rate: float, events: int, omega: float, age: int,
             lengths=GROWTH_LENGTHS) -> dict:
-    """The noise figures of a plan (JSON-able; the fields are described in worker/planning/render.py)."""
+    """The noise figures of a plan (JSON-able; the fields are described in
+    worker/planning/render.py)."""
     std = noise_std(model, target, deletion_rate=deletion_rate, events=events, omega=omega, age=age)
     kwargs = _plan_kwargs(model, target, deletion_rate, omega, age)
     growth = predicted_noise_growth(sorted(set(lengths)), **kwargs)
     _, taus = plan_deletions(events, deletion_rate)
     return {
         "deletions": len(taus),
-        "sigma": deletion_sigmas(model, target, deletion_rate=deletion_rate, events=events, omega=omega, age=age),
+        "sigma": deletion_sigmas(model, target, deletion_rate=deletion_rate, events=events,
+                                 omega=omega, age=age),
         "noise_std": std,
         "noise_growth": {str(n): v for n, v in growth.items()},
         "noise_norm": std * math.sqrt(model.param_dim),
@@ -104,17 +110,17 @@ def predict(model, target, *, deletion_rate: float, events: int, omega: float, a
 
 def renewal(model, target, *, deletion_rate: float, events: int, omega: float, age: int,
             reserve: float = DEFAULT_RESERVE, lifetimes=LIFETIMES) -> dict | None:
-    """Planned split and warm-standby rotation (docs/accounting.md 11, docs/accounting.md 12) under the
-    all-deletions unit: the capacity K to plan and the predicted noise std of the release.
+    """Planned split and warm-standby rotation (docs/accounting.md 11, docs/accounting.md 12) under
+    the all-deletions unit: the capacity K to plan and the predicted noise std of the release.
 
     ``planned``: one model planned for exactly ``events`` (K = rate x events; it needs the horizon).
-    ``rotation``: per lifetime E, the overlap variant's per-model K and rho / 2, and the noise of the
-    released model when it is youngest (E/2 events old, just promoted) and oldest (E). K counts only
-    the requests naming records the model holds (:func:`worker.olu.rotation.planned_capacity` with
-    the deletion ``age``): a model younger than ``age`` holds a fraction of the records requests
-    name, so short lifetimes are charged for few deletions (docs/accounting.md 12.6). The noise rows
-    use the charged rate at that age (``charged_deletions(T) / T``): an approximation, which
-    counts the charged requests as spread evenly over the model's life. ``recommended``: the
+    ``rotation``: per lifetime E, the overlap variant's per-model K and rho / 2, and the noise of
+    the released model when it is youngest (E/2 events old, just promoted) and oldest (E). K counts
+    only the requests naming records the model holds (:func:`worker.olu.rotation.planned_capacity`
+    with the deletion ``age``): a model younger than ``age`` holds a fraction of the records
+    requests name, so short lifetimes are charged for few deletions (docs/accounting.md 12.6). The
+    noise rows use the charged rate at that age (``charged_deletions(T) / T``): an approximation,
+    which counts the charged requests as spread evenly over the model's life. ``recommended``: the
     longest lifetime of at least :data:`NO_SAMPLE_MIN_LIFETIME` whose youngest release is within
     1% of the least noise among those; with a sample the plan replaces it with the simulation's
     best (worker/planning/plan.py). None under per-request or without deletions.
@@ -123,7 +129,8 @@ def renewal(model, target, *, deletion_rate: float, events: int, omega: float, a
         return None
     base = _plan_kwargs(model, target, deletion_rate, omega, age)
     k = capacity_for_rate(deletion_rate, events)
-    single = predicted_noise_std(**base, events=events, split="planned", capacity=k, reserve=reserve)
+    single = predicted_noise_std(**base, events=events, split="planned", capacity=k,
+                                 reserve=reserve)
     rows = []
     for lifetime in lifetimes:
         cap = planned_capacity(deletion_rate, lifetime, "overlap", age=age)
@@ -132,13 +139,16 @@ def renewal(model, target, *, deletion_rate: float, events: int, omega: float, a
 
         def at(t: int, kw=kw) -> float:
             rate = min(deletion_rate, charged_deletions(deletion_rate, t, age) / t)
-            return predicted_noise_std(**{**kw, "deletion_rate": rate}, events=t) if rate > 0 else 0.0
+            return predicted_noise_std(**{**kw, "deletion_rate": rate},
+                                       events=t) if rate > 0 else 0.0
 
         rows.append({"lifetime": lifetime, "capacity": cap, "noise_std_young": at(lifetime // 2),
                      "noise_std_old": at(lifetime)})
     pool = [r for r in rows if r["lifetime"] >= NO_SAMPLE_MIN_LIFETIME] or rows
-    least = min(r["noise_std_young"] for r in pool)  # within 1% of it counts as a tie: the longest wins
-    best = max((r for r in pool if r["noise_std_young"] <= 1.01 * least), key=lambda r: r["lifetime"])
+    # within 1% of it counts as a tie: the longest wins
+    least = min(r["noise_std_young"] for r in pool)
+    best = max((r for r in pool if r["noise_std_young"] <= 1.01 * least),
+               key=lambda r: r["lifetime"])
     return {"reserve": reserve, "planned": {"capacity": k, "noise_std": single}, "rotation": rows,
             "recommended": {"lifetime": best["lifetime"], "capacity": best["capacity"], "l2": None,
                             "variant": "overlap", "source": "noise formula"}}

@@ -19,26 +19,26 @@ Fields of the JSON object (``olu-worker plan --json``)
   ``noise_std sqrt(param_dim)``, K x dim coordinates): the std per coordinate does not depend on
   the dimension, the norm grows with its square root (and the weights' norm does not);
   ``noise_to_radius``: ``noise_norm / radius``.
-* ``other_unit``: ``{unit, noise_std, noise_growth}`` of the other unit at the same rho (null if the algorithm
-  has only one).
+* ``other_unit``: ``{unit, noise_std, noise_growth}`` of the other unit at the same rho (null if the
+  algorithm has only one).
 * ``l2_candidates``: ``[{l2, noise_std}]`` for the configured l2 times 0.3, 1, 3 and 10.
 * ``renewal`` (null under per-request, without deletions or for an algorithm that does not
   rotate): the noise formula's rotation figures: ``reserve``; ``planned``: ``{capacity, noise_std}``
   of one model with the planned split for exactly ``events``; ``rotation``: ``[{lifetime, capacity,
   noise_std_young, noise_std_old}]`` (overlap variant, rho / 2 per model); ``recommended``:
   ``{lifetime, capacity, l2, variant, source}`` (lifetimes of at least 100,000 only).
-* ``workload`` (null without a sample): the deletion workload simulated (worker/planning/workload.py):
-  ``source`` (``sample``: the sample's own deletes; ``flags``: drawn as ``shape`` says), ``sample``,
-  ``records`` (usable inserts), ``dropped`` (over the feature bound), ``events``, ``inserts``,
-  ``requests``, ``rate`` (requests per event), ``records_per_request`` ``{mean, p50, p90, max}``,
-  ``age_events`` ``{p10, p50, p90}`` (deleted records' age at deletion), ``keys``,
-  ``top_keys_share`` (records held by the top 1% of keys), ``outside`` (named ids older than the
-  sample), ``shape`` (the flags' description, or null).
-* ``search`` (null without a sample): ``metric`` (``accuracy``, multiclass for softmax, or ``rmse``),
-  ``events``, ``inserts``, ``seed``, ``ogd`` (plain OGD at the configured l2, over the last
-  quarter), ``ogd_by_l2``, ``ogd_curve``; ``runs``: every candidate ``{unit, rotation, lifetime,
-  l2, cap, capacity, settings, score, curve}`` (``records_over_key_cap`` with a cap); ``best``:
-  ``{unit: run}``.
+* ``workload`` (null without a sample): the deletion workload simulated
+  (worker/planning/workload.py): ``source`` (``sample``: the sample's own deletes; ``flags``: drawn
+  as ``shape`` says), ``sample``, ``records`` (usable inserts), ``dropped`` (over the feature
+  bound), ``events``, ``inserts``, ``requests``, ``rate`` (requests per event),
+  ``records_per_request`` ``{mean, p50, p90, max}``, ``age_events`` ``{p10, p50, p90}`` (deleted
+  records' age at deletion), ``keys``, ``top_keys_share`` (records held by the top 1% of keys),
+  ``outside`` (named ids older than the sample), ``shape`` (the flags' description, or null).
+* ``search`` (null without a sample): ``metric`` (``accuracy``, multiclass for softmax, or
+  ``rmse``), ``events``, ``inserts``, ``seed``, ``ogd`` (plain OGD at the configured l2, over the
+  last quarter), ``ogd_by_l2``, ``ogd_curve``; ``runs``: every candidate ``{unit, rotation,
+  lifetime, l2, cap, capacity, settings, score, curve}`` (``records_over_key_cap`` with a cap);
+  ``best``: ``{unit: run}``.
 * ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, settings
   (the OLU_* line of the best configuration), predicted (its score), ogd, l2, target_useful, watch
   (the workload's OLU_EXPECTED_DELETION_RATE, OLU_PLANNED_RECORDS_PER_REQUEST and
@@ -71,23 +71,34 @@ def to_text(plan: dict) -> str:
              f"(L {plan['L']:.4g}, mu {plan['mu']:.4g})"]
     target = ("the target" if plan["target_epsilon"] is not None else "from rho")
     per = "per deletion request" if plan["unit"] == "per-request" else "for all deleted records together"
-    lines.append(f"privacy unit {plan['unit']}: rho {plan['rho']:.4g} {per}, epsilon {plan['epsilon']:.4g} "
-                 f"at delta {plan['delta']:g} ({target})")
+    lines.append(
+        f"privacy unit {plan['unit']}: rho {plan['rho']:.4g} {per}, epsilon {plan['epsilon']:.4g} "
+        f"at delta {plan['delta']:g} ({target})")
     rate = plan["deletion_rate"]
-    lines.append(f"deletions (formula): {100 * rate:.3g}% of {_n(plan['events'])} events = {_n(plan['deletions'])} "
-                 "requests" + (f", each naming one record inserted {_n(plan['deletion_age'])} events earlier"
-                               if plan["deletions"] else ""))
+    lines.append(
+        f"deletions (formula): {100 * rate:.3g}% of {_n(plan['events'])} events = "
+        f"{_n(plan['deletions'])} "
+        "requests" + (f", each naming one record inserted {_n(plan['deletion_age'])} events earlier"
+                      if plan["deletions"] else ""))
     if plan["sigma"]:
         s = plan["sigma"]
-        lines.append(f"per-deletion sigma: first {s['first']:.4g}, typical {s['typical']:.4g}, last {s['last']:.4g}")
-    lines.append(f"predicted noise std per coordinate after {_n(plan['events'])} events: {plan['noise_std']:.4g} "
-                 f"(noise norm / radius {plan['noise_to_radius']:.3g})")
+        lines.append(
+            f"per-deletion sigma: first {s['first']:.4g}, typical {s['typical']:.4g}, last "
+            f"{s['last']:.4g}")
+    lines.append(
+        f"predicted noise std per coordinate after {_n(plan['events'])} events: "
+        f"{plan['noise_std']:.4g} "
+        f"(noise norm / radius {plan['noise_to_radius']:.3g})")
     coordinates = f"{k} x dim {_n(plan['dim'])} = {_n(plan['param_dim'])}" if k else f"dim {_n(plan['dim'])}"
-    lines.append(f"  noise norm {plan['noise_norm']:.4g} = std x sqrt({coordinates}): it grows with the "
-                 "square root of the dimension (a spec's hashed buckets and one-hot slots count)")
+    lines.append(
+        f"  noise norm {plan['noise_norm']:.4g} = std x sqrt({coordinates}): it grows with the "
+        "square root of the dimension (a spec's hashed buckets and one-hot slots count)")
     if k:
-        lines.append(f"  softmax: the noise covers the K x d = {_n(plan['param_dim'])} coordinates of the {k} class "
-                     f"rows, {k} times a binary model's at dim {_n(plan['dim'])} (its norm sqrt({k}) times as large)")
+        lines.append(
+            f"  softmax: the noise covers the K x d = {_n(plan['param_dim'])} coordinates of the "
+            f"{k} class "
+            f"rows, {k} times a binary model's at dim {_n(plan['dim'])} (its norm sqrt({k}) times "
+            "as large)")
     growth = ", ".join(f"{_n(int(n))}: {v:.4g}" for n, v in plan["noise_growth"].items())
     lines.append(f"  growth with the stream length: {growth}")
     if plan["other_unit"]:
@@ -98,11 +109,17 @@ def to_text(plan: dict) -> str:
     ren = plan.get("renewal")
     if ren and plan["search"] is None:
         p = ren["planned"]
-        lines.append(f"planned split (OLU_BUDGET_SPLIT=planned, reserve {ren['reserve']:g}): one model planned for "
-                     f"{_n(plan['events'])} events, capacity {_n(p['capacity'])}: noise std {p['noise_std']:.4g}")
+        lines.append(
+            f"planned split (OLU_BUDGET_SPLIT=planned, reserve {ren['reserve']:g}): one model "
+            "planned for "
+            f"{_n(plan['events'])} events, capacity {_n(p['capacity'])}: noise std "
+            f"{p['noise_std']:.4g}")
         for r in ren["rotation"]:
-            lines.append(f"  rotation, lifetime {_n(r['lifetime'])}: capacity {_n(r['capacity'])} per model, released "
-                         f"noise std {r['noise_std_young']:.4g} (just promoted) to {r['noise_std_old']:.4g} (retiring)")
+            lines.append(
+                f"  rotation, lifetime {_n(r['lifetime'])}: capacity {_n(r['capacity'])} per "
+                "model, released "
+                f"noise std {r['noise_std_young']:.4g} (just promoted) to {r['noise_std_old']:.4g} "
+                "(retiring)")
     if plan["workload"]:
         lines += _workload_lines(plan["workload"])
     if plan["search"]:
@@ -122,11 +139,15 @@ def _workload_lines(w: dict) -> list[str]:
              f"({100 * w['rate']:.3g}% of events), {_n(w['keys'])} keys (the top 1% hold "
              f"{100 * w['top_keys_share']:.0f}% of the records)"]
     if w["requests"]:
-        lines.append(f"  records per request: mean {size['mean']:.3g}, median {size['p50']:g}, p90 {size['p90']:g}, "
-                     f"max {_n(size['max'])}; age of deleted records in events: p10 {_age(age['p10'])}, "
-                     f"median {_age(age['p50'])}, p90 {_age(age['p90'])}")
+        lines.append(
+            f"  records per request: mean {size['mean']:.3g}, median {size['p50']:g}, p90 "
+            f"{size['p90']:g}, "
+            f"max {_n(size['max'])}; age of deleted records in events: p10 {_age(age['p10'])}, "
+            f"median {_age(age['p50'])}, p90 {_age(age['p90'])}")
     if w["dropped"]:
-        lines.append(f"  {_n(w['dropped'])} records over the feature bound dropped (the worker's dead letters)")
+        lines.append(
+            f"  {_n(w['dropped'])} records over the feature bound dropped (the worker's dead "
+            "letters)")
     return lines
 
 
@@ -136,8 +157,11 @@ def _age(value) -> str:
 
 def _search_lines(found: dict) -> list[str]:
     metric = found["metric"]
-    lines = [f"search: {len(found['runs'])} configurations simulated on {_n(found['events'])} events (seed "
-             f"{found['seed']}), {metric} of the release over the last quarter; plain OGD {found['ogd']:.4f}"]
+    lines = [
+        f"search: {len(found['runs'])} configurations simulated on {_n(found['events'])} events "
+        "(seed "
+        f"{found['seed']}), {metric} of the release over the last quarter; plain OGD "
+        f"{found['ogd']:.4f}"]
     for unit, best in found["best"].items():
         lines.append(f"  best under {unit}: {best['settings']}: {best['score']:.4f}")
     for unit in found["best"]:
@@ -152,7 +176,8 @@ def _short(run: dict) -> str:
     """A candidate in a few characters: rotation/lifetime, l2, radius, cap."""
     where = "no rotation" if run["rotation"] == "off" else f"{run['rotation']} {_n(run['lifetime'])}"
     radius = f", radius {run['radius']:g}" if run.get("radius") is not None else ""
-    return f"[{where}, l2 {run['l2']:g}{radius}" + (f", cap {run['cap']}" if run["cap"] is not None else "") + "]"
+    return f"[{where}, l2 {run['l2']:g}{radius}" + (f", cap {run['cap']}" if run["cap"] is not None
+                                                    else "") + "]"
 
 
 def plot(plan: dict, path: str) -> None:
@@ -172,11 +197,13 @@ def plot(plan: dict, path: str) -> None:
     for figures in [plan] + ([plan["other_unit"]] if plan["other_unit"] else []):
         points = sorted({**{int(n): v for n, v in figures["noise_growth"].items()},
                          plan["events"]: figures["noise_std"]}.items())
-        ax.loglog([n for n, _ in points], [v for _, v in points], marker="o", label=figures.get("unit", plan["unit"]))
+        ax.loglog([n for n, _ in points], [v for _, v in points], marker="o",
+                  label=figures.get("unit", plan["unit"]))
     ax.set_xlabel("events")
     ax.set_ylabel("predicted noise std per coordinate")
-    ax.set_title(f"rho {plan['rho']:.3g} (epsilon {plan['epsilon']:.3g} at delta {plan['delta']:g}), "
-                 f"{100 * plan['deletion_rate']:.3g}% deletions")
+    ax.set_title(
+        f"rho {plan['rho']:.3g} (epsilon {plan['epsilon']:.3g} at delta {plan['delta']:g}), "
+        f"{100 * plan['deletion_rate']:.3g}% deletions")
     ax.set_xlim(min(lengths) / 2, max(lengths) * 2)
     ax.legend()
     if found:

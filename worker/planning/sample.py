@@ -7,8 +7,8 @@ malformed line is a :class:`SampleError` naming the file and line. Records whose
 the feature bound are dropped under ``feature_policy = reject`` (the worker dead-letters them) and
 counted; ``clip`` rescales them, as the worker does. Labels are kept as the loss reads them
 (``loss.label``: -1/+1 for logistic, the value for ridge, the class's position in ``classes`` for
-softmax, whose sample labels are the class labels themselves). The sample's deletes are kept, in stream order,
-as the workload to replay (worker/planning/workload.py). Blank lines are skipped.
+softmax, whose sample labels are the class labels themselves). The sample's deletes are kept, in
+stream order, as the workload to replay (worker/planning/workload.py). Blank lines are skipped.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from ..formats.keyed_lines import numbered_records
 from ..olu.exceptions import InvalidExample, NormExceeded
 from .exceptions import SampleError
 
-__all__ = ["Sample", "SampleError", "read_sample", "sample_dimension", "sample_from_records", "sample_of"]
+__all__ = ["Sample", "SampleError", "read_sample", "sample_dimension", "sample_from_records",
+           "sample_of"]
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,12 @@ def _insert_fields(where: str, value: dict, features=None) -> None:
     if missing:
         raise SampleError(f"{where}: missing {', '.join(missing)}")
     if features is not None:
-        try:  # named fields: the spec makes the vector, exactly as the worker does (worker/features)
+        try:
+            # named fields: the spec makes the vector, exactly as the worker does (worker/features)
             value["x"] = vectorize(features, value)[0].tolist()
         except BadFeature as bad:
-            raise SampleError(f"{where}: {bad.detail} (the worker dead-letters it: {bad.reason})") from None
+            raise SampleError(
+                f"{where}: {bad.detail} (the worker dead-letters it: {bad.reason})") from None
     if not isinstance(value["x"], list) or not value["x"]:
         raise SampleError(f"{where}: x must be a non-empty array of numbers")
 
@@ -78,7 +81,8 @@ def _insert_fields(where: str, value: dict, features=None) -> None:
 def _delete_ids(where: str, value: dict) -> tuple[str, ...]:
     ids = value.get("ids", [value.get("id")] if "id" in value else None)
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
-        raise SampleError(f"{where}: a delete names its record in \"id\" or its records in \"ids\" (strings)")
+        raise SampleError(
+            f"{where}: a delete names its record in \"id\" or its records in \"ids\" (strings)")
     return tuple(ids)
 
 
@@ -94,7 +98,8 @@ def sample_dimension(path: str) -> int:
 def read_sample(path: str, model, features=None) -> Sample:
     """The sample's events, checked with ``model``'s feature bound, policy and loss; ``features``:
     the feature spec its inserts' named fields go through."""
-    return sample_from_records(((f"line {n}", k, v) for n, k, v in _records(path)), model, f"sample {path!r}",
+    return sample_from_records(((f"line {n}", k, v) for n, k, v in _records(path)), model,
+                               f"sample {path!r}",
                                features)
 
 
@@ -120,7 +125,8 @@ def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model
         if value["id"] in seen:
             raise SampleError(f"{where}: id {value['id']!r} appears twice")
         if len(value["x"]) != model.dim:
-            raise SampleError(f"{where}: x has {len(value['x'])} features, expected dim {model.dim}")
+            raise SampleError(
+                f"{where}: x has {len(value['x'])} features, expected dim {model.dim}")
         try:
             x = model.features.check(value["x"])
             y = model.loss.label(value["y"])
@@ -137,12 +143,14 @@ def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model
         labels.append(y)
         subjects.append(subject)
     if not ids:
-        raise SampleError(f"{name} has no usable insert" + (f" ({dropped} over the feature bound)" if dropped else ""))
+        raise SampleError(f"{name} has no usable insert" + (f" ({dropped} over the feature bound)"
+                                                            if dropped else ""))
     return Sample(ids, np.array(rows, np.float64), np.array(labels, np.float64), dropped,
                   subjects if keyed else None, tuple(requests))
 
 
-def sample_of(model, ids: list[str], X: np.ndarray, labels, subjects: list[str] | None = None) -> Sample:
+def sample_of(model, ids: list[str], X: np.ndarray, labels,
+              subjects: list[str] | None = None) -> Sample:
     """A :class:`Sample` of inserts given as arrays (a benchmark's stream): ``labels`` as the stream
     carries them (softmax: the class labels), mapped by ``model.loss``; a label the loss refuses is
     a :class:`SampleError`. The rows are taken as they are (no feature check, nothing dropped)."""

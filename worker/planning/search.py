@@ -6,10 +6,10 @@ with a lifetime of :data:`LIFETIMES`), l2 (the configured value times :data:`L2_
 model's capacity (a smaller l2 with the configured or a larger radius, :data:`CAPACITY_GRID`: the
 worker's defaults underfit wide feature specs, whose iterate then sits on the radius-10 sphere) and,
 where requests name several records of a key, the per-key cap ``max_records_per_key``
-(:data:`CAPS`); the later ones are tried on the best few of each unit (:func:`search`). Under all-deletions a rotation
-uses the planned split with the capacity the workload needs: the most requests any one model of that
-lifetime is charged for on the workload (docs/accounting.md 12.6), so the plan does not count on a
-reserve it would overdraw.
+(:data:`CAPS`); the later ones are tried on the best few of each unit (:func:`search`). Under
+all-deletions a rotation uses the planned split with the capacity the workload needs: the most
+requests any one model of that lifetime is charged for on the workload (docs/accounting.md 12.6), so
+the plan does not count on a reserve it would overdraw.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from ..olu import record_keys
 from .simulate import better, metric_name, replay, score, window_scores
 from .target import build_engine, build_rotation
 
-__all__ = ["CAPACITY_GRID", "CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "candidate_model", "capacity_needed",
+__all__ = ["CAPACITY_GRID", "CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "candidate_model",
+           "capacity_needed",
            "scaled", "search"]
 
 #: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS, in inserts) tried with rotation.
@@ -71,13 +72,13 @@ def scaled(value: float, factor: float) -> float:
 
 
 def capacity_needed(workload, lifetime: int, variant: str) -> int:
-    """The most requests one model of ``lifetime`` inserts is charged for on the workload: generation
-    ``g`` lives from ``g H`` to ``(g + 2) H`` (``H = lifetime // 2``) and pays for a request then
-    when it holds one of the records named (inserted from ``g H`` on; under ``disjoint``, only the
-    records routed to it, by the parity of their key). Generations born before the workload's
-    steady state are left out: at the start of the simulated stream every record is young, as it
-    never is again in a deployment (so the warm-up is the 90th percentile of the requests' ages, at
-    most half the stream)."""
+    """The most requests one model of ``lifetime`` inserts is charged for on the workload:
+    generation ``g`` lives from ``g H`` to ``(g + 2) H`` (``H = lifetime // 2``) and pays for a
+    request then when it holds one of the records named (inserted from ``g H`` on; under
+    ``disjoint``, only the records routed to it, by the parity of their key). Generations born
+    before the workload's steady state are left out: at the start of the simulated stream every
+    record is young, as it never is again in a deployment (so the warm-up is the 90th percentile of
+    the requests' ages, at most half the stream)."""
     half = max(1, lifetime // 2)
     position = {r: j for j, r in enumerate(workload.ids)}
     newest, oldest, parity = [], [], []
@@ -101,8 +102,10 @@ def capacity_needed(workload, lifetime: int, variant: str) -> int:
 def candidate_model(settings, target, c: Candidate, capacity, noise_rng):
     unit_target = target.with_unit(c.unit)
     if c.rotation == "off":
-        return build_engine(settings, unit_target, l2=c.l2, cap=c.cap, radius=c.radius, noise_rng=noise_rng)
-    return build_rotation(settings, unit_target, lifetime=c.lifetime, capacity=capacity, l2=c.l2, variant=c.rotation,
+        return build_engine(settings, unit_target, l2=c.l2, cap=c.cap, radius=c.radius,
+                            noise_rng=noise_rng)
+    return build_rotation(settings, unit_target, lifetime=c.lifetime, capacity=capacity, l2=c.l2,
+                          variant=c.rotation,
                           cap=c.cap, radius=c.radius, noise_rng=noise_rng)
 
 
@@ -111,7 +114,8 @@ def _run(settings, target, workload, c: Candidate, seed: int) -> dict:
                 if c.rotation != "off" and c.unit == "all-deletions" else None)
     model = candidate_model(settings, target, c, capacity, np.random.default_rng(seed))
     scores = replay(model, workload, loss=settings.loss)
-    out = {**asdict(c), "capacity": capacity, "settings": c.settings(capacity), "score": score(scores, settings.loss),
+    out = {**asdict(c), "capacity": capacity, "settings": c.settings(capacity),
+           "score": score(scores, settings.loss),
            "curve": window_scores(scores, settings.loss)}
     if c.cap is not None:
         out["records_over_key_cap"] = model.privacy().get("records_over_key_cap")
@@ -125,14 +129,19 @@ def search(settings, target, workload, *, units, seed: int = 0) -> dict:
     the other l2 values on the :data:`TOP` best of those; the capacity grid (:data:`CAPACITY_GRID`)
     on the :data:`TOP` best so far; the caps on the :data:`TOP` best so far (where requests name
     several records of a key). ``best[unit]`` is the candidate whose released
-    model scores best; ``ogd`` the plain OGD score at the configured l2 (the yardstick of the gap)."""
+    model scores best; ``ogd`` the plain OGD score at the
+    configured l2 (the yardstick of the gap)."""
     loss, metric = settings.loss, metric_name(settings.loss)
-    pick, ranked = better(metric), (lambda runs: sorted(runs, key=lambda r: r["score"], reverse=metric == "accuracy"))
+    pick, ranked = better(metric), (
+        lambda runs: sorted(runs, key=lambda r: r["score"], reverse=metric == "accuracy"))
     l2_values = [settings.l2] if settings.l2 == 0 else [scaled(settings.l2, f) for f in L2_FACTORS]
-    capacity_l2 = [] if settings.l2 == 0 else sorted({scaled(settings.l2, f) for f, _ in CAPACITY_GRID})
+    capacity_l2 = [] if settings.l2 == 0 else sorted(
+        {scaled(settings.l2, f) for f, _ in CAPACITY_GRID})
     ogd = {}
-    for l2 in [*l2_values, *(v for v in capacity_l2 if v not in l2_values)]:  # a yardstick for every l2 tried
-        scores = replay(build_engine(settings, target, l2=l2, cap=None), workload, loss=loss, requests=False)
+    for l2 in [*l2_values, *(v for v in capacity_l2 if v not in l2_values)]:
+        # a yardstick for every l2 tried
+        scores = replay(build_engine(settings, target, l2=l2, cap=None), workload, loss=loss,
+                        requests=False)
         ogd[l2] = {"score": score(scores, loss), "curve": window_scores(scores, loss)}
     lifetimes = [e for e in LIFETIMES if e <= 0.75 * len(workload.ids)]
     runs = []
@@ -153,7 +162,9 @@ def search(settings, target, workload, *, units, seed: int = 0) -> dict:
             mine += [run(Candidate(unit, r["rotation"], r["lifetime"], r["l2"], cap, r["radius"]))
                      for r in ranked(mine)[:TOP] for cap in CAPS]
         runs += mine
-    best = {unit: pick((r for r in runs if r["unit"] == unit), key=lambda r: r["score"]) for unit in units}
+    best = {unit: pick((r for r in runs if r["unit"] == unit), key=lambda r: r["score"])
+            for unit in units}
     return {"metric": metric, "events": workload.events, "inserts": len(workload.ids), "seed": seed,
-            "ogd": ogd[settings.l2]["score"], "ogd_by_l2": {str(k): v["score"] for k, v in ogd.items()},
+            "ogd": ogd[settings.l2]["score"],
+            "ogd_by_l2": {str(k): v["score"] for k, v in ogd.items()},
             "ogd_curve": ogd[settings.l2]["curve"], "runs": runs, "best": best}

@@ -8,8 +8,8 @@ of the stream (the steady state the deployment lives in): accuracy for logistic 
 the label) and for softmax (the multiclass rule: the class of the largest margin w_k.x, the first on
 a tie, against the label), RMSE for ridge. A workload's labels are the loss's
 (``loss.label``: a softmax class is its position in ``classes``); the model learns the class labels
-themselves, as the worker does. Plain OGD is the same engine on the same inserts with no request (hence
-no noise) and no per-key cap: what the data allows without unlearning.
+themselves, as the worker does. Plain OGD is the same engine on the same inserts with no request
+(hence no noise) and no per-key cap: what the data allows without unlearning.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 
 from ..olu import Softmax, arith
 
-__all__ = ["BLOCKS", "TAIL", "WINDOWS", "better", "class_labels", "metric_name", "predicted_classes", "replay",
+__all__ = ["BLOCKS", "TAIL", "WINDOWS", "better", "class_labels", "metric_name",
+           "predicted_classes", "replay",
            "score", "window_scores"]
 
 #: Share of the stream (its end) over which a run's score is taken.
@@ -38,7 +39,8 @@ def better(metric: str):
     return max if metric == "accuracy" else min
 
 
-def replay(model, workload, *, loss: str, requests: bool = True, blocks: int = BLOCKS) -> np.ndarray:
+def replay(model, workload, *, loss: str, requests: bool = True,
+           blocks: int = BLOCKS) -> np.ndarray:
     """Run ``model`` over the workload's inserts (with its requests unless ``requests=False``);
     the per-block ``(count, score sum)`` array: correct predictions (logistic, softmax) or squared
     errors (ridge) of the block's inserts under the release before the block."""
@@ -51,7 +53,8 @@ def replay(model, workload, *, loss: str, requests: bool = True, blocks: int = B
     scores = np.zeros((len(edges) - 1, 2))
     nxt = 0
     for b, (lo, hi) in enumerate(zip(edges, edges[1:])):
-        scores[b] = (hi - lo, _block_score(loss, np.array(model.weights, np.float64), X[lo:hi], y[lo:hi]))
+        scores[b] = (hi - lo,
+                     _block_score(loss, np.array(model.weights, np.float64), X[lo:hi], y[lo:hi]))
         start = lo
         while nxt < len(at) and at[nxt] <= hi:
             if at[nxt] > start:
@@ -61,7 +64,8 @@ def replay(model, workload, *, loss: str, requests: bool = True, blocks: int = B
             model.unlearn_request(list(workload.requests[nxt]))
             nxt += 1
         if hi > start:
-            model.learn_many(ids[start:hi], X[start:hi], taught[start:hi], subjects=subjects[start:hi])
+            model.learn_many(ids[start:hi], X[start:hi], taught[start:hi],
+                             subjects=subjects[start:hi])
     return scores
 
 

@@ -31,12 +31,16 @@ def unit_warning(settings) -> str | None:
     rotating = settings.rotation == "on"
     events = settings.model_lifetime_events if rotating else HORIZON
     rho = target.rho / 2 if rotating else target.rho  # each model of a rotation has half the slope
-    std = noise_std(model, type(target)(target.unit, rho, target.delta, None), deletion_rate=rate, events=events,
+    std = noise_std(model, type(target)(target.unit, rho, target.delta, None), deletion_rate=rate,
+                    events=events,
                     omega=settings.omega, age=min(AGE, events))
     ratio = std * math.sqrt(model.param_dim) / model.ball.radius  # K d coordinates for softmax
     if ratio <= NOISE_TO_SIGNAL_LIMIT:
         return None
-    return (f"under OLU_PRIVACY_UNIT=all-deletions at OLU_EXPECTED_DELETION_RATE={rate:g} the noise formula predicts "
-            f"a noise norm of {ratio:.2f} times the radius after {events:,} events (a lower bound of the "
-            f"noise-to-signal; above {NOISE_TO_SIGNAL_LIMIT} the release is mostly noise): consider "
+    return (f"under OLU_PRIVACY_UNIT=all-deletions at OLU_EXPECTED_DELETION_RATE={rate:g} the "
+            "noise formula predicts "
+            f"a noise norm of {ratio:.2f} times the radius after {events:,} events (a lower bound "
+            "of the "
+            f"noise-to-signal; above {NOISE_TO_SIGNAL_LIMIT} the release is mostly noise): "
+            "consider "
             "OLU_PRIVACY_UNIT=per-request, or run olu-worker plan on a sample of your events")

@@ -22,7 +22,8 @@ from ..config.model import engine_class, model_kwargs
 from ..exceptions import ConfigError
 from ..olu.privacy import UNITS, unit_epsilon, unit_rho_for_epsilon
 
-__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "classes_of", "planned_algorithms",
+__all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "classes_of",
+           "planned_algorithms",
            "resolve_target", "with_settings"]
 
 #: Algorithms whose noise the planner models (one calibrated Gaussian per deletion).
@@ -55,7 +56,8 @@ class _Overridden:
 
     def __getattr__(self, name: str):
         values = object.__getattribute__(self, "_values")
-        return values[name] if name in values else getattr(object.__getattribute__(self, "_settings"), name)
+        return values[name] if name in values else getattr(
+            object.__getattribute__(self, "_settings"), name)
 
     def __setattr__(self, name, value):
         raise AttributeError("planning settings are read-only")
@@ -108,7 +110,8 @@ def resolve_target(settings, *, unit: str | None = None, rho: float | None = Non
     if unit not in UNITS:
         raise ConfigError(f"--privacy-unit must be one of {', '.join(UNITS)}, got {unit!r}")
     if rho is not None and target_epsilon is not None:
-        raise ConfigError(f"give --rho or --target-epsilon, not both (got {rho!r} and {target_epsilon!r})")
+        raise ConfigError(
+            f"give --rho or --target-epsilon, not both (got {rho!r} and {target_epsilon!r})")
     if rho is None and target_epsilon is None:
         rho, target_epsilon = settings.rho, settings.target_epsilon
     delta = settings.delta
@@ -121,7 +124,8 @@ def resolve_target(settings, *, unit: str | None = None, rho: float | None = Non
     if not (math.isfinite(rho) and rho > 0):
         raise ConfigError(f"--rho must be a number > 0, got {rho!r}")
     if unit == "per-request" and settings.algorithm not in PLANNED_ALGORITHMS:
-        raise ConfigError(f"the per-request unit needs algorithm passive, got {settings.algorithm!r}")
+        raise ConfigError(
+            f"the per-request unit needs algorithm passive, got {settings.algorithm!r}")
     return Target(unit, float(rho), float(delta), target_epsilon)
 
 
@@ -129,14 +133,17 @@ _UNSET = object()
 
 
 def _kwargs(settings, target: Target, l2, cap, radius=None) -> dict:
-    """The engine's keyword arguments of ``settings`` for ``target``, ``l2`` and ``cap`` (the per-key
-    contribution bound: ``_UNSET`` keeps the setting, None removes it) overriding the settings."""
+    """The engine's keyword arguments of ``settings`` for ``target``, ``l2`` and ``cap`` (the
+    per-key contribution bound: ``_UNSET`` keeps the setting,
+    None removes it) overriding the settings."""
     if settings.algorithm not in PLANNED_ALGORITHMS:
-        raise ConfigError(f"plan models the passive algorithm only, got algorithm {settings.algorithm!r}")
+        raise ConfigError(
+            f"plan models the passive algorithm only, got algorithm {settings.algorithm!r}")
     if settings.algorithm not in planned_algorithms(settings.loss):
         why = engine_class(settings.algorithm).loss_refusal
-        raise ConfigError(f"plan: algorithm {settings.algorithm!r} (OLU_ALGORITHM) does not support loss "
-                          f"{settings.loss!r} (OLU_LOSS)" + (f": {why}" if why else ""))
+        raise ConfigError(
+            f"plan: algorithm {settings.algorithm!r} (OLU_ALGORITHM) does not support loss "
+            f"{settings.loss!r} (OLU_LOSS)" + (f": {why}" if why else ""))
     kwargs = model_kwargs(settings)
     classes = classes_of(settings)
     if classes is not None:  # until the settings' model arguments carry it (OLU_CLASSES)
@@ -153,16 +160,19 @@ def _kwargs(settings, target: Target, l2, cap, radius=None) -> dict:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def build_engine(settings, target: Target, *, l2: float | None = None, cap=_UNSET, radius: float | None = None,
+def build_engine(settings, target: Target, *, l2: float | None = None, cap=_UNSET,
+                 radius: float | None = None,
                  noise_rng=None):
     """A fresh engine of ``settings.algorithm`` calibrated for ``target`` (``l2`` and ``cap``,
     ``max_records_per_key``, overriding the settings); ``noise_rng`` seeds its noise (None: OS
     entropy, as in production)."""
-    return engine_class(settings.algorithm)(**_kwargs(settings, target, l2, cap, radius), noise_rng=noise_rng)
+    return engine_class(settings.algorithm)(**_kwargs(settings, target, l2, cap, radius),
+                                            noise_rng=noise_rng)
 
 
 def build_rotation(settings, target: Target, *, lifetime: int, capacity: int | None = None,
-                   l2: float | None = None, variant: str = "overlap", reserve: float | None = None, cap=_UNSET,
+                   l2: float | None = None, variant: str = "overlap", reserve: float | None = None,
+                   cap=_UNSET,
                    radius: float | None = None, noise_rng=None):
     """A warm-standby rotation (docs/accounting.md 12) of the settings' engine, each model given its
     share of ``target.rho`` (:func:`worker.olu.rotation.model_budget`: the Rotation itself splits

@@ -1,11 +1,12 @@
-"""``olu-worker plan --from-topic N``: the last ``N`` records of the input topic as the plan's sample.
+"""``olu-worker plan --from-topic N``: the last ``N``
+records of the input topic as the plan's sample.
 
 The records are read with ``run``'s connection settings (bootstrap servers, ``OLU_KAFKA_*``, the
 input format and its Schema Registry) by a consumer of a group of its own that commits nothing, and
-decoded by the worker's own decoder (worker/stream/input/decode.py, worker/stream/input/framed.py), so the
-sample is what the worker would see: inserts (under a softmax over string classes, naming their
-class), deletes and tombstones, with their keys. Records the worker would dead-letter are counted
-and left out. Partitions are read from ``end - N / P`` each and merged by Kafka timestamp (a
+decoded by the worker's own decoder (worker/stream/input/decode.py, worker/stream/input/framed.py),
+so the sample is what the worker would see: inserts (under a softmax over string classes, naming
+their class), deletes and tombstones, with their keys. Records the worker would dead-letter are
+counted and left out. Partitions are read from ``end - N / P`` each and merged by Kafka timestamp (a
 subject's records share a partition, so each one's order holds).
 """
 
@@ -36,10 +37,12 @@ def read_topic_records(settings, count: int) -> tuple[list[tuple[str, bytes, dic
         try:
             meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
         except KafkaException as exc:
-            raise PlanError(f"--from-topic: no answer from the Kafka broker at {settings.bootstrap_servers} "
-                            f"({exc.args[0].str()})") from None
+            raise PlanError(
+                f"--from-topic: no answer from the Kafka broker at {settings.bootstrap_servers} "
+                f"({exc.args[0].str()})") from None
         if meta is None or meta.error is not None or not meta.partitions:
-            raise PlanError(f"--from-topic: topic {topic!r} not found on {settings.bootstrap_servers}")
+            raise PlanError(
+                f"--from-topic: topic {topic!r} not found on {settings.bootstrap_servers}")
         per = math.ceil(count / len(meta.partitions))
         starts = []
         for p in sorted(meta.partitions):
@@ -62,7 +65,8 @@ def _fetch(consumer, pending: set[int]) -> list:
     deadline = time.monotonic() + READ_TIMEOUT_S
     while pending:
         if time.monotonic() > deadline:
-            raise PlanError(f"--from-topic: the topic was not read to its end within {READ_TIMEOUT_S:.0f} s")
+            raise PlanError(
+                f"--from-topic: the topic was not read to its end within {READ_TIMEOUT_S:.0f} s")
         for msg in consumer.consume(1000, timeout=0.5):
             if msg.error() is None:
                 out.append(msg)
@@ -79,14 +83,16 @@ def _decoded(settings, messages: list) -> tuple[list[tuple[str, bytes, dict | No
     from ..stream.input.framed import RegistryInput, decode_message, original
 
     classes = classes_of(settings) if settings.loss == "softmax" else None
-    labels = bool(classes) and type(classes[0]) is str  # inserts name their class, as the worker reads them
+    # inserts name their class, as the worker reads them
+    labels = bool(classes) and type(classes[0]) is str
     registry = RegistryInput.from_settings(settings)
     if registry is not None:
         from ..formats.input import transcode
 
         messages, stop, error = transcode(registry.decoder, messages)
         if error is not None:
-            raise PlanError(f"--from-topic: the Schema Registry could not decode the records ({error})")
+            raise PlanError(
+                f"--from-topic: the Schema Registry could not decode the records ({error})")
     records, left_out = [], 0
     for msg in messages:
         try:
@@ -98,7 +104,8 @@ def _decoded(settings, messages: list) -> tuple[list[tuple[str, bytes, dict | No
         src = original(msg)
         where = f"record {src.topic()}/{src.partition()}@{src.offset()}"
         if isinstance(event, Insert):
-            records.append((where, msg.key(), {"op": "insert", "id": event.id, "x": event.x, "y": event.y}))
+            records.append(
+                (where, msg.key(), {"op": "insert", "id": event.id, "x": event.x, "y": event.y}))
         elif event.tombstone:
             records.append((where, msg.key(), None))
         else:

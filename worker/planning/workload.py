@@ -35,7 +35,8 @@ class Shape:
     age: int = 100_000  # the age of a deleted record: uniform in [1, age] events ...
     recent_share: float = 0.0  # ... except this share of requests, uniform in [1, recent_age]
     recent_age: int = 2_000
-    keys: int | None = None  # keys to spread a keyless sample over (records="key"); None: inserts / 50
+    # keys to spread a keyless sample over (records="key"); None: inserts / 50
+    keys: int | None = None
     key_skew: float = 1.2  # their activity: Zipf exponent (a few keys hold most records)
 
 
@@ -117,7 +118,8 @@ def from_sample(sample, events: int) -> Workload:
                 break
             outside += sum(r not in known for r in named)
             at.append(position)
-            requests.append(named if p == 0 else tuple(f"{r}#{p}" if r in known else r for r in named))
+            requests.append(named if p == 0
+                            else tuple(f"{r}#{p}" if r in known else r for r in named))
     return Workload(ids, X, y, _hashed(keys), np.array(at, np.int64), requests, "sample", outside)
 
 
@@ -155,7 +157,8 @@ def from_shape(sample, shape: Shape, events: int, seed: int) -> Workload:
         u = nearest_present(deleted, max(0, tau - max(1, round(age * inserts_per_event))), tau)
         if u is None:
             continue
-        # every request of a "key" workload takes all of its key's present records: none is left behind
+        # every request of a "key" workload takes all of its
+        # key's present records: none is left behind
         named = held.pop(keys[u]) if shape.records == "key" else [u]
         deleted[named] = True
         at.append(tau)
@@ -164,7 +167,8 @@ def from_shape(sample, shape: Shape, events: int, seed: int) -> Workload:
 
 
 def nearest_present(deleted: np.ndarray, u: int, tau: int) -> int | None:
-    """The first record at or after ``u`` (before ``tau``) not yet deleted, else the last before it."""
+    """The first record at or after ``u`` (before ``tau``) not
+    yet deleted, else the last before it."""
     v = u
     while v < tau and deleted[v]:
         v += 1

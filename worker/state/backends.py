@@ -21,7 +21,8 @@ DEFAULT_CLIENT_OPTIONS = {"connect_timeout": "2s", "timeout": "10s"}
 
 
 def open_store(url: str, *, retry_config: dict | None = None, client_options: dict | None = None):
-    """An obstore store for ``memory://``, ``file:///abs`` / ``file://./rel`` or ``s3://bucket[/prefix]``.
+    """An obstore store for ``memory://``, ``file:///abs`` / ``file://./rel`` or
+    ``s3://bucket[/prefix]``.
 
     S3 takes endpoint, region, credentials and ``allow_http`` from the standard ``AWS_*``
     variables; path-style requests when an endpoint is given. ``retry_config`` replaces and
@@ -60,7 +61,8 @@ def _s3_store(rest: str, retry_config: dict | None, client_options: dict | None)
     config = {k: v for k, v in config.items() if v}
     if "endpoint" in config:
         config["virtual_hosted_style_request"] = False
-    client = {**DEFAULT_CLIENT_OPTIONS, "allow_http": (env("AWS_ALLOW_HTTP") or "").lower() in _TRUE,
+    client = {**DEFAULT_CLIENT_OPTIONS,
+              "allow_http": (env("AWS_ALLOW_HTTP") or "").lower() in _TRUE,
               **(client_options or {})}
     return S3Store(bucket, prefix=prefix.strip("/") or None, client_options=client,
                    retry_config=DEFAULT_RETRY if retry_config is None else retry_config, **config)

@@ -41,7 +41,8 @@ def encode(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
         if code not in _DTYPES:
             raise TypeError(f"array {name!r} has unsupported dtype {arr.dtype}")
         data = np.ascontiguousarray(arr, dtype=np.dtype(_DTYPES[code]).newbyteorder("<")).tobytes()
-        layout.append({"name": name, "dtype": code, "shape": list(arr.shape), "start": position, "size": len(data)})
+        layout.append({"name": name, "dtype": code, "shape": list(arr.shape), "start": position,
+                       "size": len(data)})
         chunks.append(data)
         position += len(data)
     head = orjson.dumps({**header, "arrays": layout})
@@ -59,7 +60,8 @@ def decode(blob: bytes) -> tuple[dict, dict[str, np.ndarray]]:
     if magic != MAGIC:
         raise CorruptSnapshot("not a snapshot (bad magic)")
     if version != FORMAT_VERSION:
-        raise CorruptSnapshot(f"unknown snapshot format version {version} (this build reads {FORMAT_VERSION})")
+        raise CorruptSnapshot(
+            f"unknown snapshot format version {version} (this build reads {FORMAT_VERSION})")
     if hashlib.sha256(body).digest() != digest:
         raise CorruptSnapshot("checksum mismatch (truncated or corrupted object)")
     try:
@@ -72,7 +74,8 @@ def decode(blob: bytes) -> tuple[dict, dict[str, np.ndarray]]:
             if len(chunk) != spec["size"]:
                 raise CorruptSnapshot(f"array {spec['name']!r} runs past the end of the object")
             arr = np.frombuffer(chunk, dtype=dtype).reshape(spec["shape"])
-            arrays[spec["name"]] = arr.astype(_DTYPES[spec["dtype"]], copy=True)  # native, canonical dtype
+            # native, canonical dtype
+            arrays[spec["name"]] = arr.astype(_DTYPES[spec["dtype"]], copy=True)
     except CorruptSnapshot:
         raise
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ..exceptions import OluWorkerError
 
-__all__ = ["CorruptSnapshot", "SnapshotConflict", "SnapshotCorrupt", "SnapshotError", "StorageUnavailable"]
+__all__ = ["CorruptSnapshot", "SnapshotConflict", "SnapshotCorrupt", "SnapshotError",
+           "StorageUnavailable"]
 
 
 class CorruptSnapshot(OluWorkerError, ValueError):

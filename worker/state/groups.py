@@ -45,7 +45,8 @@ def pack_group(deltas: list[tuple[int, dict, dict]]) -> tuple[dict, dict, int]:
     stacked = _stack([arrays for _, _, arrays in deltas])
     if stacked is not None:
         return header, stacked, STACKED_GROUP_LAYOUT_VERSION
-    arrays = {f"d{j}.{name}": a for j, (_, _, arrs) in enumerate(deltas) for name, a in arrs.items()}
+    arrays = {f"d{j}.{name}": a for j, (_, _, arrs) in enumerate(deltas) for name,
+              a in arrs.items()}
     return header, arrays, GROUP_LAYOUT_VERSION
 
 
@@ -62,7 +63,8 @@ def _stack(members: list[dict]) -> dict | None:
             return None
         try:  # casting="no": any dtype (or byte order) unlike the first member's raises
             if first.ndim:
-                out[_STACKED + name] = np.concatenate(column, dtype=first.dtype, casting="no").reshape(
+                out[_STACKED + name] = np.concatenate(column, dtype=first.dtype,
+                                                      casting="no").reshape(
                     len(column), *first.shape)
             else:  # 0-d arrays cannot be concatenated
                 out[_STACKED + name] = np.stack(column, dtype=first.dtype, casting="no")
@@ -71,7 +73,8 @@ def _stack(members: list[dict]) -> dict | None:
     return out
 
 
-def unpack_group(first: int, layout: int, header: dict, arrays: dict) -> list[tuple[int, dict, dict]]:
+def unpack_group(first: int, layout: int, header: dict,
+                 arrays: dict) -> list[tuple[int, dict, dict]]:
     """[(offset, header, arrays)] of one delta object: itself, or the members of a group in either
     layout. Raises :class:`CorruptSnapshot` if the group is malformed. The caller has checked
     that the layout and the header's kind agree (a group layout iff kind ``delta-group``)."""
@@ -88,12 +91,15 @@ def unpack_group(first: int, layout: int, header: dict, arrays: dict) -> list[tu
     if layout == STACKED_GROUP_LAYOUT_VERSION:
         for name, stacked in arrays.items():
             if not name.startswith(_STACKED):
-                raise CorruptSnapshot(f"array {name!r} of a stacked delta group is not named all.<name>")
+                raise CorruptSnapshot(
+                    f"array {name!r} of a stacked delta group is not named all.<name>")
             if stacked.ndim == 0 or stacked.shape[0] != len(members):
-                raise CorruptSnapshot(f"stacked array {name!r} has shape {stacked.shape}, not one row "
-                                      f"per each of the group's {len(members)} deltas")
+                raise CorruptSnapshot(
+                    f"stacked array {name!r} has shape {stacked.shape}, not one row "
+                    f"per each of the group's {len(members)} deltas")
             for j, entry in enumerate(split):
-                entry[name[len(_STACKED):]] = stacked[j, ...]  # a C-contiguous view (0-d stays an array)
+                # a C-contiguous view (0-d stays an array)
+                entry[name[len(_STACKED):]] = stacked[j, ...]
         return list(zip(offsets, members, split))
     for name, array in arrays.items():
         index, dot, rest = name.partition(".")

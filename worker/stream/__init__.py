@@ -1,1 +1,2 @@
-"""Kafka stream layer: decode input events, route poison records to the dead-letter topic, publish releases."""
+"""Kafka stream layer: decode input events, route poison records
+to the dead-letter topic, publish releases."""

@@ -5,8 +5,8 @@ each partition from its newest valid snapshot and seek to the snapshot's offset;
 messages per partition; publish releases and dead letters; at snapshot time flush the producer,
 write the full snapshot, then commit the group offset up to it (never further). On revoke: a
 bounded final snapshot and commit; on lost: drop without commit and purge what is not yet sent
-(at-least-once: the loop also produces only under a lease, ownership.py); on SIGTERM: stop polling, final
-snapshots, commit, close, flush. With ``transactional`` the output and the processed position
+(at-least-once: the loop also produces only under a lease, ownership.py); on SIGTERM: stop polling,
+final snapshots, commit, close, flush. With ``transactional`` the output and the processed position
 commit together instead, and a restart publishes nothing already committed (exactly_once.py).
 """
 
@@ -19,7 +19,14 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from ..config.model import build_model
 from ..kafka_log import client_logger
@@ -56,7 +63,8 @@ class Worker:
         self.settings = settings
         self.metrics = metrics
         self.health = health
-        self.snapshots = SnapshotStore(store if store is not None else open_store(settings.state_url),
+        self.snapshots = SnapshotStore(store if store is not None
+                                       else open_store(settings.state_url),
                                        prefix=settings.state_prefix, group=settings.group_id,
                                        keep=settings.snapshot_keep)
         self.runners: dict[tuple[str, int], PartitionRunner] = {}
@@ -67,14 +75,16 @@ class Worker:
         self.transactions: Transactions | None = None  # transactional mode: the open transaction
         # Full snapshots are written off the loop thread (one at a time); the loop commits after.
         self.checkpoints = Checkpoints.from_settings(settings, metrics)
-        # Deletion deltas too, on their own thread: one thread keeps each partition's deltas in order.
+        # Deletion deltas too, on their own thread: one thread
+        # keeps each partition's deltas in order.
         self._delta_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="olu-delta")
         self.paused = PausedPartitions(metrics)  # blocked on a delta: paused until it is stored
         self.events = 0
         self.summary = defaultdict(int)
         self.final_state: dict[tuple[str, int], dict] = {}  # each dropped partition's last word
         self.registry_input = RegistryInput.from_settings(settings)  # None: JSON input
-        # At-least-once: produce only while surely still a member (ownership.py); transactions fence.
+        # At-least-once: produce only while surely still a
+        # member (ownership.py); transactions fence.
         self.fence = None if settings.transactional else Fence(settings)
         self.publisher = Publisher(settings, metrics, self.fence, self.summary)
 
@@ -96,16 +106,20 @@ class Worker:
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
         switch_interval = prepare_process(self.settings)
-        self.publisher.release_encoder = release_encoder(s, self._new_model())  # None: JSON releases
-        check_release_fits(s)  # at large d a release may outgrow the params topic: refuse now, not mid-stream
+        # None: JSON releases
+        self.publisher.release_encoder = release_encoder(s, self._new_model())
+        # at large d a release may outgrow the params topic: refuse now, not mid-stream
+        check_release_fits(s)
         warn_if_compacted_at_least_once(s)
-        self.producer = self.publisher.producer = Producer({**s.producer_config(), "error_cb": self._on_client_error,
-                                                            "logger": client_logger()})
+        self.producer = self.publisher.producer = Producer(
+            {**s.producer_config(), "error_cb": self._on_client_error,
+             "logger": client_logger()})
         if s.transactional:
             self.transactions = Transactions(self.producer, settle=self._settle_deltas,
                                              transaction_timeout_ms=s.kafka.get("transaction.timeout.ms"))
         self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
-                                  "error_cb": self._on_client_error, "on_commit": Checkpoints.on_commit,
+                                  "error_cb": self._on_client_error,
+                                  "on_commit": Checkpoints.on_commit,
                                   "logger": client_logger()})
         self.checkpoints.consumer = self.paused.consumer = self.consumer
         self.consumer.subscribe(list(s.input_topics), on_assign=self._on_assign,
@@ -140,7 +154,8 @@ class Worker:
         for key, batch in self._by_partition(messages).items():
             runner = self.runners.get(key)
             if runner is not None and not runner.blocked:
-                if registry is not None:  # Schema Registry input: decoded to JSON events (framed.py)
+                if registry is not None:
+                    # Schema Registry input: decoded to JSON events (framed.py)
                     batch = registry.prepare(self.consumer, key, batch)
                 self._process(runner, batch)
         if registry is not None:
@@ -189,20 +204,25 @@ class Worker:
         # A delta being written unlocks a release soon: look again within a millisecond or two
         # rather than after a whole poll timeout (the delta writer cannot wake up the consumer).
         waiting = any(r.outbox.in_flight for r in self.runners.values())
-        first = self.consumer.poll(min(self.settings.poll_timeout, 0.002) if waiting else self.settings.poll_timeout)
+        first = self.consumer.poll(min(self.settings.poll_timeout, 0.002) if waiting
+                                   else self.settings.poll_timeout)
         if first is None:
             return []
-        return [first, *self.consumer.consume(num_messages=batch - 1, timeout=0)] if batch > 1 else [first]
+        return [first,
+                *self.consumer.consume(num_messages=batch - 1, timeout=0)] if batch > 1 else [first]
 
     def _on_client_error(self, err: KafkaError) -> None:
         """librdkafka's error callback (served inside consume/poll). Transient errors are retried by
         the client and logged by librdkafka itself; an unrecoverable one stops the worker."""
         if err.fatal() or err.code() in _UNRECOVERABLE:
             if self._client_error is None:
-                log.error("kafka client error, stopping", extra={"error": err.str(), "code": err.name()})
+                log.error("kafka client error, stopping",
+                          extra={"error": err.str(), "code": err.name()})
             self._client_error = f"{err.name()}: {err.str()}"
-        elif err.code() == KafkaError._ALL_BROKERS_DOWN:  # retried by the client; say so once per outage
-            log.warning("all Kafka brokers are down; the client keeps retrying", extra={"error": err.str()})
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN:
+            # retried by the client; say so once per outage
+            log.warning("all Kafka brokers are down; the client keeps retrying",
+                        extra={"error": err.str()})
 
     def _on_consume_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -229,7 +249,8 @@ class Worker:
             self.paused.pause(runner)
 
     def _publish_ready(self, runner: PartitionRunner) -> None:
-        """Publish the releases whose deltas became durable in the background; pause on a failure."""
+        """Publish the releases whose deltas became durable in
+        the background; pause on a failure."""
         try:
             ready = runner.ready_releases()
         except SnapshotConflict as exc:
@@ -251,7 +272,8 @@ class Worker:
 
     def _await_membership(self, messages) -> None:
         """The loop went unheard long enough to have been expelled: wait for the coordinator."""
-        blocked = set(self.paused.keys) | set(self.registry_input.paused if self.registry_input is not None else ())
+        blocked = set(self.paused.keys) | set(self.registry_input.paused
+                                              if self.registry_input is not None else ())
         failure = self.fence.wait(self.consumer, self.producer, self.runners, messages, blocked)
         if failure is not None:  # still the owner, and an output was lost meanwhile: replay it
             self.publisher.delivery_error = failure
@@ -278,11 +300,15 @@ class Worker:
         return settled and not runner.blocked and not runner.lost
 
     def _snapshot_and_commit(self, runner: PartitionRunner, flush_timeout: float = 10.0) -> bool:
-        """Synchronous snapshot and commit (revoke and shutdown: ``runner`` is no longer assigned)."""
-        return self._flush(flush_timeout, dropped=[runner]) and self.checkpoints.snapshot_and_commit(runner)
+        """Synchronous snapshot and commit (revoke and shutdown:
+        ``runner`` is no longer assigned)."""
+        return self._flush(flush_timeout,
+                           dropped=[runner]) and self.checkpoints.snapshot_and_commit(runner)
 
-    def _end_transaction_round(self, dropped=(), *, force: bool = False, last: bool = False) -> bool:
-        """Transactional mode: commit the output so far with each partition's position (exactly_once.py)."""
+    def _end_transaction_round(self, dropped=(), *, force: bool = False,
+                               last: bool = False) -> bool:
+        """Transactional mode: commit the output so far with each
+        partition's position (exactly_once.py)."""
         if self.transactions is None:
             return True
         return self.transactions.end_round([*self.runners.values(), *dropped], self.consumer,
@@ -343,20 +369,25 @@ class Worker:
             if runner is None:
                 continue
             key = (tp.topic, tp.partition)
-            if self.checkpoints.writing(key):  # revoke: let an in-flight snapshot land and commit; lost: forget it
+            if self.checkpoints.writing(key):
+                # revoke: let an in-flight snapshot land and commit; lost: forget it
                 if deadline is not None:
                     self.checkpoints.collect([key], timeout=max(0.01, deadline - time.monotonic()))
                 self.checkpoints.forget(key)
             self.paused.forget(key)
             if deadline is None:
                 runner.lost = True
-                runner.outbox.cancel(timeout=10.0)  # lost: no write may land once another member owns it
-            elif self._settle_deltas(runner, max(0.0, deadline - time.monotonic())) and time.monotonic() < deadline:
+                # lost: no write may land once another member owns it
+                runner.outbox.cancel(timeout=10.0)
+            elif self._settle_deltas(
+                    runner, max(0.0, deadline - time.monotonic())) and time.monotonic() < deadline:
                 runner.final_release()
                 self._publish_ready(runner)
                 if runner.next_offset != runner.snapshot_offset and not runner.replaying_stored:
-                    self._snapshot_and_commit(runner, flush_timeout=max(0.1, deadline - time.monotonic()))
-                else:  # nothing new, or still replaying stored deletions: commit the durable snapshot
+                    self._snapshot_and_commit(runner,
+                                              flush_timeout=max(0.1, deadline - time.monotonic()))
+                else:
+                    # nothing new, or still replaying stored deletions: commit the durable snapshot
                     keep.append(runner)
             self.final_state[(tp.topic, tp.partition)] = {
                 "offset": runner.next_offset, "t": runner.model.t, "epoch": runner.model.epoch,
@@ -385,9 +416,11 @@ class Worker:
             self._delta_writer.shutdown(wait=True)
             # Leave the group; with the brokers down close() never returns either (the group
             # then notices our absence at the session timeout).
-            closed = self.consumer is None or finished_within(self.consumer.close, CLOSE_TIMEOUT_S, "olu-close")
+            closed = self.consumer is None or finished_within(self.consumer.close, CLOSE_TIMEOUT_S,
+                                                              "olu-close")
             if not closed:
-                log.warning("consumer close unanswered; leaving without it", extra={"seconds": CLOSE_TIMEOUT_S})
+                log.warning("consumer close unanswered; leaving without it",
+                            extra={"seconds": CLOSE_TIMEOUT_S})
             if self.producer is not None:
                 self.producer.flush(10)
             log.info("worker stopped", extra=dict(self.summary))

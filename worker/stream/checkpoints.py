@@ -34,14 +34,16 @@ def finished_within(call, seconds: float, name: str) -> bool:
 
 def durable_offsets(runners) -> list[TopicPartition]:
     """Each runner's next offset covered by a durable full snapshot: never commit past it."""
-    return [TopicPartition(r.topic, r.partition, r.snapshot_offset) for r in runners if r.snapshot_offset is not None]
+    return [TopicPartition(r.topic, r.partition, r.snapshot_offset) for r in runners
+            if r.snapshot_offset is not None]
 
 
 class Checkpoints:
     """The snapshots in flight (one writer thread) and the commits after them. ``consumer`` is
     set at start."""
 
-    def __init__(self, metrics, *, bytes_per_second: float, upload_spread: float, transactional: bool):
+    def __init__(self, metrics, *, bytes_per_second: float, upload_spread: float,
+                 transactional: bool):
         self.metrics = metrics
         self.bytes_per_second, self.upload_spread = bytes_per_second, upload_spread
         self.transactional = transactional
@@ -52,7 +54,8 @@ class Checkpoints:
     @classmethod
     def from_settings(cls, settings, metrics) -> Checkpoints:
         return cls(metrics, bytes_per_second=settings.snapshot_max_bytes_per_second,
-                   upload_spread=settings.snapshot_upload_spread, transactional=settings.transactional)
+                   upload_spread=settings.snapshot_upload_spread,
+                   transactional=settings.transactional)
 
     def writing(self, key: tuple[str, int]) -> bool:
         return key in self._writing
@@ -65,11 +68,14 @@ class Checkpoints:
         """Capture the state now (loop thread; its deltas settled, its output flushed), write it
         in the background; :meth:`collect` commits once it is durable."""
         pending = runner.begin_snapshot()
-        future = self._writer.submit(runner.write_snapshot, pending, self.bytes_per_second, self.upload_spread)
-        self._writing[(runner.topic, runner.partition)] = (runner, pending, time.monotonic(), future)
+        future = self._writer.submit(runner.write_snapshot, pending, self.bytes_per_second,
+                                     self.upload_spread)
+        self._writing[(runner.topic, runner.partition)] = (runner, pending, time.monotonic(),
+                                                           future)
 
     def collect(self, keys=None, timeout: float = 0.0) -> None:
-        """Finish written snapshots (those of ``keys`` only, waiting up to ``timeout``), then commit."""
+        """Finish written snapshots (those of ``keys`` only,
+        waiting up to ``timeout``), then commit."""
         done = []
         for key in list(self._writing if keys is None else keys):
             entry = self._writing.get(key)
@@ -77,7 +83,8 @@ class Checkpoints:
                 continue
             runner, pending, started, future = entry
             try:
-                ref = future.result(timeout=timeout) if timeout else (future.result() if future.done() else None)
+                ref = future.result(timeout=timeout) if timeout else (future.result()
+                                                                      if future.done() else None)
             except TimeoutError:
                 ref = None
             except StorageUnavailable as exc:
@@ -127,7 +134,8 @@ class Checkpoints:
                 self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
             except KafkaException as exc:
                 log.warning("offset commit failed", extra={"error": str(exc)})
-            except RuntimeError as exc:  # given up on, still running when shutdown closed the consumer
+            except RuntimeError as exc:
+                # given up on, still running when shutdown closed the consumer
                 log.info("offset commit abandoned at shutdown", extra={"error": str(exc)})
 
         if asynchronous:

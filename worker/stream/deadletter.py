@@ -120,14 +120,16 @@ def dead_letter_headers(
         (SOURCE_PARTITION_HEADER, _decimal("partition", partition)),
         (SOURCE_OFFSET_HEADER, _decimal("offset", offset)),
         (ERROR_REASON_HEADER, reason.encode("ascii")),
-        # "replace": a lone surrogate (from some exception text) must not make the header unencodable.
+        # "replace": a lone surrogate (from some exception text)
+        # must not make the header unencodable.
         (ERROR_DETAIL_HEADER, truncate_detail(detail).encode("utf-8", "replace")),
         (WORKER_VERSION_HEADER, str(worker_version).encode("utf-8")),
         (FAILED_AT_HEADER, _decimal("failed_at_ms", failed_at_ms)),
     ]
 
 
-def truncated(key: bytes | None, value: bytes | None, detail: str) -> tuple[bytes | None, bytes | None, str,
+def truncated(key: bytes | None, value: bytes | None, detail: str) -> tuple[bytes | None,
+                                                                            bytes | None, str,
                                                                            tuple[str, bytes]]:
     """(key prefix, value prefix, detail with a note, the :data:`TRUNCATED_HEADER`) of a record too
     large for the dead-letter topic. The whole record stays in the input topic at the offset the
@@ -138,9 +140,12 @@ def truncated(key: bytes | None, value: bytes | None, detail: str) -> tuple[byte
     (65536, ('olu.truncated', b'70001'), True)
     """
     size = len(key or b"") + len(value or b"")
-    note = (f"[truncated: the record ({size} bytes of key and value) is too large for the dead-letter "
-            f"topic; key and value cut to their first {PREFIX_BYTES} bytes, original headers dropped] ")
-    return (None if key is None else key[:PREFIX_BYTES], None if value is None else value[:PREFIX_BYTES],
+    note = (f"[truncated: the record ({size} bytes of key and value) is too large for the "
+            "dead-letter "
+            f"topic; key and value cut to their first {PREFIX_BYTES} bytes, original headers "
+            "dropped] ")
+    return (None if key is None else key[:PREFIX_BYTES], None if value is None
+            else value[:PREFIX_BYTES],
             note + detail, (TRUNCATED_HEADER, _decimal("size", size)))
 
 
@@ -149,7 +154,8 @@ def record_bytes(key: bytes | None, value: bytes | None, headers) -> int:
     format v2: the batch header, the record's varints, key, value and headers)."""
     size = 61 + 32 + len(key or b"") + len(value or b"")  # batch header; attributes, varints
     for name, header_value in headers or ():
-        size += 10 + len(name.encode() if isinstance(name, str) else name) + len(header_value or b"")
+        size += 10 + len(name.encode() if isinstance(name, str) else name) + len(header_value
+                                                                                 or b"")
     return size
 
 

@@ -38,7 +38,8 @@ def mock_cluster() -> tuple[AdminClient, str]:
     return holder, ",".join(f"{b.host}:{b.port}" for b in brokers)
 
 
-def _stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int, poison: bytes, insert):
+def _stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int, poison: bytes,
+            insert):
     """(key, event) pairs: ``insert(rng, w)`` -> (record fields, label) for each insert, deletes of
     earlier ids, a ``poison`` record every ``poison_every`` events (0: none). ``w`` is the rule's
     ``dim`` weights, the generator's first draw (demo_scores.rule draws it alike)."""
@@ -58,7 +59,8 @@ def _stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int, 
             yield rid.encode(), {"op": "insert", "id": rid, **fields, "y": y}
 
 
-def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int, poison_every: int = POISON_EVERY):
+def synthetic_stream(n: int, dim: int, delete_rate: float, seed: int,
+                     poison_every: int = POISON_EVERY):
     """(key, event) pairs: inserts of a noisy linear rule, deletes of earlier ids, and a poison
     record every ``poison_every`` events (0: none). An event is a dict, or raw bytes (the poison
     records: JSON that no format's schema describes)."""
@@ -82,7 +84,8 @@ def named_record(spec, rng) -> dict:
         if f.kind == "numeric":
             if f.scale_from_range:
                 width = f.high - f.low
-                out[f.name] = round(float(rng.uniform(f.low - 0.05 * width, f.high + 0.05 * width)), 4)
+                out[f.name] = round(float(rng.uniform(f.low - 0.05 * width, f.high + 0.05 * width)),
+                                    4)
             else:
                 out[f.name] = round(float(rng.normal(f.center, f.scale)), 4)
         elif f.kind == "boolean":
@@ -95,14 +98,16 @@ def named_record(spec, rng) -> dict:
     return out
 
 
-def synthetic_named_stream(n: int, spec, delete_rate: float, seed: int, poison_every: int = POISON_EVERY):
+def synthetic_named_stream(n: int, spec, delete_rate: float, seed: int,
+                           poison_every: int = POISON_EVERY):
     """:func:`synthetic_stream` with named fields under the feature spec ``spec``: the label is the
     noisy linear rule of the vector the spec makes of each record (demo_scores.rule, same draw)."""
     from ..features.transform import vectorize
 
     def insert(rng, w):
         record = named_record(spec, rng)
-        return record, 1 if arith.dot(vectorize(spec, record)[0], w) + 0.3 * rng.normal() >= 0 else 0
+        return record, 1 if arith.dot(vectorize(spec, record)[0],
+                                      w) + 0.3 * rng.normal() >= 0 else 0
 
     return _stream(n, spec.dim, delete_rate, seed, poison_every,
                    b'{"op": "insert", "id": "poison-%d", "y": "not a label"}', insert)
@@ -144,7 +149,9 @@ def produce(client: str | dict, topic: str, events, done: threading.Event, encod
         if err is not None and not errors:
             errors.append(err)
 
-    try:  # a bad event raised by ``events`` or ``encode`` stops here, after what went before it is sent
+    try:
+        # a bad event raised by ``events`` or ``encode`` stops
+        # here, after what went before it is sent
         for k, (key, event) in enumerate(events):
             while consumed is not None and k - consumed() > AHEAD_LIMIT:
                 producer.poll(0.01)  # wait for the worker to catch up (and serve delivery reports)
@@ -154,7 +161,8 @@ def produce(client: str | dict, topic: str, events, done: threading.Event, encod
             value = event if event is None or isinstance(event, bytes) else encode(event, topic)
             while True:
                 try:
-                    producer.produce(topic, key=key, value=value, on_delivery=delivered, **placement)
+                    producer.produce(topic, key=key, value=value, on_delivery=delivered,
+                                     **placement)
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it, then retry
                     producer.poll(0.05)
@@ -162,7 +170,8 @@ def produce(client: str | dict, topic: str, events, done: threading.Event, encod
             producer.poll(0)
     finally:
         remaining = producer.flush(60)
-        done.failed = errors[0] if errors else (f"{remaining} events undelivered" if remaining else None)
+        done.failed = errors[0] if errors else (f"{remaining} events undelivered" if remaining
+                                                else None)
         done.set()
 
 
@@ -185,7 +194,8 @@ def demo_env(bootstrap: str, state_dir: str) -> dict[str, str]:
 def own_names() -> dict[str, str]:
     """A group and topics of this run's own, for a demo on a real broker."""
     run = f"olu-demo-{uuid.uuid4().hex[:8]}"
-    return {"OLU_GROUP_ID": run, "OLU_INPUT_TOPICS": f"{run}.events", "OLU_PARAMS_TOPIC": f"{run}.params",
+    return {"OLU_GROUP_ID": run, "OLU_INPUT_TOPICS": f"{run}.events",
+            "OLU_PARAMS_TOPIC": f"{run}.params",
             "OLU_DLQ_TOPIC": f"{run}.events.dlq"}
 
 
@@ -214,9 +224,10 @@ def partition_summary(worker) -> dict:
 def check_format(input_format: str, registry_url: str | None) -> None:
     """Fail before anything starts: a registry format needs a registry (there is none embedded)."""
     if input_format != "json" and not registry_url:
-        raise ConfigError(f"the demo with --input-format {input_format} needs a Schema Registry: pass "
-                          "--schema-registry-url (or OLU_SCHEMA_REGISTRY_URL), e.g. the one "
-                          "`.venv/bin/python -m worker.devtools.registry_local` starts and prints")
+        raise ConfigError(
+            f"the demo with --input-format {input_format} needs a Schema Registry: pass "
+            "--schema-registry-url (or OLU_SCHEMA_REGISTRY_URL), e.g. the one "
+            "`.venv/bin/python -m worker.devtools.registry_local` starts and prints")
 
 
 def event_encoder(settings):
@@ -232,8 +243,9 @@ def event_encoder(settings):
     try:
         encode({"op": "delete", "id": "demo-schema-check"}, topic)
     except Exception as exc:
-        raise ConfigError(f"--input-format {settings.input_format}: could not register the event schema under "
-                          f"{topic}-value at --schema-registry-url: {type(exc).__name__}: {str(exc)[:300]}") from None
+        raise ConfigError(
+            f"--input-format {settings.input_format}: could not register the event schema under "
+            f"{topic}-value at --schema-registry-url: {type(exc).__name__}: {str(exc)[:300]}") from None
     return encode
 
 
@@ -247,12 +259,14 @@ def input_partitions(bootstrap: str, topic: str, timeout: float = 20.0) -> int:
         if found is not None and found.error is None and found.partitions:
             return len(found.partitions)
         if time.monotonic() > deadline:
-            raise ConfigError(f"the demo's input topic {topic!r} did not appear within {timeout:.0f} s "
-                              f"({found.error if found is not None else 'no metadata'})")
+            raise ConfigError(
+                f"the demo's input topic {topic!r} did not appear within {timeout:.0f} s "
+                f"({found.error if found is not None else 'no metadata'})")
         time.sleep(0.1)
 
 
-def start_producer(bootstrap: str, settings, events: int, delete_rate: float, seed: int, partitions: int,
+def start_producer(bootstrap: str, settings, events: int, delete_rate: float, seed: int,
+                   partitions: int,
                    observe=None, consumed=None) -> threading.Event:
     """Produce the synthetic stream to the input topic's ``partitions`` in the background; the
     returned event is set when it is all delivered (``.failed``: None, or why not).
@@ -260,11 +274,13 @@ def start_producer(bootstrap: str, settings, events: int, delete_rate: float, se
     done = threading.Event()
     done.failed = None
     topic = settings.input_topics[0]
-    stream = (synthetic_stream(events, settings.dim, delete_rate, seed) if settings.feature_spec is None
+    stream = (synthetic_stream(events, settings.dim, delete_rate, seed)
+              if settings.feature_spec is None
               else synthetic_named_stream(events, settings.feature_spec, delete_rate, seed))
     encode = event_encoder(settings)
     thread = threading.Thread(target=produce, args=(bootstrap, topic, stream, done, encode),
-                              kwargs={"partitions": partitions, "observe": observe, "consumed": consumed},
+                              kwargs={"partitions": partitions, "observe": observe,
+                                      "consumed": consumed},
                               name="demo-producer",
                               daemon=True)
     thread.start()

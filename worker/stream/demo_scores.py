@@ -1,9 +1,9 @@
 """What the demo's released models are worth, beside plain OGD on the same events.
 
-The demo knows its own data: a noisy linear rule (:func:`worker.stream.demo_scores.rule`). Each released
-model (the newest release of each partition, as a subscriber holds it) is scored on fresh points
-of that rule: accuracy for the logistic loss, mean squared error for ridge. Beside it, plain OGD
-(the same loss, constants and schedule, never unlearning) learns the same events of the same
+The demo knows its own data: a noisy linear rule (:func:`worker.stream.demo_scores.rule`). Each
+released model (the newest release of each partition, as a subscriber holds it) is scored on fresh
+points of that rule: accuracy for the logistic loss, mean squared error for ridge. Beside it, plain
+OGD (the same loss, constants and schedule, never unlearning) learns the same events of the same
 partition in the same order, and is scored on the same points: the gap is what certified
 deletion costs on this stream. A large gap gets one line saying why and what to try.
 
@@ -29,7 +29,8 @@ from ..olu import PlainOGD
 # One line is said when the released models trail plain OGD by more than this (accuracy points,
 # or this share of OGD's squared error for ridge).
 GAP_WORTH_A_LINE = 0.03
-_FLUSH_ROWS = 512  # OGD learns a partition's events in batches of this many (the worker batches too)
+# OGD learns a partition's events in batches of this many (the worker batches too)
+_FLUSH_ROWS = 512
 
 
 def rule(dim: int, seed: int) -> np.ndarray:
@@ -69,13 +70,15 @@ class DemoScores:
         self.w = rule(settings.dim, seed)
         self.spec = getattr(settings, "feature_spec", None)
         self.X, self.y = fresh_points(self.w, test_n, seed, self.spec)
-        constants = {k: getattr(settings, k) for k in ("dim", "loss", "l2", "label_bound", "radius", "feature_bound")}
+        constants = {k: getattr(settings, k)
+                     for k in ("dim", "loss", "l2", "label_bound", "radius", "feature_bound")}
         self.ogd = [PlainOGD(**constants, feature_policy="clip") for _ in range(partitions)]
         self._rows: list[list] = [[] for _ in range(partitions)]
         self._lock = threading.Lock()
 
     def observe(self, partition: int, event) -> None:
-        """An event the demo produced to ``partition`` (deletes and poison records teach OGD nothing)."""
+        """An event the demo produced to ``partition`` (deletes
+        and poison records teach OGD nothing)."""
         if not isinstance(event, dict) or event.get("op") != "insert":
             return
         x = event["x"] if self.spec is None else _vector(self.spec, event)
@@ -89,7 +92,8 @@ class DemoScores:
         rows, self._rows[partition] = self._rows[partition], []
         if rows:
             ids, X, y = zip(*rows)
-            self.ogd[partition].learn_many(list(ids), np.array(X, np.float64), np.array(y, np.float64))
+            self.ogd[partition].learn_many(list(ids), np.array(X, np.float64),
+                                           np.array(y, np.float64))
 
     def score(self, weights) -> float:
         """Accuracy (logistic: the sign of x.w against the label) or mean squared error (ridge)."""
@@ -108,7 +112,8 @@ class DemoScores:
         """Score of each partition's newest release (``Worker.latest_release``'s values)."""
         import orjson
 
-        return {p: self.score(orjson.loads(r.value)["weights"]) for (_, p), r in sorted(latest_release.items())}
+        return {p: self.score(orjson.loads(r.value)["weights"]) for (_, p),
+                r in sorted(latest_release.items())}
 
     def report(self, latest_release: dict) -> dict:
         """The figures the demo prints and puts in its JSON summary, with a verdict line or None."""
@@ -131,12 +136,14 @@ class DemoScores:
             return None
         worst = max((v for v in noise.values() if v is not None), default=None)
         figure = (f"error {released:.3f} against plain OGD's {ogd:.3f}" if self.ridge
-                  else f"accuracy {released:.1%} against plain OGD's {ogd:.1%} ({gap * 100:.0f} points)")
+                  else f"accuracy {released:.1%} against plain OGD's {ogd:.1%} ({gap * 100:.0f} "
+                  "points)")
         why = (f"deletion noise dominates the weights (noise-to-signal up to {worst:.1f})"
                if worst is not None and worst >= 0.5 else "deletion noise costs accuracy here")
         if self.unit == "per-request":  # its noise fades as the stream grows past each deletion
             tries = "a longer stream (per-request noise fades as later events contract it), a larger --target-epsilon"
         else:
             tries = "--privacy-unit per-request (each request protected alone), a larger --target-epsilon"
-        return (f"the released models trail plain OGD: {figure}; {why}. Try {tries}, or `olu-worker plan` to "
+        return (f"the released models trail plain OGD: {figure}; {why}. Try {tries}, or "
+                "`olu-worker plan` to "
                 "size the settings for your workload")

@@ -12,7 +12,8 @@ from ..exceptions import OluWorkerError
 from ..state.exceptions import StorageUnavailable
 from .deadletter import REASONS, truncate_detail
 
-__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "PartialRequest", "RegistryStartFailed",
+__all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "PartialRequest",
+           "RegistryStartFailed",
            "UnreleasableState"]
 
 _REASON_SET = frozenset(REASONS)
@@ -35,7 +36,8 @@ class DeadLetter(OluWorkerError):
 
 
 class UnreleasableState(OluWorkerError, RuntimeError):
-    """The iterate is not finite; publishing it would put nulls on the wire (orjson maps NaN to null)."""
+    """The iterate is not finite; publishing it would put nulls
+    on the wire (orjson maps NaN to null)."""
 
 
 class FeatureSpecChanged(OluWorkerError, RuntimeError):
@@ -63,9 +65,11 @@ class RegistryStartFailed(OluWorkerError, RuntimeError):
 
 
 class NotAttempted(StorageUnavailable):
-    """Not written because an earlier delta of the partition is not durable (order of durability)."""
+    """Not written because an earlier delta of the partition
+    is not durable (order of durability)."""
 
 
 class ReplayFloorUnknown(OluWorkerError, RuntimeError):
     """An assigned input partition's end offset could not be read: without it a replay could publish
-    releases older than its predecessor's, so the worker stops and is restarted (replay_floor.py)."""
+    releases older than its predecessor's, so the worker
+    stops and is restarted (replay_floor.py)."""

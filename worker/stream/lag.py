@@ -23,13 +23,15 @@ def export_lag(metrics, consumer, runners, committed=None) -> None:
     try:
         if committed is None:
             committed = {(tp.topic, tp.partition): tp for tp in consumer.committed(
-                [TopicPartition(r.topic, r.partition) for r in runners], timeout=LAG_QUERY_TIMEOUT_S)}
+                [TopicPartition(r.topic, r.partition) for r in runners],
+                timeout=LAG_QUERY_TIMEOUT_S)}
         for r in runners:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             # the last stable offset (read_committed): what librdkafka's own lag is measured to
-            _, end = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=remaining,
+            _, end = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
+                                                    timeout=remaining,
                                                     cached=False)
             tp = committed.get((r.topic, r.partition))
             done, position = (tp.offset if tp is not None else -1), r.next_offset or 0

@@ -1,4 +1,5 @@
-"""A partition's releases, in input order, each held until every deletion delta before it is durable.
+"""A partition's releases, in input order, each held until
+every deletion delta before it is durable.
 
 Invariant 2 (docs/worker.md 4): a deletion's post-noise state is durable before its release is
 published, and so is every later release of the partition, since each one is a function of that
@@ -81,7 +82,8 @@ class Outbox:
         self._max_in_flight = max_in_flight
         self._items: deque = deque()
         self._last: DeltaWrite | None = None
-        self._queued: deque[DeltaWrite] = deque()  # submitted, not attempted yet (both threads: _lock)
+        # submitted, not attempted yet (both threads: _lock)
+        self._queued: deque[DeltaWrite] = deque()
         # Deltas not known durable yet, oldest first (they become durable in order: a prefix is).
         self._unwritten: deque[DeltaWrite] = deque()
         self._lock = threading.Lock()
@@ -121,7 +123,8 @@ class Outbox:
         return not (future.done() and not items[-1].written)
 
     def seal(self) -> None:
-        """No delta queued so far is grouped with a later one (a full snapshot is being captured)."""
+        """No delta queued so far is grouped with a later one
+        (a full snapshot is being captured)."""
         with self._lock:
             if self._last is not None:
                 self._last.sealed = True
@@ -145,7 +148,8 @@ class Outbox:
             return  # stored in the group of an earlier delta
         if previous is not None and not previous.written:
             self._unqueue(item)
-            raise NotAttempted(f"delta@{item.offset}", f"waits for the delta at offset {previous.offset}")
+            raise NotAttempted(f"delta@{item.offset}",
+                               f"waits for the delta at offset {previous.offset}")
         item.group = self._take_group(item)
         self._store(item.group)
 
@@ -211,7 +215,8 @@ class Outbox:
 
     @property
     def holding(self) -> bool:
-        """Some release is still held (behind a delta not yet durable, or not taken by :meth:`ready`)."""
+        """Some release is still held (behind a delta not yet
+        durable, or not taken by :meth:`ready`)."""
         return bool(self._items)
 
     @property
@@ -220,7 +225,8 @@ class Outbox:
         return any(not d.written and not d.future.done() for d in self._deltas())
 
     def settle(self, timeout: float | None) -> bool:
-        """Wait up to ``timeout`` seconds for the writes in flight; True if every delta is durable."""
+        """Wait up to ``timeout`` seconds for the writes in
+        flight; True if every delta is durable."""
         futures = [d.future for d in self._deltas() if not d.written]
         if futures:
             wait(futures, timeout=timeout)

@@ -13,7 +13,8 @@ class Release:
     version: int
     trigger: str
     deletion_started: float | None = None  # monotonic time the delete was handled (latency metric)
-    noise_std: float | None = None  # the value's privacy.noise_std and noise_to_signal, for the gauges
+    # the value's privacy.noise_std and noise_to_signal, for the gauges
+    noise_std: float | None = None
     noise_to_signal: float | None = None
     # The quality figure as of this release (OLU_QUALITY_METRIC): exported when the release is
     # published, so the gauge never shows a state whose deletion is not yet durable.
@@ -29,7 +30,8 @@ class DeadLetterOut:
 
 @dataclass
 class Outcome:
-    """What one call produced for the loop to publish; ``resume_at`` is set when processing stopped."""
+    """What one call produced for the loop to publish;
+    ``resume_at`` is set when processing stopped."""
 
     releases: list[Release] = field(default_factory=list)
     dead_letters: list[DeadLetterOut] = field(default_factory=list)
@@ -40,7 +42,8 @@ class Outcome:
     deletions: list = field(default_factory=list)  # the engine's Deletion results, in order
     skipped: int = 0
     refused: int = 0  # deletes refused for an exhausted privacy budget (also in ``dead_letters``)
-    clipped: dict = field(default_factory=dict)  # feature spec field name -> inserts whose value was clipped
+    # feature spec field name -> inserts whose value was clipped
+    clipped: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -85,8 +85,10 @@ class Fence:
         self.clock = clock
         self.suspended_at: float | None = None  # when the lease was found broken (None: it holds)
         self.held: list[tuple] = []  # (runner, produce) to call once membership is confirmed
-        self.fenced = 0  # outputs dropped or undelivered after a loss (the successor publishes them)
-        self.deferred: list[str] = []  # delivery failures while suspended: fatal only if still the owner
+        # outputs dropped or undelivered after a loss (the successor publishes them)
+        self.fenced = 0
+        # delivery failures while suspended: fatal only if still the owner
+        self.deferred: list[str] = []
         self.conflict: Exception | None = None  # another member stored a partition's deletion first
         self._admin: AdminClient | None = None
         self._probed_at = -PROBE_INTERVAL_S
@@ -131,7 +133,8 @@ class Fence:
         """Another writer stored a deletion of a partition this member was working on (the
         put-if-absent delta key, docs/worker.md 5.3): the partition is someone else's, so it was
         dropped as lost, and nothing more is produced until the coordinator answers. If it then
-        still lists this member, the conflict is raised (stop and replay: the store has the truth)."""
+        still lists this member, the conflict is raised (stop
+        and replay: the store has the truth)."""
         log.warning("another member stored this partition's deletion first; dropped as lost",
                     extra={"error": str(exc)})
         self.conflict = exc
@@ -149,7 +152,8 @@ class Fence:
             member_id = consumer.memberid()
             if self._admin is None:
                 self._admin = AdminClient(self.admin_config)
-            future = self._admin.describe_consumer_groups([self.group], request_timeout=PROBE_TIMEOUT_S)[self.group]
+            future = self._admin.describe_consumer_groups(
+                [self.group], request_timeout=PROBE_TIMEOUT_S)[self.group]
             members = future.result(timeout=PROBE_TIMEOUT_S).members
         except Exception as exc:  # noqa: BLE001 - no answer: ask again, produce nothing meanwhile
             if not self._unknown_said:
@@ -164,7 +168,8 @@ class Fence:
         """Membership confirmed: the lease is renewed; the held outputs, to produce now in order."""
         held, self.held = self.held, []
         log.info("group membership confirmed after a pause; releases resume", extra={
-            "paused_seconds": round(self.clock() - (self.suspended_at or self.clock()), 3), "held": len(held)})
+            "paused_seconds": round(self.clock() - (self.suspended_at or self.clock()), 3),
+            "held": len(held)})
         self.suspended_at = None
         self._paused = self._refused = self._unknown_said = False
         self._paused_keys = set()
@@ -174,7 +179,8 @@ class Fence:
     def lost(self) -> None:
         """The partitions were lost: drop what was held (the successor replays and publishes it)."""
         if self.held:
-            log.warning("partitions lost after a pause; held releases dropped", extra={"held": len(self.held)})
+            log.warning("partitions lost after a pause; held releases dropped",
+                        extra={"held": len(self.held)})
         self.fenced += len(self.held) + len(self.deferred)
         self.held, self.deferred, self.conflict = [], [], None
         self.suspended_at = None
@@ -189,8 +195,8 @@ class Fence:
         ``blocked`` ones. The lost callback, served in the consumer's polls, ends it too. Returns
         the first delivery failure met meanwhile if the member turned out to own its partitions
         still (an output is missing: the worker must stop and replay it), else None."""
-        # Every round: a partition assigned meanwhile is paused too, and whatever was fetched (before
-        # a pause took effect) is sought back, so that nothing is skipped on resume.
+        # Every round: a partition assigned meanwhile is paused too, and whatever was fetched
+        # (before a pause took effect) is sought back, so that nothing is skipped on resume.
         first: dict = {}
         for m in messages:
             first.setdefault((m.topic(), m.partition()), m.offset())
@@ -205,16 +211,19 @@ class Fence:
                     consumer.seek(TopicPartition(t, p, offset))
         if not self._paused:
             self._paused = True
-            log.warning("the loop went unheard for longer than its lease; holding releases until the group "
-                        "coordinator confirms membership", extra={"lease_seconds": self.lease.limit})
+            log.warning(
+                "the loop went unheard for longer than its lease; holding releases until the group "
+                "coordinator confirms membership", extra={"lease_seconds": self.lease.limit})
         producer.poll(0)
         if not runners:  # lost meanwhile: nothing left to protect
             self.lost()
             return None
         answer = self.member(consumer)
         if answer is None and not self._refused and self.clock() - self.suspended_at > self.fallback_s:
-            log.warning("the coordinator gave no answer and no lost callback came: librdkafka's heartbeats "
-                        "hold the membership; releases resume", extra={"seconds": round(self.fallback_s, 1)})
+            log.warning(
+                "the coordinator gave no answer and no lost callback came: librdkafka's heartbeats "
+                "hold the membership; releases resume",
+                extra={"seconds": round(self.fallback_s, 1)})
             answer = True
         if not answer:
             return None

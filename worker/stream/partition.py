@@ -55,17 +55,21 @@ log = get_logger("olu.partition")
 
 class PartitionRunner:
     def __init__(self, topic: str, partition: int, model, *, snapshots, settings, model_name: str,
-                 next_offset: int | None = None, event_time_ms: int = 0, replay_deltas: dict | None = None,
+                 next_offset: int | None = None, event_time_ms: int = 0,
+                 replay_deltas: dict | None = None,
                  delta_writer=None):
         self.topic, self.partition, self.model = topic, partition, model
         self.snapshots, self.settings, self.model_name = snapshots, settings, model_name
         self.next_offset = next_offset  # None: nothing applied yet, start at the log's beginning
         self.event_time_ms = event_time_ms
-        self.replay_deltas = dict(replay_deltas or {})  # delete offset + 1 -> stored post-noise state
-        self.replay_until = max(self.replay_deltas, default=None)  # the last stored deletion's offset + 1
+        # delete offset + 1 -> stored post-noise state
+        self.replay_deltas = dict(replay_deltas or {})
+        # the last stored deletion's offset + 1
+        self.replay_until = max(self.replay_deltas, default=None)
         self.snapshot_offset = next_offset  # the offset a durable full snapshot covers
         self.released_version: int | None = None  # of the newest release made (published or not)
-        self.replay_floor = ReplayFloor()  # set on assignment: hold releases a replay makes below it
+        # set on assignment: hold releases a replay makes below it
+        self.replay_floor = ReplayFloor()
         # Transactional mode: the output an earlier process already committed (exactly_once.py),
         # and the newest release version handed to the producer (the next commit's metadata).
         self.committed_output = None
@@ -91,20 +95,26 @@ class PartitionRunner:
 
     # ----------------------------------------------------------------- restore
     @classmethod
-    def restore(cls, topic, partition, *, snapshots, settings, model_factory, model_name, on_corrupt,
+    def restore(cls, topic, partition, *, snapshots, settings, model_factory, model_name,
+                on_corrupt,
                 delta_writer=None):
         restored = snapshots.restore(topic, partition, on_corrupt=on_corrupt)
-        common = dict(snapshots=snapshots, settings=settings, model_name=model_name, delta_writer=delta_writer)
+        common = dict(snapshots=snapshots, settings=settings, model_name=model_name,
+                      delta_writer=delta_writer)
         if restored is None:
             return cls(topic, partition, model_factory(), **common), None
-        if spec_changed(restored, settings, topic, partition):  # OLU_FEATURES_RESET: a new model from here
-            return cls(topic, partition, model_factory(), next_offset=restored.offset, **common), None
+        if spec_changed(restored, settings, topic, partition):
+            # OLU_FEATURES_RESET: a new model from here
+            return cls(topic, partition, model_factory(), next_offset=restored.offset,
+                       **common), None
         deltas = {off: (hdr, arrs) for off, hdr, arrs in restored.deltas}
         if restored.key is None:  # deletions before the first full snapshot: replay from the start
             return cls(topic, partition, model_factory(), replay_deltas=deltas, **common), restored
-        model = load_model({"meta": restored.header["model"], "arrays": restored.arrays, "shared": restored.shared})
+        model = load_model({"meta": restored.header["model"], "arrays": restored.arrays,
+                            "shared": restored.shared})
         runner = cls(topic, partition, model, next_offset=restored.offset,
-                     event_time_ms=restored.header.get("event_time_ms", 0), replay_deltas=deltas, **common)
+                     event_time_ms=restored.header.get("event_time_ms", 0), replay_deltas=deltas,
+                     **common)
         if restored.header.get("request") is not None:  # the snapshot directly follows a request
             runner.request_at = (restored.offset, restored.header["request"])
         return runner, restored
@@ -118,17 +128,22 @@ class PartitionRunner:
         out = Outcome()
         # the input stage chooses the decoder; each message's subject (its Kafka key) is hashed
         # for a model that caps what one key contributes
-        batch = decode_batch(self._unseen(messages), dim=self.model.dim, max_bytes=self.settings.max_record_bytes,
-                             subjects=self.model.key_cap is not None, features=self.settings.feature_spec,
-                             sparse=self.settings.sparse_input, labels=names_labels(self.model.loss))
-        if (spec := self.settings.feature_spec) is not None and (counts := batch.count_clipped(len(spec.fields))) \
+        batch = decode_batch(self._unseen(messages), dim=self.model.dim,
+                             max_bytes=self.settings.max_record_bytes,
+                             subjects=self.model.key_cap is not None,
+                             features=self.settings.feature_spec,
+                             sparse=self.settings.sparse_input,
+                             labels=names_labels(self.model.loss))
+        if (spec := self.settings.feature_spec) is not None and (
+                counts := batch.count_clipped(len(spec.fields))) \
                 is not None:
             out.clipped = {f.name: int(c) for f, c in zip(spec.fields, counts) if c}
         started = time.monotonic()
         steps = engine_steps(batch, self.replay_deltas, self.settings)
         scan = batch.scan
         columns = None if scan is None else Columns(scan.X, scan.y, scan.keys, scan.accepted)
-        applied = apply_batch(self.model, Batch(steps, columns, batch.subjects, self.settings.quality_metric))
+        applied = apply_batch(self.model,
+                              Batch(steps, columns, batch.subjects, self.settings.quality_metric))
         for mean in applied.losses:  # outside the certificate (docs/guarantee.md 2.4)
             prev = self.prequential_loss
             self.prequential_loss = mean if prev is None else 0.99 * prev + 0.01 * mean
@@ -176,17 +191,20 @@ class PartitionRunner:
     def _forgotten(self, msg, event: Delete, step: Forget, forgotten: Forgotten, out: Outcome,
                    started: float) -> None:
         if forgotten.partial:  # records before the refused one were unlearned
-            raise PartialRequest(f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the middle "
-                                 f"of a deletion request of {len(event.ids)} records ({forgotten.refused}); "
-                                 "raise the budget or split the request, then restart") from forgotten.refused
+            raise PartialRequest(
+                f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the middle "
+                f"of a deletion request of {len(event.ids)} records ({forgotten.refused}); "
+                "raise the budget or split the request, then restart") from forgotten.refused
         if forgotten.refused is not None:
-            self._refuse(msg, forgotten.refused, out)  # the model is unchanged; never crash-loop on it
+            # the model is unchanged; never crash-loop on it
+            self._refuse(msg, forgotten.refused, out)
             return
         self._honoured(msg, event, forgotten, out, started, step.publish)
 
     @property
     def blocked(self) -> bool:
-        """A deletion's delta could not be stored: process nothing more until :meth:`retry_durable`."""
+        """A deletion's delta could not be stored: process nothing more until
+        :meth:`retry_durable`."""
         return self.outbox.failed is not None
 
     def _unseen(self, messages: list) -> list:
@@ -232,7 +250,8 @@ class PartitionRunner:
             if len(event.ids) > 1:  # counts only: ids never go to the log
                 log.info("deletion request changed nothing", extra={
                     "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
-                    "outcome": deletion.outcome, "ids": request["ids"], "not_applied": len(request["not_applied"]),
+                    "outcome": deletion.outcome, "ids": request["ids"],
+                    "not_applied": len(request["not_applied"]),
                     "duplicates": request["duplicates"]})
             return
         if self.model.keeps_examples and self.purge_due_at is None:
@@ -247,8 +266,10 @@ class PartitionRunner:
         first_started, any_retrained = self._owed or (started, False)
         self._owed = (first_started, any_retrained or retrained)
         if state is not None:  # None: replaying, this exact post-noise state is already durable
-            header, arrays = delta_payload(after, state, self.event_time_ms, self.settings.feature_spec)
-            header["request"] = {**request, "not_applied": len(request["not_applied"])}  # counts, never ids
+            header, arrays = delta_payload(after, state, self.event_time_ms,
+                                           self.settings.feature_spec)
+            # counts, never ids
+            header["request"] = {**request, "not_applied": len(request["not_applied"])}
             self._batch_deltas.append((after, header, arrays))
             if len(self._batch_deltas) >= MAX_GROUP:
                 self._hand_over_deltas()
@@ -256,7 +277,8 @@ class PartitionRunner:
             self._release_owed(forgotten.published)
 
     def _hand_over_deltas(self) -> None:
-        """Queue the batch's deltas for the writer (a failed write blocks the partition: ``blocked``)."""
+        """Queue the batch's deltas for the writer (a failed
+        write blocks the partition: ``blocked``)."""
         batch, self._batch_deltas = self._batch_deltas, []
         self.outbox.deltas(batch)
 
@@ -292,12 +314,14 @@ class PartitionRunner:
         return self.outbox.ready()
 
     def retry_durable(self) -> list[Release]:
-        """Store the deltas that are not durable, in order (raises StorageUnavailable); the releases."""
+        """Store the deltas that are not durable, in order
+        (raises StorageUnavailable); the releases."""
         return self.outbox.retry()
 
     # ----------------------------------------------------------------- releases
     def _request_here(self) -> dict | None:
-        """The report of the deletion request the state at ``next_offset`` directly follows, if any."""
+        """The report of the deletion request the state at
+        ``next_offset`` directly follows, if any."""
         at = self.request_at
         return at[1] if at is not None and at[0] == self.next_offset else None
 
@@ -305,8 +329,10 @@ class PartitionRunner:
                  published: Published | None = None) -> Release:
         published = published or Published.of(self.model)
         noise = published.noise
-        value = release_value(model_name=self.model_name, topic=self.topic, partition=self.partition,
-                              offset=self.next_offset, event_time_ms=self.event_time_ms, model=published,
+        value = release_value(model_name=self.model_name, topic=self.topic,
+                              partition=self.partition,
+                              offset=self.next_offset, event_time_ms=self.event_time_ms,
+                              model=published,
                               request=self._request_here(), features=self.settings.feature_spec)
         self.released_version = self.next_offset
         self.events_since_release = 0
@@ -360,7 +386,8 @@ class PartitionRunner:
         s = self.settings
         return bool(
             (s.snapshot_every_events and self.events_since_snapshot >= s.snapshot_every_events)
-            or (s.snapshot_every_seconds and now - self.last_snapshot_at >= s.snapshot_every_seconds)
+            or (s.snapshot_every_seconds
+                and now - self.last_snapshot_at >= s.snapshot_every_seconds)
             or (self.purge_due_at is not None and now >= self.purge_due_at)
         )
 
@@ -372,10 +399,12 @@ class PartitionRunner:
         state = self.model.export_state()
         header = {"kind": "full", "offset": self.next_offset, "event_time_ms": self.event_time_ms,
                   "model": state["meta"], **features_header(self.settings.feature_spec)}
-        if (request := self._request_here()) is not None:  # a release at this offset after a restore
+        if (request := self._request_here()) is not None:
+            # a release at this offset after a restore
             header["request"] = request  # must carry it too (docs/worker.md 5.2)
         # Deletions after this point may need their own purge: they are not in this copy's past.
-        pending = PendingSnapshot(self.next_offset, header, state["arrays"], state.get("shared", {}),
+        pending = PendingSnapshot(self.next_offset, header, state["arrays"],
+                                  state.get("shared", {}),
                                   purge_due_at=self.purge_due_at)
         self.purge_due_at = None
         self.events_since_snapshot = 0
@@ -384,11 +413,13 @@ class PartitionRunner:
         self.snapshot_in_flight = True
         return pending
 
-    def write_snapshot(self, pending: PendingSnapshot, bytes_per_second: float = 0.0, spread: float = 0.0):
+    def write_snapshot(self, pending: PendingSnapshot, bytes_per_second: float = 0.0,
+                       spread: float = 0.0):
         """``spread``: spread the uploads over that share of the time since the previous snapshot
         began (a purge's snapshot never waits: its deadline is invariant 6's)."""
         spread_seconds = spread * pending.since_previous if pending.purge_due_at is None else 0.0
-        ref = self.snapshots.write_full(self.topic, self.partition, pending.offset, pending.header, pending.arrays,
+        ref = self.snapshots.write_full(self.topic, self.partition, pending.offset, pending.header,
+                                        pending.arrays,
                                         pending.shared, bytes_per_second=bytes_per_second,
                                         spread_seconds=spread_seconds)
         if pending.purge_due_at is not None:

@@ -50,7 +50,8 @@ class PausedPartitions:
         self.consumer.seek(tp)  # messages fetched past this point are fetched again on resume
         self.metrics.snapshot_failure("delta")
         log.warning("deletion delta not durable; partition paused",
-                    extra={"topic": runner.topic, "partition": runner.partition, "offset": runner.next_offset})
+                    extra={"topic": runner.topic, "partition": runner.partition,
+                           "offset": runner.next_offset})
 
     def forget(self, key: tuple[str, int]) -> None:
         self.keys.discard(key)

@@ -60,13 +60,15 @@ def input_end(consumer, topic: str, partition: int, timeout: float = FLOOR_QUERY
     while True:
         error = None
         try:
-            got = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0, cached=False)
+            got = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0,
+                                                 cached=False)
             if got is not None:
                 return int(got[1])
         except KafkaException as exc:
             error = exc
         if time.monotonic() >= deadline:
-            raise ReplayFloorUnknown(f"{topic}/{partition}: end offset unknown after {timeout:.0f} s ({error})")
+            raise ReplayFloorUnknown(
+                f"{topic}/{partition}: end offset unknown after {timeout:.0f} s ({error})")
         time.sleep(0.2)
 
 
@@ -77,7 +79,8 @@ class ReplayFloor:
 
     def __init__(self, floor: int | None = None, where: dict | None = None):
         self.floor, self.where = floor, where or {}  # where: the partition, for the log
-        self.held: tuple[str, float | None, bool] | None = None  # (trigger, deletion started, retrained)
+        # (trigger, deletion started, retrained)
+        self.held: tuple[str, float | None, bool] | None = None
         self.count = 0  # releases held back
 
     def holds(self, version: int | None) -> bool:
@@ -96,7 +99,8 @@ class ReplayFloor:
         self.held = (trigger, deletion_started, retrained)
 
     def due(self, position: int | None) -> tuple[str, float | None, bool] | None:
-        """Once ``position`` reaches the floor: the release to make now (None: none), and no floor."""
+        """Once ``position`` reaches the floor: the release to
+        make now (None: none), and no floor."""
         if self.floor is None or position is None or position < self.floor:
             return None
         held, floor, self.floor, self.held = self.held, self.floor, None, None

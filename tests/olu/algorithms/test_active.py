@@ -18,7 +18,12 @@ from worker.olu import ALGORITHMS, load_model
 from worker.olu.algorithms.active import ActiveAnchor, ActiveD2D
 from worker.olu.algorithms.baselines import PlainOGD
 from worker.olu.algorithms.descent import iterations_for
-from worker.olu.algorithms.newton import ExactSums, RidgeNewton, ball_constrained_quadratic_min, quantise
+from worker.olu.algorithms.newton import (
+    ExactSums,
+    RidgeNewton,
+    ball_constrained_quadratic_min,
+    quantise,
+)
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.examples import ExampleStore
 from worker.olu.exceptions import BudgetExhausted, ConfigError, InvalidState

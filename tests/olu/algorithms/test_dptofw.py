@@ -26,7 +26,13 @@ from worker.olu.algorithms.dptofw import (
 )
 from worker.olu.exceptions import ConfigError, InvalidState
 from worker.olu.privacy.accountant import rdp_to_dp
-from worker.olu.privacy.tree import NodeNoise, TreeAggregator, level_closed_at, record_levels, tree_levels
+from worker.olu.privacy.tree import (
+    NodeNoise,
+    TreeAggregator,
+    level_closed_at,
+    record_levels,
+    tree_levels,
+)
 from worker.state.codec import decode, encode
 
 BASE = dict(dim=4, loss="logistic", l2=0.0, radius=2.0, feature_bound=1.0, rho=1.0, delta=1e-5)

@@ -12,7 +12,13 @@ from tests.olu.helpers import masked_run, synthetic_stream, tight_last_deletion
 from worker.olu import load_model
 from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
 from worker.olu.core.schedules import StronglyConvex
-from worker.olu.exceptions import DimensionMismatch, InvalidLabel, InvalidRecordId, NonFiniteInput, NormExceeded
+from worker.olu.exceptions import (
+    DimensionMismatch,
+    InvalidLabel,
+    InvalidRecordId,
+    NonFiniteInput,
+    NormExceeded,
+)
 
 BASE = dict(dim=5, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 

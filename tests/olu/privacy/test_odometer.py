@@ -9,7 +9,13 @@ import pytest
 from dp_accounting import dp_event, pld, rdp
 
 from worker.olu.privacy.accountant import rdp_to_dp
-from worker.olu.privacy.odometer import DeletionOdometer, dp_to_zcdp, gaussian_rho, gaussian_sigma, zcdp_to_dp
+from worker.olu.privacy.odometer import (
+    DeletionOdometer,
+    dp_to_zcdp,
+    gaussian_rho,
+    gaussian_sigma,
+    zcdp_to_dp,
+)
 
 ORDERS = [1.01, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]
 

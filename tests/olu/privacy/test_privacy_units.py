@@ -5,7 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from tests.olu.helpers import halve_sigma, released_law_is_private, synthetic_stream, tight_last_deletion
+from tests.olu.helpers import (
+    halve_sigma,
+    released_law_is_private,
+    synthetic_stream,
+    tight_last_deletion,
+)
 from worker.olu import PassiveOLU, load_model, record_key
 from worker.olu.exceptions import ConfigError
 from worker.olu.privacy.accountant import PerRequestAccountant, PrivacyAccountant

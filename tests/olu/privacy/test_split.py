@@ -18,7 +18,12 @@ from worker.olu.privacy.accountant import (
     make_accountant,
 )
 from worker.olu.privacy.analysis.rdp import budget_weight, noise_multiplier
-from worker.olu.privacy.analysis.split import capacity_for_rate, planned_multiplier, planned_spent, planned_weight
+from worker.olu.privacy.analysis.split import (
+    capacity_for_rate,
+    planned_multiplier,
+    planned_spent,
+    planned_weight,
+)
 
 KW = dict(dim=4, loss="logistic", l2=0.05, radius=1e3, feature_bound=1.0)
 

@@ -16,9 +16,9 @@ public schedule, ``schedule.log_contraction(u, tau)`` (docs/calibration.md 3.2),
 
 Privacy argument (docs/guarantee.md 3.4)
 --------------------------------------------------------------
-Compare the real run with the reference process (docs/guarantee.md 2.2: the same algorithm on the masked
-stream, where every deleted example is the identity step ⊥, with noise of the same law at the same
-deletion times). Each block map is a contraction of the real run; its discrepancy s from the
+Compare the real run with the reference process (docs/guarantee.md 2.2: the same algorithm on the
+masked stream, where every deleted example is the identity step ⊥, with noise of the same law at the
+same deletion times). Each block map is a contraction of the real run; its discrepancy s from the
 reference's block adds to the shift e, which contracts through later blocks: e <- gamma e + s.
 A deletion's noise pays its shift a_i with sigma_i = a_i sqrt(omega i^omega / (2 (omega-1) rho))
 (``_release_with_noise``), so the Renyi divergence stays below alpha rho for every alpha. Shifts
@@ -40,8 +40,8 @@ When the condition fails, ``order_fallback`` decides:
 
 - ``"retrain"`` (exact): zero the record's rows, then replay projected OGD from z_init = 0 over the
   retained examples with their original step indices (⊥ steps keep their eta, docs/guarantee.md 2.2;
-  :func:`~worker.olu.core.replay.replay_ogd`). Outcome ``exact``, no noise, no budget. Soundness: the
-  fallback decision depends only on the public (u, tau), so the reference process makes the same
+  :func:`~worker.olu.core.replay.replay_ogd`). Outcome ``exact``, no noise, no budget. Soundness:
+  the fallback decision depends only on the public (u, tau), so the reference process makes the same
   decision at the same time and replays the same retained examples; both states are then equal
   (deterministic), and the divergence of this interval is 0. For a later deletion the PAI
   argument simply restarts from that common state: the earlier noise is not needed any more.
@@ -49,10 +49,10 @@ When the condition fails, ``order_fallback`` decides:
   less). Cost: O(t) sequential OGD steps; it needs every retained example, so
   :class:`ActiveAnchor` keeps a full store when this fallback is chosen.
 - ``"restart"``: new epoch from the data-independent z_init = 0 (like ``DiscardRestart``): step
-  counter, applied index, retained examples and the accountant's epoch are reset (docs/algorithms.md 3.2;
-  sound because the new run depends on no earlier data). Outcome ``restarted``.
-- ``"passive"`` (derived, docs/calibration.md 4.4): keep the algorithm but calibrate the shift by tracking
-  the record through every block since it was applied: OGD stretches contract by Gamma^OGD;
+  counter, applied index, retained examples and the accountant's epoch are reset (docs/algorithms.md
+  3.2; sound because the new run depends on no earlier data). Outcome ``restarted``.
+- ``"passive"`` (derived, docs/calibration.md 4.4): keep the algorithm but calibrate the shift by
+  tracking the record through every block since it was applied: OGD stretches contract by Gamma^OGD;
   each descent phase j (tau_j >= u) of I_j steps contracts by gamma*^{I_j} and, because the real
   run's phase may have used the record while the reference's did not, adds the discrepancy
   (2 L/mu)(1 - gamma*^{I_j}): a projected step of size eta_gd on two different averages of
@@ -66,10 +66,10 @@ When the condition fails, ``order_fallback`` decides:
   ``noised``, charged like any other deletion. Note that this is cheap for :class:`ActiveD2D`: its
   own phase contracts any e <= D to gamma*^{I_1 + I_2} D <= gamma*^{I_2} L/(mu tau).
 
-Outcomes are recorded in the returned :class:`~worker.olu.core.base.Deletion` and in the ledger entry:
-``order`` = ``ordered`` / ``fallback-passive`` / ``fallback-retrain`` / ``fallback-restart``, plus
-the iteration counts; entries of deletions that added no noise also carry ``outcome`` (``exact``
-or ``restarted``, with sigma 0), noised ones have the base format (sigma > 0).
+Outcomes are recorded in the returned :class:`~worker.olu.core.base.Deletion` and in the ledger
+entry: ``order`` = ``ordered`` / ``fallback-passive`` / ``fallback-retrain`` / ``fallback-restart``,
+plus the iteration counts; entries of deletions that added no noise also carry ``outcome``
+(``exact`` or ``restarted``, with sigma 0), noised ones have the base format (sigma > 0).
 
 A deletion that would exceed the budget or the capacity raises ``BudgetExhausted`` before any
 state changes: the shift depends only on public counts, so it is checked on a copy of the
@@ -97,11 +97,14 @@ class _ActiveBase:
 
     def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain",
                  capacity: int | None = None, **kwargs):
-        if isinstance(max_deletions, bool) or not (isinstance(max_deletions, int) and max_deletions >= 1):
+        if isinstance(max_deletions, bool) or not (isinstance(max_deletions, int)
+                                                   and max_deletions >= 1):
             raise ConfigError(f"max_deletions (k) must be an integer >= 1, got {max_deletions!r}")
         if order_fallback not in ORDER_FALLBACKS:
-            raise ConfigError(f"order_fallback must be one of {ORDER_FALLBACKS}, got {order_fallback!r}")
-        # k is the known upper bound of [P0] Thm 6 (docs/algorithms.md 4.4): it is also the capacity.
+            raise ConfigError(
+                f"order_fallback must be one of {ORDER_FALLBACKS}, got {order_fallback!r}")
+        # k is the known upper bound of [P0] Thm 6
+        # (docs/algorithms.md 4.4): it is also the capacity.
         super().__init__(dim, capacity=max_deletions if capacity is None else capacity, **kwargs)
         self.config.update(max_deletions=max_deletions, order_fallback=order_fallback)
         c = self.constants
@@ -128,7 +131,8 @@ class _ActiveBase:
 
     # ------------------------------------------------------------ calibration
     def accumulated_shift(self, steps, tau: int) -> float:
-        """Sum over the record's copies of its shift at tau, through OGD and earlier descent phases."""
+        """Sum over the record's copies of its shift at tau,
+        through OGD and earlier descent phases."""
         g, D, L, mu = self.gamma_star, self.ball.diameter, self.constants.L, self.constants.mu
         total = []
         for u in steps:
@@ -139,7 +143,8 @@ class _ActiveBase:
                 e *= math.exp(self.schedule.log_contraction(cur, tau_j))
                 cur = tau_j
                 gI = g ** iters
-                e = min(D, gI * e + (2.0 * L / mu * (1.0 - gI) if self._phase_used(tag, u) else 0.0))
+                e = min(D,
+                        gI * e + (2.0 * L / mu * (1.0 - gI) if self._phase_used(tag, u) else 0.0))
             total.append(e * math.exp(self.schedule.log_contraction(cur, tau)))
         return math.fsum(total)
 
@@ -175,7 +180,8 @@ class _ActiveBase:
         return Deletion("exact", self.accountant.deletions, 0.0, 0.0, tuple(steps))
 
     def restart(self) -> None:
-        """New epoch from z_init = 0: forget the step counter, applied index and retained examples."""
+        """New epoch from z_init = 0: forget the step counter,
+        applied index and retained examples."""
         self.epoch += 1
         self.t = 0
         self.index.clear()
@@ -222,8 +228,9 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
     """[P0] Algorithm 2 (two-phase descent-to-delete) as corrected in docs/algorithms.md 5.
 
     On deletion i at tau = t (arrival order holding): from the current OGD iterate, run
-    I_{1,i} + I_2 projected GD steps of size 2/(beta + mu) on the **average** regularised loss of the
-    retained examples, then ``_release_with_noise`` with the shift a_i of docs/calibration.md 4.2:
+    I_{1,i} + I_2 projected GD steps of size 2/(beta + mu) on the **average** regularised loss of
+    the retained examples, then ``_release_with_noise`` with
+    the shift a_i of docs/calibration.md 4.2:
 
         a_i = gamma*^{I_2} 2 (m_i + 1) L / (mu tau)
               + gamma*^{I_{1,i} + I_2} sum_u Gamma^OGD_{u,tau} Delta_u
@@ -264,7 +271,8 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
     rotates = True
     settings = {"max_deletions": "max_deletions", "order_fallback": "order_fallback"}
 
-    def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain", **kwargs):
+    def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain",
+                 **kwargs):
         super().__init__(dim, max_deletions=max_deletions, order_fallback=order_fallback, **kwargs)
         self.examples = ExampleStore(dim)
 
@@ -297,7 +305,8 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
         iters = i1 + i2 if retained > 0 else 0  # nothing to descend on: no contraction either
         term_b = g ** iters * self.accumulated_shift(steps, tau)
         if ordered:
-            term_a = g ** i2 * 2.0 * (self._removed + len(steps) + 1) * c.L / (c.mu * tau) if iters else 0.0
+            term_a = g ** i2 * 2.0 * (
+                self._removed + len(steps) + 1) * c.L / (c.mu * tau) if iters else 0.0
         else:
             term_a = 0.0
         shift = term_a + term_b
@@ -307,7 +316,8 @@ class ActiveD2D(_ActiveBase, OnlineUnlearner):
         z = average_loss_descent(self, self.z, X, y, len(self.examples), iters, self.eta_gd)
         result = self._release_with_noise(
             z, shift, steps, order="ordered" if ordered else "fallback-passive",
-            I1=i1 if iters else 0, I2=i2 if iters else 0, gamma_star=g, term_a=term_a, term_b=term_b,
+            I1=i1 if iters else 0, I2=i2 if iters else 0, gamma_star=g, term_a=term_a,
+            term_b=term_b,
             retained=retained)
         if not ordered:
             self.counters["order_fallbacks"] += 1
@@ -344,10 +354,10 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
 
     **Anchor rule.** Candidates are the examples applied at the public steps
     P = {1..spare_anchors} ∪ {powers of two}: O(spare_anchors + log2 t) rows are kept (the "few
-    spares" of docs/algorithms.md 6.2, with a reserve that never runs out while anything is retained).
-    The anchor is the retained candidate with the smallest step. It therefore arrived before the
-    previous deletion whenever any candidate did ([P1]: l <= tau[i-1]); at the first deletion
-    (tau[0] = 0) it is the first retained example, as in the algorithm box. Because P is a
+    spares" of docs/algorithms.md 6.2, with a reserve that never runs out while anything is
+    retained). The anchor is the retained candidate with the smallest step. It therefore arrived
+    before the previous deletion whenever any candidate did ([P1]: l <= tau[i-1]); at the first
+    deletion (tau[0] = 0) it is the first retained example, as in the algorithm box. Because P is a
     public set of steps, the reference process (which sees ⊥ at the deleted steps) picks the same
     anchor unless the real anchor is itself deleted later; such a deletion is always out of
     arrival order (l <= tau) and goes to the fallback, whose "passive" calibration charges the
@@ -376,7 +386,8 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
 
     def __init__(self, dim: int, *, max_deletions: int = 1000, order_fallback: str = "retrain",
                  spare_anchors: int = 4, **kwargs):
-        if isinstance(spare_anchors, bool) or not (isinstance(spare_anchors, int) and spare_anchors >= 1):
+        if isinstance(spare_anchors, bool) or not (isinstance(spare_anchors, int)
+                                                   and spare_anchors >= 1):
             raise ConfigError(f"spare_anchors must be an integer >= 1, got {spare_anchors!r}")
         super().__init__(dim, max_deletions=max_deletions, order_fallback=order_fallback, **kwargs)
         self.config.update(spare_anchors=spare_anchors)
@@ -391,8 +402,9 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
     def iterations(self, i: int, tau: int) -> int:
         """I_i for deletion number i at step tau."""
         c, omega = self.constants, self.accountant.omega
-        return iterations_for((omega * math.log(i) + 2.0 * math.log(tau) + 2.0 * math.log(c.L)) / 2.0,
-                              self.gamma_star)
+        return iterations_for(
+            (omega * math.log(i) + 2.0 * math.log(tau) + 2.0 * math.log(c.L)) / 2.0,
+            self.gamma_star)
 
     def anchor_step(self) -> int:
         """Step of the current anchor (0: no retained candidate)."""
@@ -413,7 +425,8 @@ class ActiveAnchor(_ActiveBase, OnlineUnlearner):
     def _after_learn_batch(self, keys, steps, X, y) -> None:
         pick = np.flatnonzero(self.is_candidate(steps))
         if len(pick):
-            self.anchors.extend(np.asarray(keys)[pick], np.asarray(steps)[pick], np.asarray(X)[pick],
+            self.anchors.extend(np.asarray(keys)[pick], np.asarray(steps)[pick],
+                                np.asarray(X)[pick],
                                 np.asarray(y)[pick])
         if self.examples is not None:
             self.examples.extend(keys, steps, X, y)

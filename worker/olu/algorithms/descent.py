@@ -16,7 +16,8 @@ __all__ = ["average_loss_descent", "iterations_for"]
 
 
 def iterations_for(log_ratio: float, gamma: float) -> int:
-    """Smallest I >= 0 with gamma^I <= exp(-log_ratio): ceil(log_ratio / ln(1/gamma)), 0 if log_ratio <= 0.
+    """Smallest I >= 0 with gamma^I <= exp(-log_ratio):
+    ceil(log_ratio / ln(1/gamma)), 0 if log_ratio <= 0.
 
     >>> iterations_for(math.log(100.0), 0.5), iterations_for(math.log(0.5), 0.5), iterations_for(1.0, 0.0)
     (7, 0, 1)
@@ -28,14 +29,15 @@ def iterations_for(log_ratio: float, gamma: float) -> int:
     return max(0, math.ceil(log_ratio / -math.log(gamma)))
 
 
-def average_loss_descent(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndarray, n: int,
+def average_loss_descent(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndarray,
+                         n: int,
                          iterations: int, step: float) -> np.ndarray:
     """``iterations`` projected GD steps of size ``step`` on (1/n) sum_rows f(z; x, y).
 
     ``X``/``y`` may contain zero rows (deleted, see ``ExampleStore.padded``): for the logistic,
-    softmax and squared losses their data gradient is exactly 0, and ``n`` counts only the live rows. Vectorised:
-    two matrix-vector products per step (logistic); for ridge the Gram matrix X^T X/n is formed once
-    and each step costs O(d^2).
+    softmax and squared losses their data gradient is exactly 0, and ``n`` counts only the live
+    rows. Vectorised: two matrix-vector products per step (logistic); for ridge the Gram matrix X^T
+    X/n is formed once and each step costs O(d^2).
     """
     loss, ball = model.loss, model.ball
     lam = loss.lam

@@ -8,34 +8,37 @@ of docs/algorithms.md 11.1; neither is built.
 Per record, with rho_t = 1/(t+1) (docs/algorithms.md 11.2, docs/algorithms.md 11.4):
 
     g_t   = (t+1) grad f(theta_t; x_t) - t grad f(theta_{t-1}; x_t)     recursive gradient, sum form
-    G_t   = tree.add(g_t)                                                noisy prefix sum (docs/algorithms.md 11.3)
-    d_t   = G_t / (t+1)
-    v_t   = -r d_t / ||d_t||                                             LMO of the l2 ball (0 if d_t = 0)
-    theta_{t+1} = theta_t + eta_t (v_t - theta_t),   eta_t = min(1, c/(t+1))
+    G_t   = tree.add(g_t)                                                noisy prefix sum
+    (docs/algorithms.md 11.3) d_t   = G_t / (t+1)
+    v_t   = -r d_t / ||d_t||                                             LMO of the l2 ball (0 if
+    d_t = 0) theta_{t+1} = theta_t + eta_t (v_t - theta_t),   eta_t = min(1, c/(t+1))
 
-``||g_t|| <= S = max(1, c) beta D + L`` (docs/algorithms.md 11.2; D = 2r; beta, L the loss's public constants),
-so one record moves one tree term by at most Delta = 2S (replacement neighbours). Every released
-theta is post-processing of the tree's noisy nodes (docs/accounting.md 5.1).
+``||g_t|| <= S = max(1, c) beta D + L`` (docs/algorithms.md 11.2; D = 2r; beta, L the loss's public
+constants), so one record moves one tree term by at most Delta = 2S (replacement neighbours). Every
+released theta is post-processing of the tree's noisy nodes (docs/accounting.md 5.1).
 
-Calibration and accounting (docs/calibration.md 6.3, zCDP; the errata of docs/algorithms.md 11.7 applied)
+Calibration and accounting (docs/calibration.md 6.3, zCDP;
+the errata of docs/algorithms.md 11.7 applied)
 ---------------------------------------------------------------------------
 ``rho`` (``OLU_RHO``, or derived from ``OLU_TARGET_EPSILON``) is the lifetime Renyi slope budget of
 the model, as for every algorithm (D_alpha <= alpha * rho for all alpha > 1, i.e. rho-zCDP). A node
 with per-coordinate std sigma is Delta^2/(2 sigma^2)-zCDP; a record is in at most
 k(t) = floor(log2 t) + 1 nodes by time t and m = ceil(log2 n) + 1 over the horizon, so
 
-    calibration "zcdp" (default):  sigma = Delta sqrt(m / (2 rho))     (docs/calibration.md 6.3 with rho* = rho)
-    calibration "paper":           sigma = sqrt(8 m^2 log(m/delta)) S / eps_t   (eq. 3.2, kappa = 1),
-                                   eps_t = rho + 2 sqrt(rho ln(1/delta))  (the same (eps_t, delta) promise)
+    calibration "zcdp" (default):  sigma = Delta sqrt(m / (2 rho))     (docs/calibration.md 6.3 with
+    rho* = rho) calibration "paper":           sigma = sqrt(8 m^2
+    log(m/delta)) S / eps_t   (eq. 3.2, kappa = 1),
+                                   eps_t = rho + 2 sqrt(rho ln(1/delta))  (the
+                                   same (eps_t, delta) promise)
     spent by time t:               rho(t) = k(t) Delta^2 / (2 sigma^2)   (<= rho at t = n)
 
 and ``epsilon`` is the project's improved RDP conversion of rho(t) at ``delta`` (worker/olu/
 accountant.py), the same conversion as every other algorithm. To configure a target (epsilon,
-delta) instead, pass ``rho = rho_for_epsilon(epsilon, delta)`` (docs/calibration.md 6.3's Bun-Steinke inversion).
-Errata followed: the sum form of d_t (d_1 = grad/2, docs/algorithms.md 11.7: the sensitivity proof is for it);
-Lemma 2.1's constant 2 log(1/delta) in the paper calibration, not the classical 2 ln(1.25/delta)
-(docs/algorithms.md 11.7); kappa = 1 and the identity norm for p = 2, so neither the Gamma-scale typo
-(docs/algorithms.md 11.7) nor
+delta) instead, pass ``rho = rho_for_epsilon(epsilon, delta)`` (docs/calibration.md 6.3's
+Bun-Steinke inversion). Errata followed: the sum form of d_t (d_1 = grad/2, docs/algorithms.md 11.7:
+the sensitivity proof is for it); Lemma 2.1's constant 2 log(1/delta) in the paper calibration, not
+the classical 2 ln(1.25/delta) (docs/algorithms.md 11.7); kappa = 1 and the identity norm for p = 2,
+so neither the Gamma-scale typo (docs/algorithms.md 11.7) nor
 the q+ index (docs/algorithms.md 11.7) can arise; the paper's experimental noise levels are not used
 (docs/algorithms.md 11.7).
 
@@ -65,7 +68,8 @@ from ..privacy.accountant import rdp_to_dp
 from ..privacy.tree import NodeNoise, TreeAggregator, record_levels, tree_levels
 
 __all__ = [
-    "CALIBRATIONS", "DEFAULT_HORIZON", "DPTreeOnlineFrankWolfe", "basic_composition_epsilon", "paper_sigma",
+    "CALIBRATIONS", "DEFAULT_HORIZON", "DPTreeOnlineFrankWolfe", "basic_composition_epsilon",
+    "paper_sigma",
     "rho_for_epsilon", "zcdp_sigma",
 ]
 
@@ -73,8 +77,8 @@ CALIBRATIONS = ("zcdp", "paper")
 DEFAULT_HORIZON = 1_000_000
 
 
-# ----------------------------------------------------------------------- calibration (docs/calibration.md 6.3,
-# docs/accounting.md 5.2)
+# ----------------------------------------------------------------------- calibration
+# (docs/calibration.md 6.3, docs/accounting.md 5.2)
 def rho_for_epsilon(epsilon: float, delta: float) -> float:
     """rho* with rho + 2 sqrt(rho ln(1/delta)) = epsilon (Bun-Steinke; docs/calibration.md 6.3).
 
@@ -87,7 +91,8 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
 
 
 def zcdp_sigma(sensitivity: float, levels: int, rho: float) -> float:
-    """Per-node std so that ``levels`` nodes of l2 sensitivity ``sensitivity`` spend ``rho`` (docs/calibration.md 6.3).
+    """Per-node std so that ``levels`` nodes of l2 sensitivity ``sensitivity`` spend ``rho``
+    (docs/calibration.md 6.3).
 
     >>> round(zcdp_sigma(2.0, 15, rho_for_epsilon(1.0, 1e-4)), 1)  # n = 10^4: 34.1 (beta D + L)
     34.1
@@ -105,13 +110,15 @@ def paper_sigma(bound: float, levels: int, epsilon: float, delta: float) -> floa
 
 
 def basic_composition_epsilon(t: int, levels: int, epsilon: float) -> float:
-    """The paper's path-wise accounting (docs/accounting.md 5.2): k(t) epsilon / m, at delta k(t) delta / m."""
+    """The paper's path-wise accounting (docs/accounting.md 5.2):
+    k(t) epsilon / m, at delta k(t) delta / m."""
     return record_levels(t) * epsilon / levels
 
 
 # ----------------------------------------------------------------------- the learner
 class DPTreeOnlineFrankWolfe(OnlineUnlearner):
-    """DP-TOFW on the l2 ball: one (epsilon, delta) guarantee for every release; deletions are covered.
+    """DP-TOFW on the l2 ball: one (epsilon, delta) guarantee
+    for every release; deletions are covered.
 
     >>> m = DPTreeOnlineFrankWolfe(dim=2, radius=1.0, rho=1.0, delta=1e-5, dp_horizon=1000,
     ...                            noise_rng=np.random.default_rng(0))
@@ -147,12 +154,14 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         if not (isinstance(lr_scale, (int, float)) and math.isfinite(lr_scale) and lr_scale > 0):
             raise ConfigError(f"lr_scale must be a finite number > 0, got {lr_scale!r}")
         if kwargs.get("capacity") is not None:
-            raise ConfigError("capacity: dp-tofw has no deletion capacity (deletions spend nothing)")
+            raise ConfigError(
+                "capacity: dp-tofw has no deletion capacity (deletions spend nothing)")
         super().__init__(dim, **kwargs)
         self.config.update(dp_horizon=dp_horizon, calibration=calibration, lr_scale=float(lr_scale))
         self.horizon, self.levels = dp_horizon, tree_levels(dp_horizon)
         c, beta, L = float(lr_scale), self.constants.beta, self.constants.L
-        self.bound = max(1.0, c) * beta * self.ball.diameter + L  # S >= ||g_t|| (docs/algorithms.md 11.2)
+        # S >= ||g_t|| (docs/algorithms.md 11.2)
+        self.bound = max(1.0, c) * beta * self.ball.diameter + L
         self.node_sensitivity = 2.0 * self.bound  # Delta: replacement neighbours
         eps, delta = self.accountant.budget, self.accountant.delta
         if calibration == "zcdp":
@@ -166,7 +175,8 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         self.z_prev = np.zeros(self.param_dim)  # theta_{t-1}; theta_0 = theta_1 = 0
         self.closed_rho = 0.0  # largest spend of a closed epoch (parallel composition)
         self.tree = self._new_tree()
-        self.counters["g_clipped"] = 0  # internal only: an assumption was violated (docs/accounting.md 7)
+        # internal only: an assumption was violated (docs/accounting.md 7)
+        self.counters["g_clipped"] = 0
         self._epsilon_cache: tuple[float, float] | None = None
 
     def _new_tree(self, t: int = 0, exact: np.ndarray | None = None) -> TreeAggregator:
@@ -221,12 +231,14 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         return record_levels(self.tree.t) * self.rho_node
 
     def _epsilon(self, rho: float) -> float:
-        if self._epsilon_cache is None or self._epsilon_cache[0] != rho:  # changes at powers of two only
+        if self._epsilon_cache is None or self._epsilon_cache[0] != rho:
+            # changes at powers of two only
             self._epsilon_cache = (rho, rdp_to_dp(rho, self.accountant.delta))
         return self._epsilon_cache[1]
 
     def privacy(self) -> dict:
-        """The usual keys, from the tree accounting, plus the DP-TOFW figures of docs/accounting.md 7."""
+        """The usual keys, from the tree accounting, plus the
+        DP-TOFW figures of docs/accounting.md 7."""
         rho = max(self.closed_rho, self._tree_rho())
         delta = self.accountant.delta
         return {
@@ -248,7 +260,8 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
 
     # ------------------------------------------------------------------ state
     def _export_extra(self) -> dict:
-        return {"noise_key": format(self._key, "032x"), "tree_t": self.tree.t, "closed_rho": self.closed_rho}
+        return {"noise_key": format(self._key, "032x"), "tree_t": self.tree.t,
+                "closed_rho": self.closed_rho}
 
     def _export_arrays(self) -> dict[str, np.ndarray]:
         return {"z_prev": self.z_prev.copy(), "tree_exact": self.tree.exact_sums()}
@@ -263,10 +276,13 @@ class DPTreeOnlineFrankWolfe(OnlineUnlearner):
         if z_prev.shape != (self.param_dim,) or not np.all(np.isfinite(z_prev)):
             raise InvalidState(f"previous iterate has shape {z_prev.shape} or is not finite")
         closed = extra["closed_rho"]
-        if not (isinstance(closed, (int, float)) and 0.0 <= closed <= self.accountant.budget * (1 + 1e-9)):
+        if not (isinstance(closed, (int, float))
+                and 0.0 <= closed <= self.accountant.budget * (1 + 1e-9)):
             raise InvalidState(f"closed-epoch spend {closed!r} is outside [0, eps]")
         tree_t = extra["tree_t"]
-        if tree_t != self.t - self.epoch * self.horizon:  # every closed epoch held exactly n records
-            raise InvalidState(f"tree step {tree_t!r} does not match t = {self.t} in epoch {self.epoch}")
+        if tree_t != self.t - self.epoch * self.horizon:
+            # every closed epoch held exactly n records
+            raise InvalidState(
+                f"tree step {tree_t!r} does not match t = {self.t} in epoch {self.epoch}")
         self.z_prev, self.closed_rho = z_prev.copy(), float(closed)
         self.tree = self._new_tree(tree_t, arrays["tree_exact"])

@@ -1,9 +1,11 @@
-"""Second-order active OLU for ridge: exact ERM re-solve at each deletion ([P0] Alg. 3, docs/algorithms.md 7).
+"""Second-order active OLU for ridge: exact ERM re-solve at each
+deletion ([P0] Alg. 3, docs/algorithms.md 7).
 
-[P0] Algorithm 3 is only a sketch (no theorem, a sign error, an undefined constant M; docs/algorithms.md 7).
-For the squared loss the Hessian does not depend on the iterate, so one Newton step on the
-retained objective lands exactly on its minimiser, and the retained Hessian can be kept as a
-running d x d sum (docs/algorithms.md 7.2). :class:`RidgeNewton` (``"active-newton"``) does that.
+[P0] Algorithm 3 is only a sketch (no theorem, a sign error, an undefined constant M;
+docs/algorithms.md 7). For the squared loss the Hessian does not depend on the iterate, so one
+Newton step on the retained objective lands exactly on its minimiser, and the retained Hessian can
+be kept as a running d x d sum (docs/algorithms.md 7.2).
+:class:`RidgeNewton` (``"active-newton"``) does that.
 
 What happens
 ------------
@@ -22,17 +24,17 @@ there. No noise is added: outcome ``exact``, no budget, no order restriction.
 
 Target: ERM rather than the OGD trajectory
 -----------------------------------------
-Re-creating the OGD iterate of a retrain (what :class:`~worker.olu.algorithms.retrain.Retrain` does) costs
-O(t) sequential steps. The ERM minimiser of the retained losses is the point the OGD iterate
-tracks and the comparator z_i* of the OLU regret (docs/guarantee.md 2.5, restricted to the data seen so
-far), and it costs O(d^3) from the statistics. For privacy either target is fine; what matters is
+Re-creating the OGD iterate of a retrain (what :class:`~worker.olu.algorithms.retrain.Retrain` does)
+costs O(t) sequential steps. The ERM minimiser of the retained losses is the point the OGD iterate
+tracks and the comparator z_i* of the OLU regret (docs/guarantee.md 2.5, restricted to the data seen
+so far), and it costs O(d^3) from the statistics. For privacy either target is fine; what matters is
 the property below.
 
 Why no noise is needed (soundness)
 ----------------------------------
-The OLU reference process (docs/guarantee.md 2.2) runs *the same algorithm* on the masked stream, with the
-same public deletion times. Right after deletion i the real state is E(R_i), where R_i is the
-retained multiset (every applied example not among u[1..i]) and E is a deterministic map; the
+The OLU reference process (docs/guarantee.md 2.2) runs *the same algorithm* on the masked stream,
+with the same public deletion times. Right after deletion i the real state is E(R_i), where R_i is
+the retained multiset (every applied example not among u[1..i]) and E is a deterministic map; the
 reference, which never saw u[1..i], holds the same multiset at tau[i] and applies the same E, so
 both states are **equal**, and every later output of interval i is the same deterministic map
 (OGD on the same future examples) of it: D_alpha = 0 <= alpha eps for every interval, which is
@@ -67,7 +69,8 @@ _CHUNK = 1 << 20  # rows per exact product: 2^20 products of magnitude <= 2^32 s
 
 
 def quantise(values: np.ndarray, bound: float) -> np.ndarray:
-    """rint(v 2^31 / bound), clipped to +-2^31: integers on the public fixed-point grid (as float64).
+    """rint(v 2^31 / bound), clipped to +-2^31: integers on
+    the public fixed-point grid (as float64).
 
     >>> quantise(np.array([1.0, -0.5, 1e-12]), 1.0).tolist()
     [2147483648.0, -1073741824.0, 0.0]
@@ -186,8 +189,9 @@ class RidgeNewton(OnlineUnlearner):
     keeps_examples = True
     portable_deletions = False  # the deletion's solve is LAPACK's eigh (learning is exact integers)
     losses = ("ridge",)
-    loss_refusal = ("its deletion is one exact Newton step from sums it keeps exactly, which needs the "
-                    "quadratic loss (a Hessian that does not depend on the iterate)")
+    loss_refusal = (
+        "its deletion is one exact Newton step from sums it keeps exactly, which needs the "
+        "quadratic loss (a Hessian that does not depend on the iterate)")
 
     def __init__(self, dim: int, **kwargs):
         super().__init__(dim, **kwargs)
@@ -223,7 +227,8 @@ class RidgeNewton(OnlineUnlearner):
         return ball_constrained_quadratic_min(0.5 * (H + H.T), b / n, self.ball.radius)
 
     def refit(self) -> None:
-        """Move the iterate to :meth:`erm` (what each deletion does; deterministic in the retained data).
+        """Move the iterate to :meth:`erm` (what each deletion
+        does; deterministic in the retained data).
 
         Public so that a reference process (a model that never saw the deleted records) can be
         re-solved at the same deletion times; calling it elsewhere is a public schedule change.
@@ -256,7 +261,8 @@ class RidgeNewton(OnlineUnlearner):
 
     # -------------------------------------------------------------------- state
     def _export_arrays(self) -> dict[str, np.ndarray]:
-        return {**store_arrays(self.examples), "gram_hi": self.gram.hi.copy(), "gram_lo": self.gram.lo.copy(),
+        return {**store_arrays(self.examples), "gram_hi": self.gram.hi.copy(),
+                "gram_lo": self.gram.lo.copy(),
                 "moment_hi": self.moment.hi.copy(), "moment_lo": self.moment.lo.copy()}
 
     def _export_extra(self) -> dict:

@@ -1,13 +1,16 @@
 """Passive OLU ([P1] Algorithm 1) and its schedule-robust restart variant ([P1] Algorithm 3).
 
 Passive OLU never revisits data: OGD runs as usual and each deletion adds Gaussian noise once,
-calibrated to the shift the deleted record can still cause (docs/algorithms.md 2.1, docs/calibration.md 3.4):
+calibrated to the shift the deleted record can still cause (docs/algorithms.md 2.1,
+docs/calibration.md 3.4):
 
     a_i     = sum over the record's applied steps u of Gamma_{u,tau} * Delta_u
     sigma_i = a_i * sqrt(omega i^omega / (2 (omega - 1) rho))        (= a_i sqrt(3 i^1.2/rho))
-    z       = Proj_K(z + N(0, sigma_i^2 I))                          (project after noise, docs/algorithms.md 2.3)
+    z       = Proj_K(z + N(0, sigma_i^2 I))
+    (project after noise, docs/algorithms.md 2.3)
 
-with the time-varying contraction of [P1] Corollary 3.2 (never [P0]'s constant gamma, docs/calibration.md 3.2).
+with the time-varying contraction of [P1] Corollary 3.2 (never [P0]'s constant gamma,
+docs/calibration.md 3.2).
 """
 
 from __future__ import annotations
@@ -46,11 +49,13 @@ class PassiveOLU(OnlineUnlearner):
     mixes_deletions = True  # a batch's deletes inside the learning pass (core/mixed.py)
 
     def shift(self, steps, tau: int) -> float:
-        """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice, docs/guarantee.md 1.3)."""
+        """a = sum_u Gamma_{u,tau} Delta_u (a record applied twice contributes twice,
+        docs/guarantee.md 1.3)."""
         if len(steps) == 1:  # the common record, applied once: fsum of one term is that term
             u = steps[0]
             return passive_shift(self.schedule.log_contraction(u, tau), self.sensitivity(u))
-        return math.fsum(passive_shift(self.schedule.log_contraction(u, tau), self.sensitivity(u)) for u in steps)
+        return math.fsum(passive_shift(self.schedule.log_contraction(u, tau), self.sensitivity(u))
+                         for u in steps)
 
     def _delete(self, key: int, steps: list[int]) -> Deletion:
         return self._release_with_noise(self.z, self.shift(steps, self.t), steps)
@@ -62,9 +67,9 @@ class PassiveRestartOLU(PassiveOLU):
     The test of eq. (26)/(28), on epoch-relative indices:
     tau / u^2 <= c sqrt(log tau + 2 k~) / (L^2 d k~^2.2). A deletion that fails it discards the
     model and restarts a new epoch from a data-independent random point of K, resetting the step
-    counter, the contraction log and the deletion counter (docs/algorithms.md 3.2; sound because the new run
-    depends on no earlier data). A record applied before the last restart is deleted with no noise
-    and no budget: the current model never saw it.
+    counter, the contraction log and the deletion counter (docs/algorithms.md 3.2; sound because the
+    new run depends on no earlier data). A record applied before the last restart is deleted with no
+    noise and no budget: the current model never saw it.
     """
 
     algorithm = "passive-restart"

@@ -4,8 +4,10 @@
 ``retrain_every`` steps it retrains the partition model from scratch with T full-batch projected
 gradient-descent steps on the retained examples (R2D Algorithm 1). A deletion of a record that this
 retraining used rewinds to the saved checkpoint theta_{T-K}, runs K steps on the retained data
-without it and adds Gaussian noise calibrated by docs/calibration.md 6.2 (Algorithm 2). Notation: see
-:mod:`worker.olu.privacy.analysis.rewind` (R2D's L is our ``beta``, its G our ``L``; docs/calibration.md 6.2).
+without it and adds Gaussian noise calibrated by
+docs/calibration.md 6.2 (Algorithm 2). Notation: see
+:mod:`worker.olu.privacy.analysis.rewind` (R2D's L is our ``beta``, its G our ``L``;
+docs/calibration.md 6.2).
 
 Generations and segments
 ------------------------
@@ -13,23 +15,25 @@ The retained examples (``self.examples``, with their public OGD steps u) are spl
 steps, ``t_fit <= t_base <= t``:
 
 - **fitted rows**, u <= t_fit: the training set D (n rows) of the last retraining ("generation");
-  their influence on the model is the GD trajectory, whose checkpoint theta_{T-K} is kept (docs/algorithms.md 10.4);
+  their influence on the model is the GD trajectory, whose checkpoint theta_{T-K} is kept
+  (docs/algorithms.md 10.4);
 - **baked rows**, t_fit < u <= t_base: online rows folded into ``base`` by an earlier rewind;
 - **segment rows**, u > t_base: online rows applied by OGD from ``base``, the post-noise model at
   the start of the current online segment (theta_T after a retraining).
 
 A deletion takes exactly one of three routes, chosen from public quantities only (the record's
 steps u, the deletion step tau, the counts m_cum and capacity), so the reference process of
-docs/guarantee.md 2.2 (the same algorithm on the masked stream, deleted examples as identity steps at the
-same indices, same deletion times) takes the same route at the same time:
+docs/guarantee.md 2.2 (the same algorithm on the masked stream, deleted examples as identity steps
+at the same indices, same deletion times) takes the same route at the same time:
 
 1. ``rewind`` (the record is fitted, m_cum + its copies <= capacity): R2D Algorithm 2. Rewind to
-   theta_{T-K} of the *original* trajectory on D (docs/algorithms.md 10.2: every deletion of the generation
-   restarts from that same checkpoint and runs K fresh steps on the cumulative retained set D \\ Z_cum),
-   add N(0, sigma^2 I), project onto K (post-processing), then replay OGD over the retained
-   online rows (u > t_fit) at their own steps. The replay is one deterministic map applied to both the
-   real and the reference output, so it keeps docs/calibration.md 6.2's guarantee; ``base`` becomes the result and
-   ``t_base = tau``. Outcome ``noised``, with shift Delta(K, m_cum) (docs/calibration.md 6.2).
+   theta_{T-K} of the *original* trajectory on D (docs/algorithms.md 10.2: every deletion of the
+   generation restarts from that same checkpoint and runs K fresh steps on the cumulative retained
+   set D \\ Z_cum), add N(0, sigma^2 I), project onto K (post-processing), then replay OGD over the
+   retained online rows (u > t_fit) at their own steps. The replay is one deterministic map applied
+   to both the real and the reference output, so it keeps docs/calibration.md 6.2's guarantee;
+   ``base`` becomes the result and ``t_base = tau``. Outcome ``noised``, with shift Delta(K, m_cum)
+   (docs/calibration.md 6.2).
 2. ``replay`` (every copy is a segment row, u > t_base): exact unlearning by rewinding to ``base``
    and replaying OGD over the retained segment rows (docs/algorithms.md 10.2: a checkpoint taken
    before t_u plus a replay of the retained stream is exact). ``base`` does not depend on the
@@ -51,39 +55,39 @@ insert) would break invariant 3 (replaying the same events gives bit-identical s
 releases) and is not covered by invariant 2's durable deltas: a crash between a retraining and the
 next snapshot would redraw it. By default (``noise_at_fit=False``) we therefore publish theta_T
 noiselessly and draw the noise at the deletion, the only event whose post-noise state the worker
-makes durable. The certificate is the docs/guarantee.md 2.2 one used by every algorithm of this engine:
-the reference process deletes at the same public times with the same algorithm, so at a rewind
-it outputs its own theta'_T + xi (K steps from its own checkpoint on D \\ Z reproduce its
+makes durable. The certificate is the docs/guarantee.md 2.2 one used by every algorithm of this
+engine: the reference process deletes at the same public times with the same algorithm, so at a
+rewind it outputs its own theta'_T + xi (K steps from its own checkpoint on D \\ Z reproduce its
 trajectory exactly), and Lemmas B.2 + B.3 give ||theta'_T - theta''_K|| <= Delta(K, m_cum), the same
-bound with the same sigma as Theorem 3.1 (docs/calibration.md 6.2). ``noise_at_fit=True`` gives the paper's literal
-Algorithm 1 (theta_T + xi published at every retraining, including the refit route) for library
-use; it is not deterministic across a crash-replay at retraining points, so the worker keeps the
-default.
+bound with the same sigma as Theorem 3.1 (docs/calibration.md 6.2). ``noise_at_fit=True`` gives the
+paper's literal Algorithm 1 (theta_T + xi published at every retraining, including the refit route)
+for library use; it is not deterministic across a crash-replay at retraining points, so the worker
+keeps the default.
 
 Calibration (docs/calibration.md 6.2)
 ----------------------------------
-``noise_sigma`` is fixed in advance (docs/calibration.md 6.2: sigma is fixed at training time and reused at unlearning).
-At each retraining, with n the retained count and m = min(``max_deletions``, n - 1) the group size
-the noise must cover, the rewind depth is K = the smallest integer with Delta(K, m) <= r*(eps, delta)
-sigma (:func:`~worker.olu.privacy.analysis.rewind.rewind_depth`; classic Gaussian mechanism for
-eps <= 1, Balle-Wang above). ``eps`` and ``delta`` are the (epsilon, delta) of Definition 2.2, not a
-Renyi slope. The generation's deletion capacity is that m (docs/calibration.md 6.2: the noise covers the maximum
-anticipated group; one more fitted deletion takes the refit route). It is a public constant,
-not docs/calibration.md 6.2's "largest m with epsilon(m) <= eps" (``fit["a3_capacity"]``, never smaller): that one
-depends on n, which differs in the reference process, and routing on it would let the two
-processes take different routes. The reported epsilon is epsilon(m_cum) recomputed from docs/calibration.md 6.2
-(docs/accounting.md 4: not additive over deletions, and each released output is certified on its own,
-docs/accounting.md 4); it never
-exceeds ``eps`` since m_cum <= m. sigma = 0 gives K = T: every rewind is a noiseless retraining
-from theta_0.
+``noise_sigma`` is fixed in advance (docs/calibration.md 6.2: sigma is fixed at training time and
+reused at unlearning). At each retraining, with n the retained count and m = min(``max_deletions``,
+n - 1) the group size the noise must cover, the rewind depth is K = the smallest integer with
+Delta(K, m) <= r*(eps, delta) sigma (:func:`~worker.olu.privacy.analysis.rewind.rewind_depth`;
+classic Gaussian mechanism for eps <= 1, Balle-Wang above). ``eps`` and ``delta`` are the (epsilon,
+delta) of Definition 2.2, not a Renyi slope. The generation's deletion capacity is that m
+(docs/calibration.md 6.2: the noise covers the maximum anticipated group; one more fitted deletion
+takes the refit route). It is a public constant, not docs/calibration.md 6.2's "largest m with
+epsilon(m) <= eps" (``fit["a3_capacity"]``, never smaller): that one depends on n, which differs in
+the reference process, and routing on it would let the two processes take different routes. The
+reported epsilon is epsilon(m_cum) recomputed from docs/calibration.md 6.2 (docs/accounting.md 4:
+not additive over deletions, and each released output is certified on its own, docs/accounting.md
+4); it never exceeds ``eps`` since m_cum <= m. sigma = 0 gives K = T: every rewind is a noiseless
+retraining from theta_0.
 
-Step size: full-batch projected GD with constant eta <= 1/(2 beta), which satisfies [R2D]'s (docs/algorithms.md 10.4)
-eta <= min{1/L, n/(2(n-m)L)} for every m < n [derived]. Projection onto the ball is
-non-expansive, so Lemmas B.2 and B.3 hold for projected GD unchanged [derived]. The default
-eta = min(1/(2 beta), 2/(beta T)) keeps (1 + eta beta)^T <= e^2: h(K) grows like (1 + eta beta)^T, and a
-larger eta T makes every useful K close to T (docs/calibration.md 6.2). For our convex losses the nonconvex bound is
-conservative (docs/algorithms.md 10.4: GD is non-expansive there), but it is the certified one
-(docs/calibration.md 6.2).
+Step size: full-batch projected GD with constant eta <= 1/(2 beta), which satisfies [R2D]'s
+(docs/algorithms.md 10.4) eta <= min{1/L, n/(2(n-m)L)} for every m < n [derived]. Projection onto
+the ball is non-expansive, so Lemmas B.2 and B.3 hold for projected GD unchanged [derived]. The
+default eta = min(1/(2 beta), 2/(beta T)) keeps (1 + eta beta)^T <= e^2: h(K) grows like (1 + eta
+beta)^T, and a larger eta T makes every useful K close to T (docs/calibration.md 6.2). For our
+convex losses the nonconvex bound is conservative (docs/algorithms.md 10.4: GD is non-expansive
+there), but it is the certified one (docs/calibration.md 6.2).
 
 What is kept, and what a deletion purges (docs/algorithms.md 10.4)
 ------------------------------------------------------------
@@ -147,11 +151,13 @@ class RewindToDelete(OnlineUnlearner):
     calibration = "rewind"
     example_params = {"retrain_every": 20, "train_steps": 10}
     keeps_examples = True
-    settings = {"max_deletions": "max_deletions", "retrain_every": "retrain_every", "train_steps": "train_steps",
+    settings = {"max_deletions": "max_deletions", "retrain_every": "retrain_every",
+                "train_steps": "train_steps",
                 "noise_sigma": "noise_sigma"}
 
     def __init__(self, dim: int, *, retrain_every: int = 1000, train_steps: int = 100,
-                 train_step: float | None = None, noise_sigma: float = 0.05, max_deletions: int = 10,
+                 train_step: float | None = None, noise_sigma: float = 0.05,
+                 max_deletions: int = 10,
                  noise_at_fit: bool = False, **kwargs):
         _count("retrain_every", retrain_every, 1)
         _count("train_steps", train_steps, 1)
@@ -161,35 +167,45 @@ class RewindToDelete(OnlineUnlearner):
             raise ConfigError(f"noise_sigma must be a finite number >= 0, got {noise_sigma!r}")
         if not isinstance(noise_at_fit, bool):
             raise ConfigError(f"noise_at_fit must be a bool, got {noise_at_fit!r}")
-        if kwargs.get("capacity") is not None:  # the accountant only counts; the generation has the capacity
-            raise ConfigError("rewind has no accountant capacity: max_deletions bounds each generation")
-        if kwargs.get("rho") is not None:  # R2D calibrates its rewind depth to (epsilon, delta) directly
-            raise ConfigError("rewind is calibrated to an (epsilon, delta) target: give target_epsilon "
-                              "(with delta), not rho")
+        if kwargs.get("capacity") is not None:
+            # the accountant only counts; the generation has the capacity
+            raise ConfigError(
+                "rewind has no accountant capacity: max_deletions bounds each generation")
+        if kwargs.get("rho") is not None:
+            # R2D calibrates its rewind depth to (epsilon, delta) directly
+            raise ConfigError(
+                "rewind is calibrated to an (epsilon, delta) target: give target_epsilon "
+                "(with delta), not rho")
         if kwargs.get("target_epsilon") is None:
             kwargs["target_epsilon"] = 1.0
         super().__init__(dim, **kwargs)
-        self.config.update(retrain_every=retrain_every, train_steps=train_steps, train_step=train_step,
-                           noise_sigma=noise_sigma, max_deletions=max_deletions, noise_at_fit=noise_at_fit)
+        self.config.update(retrain_every=retrain_every, train_steps=train_steps,
+                           train_step=train_step,
+                           noise_sigma=noise_sigma, max_deletions=max_deletions,
+                           noise_at_fit=noise_at_fit)
         beta = self.constants.beta
         limit = 1.0 / (2.0 * beta)
         if train_step is None:
             self.eta_gd = min(limit, 2.0 / (beta * train_steps))
-        elif isinstance(train_step, bool) or not (isinstance(train_step, (int, float)) and math.isfinite(train_step)
+        elif isinstance(train_step, bool) or not (isinstance(train_step, (int, float))
+                                                  and math.isfinite(train_step)
                                                   and 0 < train_step <= limit * (1 + 1e-12)):
             raise ConfigError(f"train_step must be a number in (0, 1/(2 beta)] = (0, {limit:.6g}] "
-                              f"(docs/algorithms.md 10.4: eta <= min(1/L, n/(2(n-m)L)) for every m), "
+                              "(docs/algorithms.md 10.4: eta <= min(1/L, n/(2(n-m)L)) for every "
+                              "m), "
                               f"got {train_step!r}")
         else:
             self.eta_gd = float(train_step)
         self.examples = ExampleStore(dim)
-        self.checkpoint = np.zeros(self.param_dim)  # theta_{T-K} of the current generation (never released)
+        # theta_{T-K} of the current generation (never released)
+        self.checkpoint = np.zeros(self.param_dim)
         self.base = np.zeros(self.param_dim)  # post-noise start of the current online segment
         self.t_fit = 0
         self.t_base = 0
         self.m_cum = 0  # fitted copies deleted by rewinds in this generation
         self.generation = 0
-        self.fit: dict | None = None  # {"n", "m", "K", "T", "a3_capacity", "t"} of the current generation
+        # {"n", "m", "K", "T", "a3_capacity", "t"} of the current generation
+        self.fit: dict | None = None
         self._route: str | None = None
         self.counters.update(fits=0, rewinds=0, replays=0, refits=0)
 
@@ -207,8 +223,8 @@ class RewindToDelete(OnlineUnlearner):
         return float(self.config["noise_sigma"])
 
     def _constants(self, n: int) -> dict:
-        """The public inputs of docs/calibration.md 6.2 for a generation of n rows (R2D's L = beta, G = L;
-        docs/calibration.md 6.2)."""
+        """The public inputs of docs/calibration.md 6.2 for a generation of n rows (R2D's L = beta,
+        G = L; docs/calibration.md 6.2)."""
         return dict(n=n, T=self.train_steps, eta=self.eta_gd, smooth=self.constants.beta,
                     grad_bound=self.constants.L)
 
@@ -216,14 +232,16 @@ class RewindToDelete(OnlineUnlearner):
         return {"eps": self.target_epsilon, "delta": self.config["delta"]}
 
     def rewind_depth(self, n: int) -> int:
-        """K for a generation trained on n rows (docs/calibration.md 6.2 search with m = min(max_deletions, n - 1))."""
+        """K for a generation trained on n rows (docs/calibration.md 6.2 search with m =
+        min(max_deletions, n - 1))."""
         m = min(self.config["max_deletions"], n - 1)
         if m < 1:
             return 0
         return r2d.rewind_depth(self.noise_sigma, m=m, **self._constants(n), **self._target())
 
     def shift(self, m: int) -> float:
-        """Delta(K, m) of the current generation: what m deleted fitted copies can move theta''_K."""
+        """Delta(K, m) of the current generation: what m
+        deleted fitted copies can move theta''_K."""
         fit = self.fit
         if fit is None or m == 0:
             return 0.0
@@ -231,8 +249,9 @@ class RewindToDelete(OnlineUnlearner):
 
     # ---------------------------------------------------------------- learning
     def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
-        # Cut the batch at retraining boundaries, so learn_many equals learn_one in a loop (invariant 3):
-        # each row applies at most one step, so a chunk of `room` rows cannot pass the boundary.
+        # Cut the batch at retraining boundaries, so learn_many equals learn_one in a loop
+        # (invariant 3): each row applies at most one step, so a
+        # chunk of `room` rows cannot pass the boundary.
         applied, start, n = 0, 0, len(keys)
         while start < n:
             room = max(1, self.retrain_every - (self.t - self.t_fit))
@@ -256,8 +275,9 @@ class RewindToDelete(OnlineUnlearner):
     def retrain(self) -> None:
         """R2D Algorithm 1 on every retained example: T projected GD steps from theta_0 = 0.
 
-        Saves theta_{T-K} (docs/algorithms.md 10.4) and starts a new generation; the model becomes theta_T (plus noise
-        with ``noise_at_fit``). Public so a reference process can retrain at the same times.
+        Saves theta_{T-K} (docs/algorithms.md 10.4) and starts a new generation; the model becomes
+        theta_T (plus noise with ``noise_at_fit``). Public so a
+        reference process can retrain at the same times.
         """
         X, y, _ = self.examples.live_rows()
         n, T = len(X), self.train_steps
@@ -272,7 +292,8 @@ class RewindToDelete(OnlineUnlearner):
             z = self.ball.project(z + self._noise(self.noise_sigma))
         a3_capacity = 0
         if n >= 2:
-            a3_capacity = r2d.deletion_capacity(self.noise_sigma, K, **self._constants(n), **self._target())
+            a3_capacity = r2d.deletion_capacity(self.noise_sigma, K, **self._constants(n),
+                                                **self._target())
         self.checkpoint = checkpoint
         self.z = np.array(z, dtype=np.float64)
         self.base = self.z.copy()
@@ -294,7 +315,8 @@ class RewindToDelete(OnlineUnlearner):
         return self._replay(steps)
 
     def _split(self, after: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """(index of the first retained row with step > after, X, y, steps) of the compacted store."""
+        """(index of the first retained row with step > after,
+        X, y, steps) of the compacted store."""
         X, y, st = self.examples.live_rows()
         return int(np.searchsorted(st, after, side="right")), X, y, st
 
@@ -305,7 +327,8 @@ class RewindToDelete(OnlineUnlearner):
         if i0 != fit["n"] - m:
             raise InvalidState(f"fitted rows {i0} != n - m_cum = {fit['n'] - m}")
         K = fit["K"]
-        theta = average_loss_descent(self, self.checkpoint.copy(), X[:i0], y[:i0], i0, K, self.eta_gd)
+        theta = average_loss_descent(self, self.checkpoint.copy(), X[:i0], y[:i0], i0, K,
+                                     self.eta_gd)
         shift = self.shift(m)
         sigma = self.noise_sigma if shift > 0.0 else 0.0
         released = self.ball.project(theta + self._noise(sigma)) if sigma > 0 else theta
@@ -332,15 +355,20 @@ class RewindToDelete(OnlineUnlearner):
             return self._record("refit", "retrained", steps, 0.0, 0.0, reason=reason)
         return self._record("refit", "exact", steps, 0.0, 0.0, reason=reason)
 
-    def _record(self, route: str, outcome: str, steps, shift: float, sigma: float, **extra) -> Deletion:
-        self.accountant.charge(0.0, 0.0)  # counts the deletion (invariant 4); R2D spends no Renyi slope
+    def _record(self, route: str, outcome: str, steps, shift: float, sigma: float,
+                **extra) -> Deletion:
+        # counts the deletion (invariant 4); R2D spends no Renyi slope
+        self.accountant.charge(0.0, 0.0)
         self._route = route
         i = self.accountant.deletions
         fit = self.fit or {}
         self.ledger.append({
-            "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps], "shift": shift,
-            "sigma": sigma, "rho": 0.5 * (shift / sigma) ** 2 if sigma > 0 else 0.0, "outcome": outcome,
-            "route": route, "generation": self.generation, "n": fit.get("n", 0), "T": fit.get("T", 0),
+            "i": i, "epoch": self.epoch, "tau": self.t, "u": [int(s) for s in steps],
+            "shift": shift,
+            "sigma": sigma, "rho": 0.5 * (shift / sigma) ** 2 if sigma > 0 else 0.0,
+            "outcome": outcome,
+            "route": route, "generation": self.generation, "n": fit.get("n", 0),
+            "T": fit.get("T", 0),
             "K": fit.get("K", 0), **extra,
         })
         return Deletion(outcome, i, sigma, shift, tuple(steps))
@@ -372,12 +400,14 @@ class RewindToDelete(OnlineUnlearner):
         return self.noise_sigma if self.schedule.gamma(self.t_fit + 1) <= 1.0 else None
 
     def privacy(self) -> dict:
-        """docs/accounting.md 4: epsilon(m_cum) of the current generation (not additive), its capacity and K/T."""
+        """docs/accounting.md 4: epsilon(m_cum) of the current
+        generation (not additive), its capacity and K/T."""
         fit, delta = self.fit, self.accountant.delta
         ratio = 0.0
         if fit is not None and self.m_cum:
             shift = self.shift(self.m_cum)
-            ratio = shift / self.noise_sigma if self.noise_sigma > 0 else (math.inf if shift > 0 else 0.0)
+            ratio = shift / self.noise_sigma if self.noise_sigma > 0 else (math.inf if shift > 0
+                                                                           else 0.0)
         eps = r2d.epsilon_for_ratio(ratio, delta)
         return {
             **self.privacy_unit_facts(),
@@ -394,7 +424,8 @@ class RewindToDelete(OnlineUnlearner):
 
     # -------------------------------------------------------------------- state
     def _export_extra(self) -> dict:
-        return {"t_fit": self.t_fit, "t_base": self.t_base, "m_cum": self.m_cum, "generation": self.generation,
+        return {"t_fit": self.t_fit, "t_base": self.t_base, "m_cum": self.m_cum,
+                "generation": self.generation,
                 "fit": None if self.fit is None else dict(self.fit)}
 
     def _export_arrays(self) -> dict[str, np.ndarray]:
@@ -418,13 +449,15 @@ class RewindToDelete(OnlineUnlearner):
         self.t_fit, self.t_base = int(extra["t_fit"]), int(extra["t_base"])
         self.m_cum, self.generation = int(extra["m_cum"]), int(extra["generation"])
         fit = extra["fit"]
-        self.fit = None if fit is None else {k: int(fit[k]) for k in ("n", "m", "K", "T", "a3_capacity", "t")}
+        self.fit = None if fit is None else {k: int(fit[k])
+                                             for k in ("n", "m", "K", "T", "a3_capacity", "t")}
         if not 0 <= self.t_fit <= self.t_base <= self.t:
             raise InvalidState("rewind segment steps are not ordered t_fit <= t_base <= t")
         fitted = int(np.searchsorted(self.examples.steps, self.t_fit, side="right"))
         if self.fit is None:
             if self.t_fit or self.m_cum or self.generation:
                 raise InvalidState("rewind state has a fit boundary but no generation")
-        elif not (0 <= self.m_cum <= self.fit["m"] <= self.fit["a3_capacity"] and self.fit["t"] == self.t_fit
+        elif not (0 <= self.m_cum <= self.fit["m"] <= self.fit["a3_capacity"]
+                  and self.fit["t"] == self.t_fit
                   and fitted == self.fit["n"] - self.m_cum and 0 <= self.fit["K"] <= self.fit["T"]):
             raise InvalidState("rewind generation is inconsistent with the retained examples")

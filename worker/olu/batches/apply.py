@@ -48,7 +48,8 @@ def apply_batch(model, batch: Batch) -> Applied:
     return out
 
 
-def _observe(out: Applied, batch: Batch, model, X, y, rows=ALL_ROWS, positions: bool = False) -> None:
+def _observe(out: Applied, batch: Batch, model, X, y, rows=ALL_ROWS,
+             positions: bool = False) -> None:
     """The model's mean loss on rows about to be learned (test-then-train), if measured."""
     if not batch.quality or len(y) == 0:
         return

@@ -52,8 +52,8 @@ ALL_ROWS = np.zeros(0, np.bool_)
 
 
 def sparse_mean_loss(rows, y: np.ndarray, z: np.ndarray, ridge: bool) -> float:
-    """:func:`batch_mean_loss` of sparse rows (``SparseRows``), in numpy: each margin summed over the
-    row's non-zeros (a metric: no order promised)."""
+    """:func:`batch_mean_loss` of sparse rows (``SparseRows``), in numpy: each margin summed over
+    the row's non-zeros (a metric: no order promised)."""
     if len(y) == 0:
         return np.nan
     with np.errstate(all="ignore"):
@@ -69,7 +69,8 @@ def sparse_mean_loss(rows, y: np.ndarray, z: np.ndarray, ridge: bool) -> float:
 
 
 def _positions(loss, y) -> np.ndarray:
-    """Each label's class position, NaN for one the loss refuses (that row is left out of the metric)."""
+    """Each label's class position, NaN for one the loss
+    refuses (that row is left out of the metric)."""
     try:
         return loss.labels(y)
     except InvalidExample:
@@ -80,12 +81,13 @@ def _positions(loss, y) -> np.ndarray:
         return out
 
 
-def softmax_mean_loss(loss, X, y, z: np.ndarray, rows: np.ndarray = ALL_ROWS, positions: bool = False) -> float:
-    """Mean cross-entropy, log(sum_k exp(w_k.x)) - w_y.x, of the softmax model ``z`` (K x d, flat, row
-    k = class k) on rows ``X`` (dense or ``SparseRows``) with labels ``y``: the classes, or their
-    ``positions`` (a batch the model checked already); over ``rows`` (empty: all), leaving out rows
-    whose label is none of the classes. NaN when nothing counts or a value is not finite. In numpy:
-    a metric, no order promised (it never reaches the model)."""
+def softmax_mean_loss(loss, X, y, z: np.ndarray, rows: np.ndarray = ALL_ROWS,
+                      positions: bool = False) -> float:
+    """Mean cross-entropy, log(sum_k exp(w_k.x)) - w_y.x, of the softmax model ``z`` (K x d, flat,
+    row k = class k) on rows ``X`` (dense or ``SparseRows``) with labels ``y``: the classes, or
+    their ``positions`` (a batch the model checked already); over ``rows`` (empty: all), leaving out
+    rows whose label is none of the classes. NaN when nothing counts or a value is not finite. In
+    numpy: a metric, no order promised (it never reaches the model)."""
     if len(y) == 0:
         return np.nan
     at = np.asarray(y, np.float64) if positions else _positions(loss, y)
@@ -97,8 +99,9 @@ def softmax_mean_loss(loss, X, y, z: np.ndarray, rows: np.ndarray = ALL_ROWS, po
     with np.errstate(all="ignore"):
         if hasattr(X, "indptr"):  # SparseRows: each class's margins over the rows' non-zeros
             owner = np.repeat(np.arange(len(y)), np.diff(X.indptr))
-            margins = np.stack([np.bincount(owner, weights=W[c, X.indices] * X.values, minlength=len(y))
-                                for c in range(k)], axis=1)
+            margins = np.stack(
+                [np.bincount(owner, weights=W[c, X.indices] * X.values, minlength=len(y))
+                 for c in range(k)], axis=1)
         else:
             margins = np.asarray(X, np.float64) @ W.T
         margins, at = margins[keep], at[keep].astype(np.int64)

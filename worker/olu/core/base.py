@@ -6,8 +6,9 @@ prediction, the privacy figures and state export. The class mixes in how a model
 (core/learning.py: the checked batch, the OGD kernel or reference step) and how it honours a
 deletion request (core/unlearning.py: the pops, the rule call, its noise and charge).
 
-Paper time ``t`` is the number of examples applied in the current epoch (docs/guarantee.md 1.3): example t
-is applied with step eta_t, z_{t+1} = Proj_K(z_t - eta_t grad f_t(z_t)) (docs/guarantee.md 1.1).
+Paper time ``t`` is the number of examples applied in the current epoch (docs/guarantee.md 1.3):
+example t is applied with step eta_t, z_{t+1} = Proj_K(z_t -
+eta_t grad f_t(z_t)) (docs/guarantee.md 1.1).
 """
 
 from __future__ import annotations
@@ -37,15 +38,16 @@ from .unlearning import Unlearning
 # Deletion: the answer of every ``_delete``, imported by the algorithms with the class they extend.
 __all__ = ["STATE_FORMAT", "Deletion", "OnlineUnlearner"]
 
-# 4: sealed ledger segments in columns; 3: the ledger in sealed segments, tombstones as base + recent;
-# 2: the applied index as runs + tail (index.py).
+# 4: sealed ledger segments in columns; 3: the ledger in sealed segments, tombstones as base +
+# recent; 2: the applied index as runs + tail (index.py).
 # Older formats are still read.
 STATE_FORMAT = 4
 
 
 _REMOVED = object()
-_EPS_REMOVED = ("eps= was removed: it was the Rényi slope, not epsilon. Pass rho= for the slope, or "
-                "target_epsilon= (with delta=) for an (epsilon, delta) target (docs/accounting.md 9)")
+_EPS_REMOVED = (
+    "eps= was removed: it was the Rényi slope, not epsilon. Pass rho= for the slope, or "
+    "target_epsilon= (with delta=) for an (epsilon, delta) target (docs/accounting.md 9)")
 
 
 def _schedule(name, constants, ball, t0, step) -> Schedule:
@@ -89,12 +91,15 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
     #: unlearned one after another, each with its own noise and charge.
     groups_requests = False
     #: True when two models of the class may run in a warm-standby rotation (worker.olu.rotation):
-    #: every deletion is one Gaussian charge of the model's own Rényi accountant (docs/accounting.md 12.5).
+    #: every deletion is one Gaussian charge of the model's own
+    #: Rényi accountant (docs/accounting.md 12.5).
     rotates = False
-    #: True when learning itself spends privacy (dp-tofw), so the metrics refresh it after every batch.
+    #: True when learning itself spends privacy (dp-tofw), so
+    #: the metrics refresh it after every batch.
     spends_on_learn = False
-    #: True when a poll batch's single-record deletes may run inside the learning pass (core/mixed.py).
-    #: It inherits; the pass checks that a subclass keeps the steps it reproduces (``MIXED_METHODS``).
+    #: True when a poll batch's single-record deletes may run inside the learning pass
+    #: (core/mixed.py). It inherits; the pass checks that a subclass
+    #: keeps the steps it reproduces (``MIXED_METHODS``).
     mixes_deletions = False
     #: True when a deletion's outcome has the same bits on every CPU (the fixed-order arithmetic of
     #: worker/olu/arith.py). False where a deletion-time solve uses LAPACK, whose bits vary with the
@@ -135,15 +140,18 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
         if eps is not _REMOVED:
             raise ConfigError(_EPS_REMOVED)
         if loss not in self.losses:
-            raise ConfigError(f"algorithm {self.algorithm!r} does not support loss {loss!r}: {self.loss_refusal}")
+            raise ConfigError(
+                f"algorithm {self.algorithm!r} does not support loss {loss!r}: {self.loss_refusal}")
         rho = self.resolve_rho(rho, target_epsilon, delta, privacy_unit)
         self.target_epsilon = target_epsilon
         self.config = dict(
             dim=dim, loss=loss, l2=l2, label_bound=label_bound, radius=radius,
             **({"classes": list(classes)} if classes is not None else {}),
             feature_bound=feature_bound, feature_policy=feature_policy, schedule=schedule,
-            t0=t0, step=step, rho=rho, target_epsilon=target_epsilon, privacy_unit=privacy_unit, omega=omega,
-            delta=delta, capacity=capacity, budget_split=budget_split, deletion_capacity=deletion_capacity,
+            t0=t0, step=step, rho=rho, target_epsilon=target_epsilon, privacy_unit=privacy_unit,
+            omega=omega,
+            delta=delta, capacity=capacity, budget_split=budget_split,
+            deletion_capacity=deletion_capacity,
             budget_reserve=budget_reserve, max_records_per_key=max_records_per_key,
         )
         self.features = FeatureBound(dim, feature_bound, feature_policy)
@@ -153,12 +161,15 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
         self.constants = self.loss.constants(self.ball.radius, self.features.bound)
         self.schedule = _schedule(schedule, self.constants, self.ball, t0, step)
         try:
-            self.accountant = make_accountant(privacy_unit, rho, omega=omega, delta=delta, capacity=capacity,
+            self.accountant = make_accountant(privacy_unit, rho, omega=omega, delta=delta,
+                                              capacity=capacity,
                                               split=budget_split, planned=deletion_capacity,
                                               reserve=budget_reserve)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        try:  # at most this many records of one key learned in the model's life (docs/accounting.md 13)
+        try:
+            # at most this many records of one key learned in the
+            # model's life (docs/accounting.md 13)
             self.key_cap = None if max_records_per_key is None else ContributionCap(max_records_per_key)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -174,7 +185,8 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
         self.index = AppliedIndex()
         self.tombstones = KeySet()
         self.ledger = Ledger()
-        self.noise_meter = NoiseMeter(self.schedule)  # the release's accumulated noise (docs/accounting.md 10)
+        # the release's accumulated noise (docs/accounting.md 10)
+        self.noise_meter = NoiseMeter(self.schedule)
         self.counters = {"applied": 0, "skipped_deleted": 0}
         # Deletions that changed the model, over its whole life (every epoch): the release's
         # ``deletions``. The accountant counts only those it charged, so exact, restarted and
@@ -189,8 +201,9 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
         if unit not in UNITS:
             raise ConfigError(f"privacy_unit must be one of {', '.join(UNITS)}, got {unit!r}")
         if unit not in cls.privacy_units:
-            raise ConfigError(f"privacy_unit {unit!r} is not available for algorithm {cls.algorithm!r} "
-                              f"(it supports {', '.join(cls.privacy_units)}; docs/accounting.md 8)")
+            raise ConfigError(
+                f"privacy_unit {unit!r} is not available for algorithm {cls.algorithm!r} "
+                f"(it supports {', '.join(cls.privacy_units)}; docs/accounting.md 8)")
         if rho is not None and target_epsilon is not None:
             raise ConfigError("give rho (the Rényi slope) or target_epsilon (with delta), not both")
         try:
@@ -229,11 +242,14 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
 
     # ------------------------------------------------------------------ privacy
     def privacy_unit_facts(self) -> dict:
-        """What every ``privacy()`` states first: the unit, its slope and the requests it charged."""
+        """What every ``privacy()`` states first: the unit, its
+        slope and the requests it charged."""
         acc = self.accountant
-        facts = {"unit": acc.unit, "rho": acc.budget, "target_epsilon": self.target_epsilon, "requests": acc.deletions}
+        facts = {"unit": acc.unit, "rho": acc.budget, "target_epsilon": self.target_epsilon,
+                 "requests": acc.deletions}
         if self.key_cap is not None:  # what bounds a request's shift, and what it left unlearned
-            facts.update(max_records_per_key=self.key_cap.limit, records_over_key_cap=self.key_cap.refused)
+            facts.update(max_records_per_key=self.key_cap.limit,
+                         records_over_key_cap=self.key_cap.refused)
         return facts
 
     def privacy(self) -> dict:
@@ -250,8 +266,8 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
 
     # -------------------------------------------------------------------- state
     def export_state(self) -> dict:
-        """{'meta': JSON-able dict, 'arrays': {name: ndarray}, 'shared': ...}; round-trips bit-exactly
-        (core/rebuild.py writes it and reads it back)."""
+        """{'meta': JSON-able dict, 'arrays': {name: ndarray}, 'shared': ...}; round-trips
+        bit-exactly (core/rebuild.py writes it and reads it back)."""
         return exported(self, STATE_FORMAT)
 
     def _export_extra(self) -> dict:
@@ -270,9 +286,11 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
         return len(self.ledger)
 
     @classmethod
-    def from_state(cls, state: dict, noise_rng: np.random.Generator | None = None) -> OnlineUnlearner:
+    def from_state(cls, state: dict,
+                   noise_rng: np.random.Generator | None = None) -> OnlineUnlearner:
         """Rebuild a model from ``export_state()`` (this class or a subclass, as the state names);
-        raises ``InvalidState`` on anything inconsistent. Any algorithm: ``worker.olu.load_model``."""
+        raises ``InvalidState`` on anything inconsistent. Any algorithm:
+        ``worker.olu.load_model``."""
         try:
             name = state["meta"]["algorithm"]
         except (KeyError, TypeError) as exc:

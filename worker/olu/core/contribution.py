@@ -55,7 +55,8 @@ class ContributionCap:
 
     @property
     def keys_at_limit(self) -> int:
-        return int(np.count_nonzero(self._counts >= self.limit)) + sum(c >= self.limit for c in self._recent.values())
+        return int(np.count_nonzero(self._counts >= self.limit)) + sum(
+            c >= self.limit for c in self._recent.values())
 
     def admit(self, keys: np.ndarray) -> np.ndarray:
         """Count the rows of ``keys`` (stream order) as arrived; True for each one learned."""
@@ -65,14 +66,16 @@ class ContributionCap:
 
     def plan(self, keys: np.ndarray) -> tuple[np.ndarray, callable]:
         """:meth:`admit` without counting yet: (admitted mask, a function that counts the rows). A
-        caller whose work may still be called off (a one-pass batch, core/mixed.py) counts on success."""
+        caller whose work may still be called off (a one-pass
+        batch, core/mixed.py) counts on success."""
         keys = np.asarray(keys, np.uint64)
         if len(keys) == 0:
             return np.zeros(0, np.bool_), lambda: None
         unique, inverse, per_key = np.unique(keys, return_inverse=True, return_counts=True)
         before, in_base, where = self._lookup(unique)
         order = np.argsort(inverse, kind="stable")  # the rows of each key together, in stream order
-        rank = np.empty(len(keys), np.int64)  # how many rows of the same key come before, in this batch
+        # how many rows of the same key come before, in this batch
+        rank = np.empty(len(keys), np.int64)
         rank[order] = np.arange(len(keys)) - np.repeat(np.cumsum(per_key) - per_key, per_key)
         admitted = before[inverse] + rank < self.limit
         after = np.minimum(before + per_key, self.limit)
@@ -88,7 +91,8 @@ class ContributionCap:
         return admitted, commit
 
     def _lookup(self, unique: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(count so far, held in the base?, position in the base) of each of the sorted ``unique``."""
+        """(count so far, held in the base?, position in the
+        base) of each of the sorted ``unique``."""
         where = np.searchsorted(self._keys, unique)
         in_base = where < len(self._keys)
         in_base[in_base] = self._keys[where[in_base]] == unique[in_base]
@@ -116,7 +120,8 @@ class ContributionCap:
 
     @classmethod
     def load(cls, limit: int, keys, counts, refused: int = 0) -> ContributionCap:
-        """The cap of :meth:`export` (and the ``refused`` count, stored with the model's counters)."""
+        """The cap of :meth:`export` (and the ``refused`` count,
+        stored with the model's counters)."""
         cap = cls(limit)
         keys, counts = np.asarray(keys, np.uint64), np.asarray(counts, np.uint32)
         if keys.shape != counts.shape or keys.ndim != 1:

@@ -13,8 +13,8 @@ class Deletion(NamedTuple):
     record; nothing to hide), ``restarted`` (new epoch from a data-independent point),
     ``retrained`` (budget exhausted: rebuilt from the retained examples, new epoch; memory-pair),
     ``not_applied`` (the model never used the record: no noise, no budget), ``duplicate`` (already
-    deleted: no-op), ``ignored`` (a baseline that does not unlearn), ``dp_covered`` (dp-tofw: no-op on
-    the state, honoured by the DP guarantee of every release; no noise, no budget, no release).
+    deleted: no-op), ``ignored`` (a baseline that does not unlearn), ``dp_covered`` (dp-tofw: no-op
+    on the state, honoured by the DP guarantee of every release; no noise, no budget, no release).
     """
 
     outcome: str
@@ -34,7 +34,8 @@ class Deletion(NamedTuple):
 
     def for_request(self, records: int, not_applied, duplicates) -> Deletion:
         """This answer as a whole request's: the same outcome and noise, the request's counts."""
-        return self._replace(records=records, not_applied=tuple(not_applied), duplicates=tuple(duplicates))
+        return self._replace(records=records, not_applied=tuple(not_applied),
+                             duplicates=tuple(duplicates))
 
 
 def exact_deletion(accountant, steps, records: int = 0) -> Deletion:
@@ -42,7 +43,8 @@ def exact_deletion(accountant, steps, records: int = 0) -> Deletion:
     return Deletion("exact", accountant.deletions, 0.0, 0.0, tuple(steps), records=records)
 
 
-def charge_noised(accountant, ledger, meter, *, epoch: int, tau: int, steps, shift: float, sigma: float,
+def charge_noised(accountant, ledger, meter, *, epoch: int, tau: int, steps, shift: float,
+                  sigma: float,
                   extra: dict | None = None, share: float = 1.0, records: int = 0) -> Deletion:
     """Charge a noised deletion and record it: the accountant (raises ``BudgetExhausted`` before
     anything is written), the ledger entry, the release's noise meter; then the answer. Every
@@ -52,9 +54,10 @@ def charge_noised(accountant, ledger, meter, *, epoch: int, tau: int, steps, shi
     if len(steps) == 1 and not extra and share == 1.0:  # the common entry: stored as columns
         ledger.append_core(i, epoch, tau, int(steps[0]), shift, sigma, accountant.spent)
     else:
-        ledger.append({"i": i, "epoch": epoch, "tau": tau, "u": [int(s) for s in steps], "shift": shift,
-                       "sigma": sigma, "rho": accountant.spent, **(extra or {}),
-                       **({"share": share} if share != 1.0 else {})})
+        ledger.append(
+            {"i": i, "epoch": epoch, "tau": tau, "u": [int(s) for s in steps], "shift": shift,
+             "sigma": sigma, "rho": accountant.spent, **(extra or {}),
+             **({"share": share} if share != 1.0 else {})})
     meter.add(epoch, tau, sigma)
     return Deletion("noised", i, sigma, shift, tuple(steps), records=records)
 

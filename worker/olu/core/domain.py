@@ -2,7 +2,8 @@
 
 Calibration needs public constants (docs/worker.md 4.5): the radius r of K and a
 bound R on feature norms. Features are bounded *at ingest* (clip or reject), never by clipping
-gradients, which would change the update map and break the contraction argument (docs/calibration.md 2.1).
+gradients, which would change the update map and break the
+contraction argument (docs/calibration.md 2.1).
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import math
 import numpy as np
 
 from ..arith import row_sqnorms, sqnorm
-from ..exceptions import ConfigError, DimensionMismatch, InvalidFeatures, NonFiniteInput, NormExceeded
+from ..exceptions import (
+    ConfigError,
+    DimensionMismatch,
+    InvalidFeatures,
+    NonFiniteInput,
+    NormExceeded,
+)
 
 FEATURE_POLICIES = ("reject", "clip")
 _TINY = np.finfo(np.float64).tiny  # a sum of squares below it has lost precision to underflow
@@ -31,7 +38,8 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     >>> norms[:3].tolist(), finite.tolist()
     ([5.0, 1.414213562373095e+200, inf], [True, True, True, False])
     """
-    with np.errstate(over="ignore"):  # a sum of squares past the largest double is inf: rescaled below
+    with np.errstate(over="ignore"):
+        # a sum of squares past the largest double is inf: rescaled below
         sq = row_sqnorms(X)
     norms = np.sqrt(sq)
     finite = np.ones(len(X), np.bool_)
@@ -43,7 +51,8 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows, odd = rows[ok], odd[ok]
         top = np.abs(rows).max(axis=1, initial=0.0)
         _, exp = np.frexp(top)  # top = m 2^exp with 0.5 <= m < 1 (exp 0 for an all-zero row)
-        scaled = np.ldexp(rows, -exp[:, None])  # entries within [-1, 1]: the squares cannot overflow
+        # entries within [-1, 1]: the squares cannot overflow
+        scaled = np.ldexp(rows, -exp[:, None])
         with np.errstate(over="ignore"):  # a norm beyond the largest double is inf, as it should be
             norms[odd] = np.ldexp(np.sqrt(row_sqnorms(scaled)), exp)
     return norms, finite
@@ -109,7 +118,8 @@ class FeatureBound:
         try:
             arr = np.asarray(x, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise InvalidFeatures(f"features are not an array of numbers ({type(exc).__name__})") from None
+            raise InvalidFeatures(
+                f"features are not an array of numbers ({type(exc).__name__})") from None
         if arr.ndim != 1:
             raise DimensionMismatch(f"expected {self.dim} features, got shape {arr.shape}")
         return self.check_many(arr[None, :])[0]
@@ -119,7 +129,8 @@ class FeatureBound:
         try:
             arr = np.asarray(X, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise InvalidFeatures(f"features are not a numeric matrix ({type(exc).__name__})") from None
+            raise InvalidFeatures(
+                f"features are not a numeric matrix ({type(exc).__name__})") from None
         if arr.ndim != 2 or arr.shape[1] != self.dim:
             raise DimensionMismatch(f"expected shape (n, {self.dim}), got {arr.shape}")
         norms, finite = row_norms(arr)

@@ -1,9 +1,9 @@
 """Retained raw examples for the algorithms that revisit data (active OLU, exact retraining).
 
 An :class:`ExampleStore` keeps, in step order, one row per applied example: the features x
-(float64, length d), the label y, the step u at which the example was applied (docs/guarantee.md 1.3) and
-the 64-bit record key. Rows are appended into buffers that grow geometrically (amortised O(d) per
-append).
+(float64, length d), the label y, the step u at which the example was applied (docs/guarantee.md
+1.3) and the 64-bit record key. Rows are appended into buffers that grow geometrically (amortised
+O(d) per append).
 
 Deletion (docs/worker.md 4.6: after a delete is acknowledged, the record's raw features are
 gone from worker memory): :meth:`ExampleStore.remove_steps` / :meth:`ExampleStore.remove_key`
@@ -115,10 +115,12 @@ class ExampleStore:
         y = np.asarray(y, np.float64)
         m = len(steps)
         if X.shape != (m, self.dim) or keys.shape != (m,) or y.shape != (m,):
-            raise ValueError(f"rows must be ({m}, {self.dim}) with {m} keys and labels, got {X.shape}")
+            raise ValueError(
+                f"rows must be ({m}, {self.dim}) with {m} keys and labels, got {X.shape}")
         if m == 0:
             return
-        if steps[0] <= self.last_step or (m > 1 and not np.all(steps[1:] > steps[:-1])) or steps[0] < 1:
+        if steps[0] <= self.last_step or (m > 1
+                                          and not np.all(steps[1:] > steps[:-1])) or steps[0] < 1:
             raise ValueError("steps must be >= 1 and strictly increase after the last stored step")
         self._reserve(m)
         n = self._n
@@ -250,7 +252,8 @@ class ExampleStore:
         """Rebuild from :meth:`to_arrays`; raises ``ValueError`` on anything inconsistent."""
         X = np.asarray(arrays["X"])
         if X.ndim != 2 or X.dtype != np.float64:
-            raise ValueError(f"retained features must be a 2-D float64 array, got {X.dtype} {X.shape}")
+            raise ValueError(
+                f"retained features must be a 2-D float64 array, got {X.dtype} {X.shape}")
         if dim is not None and X.shape[1] != dim:
             raise ValueError(f"retained features have {X.shape[1]} columns, expected {dim}")
         if not np.all(np.isfinite(X)):

@@ -90,7 +90,8 @@ class AppliedIndex:
         self._tail_keys = np.zeros(tail_size or TAIL_SIZE, np.uint64)
         self._tail_steps = np.zeros(tail_size or TAIL_SIZE, np.uint32)
         self._tail_len = 0
-        self._tail_holes = 0  # tail entries removed by a pop: key 0, dropped when the tail becomes a run
+        # tail entries removed by a pop: key 0, dropped when the tail becomes a run
+        self._tail_holes = 0
         self._max_run = max_run or MAX_RUN
         self._undo: list[tuple] = []  # what the pops since begin_pops removed (see undo_pop)
         self._merging: PacedMerge | None = None  # runs being merged a slice at a time
@@ -108,14 +109,16 @@ class AppliedIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the runs and the tail with its slot table (a paced merge in progress also holds the merged copy of
-        its four runs until it is adopted, as an immediate merge does for the length of the call)."""
+        """Bytes of the runs and the tail with its slot table (a paced merge in progress also holds
+        the merged copy of its four runs until it is adopted, as an
+        immediate merge does for the length of the call)."""
         return (sum(r.keys.nbytes + r.steps.nbytes for r in self.runs)
                 + self._tail_keys.nbytes + self._tail_steps.nbytes + self._tail_slots.nbytes)
 
     def add(self, key: int, step: int) -> None:
         if not 0 < key < 2**64:
-            raise ValueError(f"key {key} is not a record key (1 .. 2**64 - 1; 0 marks a removed tail entry)")
+            raise ValueError(
+                f"key {key} is not a record key (1 .. 2**64 - 1; 0 marks a removed tail entry)")
         if not 0 < step < 2**32:
             raise step_overflow(step)
         if self._tail_len == len(self._tail_keys):
@@ -132,7 +135,8 @@ class AppliedIndex:
             self._merging.advance(self._tail_len / len(self._tail_keys))
 
     def tail_room(self) -> int:
-        """Entries the tail takes before it must be merged (a pass that stays within it merges nothing)."""
+        """Entries the tail takes before it must be merged (a pass
+        that stays within it merges nothing)."""
         return len(self._tail_keys) - self._tail_len
 
     def tail_buffers(self):
@@ -154,7 +158,8 @@ class AppliedIndex:
         self._lookup_list()
         out = np.empty((len(keys), 3), np.int64)
         merge_kernels().find_keys(self._lookup_keys, keys, out)
-        self._prefetched = {k: [(run, pos)] if m else [] for k, (m, run, pos) in zip(keys.tolist(), out.tolist())
+        self._prefetched = {k: [(run, pos)] if m else [] for k,
+                            (m, run, pos) in zip(keys.tolist(), out.tolist())
                             if m <= 1}
 
     def pop(self, key: int) -> list[int]:
@@ -174,7 +179,8 @@ class AppliedIndex:
                 found.append(int(run.steps[pos]))
                 run.dead.add(pos)
                 marked.append((run, pos))
-        for pos in in_tail:  # a hole, not a compaction: the tail's other entries stay where they are
+        for pos in in_tail:
+            # a hole, not a compaction: the tail's other entries stay where they are
             found.append(int(self._tail_steps[pos]))
             self._tail_keys[pos] = 0
         self._tail_holes += len(in_tail)
@@ -186,12 +192,14 @@ class AppliedIndex:
     def pop_each(self, keys: list[int]) -> list[list[int]]:
         """:meth:`pop` of each of the distinct ``keys`` in order, each undoable like one, with the
         runs and the tail searched for all of them in one compiled call (a poll batch's deletes:
-        a call each cost ~2 us of dispatch apiece). A key found more than once goes through pop()."""
+        a call each cost ~2 us of dispatch apiece). A key found
+        more than once goes through pop()."""
         if not keys:
             return []
         self._lookup_list()
         found = np.empty((len(keys), 5), np.int64)
-        merge_kernels().find_each(self._lookup_keys, np.array(keys, np.uint64), self._tail_keys, self._tail_len,
+        merge_kernels().find_each(self._lookup_keys, np.array(keys, np.uint64), self._tail_keys,
+                                  self._tail_len,
                                   self._tail_slots, self._slotted, found)
         self._slotted = self._tail_len
         if self._prefetched:  # answered here: pop() must not take these stale positions later
@@ -202,7 +210,8 @@ class AppliedIndex:
             if m > 1 or count > 1 or not key:  # the positions beyond the first are not in ``found``
                 popped.append(self.pop(key))
             else:
-                popped.append(self._remove(np.uint64(key), [(r, pos)] if m else [], [tail_pos] if count else []))
+                popped.append(self._remove(np.uint64(key), [(r, pos)] if m else [], [tail_pos]
+                                           if count else []))
         return popped
 
     def holds(self, key: int) -> bool:
@@ -220,7 +229,8 @@ class AppliedIndex:
         kernels = merge_kernels()
         hits = self._prefetched.pop(int(k), None) if self._prefetched else None
         if hits is not None:
-            count, tail0 = kernels.find_tail(k, self._tail_keys, self._tail_len, self._tail_slots, self._slotted,
+            count, tail0 = kernels.find_tail(k, self._tail_keys, self._tail_len, self._tail_slots,
+                                             self._slotted,
                                              self._hit_buffers[2])
             self._slotted = self._tail_len
             if count <= len(self._hit_buffers[2]):
@@ -228,15 +238,19 @@ class AppliedIndex:
         self._lookup_list()
         while True:
             out_run, out_pos, out_tail = self._hit_buffers
-            m, count, run0, pos0, tail0 = kernels.find_key(self._lookup_keys, k, self._tail_keys, self._tail_len,
-                                                          self._tail_slots, self._slotted, out_run, out_pos, out_tail)
+            m, count, run0, pos0, tail0 = kernels.find_key(self._lookup_keys, k, self._tail_keys,
+                                                           self._tail_len,
+                                                          self._tail_slots, self._slotted, out_run,
+                                                          out_pos, out_tail)
             self._slotted = self._tail_len
             if m <= len(out_run) and count <= len(out_tail):
                 break
             size = 2 * max(m, count)
-            self._hit_buffers = (np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64))
+            self._hit_buffers = (np.empty(size, np.int64), np.empty(size, np.int64),
+                                 np.empty(size, np.int64))
         # a single hit (the common case) comes back as plain ints: no numpy indexing on this path
-        hits = [] if m == 0 else [(run0, pos0)] if m == 1 else list(zip(out_run[:m].tolist(), out_pos[:m].tolist()))
+        hits = [] if m == 0 else [(run0, pos0)] if m == 1 else list(
+            zip(out_run[:m].tolist(), out_pos[:m].tolist()))
         return hits, _positions(count, tail0, out_tail)
 
     def _lookup_list(self) -> None:
@@ -284,7 +298,8 @@ class AppliedIndex:
             if start is not None:
                 self._merging = PacedMerge(start, runs[start:start + fanin])
             return
-        while len(runs) >= fanin and _same_tier(runs[-fanin:]) and sum(r.live for r in runs[-fanin:]) <= self._max_run:
+        while len(runs) >= fanin and _same_tier(runs[-fanin:]) and sum(r.live
+                                                                       for r in runs[-fanin:]) <= self._max_run:
             group = runs[-fanin:]
             del runs[-fanin:]
             runs.append(merge_all(group))
@@ -305,7 +320,8 @@ class AppliedIndex:
         self._prefetched.clear()
         if merging is not None:
             merged = merging.finish()
-            self.runs[merging.start:merging.start + len(merging.sources)] = [merged] if len(merged) else []
+            self.runs[
+                merging.start:merging.start + len(merging.sources)] = [merged] if len(merged) else []
 
     def clear(self) -> None:
         self.runs, self._merging = [], None
@@ -351,7 +367,8 @@ class AppliedIndex:
         arrays = {"applied_tail_keys": self._tail_keys[:self._tail_len].copy(),
                   "applied_tail_steps": self._tail_steps[:self._tail_len].copy()}
         if self._merging is not None:  # (first run, number of runs) being merged
-            arrays["applied_merging"] = np.array([self._merging.start, len(self._merging.sources)], np.int64)
+            arrays["applied_merging"] = np.array([self._merging.start, len(self._merging.sources)],
+                                                 np.int64)
         shared = {}
         for i, run in enumerate(self.runs):
             arrays[f"applied_run{i}_dead"] = run.dead_positions()
@@ -360,7 +377,8 @@ class AppliedIndex:
 
     @classmethod
     def load(cls, arrays: dict, shared: dict | None = None) -> AppliedIndex:
-        """Inverse of :meth:`export` (also reads the older one-array layout); ValueError if inconsistent.
+        """Inverse of :meth:`export` (also reads the older
+        one-array layout); ValueError if inconsistent.
 
         The shared run arrays are adopted, not copied: the caller hands them over.
         """
@@ -384,16 +402,20 @@ class AppliedIndex:
         tail_keys = np.asarray(arrays["applied_tail_keys"], np.uint64)
         tail_steps = np.asarray(arrays["applied_tail_steps"], np.uint32)
         if tail_keys.shape != tail_steps.shape or tail_keys.ndim != 1 or len(tail_keys) > len(idx._tail_keys):
-            raise ValueError("applied index tail arrays must be 1-D, of equal length and fit the tail")
+            raise ValueError(
+                "applied index tail arrays must be 1-D, of equal length and fit the tail")
         if not tail_steps.all():
             raise ValueError("applied index tail holds a zero step")
         n = len(tail_keys)
         idx._tail_keys[:n], idx._tail_steps[:n], idx._tail_len = tail_keys, tail_steps, n
-        idx._tail_holes = int(np.count_nonzero(tail_keys == 0))  # entries a pop removed (kept: same layout)
+        # entries a pop removed (kept: same layout)
+        idx._tail_holes = int(np.count_nonzero(tail_keys == 0))
         if "applied_merging" in arrays:  # start that merge again: it is adopted at the same point
-            start, count = (int(v) for v in np.asarray(arrays["applied_merging"], np.int64).reshape(2))
+            start, count = (int(v)
+                            for v in np.asarray(arrays["applied_merging"], np.int64).reshape(2))
             if count != MERGE_FANIN or not 0 <= start <= len(idx.runs) - count:
-                raise ValueError(f"applied index merges runs {start}..{start + count - 1} of {len(idx.runs)}")
+                raise ValueError(
+                    f"applied index merges runs {start}..{start + count - 1} of {len(idx.runs)}")
             idx._merging = PacedMerge(start, idx.runs[start:start + count])
         return idx
 

@@ -27,8 +27,8 @@ import numpy as np
 
 
 class ScaledIterate:
-    """``z`` = ``scale * unscaled``; ``unscaled_sqnorm`` is ||unscaled||^2 as the sparse steps keep it
-    (None: not kept, computed exactly by the next sparse step)."""
+    """``z`` = ``scale * unscaled``; ``unscaled_sqnorm`` is ||unscaled||^2 as the sparse steps keep
+    it (None: not kept, computed exactly by the next sparse step)."""
 
     _w: np.ndarray
     _scale: float = 1.0

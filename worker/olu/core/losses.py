@@ -80,7 +80,8 @@ class Logistic:
         raise InvalidLabel("logistic labels are -1/+1 or 0/1")
 
     def derivative(self, margin: float, y: float) -> float:
-        """d/d(x.z) of the data term at ``margin`` = x.z: the gradient is this times x, plus lam z."""
+        """d/d(x.z) of the data term at ``margin`` = x.z: the
+        gradient is this times x, plus lam z."""
         return logistic_derivative(margin, y)
 
     def grad(self, z: np.ndarray, x: np.ndarray, y: float) -> np.ndarray:
@@ -108,7 +109,8 @@ class Ridge:
     def __init__(self, lam: float, label_bound: float = 1.0):
         if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam > 0):
             raise ConfigError(f"l2 (lambda) must be a finite number > 0 for ridge, got {lam!r}")
-        if not (isinstance(label_bound, (int, float)) and math.isfinite(label_bound) and label_bound > 0):
+        if not (isinstance(label_bound, (int, float)) and math.isfinite(label_bound)
+                and label_bound > 0):
             raise ConfigError(f"label_bound must be a finite number > 0, got {label_bound!r}")
         self.lam, self.label_bound = float(lam), float(label_bound)
 
@@ -119,7 +121,8 @@ class Ridge:
 
     def constants(self, radius: float, feature_bound: float) -> LossConstants:
         R, Y = feature_bound, self.label_bound
-        return LossConstants(L=R * (R * radius + Y) + self.lam * radius, mu=self.lam, beta=R * R + self.lam)
+        return LossConstants(L=R * (R * radius + Y) + self.lam * radius, mu=self.lam,
+                             beta=R * R + self.lam)
 
     def label(self, y) -> float:
         value = _finite_label(y)
@@ -148,8 +151,8 @@ class Softmax:
 
     Constants (docs/calibration.md 2.2): the data gradient is (p - e_y) x^T, whose Frobenius norm
     is ||p - e_y|| ||x|| <= sqrt(2) R; its Hessian (diag(p) - p p^T) (x) x x^T has eigenvalues at
-    most ||x||^2 / 2 (Böhning's bound diag(p) - p p^T <= (I - 11^T/K)/2, itself <= I/2). So L = sqrt(2) R + lam r,
-    beta = R^2 / 2 + lam, mu = lam.
+    most ||x||^2 / 2 (Böhning's bound diag(p) - p p^T <= (I - 11^T/K)/2, itself <= I/2). So L =
+    sqrt(2) R + lam r, beta = R^2 / 2 + lam, mu = lam.
 
     Labels are the declared classes (all strings or all integers); a label is learned as its
     position in ``classes``. An integer class also matches a float of the same value (JSON
@@ -178,7 +181,8 @@ class Softmax:
         self.named = type(self.classes[0]) is str
         # integer classes: their values sorted, with each one's position, for the vectorised check
         self._sorted = None if self.named else np.array(sorted(self.classes), np.float64)
-        self._positions = None if self.named else np.array([self._index[c] for c in sorted(self.classes)], np.float64)
+        self._positions = None if self.named else np.array(
+            [self._index[c] for c in sorted(self.classes)], np.float64)
 
     @property
     def strongly_convex(self) -> bool:
@@ -189,13 +193,15 @@ class Softmax:
 
     def constants(self, radius: float, feature_bound: float) -> LossConstants:
         R = feature_bound
-        return LossConstants(L=math.sqrt(2.0) * R + self.lam * radius, mu=self.lam, beta=R * R / 2 + self.lam)
+        return LossConstants(L=math.sqrt(2.0) * R + self.lam * radius, mu=self.lam,
+                             beta=R * R / 2 + self.lam)
 
     def label(self, y) -> float:
         """The position of class ``y`` in ``classes``; ``InvalidLabel`` for anything else."""
         if isinstance(y, str) or type(y) is int:
             position = self._index.get(y)
-        elif isinstance(y, (float, np.floating)) and self._sorted is not None and float(y).is_integer():
+        elif isinstance(y, (float,
+                            np.floating)) and self._sorted is not None and float(y).is_integer():
             position = self._index.get(int(y))
         elif isinstance(y, np.integer) and self._sorted is not None:
             position = self._index.get(int(y))
@@ -209,7 +215,8 @@ class Softmax:
 
     def labels(self, y) -> np.ndarray:
         """:meth:`label` of each item, float64 out; vectorised for numbers under integer classes."""
-        if self._sorted is not None and isinstance(y, np.ndarray) and y.dtype.kind in "fiu" and y.ndim == 1:
+        if self._sorted is not None and isinstance(y,
+                                                   np.ndarray) and y.dtype.kind in "fiu" and y.ndim == 1:
             arr = y.astype(np.float64)
             at = np.minimum(np.searchsorted(self._sorted, arr), self.k - 1)
             bad = self._sorted[at] != arr  # NaN is bad too
@@ -225,8 +232,8 @@ class Softmax:
 
     @staticmethod
     def margins_many(z: np.ndarray, X: np.ndarray) -> np.ndarray:
-        """The margins of every row (n x K) under the flat K x d ``z``, each as :meth:`margins` adds it
-        (arith.matvec: each row's dot product in the engine's order)."""
+        """The margins of every row (n x K) under the flat K x d ``z``, each as :meth:`margins` adds
+        it (arith.matvec: each row's dot product in the engine's order)."""
         d = X.shape[1]
         return np.stack([matvec(X, z[k * d:(k + 1) * d]) for k in range(len(z) // d)], axis=1)
 
@@ -248,7 +255,8 @@ class Softmax:
     def value(self, z: np.ndarray, x: np.ndarray, y: float) -> float:
         m = self.margins(z, x)
         top = max(m.tolist())
-        return top + math.log(sum(math.exp(v - top) for v in m.tolist())) - m[int(y)] + 0.5 * self.lam * sqnorm(z)
+        return top + math.log(
+            sum(math.exp(v - top) for v in m.tolist())) - m[int(y)] + 0.5 * self.lam * sqnorm(z)
 
     def predict(self, z: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The class probabilities, in the order of ``classes``."""
@@ -258,11 +266,13 @@ class Softmax:
 def _declared_classes(classes) -> tuple:
     """K >= 2 distinct class labels, all strings or all integers."""
     if classes is None or isinstance(classes, (str, bytes)):
-        raise ConfigError("loss 'softmax' needs classes: a list of at least 2 distinct labels (OLU_CLASSES)")
+        raise ConfigError(
+            "loss 'softmax' needs classes: a list of at least 2 distinct labels (OLU_CLASSES)")
     labels = tuple(classes)
     kinds = {type(c) for c in labels}
     if len(labels) < 2 or not (kinds == {str} or kinds == {int}):
-        raise ConfigError(f"classes must be at least 2 labels, all strings or all integers, got {list(labels)!r}")
+        raise ConfigError(
+            f"classes must be at least 2 labels, all strings or all integers, got {list(labels)!r}")
     if len(set(labels)) != len(labels):
         raise ConfigError(f"classes must be distinct, got {list(labels)!r}")
     if kinds == {str} and not all(labels):

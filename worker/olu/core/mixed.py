@@ -69,13 +69,15 @@ def learn_and_unlearn(model, keys, X, y, spans, delete_rows, delete_keys, delete
     own = getattr(model, "learn_and_unlearn", None)
     if own is not None:
         return own(keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects)
-    prepared = prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects)
+    prepared = prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
+                            subjects)
     return None if prepared is None else prepared.run()
 
 
 #: What the compiled pass reproduces: a class whose instances take it keeps these as declared by the
 #: class that set ``mixes_deletions`` (a subclass that changes one gets the one-by-one path).
-MIXED_METHODS = ("_learn", "_after_learn", "_after_learn_batch", "_delete", "shift", "_release_with_noise")
+MIXED_METHODS = ("_learn", "_after_learn", "_after_learn_batch", "_delete", "shift",
+                 "_release_with_noise")
 
 
 def keeps_mixed_steps(cls: type) -> bool:
@@ -93,7 +95,8 @@ def keeps_mixed_steps(cls: type) -> bool:
     return all(getattr(cls, name, None) is getattr(owner, name, None) for name in MIXED_METHODS)
 
 
-def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids, subjects=None) -> Pass | None:
+def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
+                 subjects=None) -> Pass | None:
     """Phase 1 of :func:`learn_and_unlearn`: every check, the program and the index pops; the
     :class:`Pass` to run (or to cancel, which leaves the model as it was), or None with the model
     unchanged where this path does not apply. Rows of a key past ``max_records_per_key`` leave
@@ -101,7 +104,8 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
     if not keeps_mixed_steps(type(model)):
         return None
     kernels, plan, schedule = compiled(), model.kernel_plan(), model.schedule
-    if (plan is None or type(schedule) is not StronglyConvex or model.noise_share != 1.0 or not delete_rows
+    if (plan is None or type(schedule) is not StronglyConvex or model.noise_share != 1.0
+        or not delete_rows
             or model.t + len(keys) >= _MAX_STEP):
         return None
     offered = sum(stop - first for first, stop in spans)
@@ -114,7 +118,8 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
     keys, dkeys = np.ascontiguousarray(keys, np.uint64), np.asarray(delete_keys, np.uint64)
     ops = np.empty((len(spans) + len(delete_rows), 3), np.int64)
     in_batch = np.empty(len(delete_rows), np.int64)
-    if not kernels.plan_pass(keys, np.array(spans, np.int64).reshape(-1, 2), np.array(delete_rows, np.int64),
+    if not kernels.plan_pass(keys, np.array(spans, np.int64).reshape(-1, 2),
+                             np.array(delete_rows, np.int64),
                              dkeys, ops, in_batch):
         return None
     tombstoned = model.tombstones.holds_each(dkeys)
@@ -128,14 +133,16 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
     if multipliers is None or earliest + 1 < schedule._regular_from or not earliest + schedule.t0 > 0:
         _undo_pops(model, popped)  # a step before the closed form (log_contraction), or a refusal
         return None
-    return Pass(model, plan, (keys, X, y, ops), (learned, offered, count_arrivals), (dkeys, delete_keys, delete_ids),
+    return Pass(model, plan, (keys, X, y, ops), (learned, offered, count_arrivals),
+                (dkeys, delete_keys, delete_ids),
                 tombstoned, in_batch.tolist(), popped, steps_u, multipliers)
 
 
 def _admitted_spans(cap, subjects: np.ndarray, spans) -> tuple[list, object]:
     """``spans`` without the rows ``cap`` refuses (maximal runs of the admitted rows), and the
     function that counts the spans' rows as arrived."""
-    rows = np.concatenate([np.arange(first, stop) for first, stop in spans]) if spans else np.zeros(0, np.int64)
+    rows = np.concatenate(
+        [np.arange(first, stop) for first, stop in spans]) if spans else np.zeros(0, np.int64)
     admitted, count_arrivals = cap.plan(subjects[rows])
     kept = rows[admitted]
     if len(kept) == 0:
@@ -149,9 +156,11 @@ class Pass:
     """A checked batch whose index pops are done: :meth:`run` does phases 2 and 3, :meth:`cancel`
     undoes the pops (a rotation whose other model's pass does not apply)."""
 
-    def __init__(self, model, plan, rows, sizes, deletes, tombstoned, in_batch, popped, steps_u, multipliers):
+    def __init__(self, model, plan, rows, sizes, deletes, tombstoned, in_batch, popped, steps_u,
+                 multipliers):
         self.model, self.plan, self.rows, self.deletes = model, plan, rows, deletes
-        self.learned, self.offered, self.count_arrivals = sizes  # rows in the spans: learned, before the key cap
+        # rows in the spans: learned, before the key cap
+        self.learned, self.offered, self.count_arrivals = sizes
         self.tombstoned, self.in_batch, self.popped = tombstoned, in_batch, popped
         self.steps_u, self.multipliers = steps_u, multipliers
 
@@ -159,13 +168,15 @@ class Pass:
         _undo_pops(self.model, self.popped)
 
     def run(self) -> MixedBatch:
-        model, (keys, X, y, ops), (dkeys, delete_keys, delete_ids) = self.model, self.rows, self.deletes
+        model, (keys, X, y, ops), (dkeys, delete_keys,
+                                   delete_ids) = self.model, self.rows, self.deletes
         tombstoned, popped, steps_u = self.tombstoned, self.popped, self.steps_u
         noise = model._noise_rows(int(np.count_nonzero(steps_u)))
         z = np.array(model.z, dtype=np.float64)
         try:
             t, steps, taus, shifts, sigmas, z_after, _ = compiled().run_mixed(
-                self.plan, z, model.t, model.index, model.tombstones, keys, X, y, ops, model.constants.L,
+                self.plan, z, model.t, model.index, model.tombstones, keys, X, y, ops,
+                model.constants.L,
                 model.ball.diameter, steps_u, np.asarray(self.multipliers, np.float64), noise)
         finally:
             noise[:] = 0.0  # the noise lives in the iterate only (invariant 1)
@@ -180,7 +191,8 @@ class Pass:
         model.counters["skipped_deleted"] += learned - n_applied
         if self.count_arrivals is not None:
             self.count_arrivals()
-        deletions, points = _account(model, popped, tombstoned, delete_ids, steps_u, taus, shifts, sigmas, z_after)
+        deletions, points = _account(model, popped, tombstoned, delete_ids, steps_u, taus, shifts,
+                                     sigmas, z_after)
         states = [p if d.changed_model else None for d, p in zip(deletions, points)]
         return MixedBatch(n_applied, self.offered - n_applied, deletions, states, points)
 
@@ -218,14 +230,17 @@ def _account(model, popped, tombstoned, ids, steps_u, taus, shifts, sigmas, z_af
     for j, (steps, (u, tau, shift, sigma, z)) in enumerate(zip(popped, facts)):
         if not steps:
             dead = tombstoned[j]
-            deletions.append(Deletion("duplicate" if dead else "not_applied", not_applied=() if dead else (ids[j],),
+            deletions.append(Deletion("duplicate" if dead else "not_applied", not_applied=() if dead
+                                      else (ids[j],),
                                       duplicates=(ids[j],) if dead else ()))
         elif shift == 0.0:
             deletions.append(exact_deletion(accountant, (u,), records=1))
         else:  # the charge cannot refuse: multipliers() said so
-            deletions.append(charge_noised(accountant, ledger, meter, epoch=epoch, tau=tau, steps=(u,), shift=shift,
+            deletions.append(charge_noised(accountant, ledger, meter, epoch=epoch, tau=tau,
+                                           steps=(u,), shift=shift,
                                            sigma=sigma, records=1))
         model.deletions_applied += bool(steps)
-        points.append({"z": z, "t": tau, "epoch": epoch, "deletions": earlier + accountant.deletions,
-                       "deletions_applied": model.deletions_applied})
+        points.append(
+            {"z": z, "t": tau, "epoch": epoch, "deletions": earlier + accountant.deletions,
+             "deletions_applied": model.deletions_applied})
     return deletions, points

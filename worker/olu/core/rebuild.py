@@ -17,7 +17,8 @@ READABLE_FORMATS = (1, 2, 3, 4)
 
 
 def exported(model, state_format: int) -> dict:
-    """{'meta': JSON-able dict, 'arrays': {name: ndarray}, 'shared': immutable array groups} of ``model``."""
+    """{'meta': JSON-able dict, 'arrays': {name: ndarray},
+    'shared': immutable array groups} of ``model``."""
     meta = {
         "format": state_format, "algorithm": model.algorithm, "config": dict(model.config),
         "t": model.t, "epoch": model.epoch, "counters": dict(model.counters),
@@ -31,7 +32,8 @@ def exported(model, state_format: int) -> dict:
     shared.update(ledger_shared)
     shared.update(tombstone_shared)
     arrays = {"z": model.z.copy(), "tombstones": recent_tombstones, **index_arrays}
-    if model.unscaled_sqnorm is not None:  # a sparse step's iterate and kept norm (core/iterate.py), exactly
+    if model.unscaled_sqnorm is not None:
+        # a sparse step's iterate and kept norm (core/iterate.py), exactly
         arrays["z_unscaled"] = model.unscaled.copy()
         meta["z_scale"], meta["z_sqnorm"] = model.scale, model.unscaled_sqnorm
     if model.key_cap is not None:
@@ -58,7 +60,8 @@ def _deletions_applied(model, stored) -> int:
     if stored is None:  # written before the count was stored (it is optional in the state)
         return max(floor, model._legacy_deletions_applied())
     if isinstance(stored, bool) or not isinstance(stored, int) or stored < floor:
-        raise InvalidState(f"deletions_applied {stored!r} is not an integer >= {floor} (ledger and accountant)")
+        raise InvalidState(
+            f"deletions_applied {stored!r} is not an integer >= {floor} (ledger and accountant)")
     return stored
 
 
@@ -80,7 +83,8 @@ def _constructor_config(cls: type, config: dict) -> dict:
 def _restore_scaled(model, unscaled: np.ndarray, scale, sqnorm) -> None:
     """The iterate as ``scale * unscaled``, checked against the stored ``z`` it must give."""
     if unscaled.shape != (model.param_dim,) or not np.all(np.isfinite(unscaled)):
-        raise InvalidState(f"unscaled iterate has shape {unscaled.shape}, expected ({model.param_dim},) and finite")
+        raise InvalidState(
+            f"unscaled iterate has shape {unscaled.shape}, expected ({model.param_dim},) and finite")
     if not (isinstance(scale, float) and (sqnorm is None or isinstance(sqnorm, float))):
         raise InvalidState(f"iterate scale {scale!r} / kept norm {sqnorm!r} are not numbers")
     expected = model.z
@@ -93,20 +97,24 @@ def _restore_scaled(model, unscaled: np.ndarray, scale, sqnorm) -> None:
 
 
 def rebuild(cls: type, state: dict, noise_rng):
-    """A model of class ``cls`` from ``export_state()`` (``OnlineUnlearner.from_state``), or InvalidState."""
+    """A model of class ``cls`` from ``export_state()``
+    (``OnlineUnlearner.from_state``), or InvalidState."""
     try:
         meta, arrays = state["meta"], state["arrays"]
         if meta["format"] not in READABLE_FORMATS:
-            raise InvalidState(f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
+            raise InvalidState(
+                f"unknown state format {meta['format']!r} (this build reads {READABLE_FORMATS})")
         model = cls(**_constructor_config(cls, meta["config"]), noise_rng=noise_rng)
         z = np.asarray(arrays["z"], np.float64)
         if z.shape != (model.param_dim,) or not np.all(np.isfinite(z)):
-            raise InvalidState(f"iterate has shape {z.shape}, expected ({model.param_dim},) and finite")
+            raise InvalidState(
+                f"iterate has shape {z.shape}, expected ({model.param_dim},) and finite")
         if norm(z) > model.ball.radius * (1 + 1e-12):
             raise InvalidState("iterate lies outside the domain K")
         model.z = z.copy()
         if "z_unscaled" in arrays:
-            _restore_scaled(model, np.asarray(arrays["z_unscaled"], np.float64), meta["z_scale"], meta["z_sqnorm"])
+            _restore_scaled(model, np.asarray(arrays["z_unscaled"], np.float64), meta["z_scale"],
+                            meta["z_sqnorm"])
         model.t, model.epoch = int(meta["t"]), int(meta["epoch"])
         model.counters = {k: int(v) for k, v in meta["counters"].items()}
         model.accountant = load_accountant(meta["accountant"])
@@ -119,8 +127,10 @@ def rebuild(cls: type, state: dict, noise_rng):
             raise InvalidState("applied index holds a step after the step counter")
         if model.key_cap is not None:
             empty = np.zeros(0, np.uint64)
-            model.key_cap = ContributionCap.load(model.key_cap.limit, arrays.get("key_cap_keys", empty),
-                                                 arrays.get("key_cap_counts", empty), meta.get("key_cap_refused", 0))
+            model.key_cap = ContributionCap.load(model.key_cap.limit,
+                                                 arrays.get("key_cap_keys", empty),
+                                                 arrays.get("key_cap_counts", empty),
+                                                 meta.get("key_cap_refused", 0))
         model._import(meta, arrays)
         model.noise_meter.restore(model.ledger, model.epoch, model.t)
         model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))

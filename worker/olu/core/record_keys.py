@@ -24,9 +24,11 @@ def record_key(record_id: str) -> int:
     True
     """
     if not isinstance(record_id, str) or not record_id:
-        raise InvalidRecordId(f"record id must be a non-empty string, got {type(record_id).__name__}"
-                              f"{' (empty)' if record_id == '' else ''}")
-    raw = str.encode(record_id, "utf-8", "surrogatepass")  # the content: a subclass's encode is not asked
+        raise InvalidRecordId(
+            f"record id must be a non-empty string, got {type(record_id).__name__}"
+            f"{' (empty)' if record_id == '' else ''}")
+    # the content: a subclass's encode is not asked
+    raw = str.encode(record_id, "utf-8", "surrogatepass")
     if len(raw) > MAX_ID_BYTES:
         raise InvalidRecordId(f"record id is {len(raw)} bytes, more than {MAX_ID_BYTES}")
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") or 1

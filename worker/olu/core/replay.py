@@ -27,7 +27,8 @@ def replay_ogd(model: OnlineUnlearner, store: ExampleStore) -> np.ndarray:
     return replay_rows(model, np.zeros(model.param_dim), X, y, steps)
 
 
-def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndarray, steps: np.ndarray) -> np.ndarray:
+def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndarray,
+                steps: np.ndarray) -> np.ndarray:
     """Projected OGD from ``z`` over rows (writeable, increasing ``steps``) at their own steps."""
     z = np.array(z, dtype=np.float64)
     n = len(steps)
@@ -46,12 +47,14 @@ def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndar
     starts = np.concatenate(([0], np.flatnonzero(np.diff(steps) != 1) + 1))
     ends = np.append(starts[1:], n)
     keys = np.zeros(n, np.uint64)
-    no_tombstones = KeySet()  # an empty one, so the call types match learn_many's (one compiled version)
+    # an empty one, so the call types match learn_many's (one compiled version)
+    no_tombstones = KeySet()
     tail_keys, tail_steps = np.zeros(n, np.uint64), np.zeros(n, np.uint32)
     steps_out = np.zeros(n, np.int64)
     for s, e in zip(starts.tolist(), ends.tolist()):
         j, t, _, _, reason = kernels.ogd_steps(
-            lk, lam, sk, sa, sb, radius, z, X[s:e], y[s:e], keys[s:e], no_tombstones.base, no_tombstones.recent,
+            lk, lam, sk, sa, sb, radius, z, X[s:e], y[s:e], keys[s:e], no_tombstones.base,
+            no_tombstones.recent,
             no_tombstones.filter, tail_keys, tail_steps, 0, int(steps[s]) - 1, steps_out[s:e], 0)
         if reason != kernels.DONE or j != e - s or t != int(steps[e - 1]):
             raise RuntimeError(f"replay kernel stopped early (reason {reason})")
@@ -78,7 +81,8 @@ def store_arrays(store: ExampleStore, prefix: str = _STORE_PREFIX) -> dict[str, 
 def load_store(model: OnlineUnlearner, arrays: dict, prefix: str = _STORE_PREFIX) -> ExampleStore:
     """The store saved by :func:`store_arrays`, checked against the model's applied index."""
     try:
-        store = ExampleStore.from_arrays({k: arrays[prefix + k] for k in ("X", "y", "steps", "keys")}, model.dim)
+        store = ExampleStore.from_arrays(
+            {k: arrays[prefix + k] for k in ("X", "y", "steps", "keys")}, model.dim)
     except ValueError as exc:
         raise InvalidState(f"retained examples are inconsistent: {exc}") from None
     if len(store) and store.last_step > model.t:

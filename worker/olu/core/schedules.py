@@ -89,7 +89,8 @@ class StronglyConvex(Schedule):
         super().__init__(_positive("mu", mu), beta)
         if self.beta < self.mu:
             raise ConfigError(f"beta ({beta}) must be >= mu ({mu})")
-        self.t0 = max(0.0, (self.beta / self.mu - 1.0) / 2.0) if t0 is None else _positive("t0", t0, True)
+        self.t0 = max(0.0, (self.beta / self.mu - 1.0) / 2.0) if t0 is None else _positive("t0", t0,
+                                                                                           True)
         # From step r on (r + t0 >= (beta/mu + 1)/2) gamma_r = 1 - 1/(r + t0) exactly.
         self._regular_from = max(1, math.ceil((self.beta / self.mu + 1.0) / 2.0 - self.t0))
 
@@ -138,7 +139,8 @@ class Convex(Schedule):
 
     def log_contraction(self, u: int, tau: int) -> float:
         # gamma_r > 1 only while eta_r > 2/beta, i.e. r < (beta D / (2 L))^2.
-        last_expansive = min(tau, math.ceil((self.beta * self.diameter / (2 * self.lipschitz)) ** 2))
+        last_expansive = min(tau,
+                             math.ceil((self.beta * self.diameter / (2 * self.lipschitz)) ** 2))
         return self._log_gammas(u + 1, last_expansive + 1)
 
     def params(self) -> dict:

@@ -20,7 +20,8 @@ projection keeps ``||z|| <= r`` up to the drift of the kept norm (at most resync
 rounding, ~1e-12 relative; tests check it). A scale that falls below ``MIN_SCALE`` (or a step whose
 shrinkage is not in (0, 1]) is folded into ``w`` first, an O(d) step at a point fixed by the events.
 
-:func:`learn_reference` is the pure-Python step the compiled ``sparse_ogd.sparse_steps`` follows bit for bit.
+:func:`learn_reference` is the pure-Python step the compiled
+``sparse_ogd.sparse_steps`` follows bit for bit.
 """
 
 from __future__ import annotations
@@ -87,14 +88,16 @@ class SparseRows:
         return self.indices[lo:hi], self.values[lo:hi]
 
     def __getitem__(self, which) -> SparseRows:
-        """Rows by a slice (step 1), a boolean mask or positions, as numpy indexes a matrix's rows."""
+        """Rows by a slice (step 1), a boolean mask or
+        positions, as numpy indexes a matrix's rows."""
         if isinstance(which, slice):
             start, stop, step = which.indices(len(self))
             if step != 1:
                 raise ValueError("sparse rows are sliced with step 1")
             stop = max(start, stop)
             lo, hi = self.indptr[start], self.indptr[stop]
-            return SparseRows(self.indptr[start:stop + 1] - lo, self.indices[lo:hi], self.values[lo:hi])
+            return SparseRows(self.indptr[start:stop + 1] - lo, self.indices[lo:hi],
+                              self.values[lo:hi])
         positions = np.arange(len(self))[which]
         return SparseRows.from_rows([self.row(int(j)) for j in positions])
 
@@ -143,10 +146,12 @@ def check_rows(features, rows: SparseRows) -> SparseRows:
         return rows  # the common batch: one compiled pass, nothing to clip
     indptr, indices, values = (np.asarray(a) for a in (rows.indptr, rows.indices, rows.values))
     n = len(indptr) - 1
-    if (indptr.ndim != 1 or n < 0 or indices.shape != values.shape or indices.ndim != 1 or indptr[0] != 0
+    if (indptr.ndim != 1 or n < 0 or indices.shape != values.shape or indices.ndim != 1
+        or indptr[0] != 0
             or indptr[-1] != len(indices) or (np.diff(indptr) < 0).any()):
-        raise InvalidFeatures("sparse rows need indptr (n + 1, from 0 to nnz, non-decreasing), and indices "
-                              "and values of nnz entries each")
+        raise InvalidFeatures(
+            "sparse rows need indptr (n + 1, from 0 to nnz, non-decreasing), and indices "
+            "and values of nnz entries each")
     if not (np.issubdtype(indices.dtype, np.integer) and np.issubdtype(values.dtype, np.number)):
         raise InvalidFeatures("sparse rows need integer indices and numeric values")
     indices, values = indices.astype(np.int64), values.astype(np.float64)
@@ -162,7 +167,8 @@ def check_rows(features, rows: SparseRows) -> SparseRows:
     out = values
     checked_rows = SparseRows(indptr.astype(np.int64), indices, values)
     near = row_sqnorms(checked_rows, features.dim) > features.untouched_sqnorm
-    for j in np.flatnonzero(near).tolist():  # FeatureBound on the dense row (rare): it passes, raises or clips
+    for j in np.flatnonzero(near).tolist():
+        # FeatureBound on the dense row (rare): it passes, raises or clips
         lo, hi = indptr[j], indptr[j + 1]
         dense = np.zeros(features.dim)
         dense[indices[lo:hi]] = values[lo:hi]
@@ -184,11 +190,14 @@ def learn_batch(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray, *, pla
         return model._learn_batch(keys, rows.to_dense(model.dim), y)
     plan = model.kernel_plan()
     if plan is None:
-        return sum(learn_reference(model, int(k), *rows.row(j), float(y[j])) for j, k in enumerate(keys))
+        return sum(learn_reference(model, int(k), *rows.row(j), float(y[j])) for j,
+                   k in enumerate(keys))
     kernels = compiled()
     w = np.array(model.unscaled, dtype=np.float64)  # a new array: readers of z keep theirs
-    t, steps, consumed, reason, scale, sq = kernels.run_sparse(plan, w, model.scale, model.unscaled_sqnorm, model.t,
-                                                               model.index, model.tombstones, keys, rows, y,
+    t, steps, consumed, reason, scale, sq = kernels.run_sparse(plan, w, model.scale,
+                                                               model.unscaled_sqnorm, model.t,
+                                                               model.index, model.tombstones, keys,
+                                                               rows, y,
                                                                resync_steps(model.dim))
     model.set_scaled(w, scale, sq)
     applied = model._took_steps(t, consumed)
@@ -200,7 +209,8 @@ def learn_batch(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray, *, pla
 def _typed(rows) -> bool:
     """The arrays as the compiled pass takes them (int64, int64, float64, contiguous, 1-D)."""
     return all(type(a) is np.ndarray and a.dtype == dt and a.ndim == 1 and a.flags.c_contiguous
-               for a, dt in ((rows.indptr, np.int64), (rows.indices, np.int64), (rows.values, np.float64)))
+               for a, dt in ((rows.indptr, np.int64), (rows.indices, np.int64),
+                             (rows.values, np.float64)))
 
 
 def learn_reference(model, key: int, indices: np.ndarray, values: np.ndarray, y: float) -> bool:

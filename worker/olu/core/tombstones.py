@@ -7,7 +7,8 @@ import numpy as np
 from .runs import frozen, merge_kernels
 
 RECENT_KEYS = 1 << 14  # tombstones added before they are merged into the base (128 KB): see KeySet
-FILTER_BITS_PER_KEY = 16  # the filter's bits a key at its fullest (~1.5% of absent keys pass it then)
+# the filter's bits a key at its fullest (~1.5% of absent keys pass it then)
+FILTER_BITS_PER_KEY = 16
 _MIN_FILTER_WORDS = 64
 
 
@@ -115,7 +116,8 @@ class KeySet:
         """Insert; False if it was already there."""
         self._absent.discard(int(key))
         # in place, no new array; the key's filter bits too
-        n = merge_kernels().keyset_insert(self._base, self._recent, self._n, np.uint64(key), self.filter)
+        n = merge_kernels().keyset_insert(self._base, self._recent, self._n, np.uint64(key),
+                                          self.filter)
         if n < 0:
             return False
         self._n = n
@@ -131,9 +133,11 @@ class KeySet:
         j = 0
         while j < len(keys):
             # the length at which add() would merge or rebuild the filter: stop there, do it, go on
-            stop_at = min(self.recent_keys, len(self.filter) * 64 // FILTER_BITS_PER_KEY + 1 - len(self._base))
+            stop_at = min(self.recent_keys,
+                          len(self.filter) * 64 // FILTER_BITS_PER_KEY + 1 - len(self._base))
             before = j
-            self._n, j = merge_kernels().keyset_insert_many(self._base, self._recent, self._n, keys, j, self.filter,
+            self._n, j = merge_kernels().keyset_insert_many(self._base, self._recent, self._n, keys,
+                                                            j, self.filter,
                                                             stop_at)
             if j == before:  # never expected: the one-key path cannot stall
                 self.add(int(keys[j]))
@@ -141,9 +145,11 @@ class KeySet:
             self._after_adds()
 
     def _after_adds(self) -> None:
-        """What follows an add: the merge of a full ``recent`` into the base, a filter that grew too full rebuilt."""
+        """What follows an add: the merge of a full ``recent`` into the
+        base, a filter that grew too full rebuilt."""
         if self._n >= self.recent_keys:
-            # one pass (~4 ms at a million keys), not a sort of both (~20 ms); same keys, same filter
+            # one pass (~4 ms at a million keys), not a sort of
+            # both (~20 ms); same keys, same filter
             recent = self.recent
             self._base = frozen(np.insert(self._base, np.searchsorted(self._base, recent), recent))
             self._n = 0
@@ -176,7 +182,8 @@ class KeySet:
         for name, arr in (("base", base), ("recent", recent)):
             if arr.ndim != 1 or (len(arr) > 1 and not np.all(arr[1:] > arr[:-1])):
                 raise ValueError(f"tombstone {name} keys are not 1-D and strictly sorted")
-        if len(recent) and len(base):  # a binary search per recent key (np.isin would sort the base)
+        if len(recent) and len(base):
+            # a binary search per recent key (np.isin would sort the base)
             pos = np.minimum(np.searchsorted(base, recent), len(base) - 1)
             if (base[pos] == recent).any():
                 raise ValueError("a tombstone key is both in the base and recent")

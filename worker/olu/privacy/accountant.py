@@ -1,5 +1,5 @@
-"""Privacy accountant for certified online learning-unlearning (docs/accounting.md 2.4, docs/accounting.md 1.1,
-docs/accounting.md 1.2, docs/accounting.md 6).
+"""Privacy accountant for certified online learning-unlearning (docs/accounting.md 2.4,
+docs/accounting.md 1.1, docs/accounting.md 1.2, docs/accounting.md 6).
 
 What is being counted
 ---------------------
@@ -28,14 +28,23 @@ import math
 from ..exceptions import BudgetExhausted, InvalidAccountantState
 from .analysis.checks import count, real
 from .analysis.gaussian import gaussian_delta, mu_for_rho
-from .analysis.rdp import METHODS, budget_weight, dp_delta, noise_multiplier, optimal_order, rdp_to_dp
+from .analysis.rdp import (
+    METHODS,
+    budget_weight,
+    dp_delta,
+    noise_multiplier,
+    optimal_order,
+    rdp_to_dp,
+)
 from .analysis.split import DEFAULT_RESERVE, planned_multiplier
 from .analysis.units import UNITS, per_request_sigma, unit_epsilon
 
 __all__ = [
-    "ACCOUNTANTS", "BudgetExhausted", "InvalidAccountantState", "PerRequestAccountant", "PlannedAccountant",
+    "ACCOUNTANTS", "BudgetExhausted", "InvalidAccountantState", "PerRequestAccountant",
+    "PlannedAccountant",
     "PrivacyAccountant", "SPLITS",
-    "METHODS", "UNITS", "budget_weight", "noise_multiplier", "rdp_to_dp", "optimal_order", "dp_delta",
+    "METHODS", "UNITS", "budget_weight", "noise_multiplier", "rdp_to_dp", "optimal_order",
+    "dp_delta",
     "load_accountant", "make_accountant",
 ]
 
@@ -45,12 +54,13 @@ _SLACK = 1e-9  # relative float-rounding slack on the lifetime budget check in c
 
 
 class PrivacyAccountant:
-    """Per-model Rényi ledger: lifetime slope ``budget``, one charge per deletion (unit ``all-deletions``).
+    """Per-model Rényi ledger: lifetime slope ``budget``, one
+    charge per deletion (unit ``all-deletions``).
 
     ``capacity`` (optional) bounds the deletions of one epoch (active OLU's known ``k``).
-    :meth:`restart_epoch` starts a fresh epoch (docs/algorithms.md 3.2): the restarted model is re-initialised
-    data-independently and depends on no earlier data, so the PAI sum starts again at zero and
-    the deletion counter ``i`` restarts at 1. Closed epochs stay in :attr:`history`.
+    :meth:`restart_epoch` starts a fresh epoch (docs/algorithms.md 3.2): the restarted model is
+    re-initialised data-independently and depends on no earlier data, so the PAI sum starts again at
+    zero and the deletion counter ``i`` restarts at 1. Closed epochs stay in :attr:`history`.
 
     >>> acc = PrivacyAccountant(budget=1.0)
     >>> for _ in range(3):
@@ -71,10 +81,13 @@ class PrivacyAccountant:
         self._deletions, self._spent, self._history = 0, 0.0, []
 
     deletions = property(lambda self: self._deletions, doc="Deletions charged in this epoch.")
-    spent = property(lambda self: self._spent, doc="Rényi slope spent this epoch (D_alpha <= alpha * spent); "
+    spent = property(lambda self: self._spent,
+                     doc="Rényi slope spent this epoch (D_alpha <= alpha * spent); "
                      "the configured one is ``budget``, the rho of the settings and releases.")
-    budget_used = property(lambda self: self._spent / self.budget, doc="spent/budget, equals W_i when calibrated.")
-    epochs = property(lambda self: len(self._history) + 1, doc="Epochs started, the current included.")
+    budget_used = property(lambda self: self._spent / self.budget,
+                           doc="spent/budget, equals W_i when calibrated.")
+    epochs = property(lambda self: len(self._history) + 1,
+                      doc="Epochs started, the current included.")
     history = property(lambda self: tuple(self._history),
                        doc="(deletions, rho) of each closed epoch, oldest first.")
 
@@ -95,12 +108,14 @@ class PrivacyAccountant:
         """The noise multipliers of the next ``n`` charges (``sigma_for_next(shift)`` is ``shift``
         times the next one), or None when one of those charges could be refused: the capacity, or a
         budget that ``n`` charges at these multipliers would come within rounding of. A batch of
-        deletions then takes its noise in one pass and is charged after it (worker/olu/core/mixed.py)."""
+        deletions then takes its noise in one pass and is charged after it
+        (worker/olu/core/mixed.py)."""
         if self.capacity is not None and self._deletions + n > self.capacity:
             return None
         factors = [self._multiplier(self._deletions + k) for k in range(1, n + 1)]
         # each charge adds 0.5 (shift / (shift m))^2, 0.5 / m^2 within a few ulps; 1e-6 of margin
-        if not self._spent + math.fsum(0.5 / (m * m) for m in factors) * (1.0 + 1e-6) <= self.budget:
+        if not self._spent + math.fsum(0.5 / (m * m)
+                                       for m in factors) * (1.0 + 1e-6) <= self.budget:
             return None
         return factors
 
@@ -112,7 +127,8 @@ class PrivacyAccountant:
 
         Raises ``ValueError`` for a negative/non-finite shift or a sigma that is not finite and
         > 0 (``(0.0, 0.0)`` is accepted: no shift needs no noise). Raises :class:`BudgetExhausted`,
-        recording nothing, if the capacity is used up or rho would exceed the budget (beyond rounding).
+        recording nothing, if the capacity is used up or rho
+        would exceed the budget (beyond rounding).
         """
         shift = real("shift", shift, lo=0.0)
         sigma = real("sigma", sigma, lo=0.0, lo_open=shift > 0.0)
@@ -124,7 +140,8 @@ class PrivacyAccountant:
         self._deletions, self._spent = self._deletions + 1, new
 
     def epsilon(self, delta: float | None = None, method: str = "improved") -> float:
-        """(epsilon, delta)-DP of the current epoch's model; ``delta`` defaults to ``self.delta``."""
+        """(epsilon, delta)-DP of the current epoch's model;
+        ``delta`` defaults to ``self.delta``."""
         return rdp_to_dp(self._spent, self.delta if delta is None else delta, method)
 
     def delta_for(self, epsilon: float) -> float:
@@ -132,13 +149,15 @@ class PrivacyAccountant:
         return dp_delta(self._spent, epsilon)
 
     def restart_epoch(self) -> None:
-        """Close the current epoch and start a fresh one (sound only after a data-independent re-init)."""
+        """Close the current epoch and start a fresh one (sound
+        only after a data-independent re-init)."""
         self._history.append((self._deletions, self._spent))
         self._deletions, self._spent = 0, 0.0
 
     def to_state(self) -> dict:
         """Plain JSON-able dict (ints, floats, None, lists); round-trips bit-exactly."""
-        return {"version": _STATE_VERSION, "unit": self.unit, "budget": self.budget, "omega": self.omega,
+        return {"version": _STATE_VERSION, "unit": self.unit, "budget": self.budget,
+                "omega": self.omega,
                 "delta": self.delta, "capacity": self.capacity, "deletions": self._deletions,
                 "rho": self._spent, "history": [[d, r] for d, r in self._history]}
 
@@ -156,7 +175,8 @@ class PrivacyAccountant:
             cap = math.inf if acc.capacity is None else acc.capacity
             limit = acc._charge_limit()
             rows = state["history"]
-            if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 2 for r in rows):
+            if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 2
+                                                     for r in rows):
                 raise ValueError("history must be a list of [deletions, rho] pairs")
             for d, r in rows + [[state["deletions"], state["rho"]]]:
                 d = count("deletions", d, minimum=0)
@@ -223,7 +243,8 @@ class PerRequestAccountant(PrivacyAccountant):
         return gaussian_delta(mu_for_rho(self._spent), epsilon)
 
     def sigma_for_next(self, shift: float) -> float:
-        """``shift / sqrt(2 budget)`` (:func:`.analysis.units.per_request_sigma`): no index enters."""
+        """``shift / sqrt(2 budget)``
+        (:func:`.analysis.units.per_request_sigma`): no index enters."""
         return per_request_sigma([real("shift", shift, lo=0.0)], self.budget)
 
     def multipliers(self, n: int) -> list[float] | None:
@@ -236,7 +257,8 @@ class PerRequestAccountant(PrivacyAccountant):
         return [-math.sqrt(2.0 * self.budget)] * n
 
     def charge(self, shift: float, sigma: float) -> None:
-        """Record one request: ``shift**2 / (2 sigma**2)`` must not exceed ``budget`` (beyond rounding)."""
+        """Record one request: ``shift**2 / (2 sigma**2)`` must
+        not exceed ``budget`` (beyond rounding)."""
         shift = real("shift", shift, lo=0.0)
         sigma = real("sigma", sigma, lo=0.0, lo_open=shift > 0.0)
         if self.capacity is not None and self._deletions >= self.capacity:
@@ -266,7 +288,8 @@ class PlannedAccountant(PrivacyAccountant):
 
     split = "planned"
 
-    def __init__(self, budget: float, omega: float = 1.2, delta: float = 1e-5, capacity: int | None = None,
+    def __init__(self, budget: float, omega: float = 1.2, delta: float = 1e-5,
+                 capacity: int | None = None,
                  planned: int = 1, reserve: float = DEFAULT_RESERVE) -> None:
         super().__init__(budget, omega, delta, capacity)
         self.planned = count("planned", planned, minimum=1)
@@ -278,25 +301,30 @@ class PlannedAccountant(PrivacyAccountant):
                         doc="Deletions of this epoch beyond the plan (paid from the reserve).")
 
     def sigma_for_next(self, shift: float) -> float:
-        """``shift * planned_multiplier(deletions + 1)``: even inside the plan, reserve beyond it."""
+        """``shift * planned_multiplier(deletions + 1)``: even
+        inside the plan, reserve beyond it."""
         shift = real("shift", shift, lo=0.0)
         return shift * self._multiplier(self._deletions + 1)
 
     def _multiplier(self, i: int) -> float:
-        return planned_multiplier(i, self.budget, capacity=self.planned, reserve=self.reserve, omega=self.omega)
+        return planned_multiplier(i, self.budget, capacity=self.planned, reserve=self.reserve,
+                                  omega=self.omega)
 
     def split_facts(self) -> dict:
-        return {"split": self.split, "capacity_planned": self.planned, "capacity_used": self.capacity_used,
+        return {"split": self.split, "capacity_planned": self.planned,
+                "capacity_used": self.capacity_used,
                 "overflow_deletions": self.overflow, "reserve": self.reserve}
 
     def to_state(self) -> dict:
-        return {**super().to_state(), "split": self.split, "planned": self.planned, "reserve": self.reserve}
+        return {**super().to_state(), "split": self.split, "planned": self.planned,
+                "reserve": self.reserve}
 
     @classmethod
     def _build(cls, state: dict) -> PlannedAccountant:
         if state["split"] != cls.split:
             raise ValueError(f"state is for the split {state['split']!r}, not {cls.split!r}")
-        return cls(state["budget"], state["omega"], state["delta"], state["capacity"], state["planned"],
+        return cls(state["budget"], state["omega"], state["delta"], state["capacity"],
+                   state["planned"],
                    state["reserve"])
 
 
@@ -312,18 +340,21 @@ SPLITS: dict[str, type[PrivacyAccountant]] = {
 }
 
 
-def make_accountant(unit: str, budget: float, *, split: str = "weighted", planned: int | None = None,
+def make_accountant(unit: str, budget: float, *, split: str = "weighted",
+                    planned: int | None = None,
                     reserve: float = DEFAULT_RESERVE, **kwargs) -> PrivacyAccountant:
-    """The accountant for ``unit`` and ``split``; ``ValueError`` names the choices for anything else.
-    ``planned`` (the capacity K) and ``reserve`` are the planned split's, which only ``all-deletions`` has."""
+    """The accountant for ``unit`` and ``split``; ``ValueError`` names the choices for anything
+    else. ``planned`` (the capacity K) and ``reserve`` are the planned split's, which only
+    ``all-deletions`` has."""
     if unit not in ACCOUNTANTS:
         raise ValueError(f"privacy unit must be one of {', '.join(UNITS)}, got {unit!r}")
     if split not in SPLITS:
         raise ValueError(f"budget split must be one of {', '.join(SPLITS)}, got {split!r}")
     if split == PlannedAccountant.split:
         if unit != PlannedAccountant.unit:
-            raise ValueError(f"budget_split planned applies to the {PlannedAccountant.unit} privacy_unit only, "
-                             f"not {unit!r}")
+            raise ValueError(
+                f"budget_split planned applies to the {PlannedAccountant.unit} privacy_unit only, "
+                f"not {unit!r}")
         if planned is None:
             raise ValueError("the planned split needs a deletion capacity (planned)")
         return PlannedAccountant(budget, planned=planned, reserve=reserve, **kwargs)
@@ -331,7 +362,8 @@ def make_accountant(unit: str, budget: float, *, split: str = "weighted", planne
 
 
 def load_accountant(state: dict) -> PrivacyAccountant:
-    """Rebuild whichever accountant :meth:`PrivacyAccountant.to_state` wrote (any unit, split, version)."""
+    """Rebuild whichever accountant
+    :meth:`PrivacyAccountant.to_state` wrote (any unit, split, version)."""
     unit = state.get("unit", PrivacyAccountant.unit) if isinstance(state, dict) else None
     cls = ACCOUNTANTS.get(unit)
     if cls is None:
@@ -339,7 +371,8 @@ def load_accountant(state: dict) -> PrivacyAccountant:
     if "split" in state:
         cls = SPLITS.get(state["split"]) if unit == PlannedAccountant.unit else None
         if cls is None:
-            raise InvalidAccountantState(f"invalid accountant state: unknown split {state['split']!r} for {unit!r}")
+            raise InvalidAccountantState(
+                f"invalid accountant state: unknown split {state['split']!r} for {unit!r}")
     return cls.from_state(state)
 
 

@@ -1,7 +1,7 @@
 """The deletion ledger: one accounting entry per deletion, kept for the model's whole life.
 
-Invariant 4 (docs/worker.md 4.4) makes the ledger outlive restarts, so it grows with every deletion, in
-every epoch. Kept as a list of dicts, a worker that has honoured a million deletions would hold
+Invariant 4 (docs/worker.md 4.4) makes the ledger outlive restarts, so it grows with every deletion,
+in every epoch. Kept as a list of dicts, a worker that has honoured a million deletions would hold
 ~0.7 KB of Python objects per entry, and as JSON ~110 bytes per entry in every snapshot.
 
 So entries are kept in **columns**, in segments of ``SEGMENT_ENTRIES``. An entry with exactly the
@@ -11,8 +11,8 @@ step), three float64 columns (shift, sigma, rho; bit for bit) and a kind byte. A
 keys after those (an algorithm's extras: memory-pair's pairs_purged, rewind's route, ...) keeps its
 common part in the columns and its extras in the segment's **side table**; any other entry (many
 steps, other keys or order, values that do not fit) goes there whole. A sealed side table is the
-JSON of its (position, object) pairs, zlib-compressed (extras repeat their keys). Entries read back equal to
-what was appended, keys in the same order.
+JSON of its (position, object) pairs, zlib-compressed (extras repeat their keys). Entries read back
+equal to what was appended, keys in the same order.
 
 A full segment is **sealed**: its columns become immutable arrays, the side table one uint8 array of
 JSON, exported as a *shared* group ``ledger_seg{i}`` that the state store writes once and refers to
@@ -63,7 +63,8 @@ def _kind(entry: dict) -> int:
     if keys[:len(CORE)] != CORE:
         return WHOLE
     u = entry["u"]
-    ints = (entry["i"], entry["epoch"], entry["tau"], u[0] if isinstance(u, list) and len(u) == 1 else None)
+    ints = (entry["i"], entry["epoch"], entry["tau"], u[0] if isinstance(u, list) and len(u) == 1
+            else None)
     if not all(type(v) is int and 0 <= v < _U32 for v in ints):  # bool is not int here
         return WHOLE
     if not all(isinstance(entry[c], float) for c in _FLOATS):
@@ -95,9 +96,11 @@ class _Columns:
         if kind == CORE_AND_EXTRAS:
             self.side[j] = {k: v for k, v in entry.items() if k not in CORE}
 
-    def append_core(self, i: int, epoch: int, tau: int, u0: int, shift: float, sigma: float, rho: float) -> bool:
-        """:meth:`append` of a CORE_ONLY entry given as its fields (a deletion's common case, without
-        building and inspecting a dict); False, nothing stored, if one does not fit its column."""
+    def append_core(self, i: int, epoch: int, tau: int, u0: int, shift: float, sigma: float,
+                    rho: float) -> bool:
+        """:meth:`append` of a CORE_ONLY entry given as its fields (a deletion's common case,
+        without building and inspecting a dict); False, nothing
+        stored, if one does not fit its column."""
         if not (type(i) is int and type(epoch) is int and type(tau) is int and type(u0) is int
                 and 0 <= i < _U32 and 0 <= epoch < _U32 and 0 <= tau < _U32 and 0 <= u0 < _U32
                 and type(shift) is float and type(sigma) is float and type(rho) is float):
@@ -106,7 +109,8 @@ class _Columns:
         return True
 
     def _put(self, kind: int, i, epoch, tau, u0, shift, sigma, rho) -> int:
-        """Write one entry's kind and common fields at the next position (counted); that position."""
+        """Write one entry's kind and common fields at the next
+        position (counted); that position."""
         j = self._grow()
         cols = self.cols
         cols["kind"][j] = kind
@@ -121,7 +125,8 @@ class _Columns:
         j = self.count
         if j == len(self.cols["kind"]):
             size = min(2 * j, self.capacity)
-            self.cols = {c: np.concatenate([a, np.zeros(size - j, a.dtype)]) for c, a in self.cols.items()}
+            self.cols = {c: np.concatenate([a, np.zeros(size - j, a.dtype)]) for c,
+                         a in self.cols.items()}
         return j
 
     def entries(self) -> list[dict]:
@@ -131,7 +136,8 @@ class _Columns:
         """The shared group of this (full) segment: immutable arrays."""
         group = {c: a[:self.count].copy() for c, a in self.cols.items()}
         side = sorted(self.side.items())
-        packed = zlib.compress(orjson.dumps(side), 6) if side else b""  # extras repeat their keys: ~10x
+        # extras repeat their keys: ~10x
+        packed = zlib.compress(orjson.dumps(side), 6) if side else b""
         group["side"] = np.frombuffer(packed, np.uint8).copy()
         for arr in group.values():
             arr.flags.writeable = False  # shared with snapshots in flight
@@ -148,7 +154,8 @@ def _entries(cols: dict, side: dict, count: int) -> list[dict]:
         if kind == WHOLE:
             out.append(dict(side[j]))
             continue
-        entry = {"i": i, "epoch": epoch, "tau": tau, "u": [u0], "shift": shift, "sigma": sigma, "rho": rho}
+        entry = {"i": i, "epoch": epoch, "tau": tau, "u": [u0], "shift": shift, "sigma": sigma,
+                 "rho": rho}
         if kind == CORE_AND_EXTRAS:
             entry.update(side[j])
         out.append(entry)
@@ -159,11 +166,13 @@ def _unseal(segment: dict[str, np.ndarray], count: int) -> list[dict]:
     """The entries of a sealed segment (checked here, not at load: a restore decodes none)."""
     if "entries" in segment:  # state format 3: one JSON array of the entries
         entries = orjson.loads(segment["entries"].tobytes())
-        if not isinstance(entries, list) or len(entries) != count or not all(isinstance(e, dict) for e in entries):
+        if not isinstance(entries, list) or len(entries) != count or not all(isinstance(e, dict)
+                                                                             for e in entries):
             raise ValueError(f"a ledger segment is not a JSON list of {count} objects")
         return entries
     try:
-        side = orjson.loads(zlib.decompress(segment["side"].tobytes())) if len(segment["side"]) else []
+        side = orjson.loads(
+            zlib.decompress(segment["side"].tobytes())) if len(segment["side"]) else []
     except zlib.error as exc:
         raise ValueError(f"a ledger segment's side table does not decompress: {exc}") from None
     if not isinstance(side, list) or not all(isinstance(p, list) and len(p) == 2 for p in side):
@@ -171,7 +180,8 @@ def _unseal(segment: dict[str, np.ndarray], count: int) -> list[dict]:
     table = {p: e for p, e in side}
     kinds = segment["kind"]
     want = set(np.flatnonzero(kinds != CORE_ONLY).tolist())
-    if set(table) != want or not all(isinstance(e, dict) for e in table.values()) or (kinds > WHOLE).any():
+    if set(table) != want or not all(isinstance(e, dict)
+                                     for e in table.values()) or (kinds > WHOLE).any():
         raise ValueError("a ledger segment's side table does not match its kinds")
     return _entries(segment, table, count)
 
@@ -190,13 +200,15 @@ def _checked_group(group: dict, count: int) -> dict[str, np.ndarray]:
         arr = np.asarray(arr)
         want = np.uint8 if name == "side" else _COLUMNS[name]
         if arr.dtype != want or arr.ndim != 1 or (name != "side" and len(arr) != count):
-            raise ValueError(f"ledger segment column {name!r} is not 1-D {np.dtype(want)} of {count}")
+            raise ValueError(
+                f"ledger segment column {name!r} is not 1-D {np.dtype(want)} of {count}")
         out[name] = arr
     return out
 
 
 class Ledger(Sequence):
-    """Append-only sequence of ledger entries (dicts), in sealed segments of columns (module doc)."""
+    """Append-only sequence of ledger entries (dicts), in
+    sealed segments of columns (module doc)."""
 
     def __init__(self, *, segment_entries: int | None = None):
         segment_entries = SEGMENT_ENTRIES if segment_entries is None else segment_entries
@@ -211,12 +223,14 @@ class Ledger(Sequence):
         self._open.append(entry)
         self._seal_if_full()
 
-    def append_core(self, i: int, epoch: int, tau: int, u: int, shift: float, sigma: float, rho: float) -> None:
+    def append_core(self, i: int, epoch: int, tau: int, u: int, shift: float, sigma: float,
+                    rho: float) -> None:
         """``append({"i": i, "epoch": epoch, "tau": tau, "u": [u], "shift": shift, "sigma": sigma,
         "rho": rho})``, the same stored bytes, without the dict (a deletion's hot path)."""
         if not self._open.append_core(i, epoch, tau, u, shift, sigma, rho):
-            self._open.append({"i": i, "epoch": epoch, "tau": tau, "u": [u], "shift": shift, "sigma": sigma,
-                               "rho": rho})
+            self._open.append(
+                {"i": i, "epoch": epoch, "tau": tau, "u": [u], "shift": shift, "sigma": sigma,
+                 "rho": rho})
         self._seal_if_full()
 
     def _seal_if_full(self) -> None:
@@ -288,7 +302,8 @@ class Ledger(Sequence):
 
     @classmethod
     def load(cls, open_entries: list, sealed: int, shared: dict | None,
-             *, segment_entries: int | None = None, stored_segment_entries: int | None = None) -> Ledger:
+             *, segment_entries: int | None = None,
+             stored_segment_entries: int | None = None) -> Ledger:
         """Inverse of :meth:`export`; the sealed arrays are adopted, not copied. ValueError if
         inconsistent. State written with another segment size (``stored_segment_entries``), before
         segments existed (all entries open), or with JSON segments (format 3), is sealed again in
@@ -305,7 +320,9 @@ class Ledger(Sequence):
         columnar = all("entries" not in seg for seg in segments)
         if columnar and stored == ledger.segment_entries and len(open_entries) < ledger.segment_entries:
             ledger._segments = segments
-        else:  # another segmentation or format-3 JSON segments: seal again (deterministic in the count)
+        else:
+            # another segmentation or format-3 JSON segments: seal
+            # again (deterministic in the count)
             for seg in segments:
                 for entry in _unseal(seg, stored):
                     ledger.append(entry)

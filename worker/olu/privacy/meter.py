@@ -4,11 +4,11 @@
 ledger, ``sqrt(sum_i Gamma_{tau_i,t}**2 sigma_i**2)`` over the current epoch's noised deletions,
 without rereading the ledger. It runs the same recursion, operation for operation: at each
 deletion the variance ``V`` anchored at the previous deletion's step is contracted to the new step
-and ``sigma**2`` added; a query at step t contracts the anchored ``V`` by ``Gamma_{tau_a,t}`` without
-moving the anchor. So the value is a function of the ledger and t alone, bit for bit equal to
-``release_noise_std`` and to a meter rebuilt from the ledger at restore, whenever and however often
-it was asked: a replayed release is byte-identical (docs/worker.md 4.3). An epoch change (a restart
-or a retrain from a data-independent point) resets ``V`` to 0.
+and ``sigma**2`` added; a query at step t contracts the anchored ``V`` by ``Gamma_{tau_a,t}``
+without moving the anchor. So the value is a function of the ledger and t alone, bit for bit equal
+to ``release_noise_std`` and to a meter rebuilt from the ledger at restore, whenever and however
+often it was asked: a replayed release is byte-identical (docs/worker.md 4.3). An epoch change (a
+restart or a retrain from a data-independent point) resets ``V`` to 0.
 
 Cost: one ``log_contraction`` per deletion and per query. The schedules evaluate it in O(1)
 (closed forms) beyond their finitely many early steps, which they sum term by term and memoise
@@ -61,11 +61,13 @@ class MeteredNoise:
     def _to_signal(self, std: float | None) -> float | None:
         if std is None:
             return None
-        return noise_to_signal(std, self.param_dim, norm(self.z))  # on every CPU, the same bits (arith.py)
+        # on every CPU, the same bits (arith.py)
+        return noise_to_signal(std, self.param_dim, norm(self.z))
 
 
 class NoiseMeter:
-    """Running bound on the per-coordinate noise std of the release (one model, one epoch at a time).
+    """Running bound on the per-coordinate noise std of the
+    release (one model, one epoch at a time).
 
     ``add(epoch, tau, sigma)`` after a noise N(0, sigma**2 I) is added at step tau;
     ``std(epoch, t)`` is the bound for the release at step t. Steps never go back within an epoch
@@ -76,19 +78,21 @@ class NoiseMeter:
 
     def __init__(self, schedule, epoch: int = 0):
         self._log_contraction = schedule.log_contraction
-        self.epoch, self.tau, self.var = int(epoch), None, 0.0  # tau: the anchor, the last deletion's step
+        # tau: the anchor, the last deletion's step
+        self.epoch, self.tau, self.var = int(epoch), None, 0.0
 
     def _epoch(self, epoch: int, t: int) -> None:
         if epoch != self.epoch:
             if epoch < self.epoch:
                 raise ValueError(f"epoch {epoch} is before the meter's epoch {self.epoch}")
-            self.epoch, self.tau, self.var = epoch, None, 0.0  # the model restarted data-independently
+            # the model restarted data-independently
+            self.epoch, self.tau, self.var = epoch, None, 0.0
         elif self.tau is not None and t < self.tau:
             raise ValueError(f"step {t} is before the meter's step {self.tau} in epoch {epoch}")
 
     def add(self, epoch: int, tau: int, sigma: float) -> None:
-        """A noise of per-coordinate std ``sigma`` was added at step ``tau`` of ``epoch`` (0: nothing
-        to add, and the anchor stays, as :func:`release_noise_std` skips such entries)."""
+        """A noise of per-coordinate std ``sigma`` was added at step ``tau`` of ``epoch`` (0:
+        nothing to add, and the anchor stays, as :func:`release_noise_std` skips such entries)."""
         self._epoch(epoch, tau)
         if sigma == 0.0:
             return
@@ -104,20 +108,23 @@ class NoiseMeter:
         return math.sqrt(contract_variance(self.var, self._log_contraction(self.tau, t)))
 
     def rebuild(self, entries: Iterable[Mapping], epoch: int, t: int) -> None:
-        """Start over from ledger ``entries`` in step order (restore): those of ``epoch`` are added."""
+        """Start over from ledger ``entries`` in step order
+        (restore): those of ``epoch`` are added."""
         self.epoch, self.tau, self.var = int(epoch), None, 0.0
         for entry in entries:
             if entry.get("epoch") == epoch:
                 tau, sigma = entry["tau"], float(entry["sigma"])
                 if isinstance(tau, bool) or not isinstance(tau, int) or not 0 <= tau <= t:
-                    raise ValueError(f"ledger entry {entry.get('i')!r} has step {tau!r} outside [0, {t}]")
+                    raise ValueError(
+                        f"ledger entry {entry.get('i')!r} has step {tau!r} outside [0, {t}]")
                 if not (math.isfinite(sigma) and sigma >= 0.0):
                     raise ValueError(f"ledger entry {entry.get('i')!r} has sigma {sigma!r}")
                 self.add(epoch, tau, sigma)
 
     def restore(self, ledger, epoch: int, t: int) -> None:
         """:meth:`rebuild` from a :class:`~.ledger.Ledger`, reading only its tail: the current
-        epoch's entries are the last ones (epochs only grow), so older sealed segments stay sealed."""
+        epoch's entries are the last ones (epochs only grow), so
+        older sealed segments stay sealed."""
         tail = []
         for entry in reversed(ledger):
             if entry.get("epoch") != epoch:

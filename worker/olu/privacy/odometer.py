@@ -5,22 +5,23 @@ of every order alpha > 1 is at most ``rho * alpha`` (the paper's ``D_alpha <= rh
 alpha). The Gaussian mechanism with l2-sensitivity ``Delta`` and noise ``N(0, sigma^2 I)`` is
 ``Delta^2 / (2 sigma^2)``-zCDP, and rho adds up under composition.
 
-Uniform allocation (docs/accounting.md 3.2): a budget ``rho_total`` and a deletion capacity ``m`` give every deletion
-``rho_step = rho_total / m`` and noise ``sigma_step = Delta / sqrt(2 rho_step)``; after ``k``
-deletions ``rho_spent = k rho_step``. A deletion is allowed while ``rho_spent + rho_step <=
-rho_total``, which under uniform allocation is the integer test ``k < m`` (no float rounding can
-let an (m+1)-th deletion through or refuse the m-th). The budget never refills with inserts
-(docs/accounting.md 3.2); only a retrain on the retained data (a model that depends on no deleted record) starts a
-new epoch at ``k = 0``.
+Uniform allocation (docs/accounting.md 3.2): a budget ``rho_total`` and a deletion capacity ``m``
+give every deletion ``rho_step = rho_total / m`` and noise ``sigma_step = Delta / sqrt(2
+rho_step)``; after ``k`` deletions ``rho_spent = k rho_step``. A deletion is allowed while
+``rho_spent + rho_step <= rho_total``, which under uniform allocation is the integer test ``k < m``
+(no float rounding can let an (m+1)-th deletion through or refuse the m-th). The budget never
+refills with inserts (docs/accounting.md 3.2); only a retrain on the retained data (a model that
+depends on no deleted record) starts a new epoch at ``k = 0``.
 
 Conversion (docs/accounting.md 3.3): ``eps = rho + 2 sqrt(rho ln(1/delta))`` and back,
 ``rho = (sqrt(ln(1/delta) + eps) - sqrt(ln(1/delta)))^2``. Because a rho-zCDP curve is exactly
 the linear Rényi curve ``alpha * rho``, the engine's tighter conversion
-(:func:`worker.olu.privacy.analysis.rdp.rdp_to_dp`, the default ``"improved"`` method) is valid too; this
-module gives the closed form of docs/accounting.md 3.3.
+(:func:`worker.olu.privacy.analysis.rdp.rdp_to_dp`, the default ``"improved"`` method) is valid too;
+this module gives the closed form of docs/accounting.md 3.3.
 
 The odometer is stateless: the deletion count ``k`` of the epoch lives in the model's
-:class:`~worker.olu.privacy.accountant.PrivacyAccountant`, which every release and snapshot already reads.
+:class:`~worker.olu.privacy.accountant.PrivacyAccountant`,
+which every release and snapshot already reads.
 
 >>> odo = DeletionOdometer(rho_total=1.0, capacity=20, delta=1e-5)
 >>> odo.rho_step, odo.allows(19), odo.allows(20), odo.capacity_left(7)
@@ -69,15 +70,16 @@ class DeletionOdometer:
         return self.rho_total / self.capacity
 
     def sigma_step(self, sensitivity: float) -> float:
-        """Per-deletion noise for a fixed, data-independent sensitivity (docs/calibration.md 6.1): ``Delta / sqrt(2
-        rho_step)``."""
+        """Per-deletion noise for a fixed, data-independent sensitivity (docs/calibration.md 6.1):
+        ``Delta / sqrt(2 rho_step)``."""
         return gaussian_sigma(sensitivity, self.rho_step)
 
     def _k(self, k) -> int:
         return count("k (deletions charged)", k, minimum=0)
 
     def allows(self, k: int) -> bool:
-        """Whether one more deletion fits: ``rho_spent + rho_step <= rho_total``, i.e. ``k < capacity``."""
+        """Whether one more deletion fits: ``rho_spent + rho_step
+        <= rho_total``, i.e. ``k < capacity``."""
         return self._k(k) < self.capacity
 
     def capacity_left(self, k: int) -> int:

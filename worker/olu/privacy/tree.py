@@ -1,10 +1,11 @@
 """Tree-based aggregation (the binary mechanism): continual release of noisy prefix sums.
 
-docs/algorithms.md 11.3 (paper Algorithm 5, in the O(m d) streaming form of Chan-Shi-Song described in
-docs/algorithms.md 11.3). Record t closes exactly one dyadic block, the node at level ``level_closed_at(t)``;
-that node gets fresh Gaussian noise once, and the prefix sum at t adds the ``popcount(t)`` live
-nodes picked by the bits of t. So each record enters at most ``m = ceil(log2 n) + 1`` noisy nodes
-over the horizon n, and at most ``record_levels(t) = floor(log2 t) + 1`` of them by time t
+docs/algorithms.md 11.3 (paper Algorithm 5, in the O(m d) streaming form of Chan-Shi-Song described
+in docs/algorithms.md 11.3). Record t closes exactly one dyadic block, the node at level
+``level_closed_at(t)``; that node gets fresh Gaussian noise once, and the prefix sum at t adds the
+``popcount(t)`` live nodes picked by the bits of t. So each record enters at most ``m = ceil(log2 n)
++ 1`` noisy nodes over the horizon n, and at most
+  ``record_levels(t) = floor(log2 t) + 1`` of them by time t
 (record 1 attains it; docs/accounting.md 5.2).
 
 What the tree keeps, and the privacy invariants (docs/worker.md 4)
@@ -94,7 +95,8 @@ class NodeNoise:
 
     @staticmethod
     def new_key(rng: np.random.Generator) -> int:
-        """A fresh 128-bit key from ``rng`` (the model's noise generator: OS entropy in production)."""
+        """A fresh 128-bit key from ``rng`` (the model's noise
+        generator: OS entropy in production)."""
         return int.from_bytes(rng.bytes(_KEY_BITS // 8), "little")
 
     def __call__(self, node: int) -> np.ndarray:
@@ -172,7 +174,8 @@ class TreeAggregator:
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= horizon:
             raise InvalidState(f"tree step {t!r} is outside [0, {horizon}]")
         if exact.shape != (tree.levels, dim) or not np.all(np.isfinite(exact)):
-            raise InvalidState(f"tree sums have shape {exact.shape}, expected ({tree.levels}, {dim}) and finite")
+            raise InvalidState(
+                f"tree sums have shape {exact.shape}, expected ({tree.levels}, {dim}) and finite")
         dead = [j for j in range(tree.levels) if not (t >> j) & 1 and np.any(exact[j] != 0.0)]
         if dead:
             raise InvalidState(f"tree holds sums at levels {dead} that step {t} has closed")
@@ -180,5 +183,6 @@ class TreeAggregator:
         tree._exact = exact.copy()
         for j in range(tree.levels):
             if (t >> j) & 1:
-                tree._noisy[j] = tree._node(j, (t >> j) << j)  # node j was closed at t with bits < j cleared
+                # node j was closed at t with bits < j cleared
+                tree._noisy[j] = tree._node(j, (t >> j) << j)
         return tree

@@ -1,1 +1,2 @@
-"""The input stage: a fetched batch in, one decoded form out (batch.py), whatever the format and the decoder."""
+"""The input stage: a fetched batch in, one decoded form out
+(batch.py), whatever the format and the decoder."""

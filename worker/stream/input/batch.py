@@ -11,9 +11,9 @@ reads the records is chosen here, once per batch:
   sparse rows and class names as labels, which the scan does not read) decodes runs of inserts
   with :func:`.decode.decode_inserts` and the rest one by one.
 
-Registry-framed records arrive prepared (framed.py, before the runner): the compiled readers' columns
-come with the batch (framed_scan.py), and the records they declined are JSON events by now, or
-carry their verdict. Decoding is pure, so decoding the whole batch before applying any of
+Registry-framed records arrive prepared (framed.py, before the runner): the compiled readers'
+columns come with the batch (framed_scan.py), and the records they declined are JSON events by now,
+or carry their verdict. Decoding is pure, so decoding the whole batch before applying any of
 it changes nothing but the cost.
 """
 
@@ -61,15 +61,18 @@ class DecodedBatch:
     last_candidate: int
 
     def count_clipped(self, fields: int) -> np.ndarray | None:
-        """Per spec field, how many of the batch's decoded inserts had their value clipped (None: none)."""
-        parts = [np.array([e.clipped for e in self.events.values() if isinstance(e, Insert)], np.int64)]
+        """Per spec field, how many of the batch's decoded inserts
+        had their value clipped (None: none)."""
+        parts = [
+            np.array([e.clipped for e in self.events.values() if isinstance(e, Insert)], np.int64)]
         if self.scan is not None and self.scan.clipped is not None:
             parts.append(self.scan.clipped[self.scan.accepted])
         parts += [r.clipped for r in self.runs.values() if r.clipped is not None]
         masks = np.concatenate(parts)
         if not masks.any():
             return None
-        return np.array([np.count_nonzero(masks & np.left_shift(np.int64(1), k)) for k in range(fields)], np.int64)
+        return np.array([np.count_nonzero(masks & np.left_shift(np.int64(1), k))
+                         for k in range(fields)], np.int64)
 
     def run(self, start: int, stop: int) -> InsertRun:
         """The accepted stretch ``start:stop`` as one run: the Python decoder's, or a view of the
@@ -78,21 +81,25 @@ class DecodedBatch:
         if self.scan is None:
             return self.runs[start]
         scan = self.scan
-        return InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop], scan.newest_ts(start, stop),
+        return InsertRun(stop, None, scan.X[start:stop], scan.y[start:stop],
+                         scan.newest_ts(start, stop),
                          scan.keys[start:stop])
 
 
 def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False,
-                 features: FeatureSpec | None = None, sparse: bool = False, labels: bool = False) -> DecodedBatch:
-    """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning key;
-    ``features``: inserts carry named fields, turned into vectors by this spec (worker/features);
-    ``sparse``: runs of inserts as sparse rows (OLU_SPARSE_INPUT; the compiled scan writes dense
-    columns of the whole batch, d numbers a record, so the Python decoder reads these);
-    ``labels``: an insert's ``y`` is a class name (softmax with string classes: the scan reads
-    numbers only), the runs' ``y`` an object array of them."""
+                 features: FeatureSpec | None = None, sparse: bool = False,
+                 labels: bool = False) -> DecodedBatch:
+    """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning
+    key; ``features``: inserts carry named fields, turned into vectors by this spec
+    (worker/features); ``sparse``: runs of inserts as sparse rows (OLU_SPARSE_INPUT; the compiled
+    scan writes dense columns of the whole batch, d numbers a record, so the Python decoder reads
+    these); ``labels``: an insert's ``y`` is a class name (softmax with string classes: the scan
+    reads numbers only), the runs' ``y`` an object array of them."""
     found = partitioning_keys(messages) if subjects else None
-    prepared = getattr(messages, "scan", None)  # a framed batch the compiled readers read (framed_scan.py)
-    readable = features is None or features.compiled  # a spec's derived blocks: the Python decoder's
+    # a framed batch the compiled readers read (framed_scan.py)
+    prepared = getattr(messages, "scan", None)
+    # a spec's derived blocks: the Python decoder's
+    readable = features is None or features.compiled
     if not sparse and not labels and readable and (prepared is not None or compiled_decoder()):
         return _scanned(messages, dim, max_bytes, found, prepared, features)
     return _python(messages, dim, max_bytes, found, features, sparse, labels)
@@ -102,13 +109,16 @@ def decoded_event(msg, dim: int, max_bytes: int, features=None, sparse: bool = F
                   labels: bool = False) -> Insert | Delete | DeadLetter:
     """The message's event, or the :class:`DeadLetter` saying why it has none."""
     try:
-        return decode_message(msg, dim=dim, max_bytes=max_bytes, features=features, sparse=sparse, labels=labels)
+        return decode_message(msg, dim=dim, max_bytes=max_bytes, features=features, sparse=sparse,
+                              labels=labels)
     except DeadLetter as dead:
         return dead
 
 
-def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan | None, features) -> DecodedBatch:
-    scan = scan if scan is not None else scan_batch(messages, dim=dim, max_bytes=max_bytes, features=features)
+def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan | None,
+             features) -> DecodedBatch:
+    scan = scan if scan is not None else scan_batch(messages, dim=dim, max_bytes=max_bytes,
+                                                    features=features)
     stretches = scan.stretches()
     known = getattr(messages, "events", {})  # deletes a framed reader decoded already
     events = {j: known.get(j) or decoded_event(messages[j], dim, max_bytes, features)
@@ -122,7 +132,8 @@ def _python(messages: list, dim: int, max_bytes: int, subjects, features, sparse
     stretches, runs, events = [], {}, {}
     i, n = 0, len(messages)
     while i < n:
-        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n, features=features, sparse=sparse,
+        run = decode_inserts(messages, i, dim=dim, max_bytes=max_bytes, stop=n, features=features,
+                             sparse=sparse,
                              labels=labels)
         if run is not None and run.end > i:
             stretches.append((i, run.end, True))
@@ -134,4 +145,5 @@ def _python(messages: list, dim: int, max_bytes: int, subjects, features, sparse
         stretches.append((i, i + 1, False))
         i += 1
     # this decoder knows a record's kind only once it reached it: any message may be a delete
-    return DecodedBatch(messages, stretches, runs, events, delete_keys(events), None, subjects, n - 1)
+    return DecodedBatch(messages, stretches, runs, events, delete_keys(events), None, subjects,
+                        n - 1)

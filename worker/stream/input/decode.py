@@ -16,10 +16,10 @@ Order of checks (the first failing one names the reason):
 4. not an object -> ``not_object``; ``op`` missing or not insert/delete -> ``unknown_op``.
 5. ``id`` missing -> ``missing_id``; not a string, empty or over 256 characters -> ``bad_id``.
    A delete may name several records in ``ids`` instead (one deletion request, unlearned in one
-   engine call; docs/worker.md 3.2): both ``id`` and ``ids`` -> ``id_and_ids``; neither -> ``missing_id``;
-   ``ids`` not an array or empty -> ``bad_ids``; more than :data:`MAX_REQUEST_IDS` items ->
-   ``too_many_ids``; an item not a string, empty or over 256 characters -> ``bad_id`` (the detail
-   names its position); the same id twice -> ``duplicate_ids``.
+   engine call; docs/worker.md 3.2): both ``id`` and ``ids`` -> ``id_and_ids``; neither ->
+   ``missing_id``; ``ids`` not an array or empty -> ``bad_ids``; more than :data:`MAX_REQUEST_IDS`
+   items -> ``too_many_ids``; an item not a string, empty or over 256 characters -> ``bad_id`` (the
+   detail names its position); the same id twice -> ``duplicate_ids``.
 6. **key**: it must be present and not empty -> else ``key_mismatch``. It is the partitioning key
    (for example the data subject): a subject's inserts and deletes share it so they land in the
    partition that holds the subject's records; a key equal to the id is one such key. It need not
@@ -40,12 +40,12 @@ Order of checks (the first failing one names the reason):
    as ``1.0`` is an integer for JSON Schema, so it is accepted and converted); any field
    outside the schema -> ``schema_violation``.
 
-Not checked here, but later in batch by the engine (numpy, ``worker.olu.core.domain``): finite features
-(``non_finite``), the feature bound (``norm_exceeded``; the norm is computed without overflow, so
-finite features up to the largest double are over the bound, not non-finite) and which labels the
-loss allows (``bad_label``; for a softmax label that is none of the classes the detail names it).
-The compiled fast path (scan.py) checks no norm either: both paths hand the same arrays to the same
-engine check.
+Not checked here, but later in batch by the engine (numpy, ``worker.olu.core.domain``): finite
+features (``non_finite``), the feature bound (``norm_exceeded``; the norm is computed without
+overflow, so finite features up to the largest double are over the bound, not non-finite) and which
+labels the loss allows (``bad_label``; for a softmax label that is none of the classes the detail
+names it). The compiled fast path (scan.py) checks no norm either: both paths hand the same arrays
+to the same engine check.
 
 The worker first runs the compiled fast path (scan.py) over each fetched batch; it takes the common
 insert and hands everything else to this module, which stays the reference for every decision.
@@ -93,7 +93,8 @@ class Insert:
     x: list[float] | tuple  # dense, or (indices, values) with sparse input (sparse_x.py)
     y: float | str  # a class name with string classes (softmax)
     ts: int | None = None
-    clipped: int = field(default=0, repr=False)  # under a feature spec: the fields clipped, a bit each
+    # under a feature spec: the fields clipped, a bit each
+    clipped: int = field(default=0, repr=False)
 
 
 @dataclass(slots=True)
@@ -119,12 +120,14 @@ def _parse_error(value, exc: ValueError) -> DeadLetter:
     # orjson's messages are fixed texts plus a position; they do not quote the input.
     msg = str(getattr(exc, "msg", "") or exc)[:200]
     pos = getattr(exc, "pos", None)
-    return DeadLetter("not_json", f"value is not JSON: {msg}" + ("" if pos is None else f" (char {pos})"))
+    return DeadLetter("not_json",
+                      f"value is not JSON: {msg}" + ("" if pos is None else f" (char {pos})"))
 
 
 def _tombstone(key, max_bytes: int) -> Delete:
     if key is None:
-        raise DeadLetter("missing_id", "tombstone (null value) without a key: no record id to delete")
+        raise DeadLetter("missing_id",
+                         "tombstone (null value) without a key: no record id to delete")
     if len(key) > max_bytes:
         raise DeadLetter("oversized", f"tombstone key is {len(key)} bytes, more than {max_bytes}")
     try:
@@ -144,15 +147,19 @@ def _check_id(obj: dict) -> str:
             raise DeadLetter("missing_id", "no 'id' field")
         if type(record_id) is not str:
             raise DeadLetter("bad_id", f"'id' is a {_type_name(record_id)}, expected a string")
-        raise DeadLetter("bad_id", f"'id' has {len(record_id)} characters, expected 1 to {MAX_ID_CHARS}")
+        raise DeadLetter("bad_id",
+                         f"'id' has {len(record_id)} characters, expected 1 to {MAX_ID_CHARS}")
     return record_id
 
 
 def _check_key(key) -> None:
     if not key:
-        raise DeadLetter("key_mismatch", f"record has {'an empty' if key is not None else 'no'} key; the key "
-                                         "is the partitioning key (e.g. the data subject) that a record's "
-                                         "insert and delete share, so the delete lands in its partition")
+        raise DeadLetter("key_mismatch",
+                         f"record has {'an empty' if key is not None else 'no'} key; the key "
+                                         "is the partitioning key (e.g. the data subject) that a "
+                                         "record's "
+                                         "insert and delete share, so the delete lands in its "
+                                         "partition")
 
 
 def _bad_request_id(ids: list) -> DeadLetter:
@@ -160,7 +167,8 @@ def _bad_request_id(ids: list) -> DeadLetter:
         if type(rid) is not str:
             return DeadLetter("bad_id", f"ids[{i}] is a {_type_name(rid)}, expected a string")
         if not 0 < len(rid) <= MAX_ID_CHARS:
-            return DeadLetter("bad_id", f"ids[{i}] has {len(rid)} characters, expected 1 to {MAX_ID_CHARS}")
+            return DeadLetter("bad_id",
+                              f"ids[{i}] has {len(rid)} characters, expected 1 to {MAX_ID_CHARS}")
     return DeadLetter("bad_id", "ids holds a bad id")  # pragma: no cover (caller checked)
 
 
@@ -172,21 +180,26 @@ def _delete_ids(obj: dict) -> tuple[str, ...]:
             raise DeadLetter("missing_id", "no 'id' or 'ids' field")
         return (_check_id(obj),)
     if "id" in obj:
-        raise DeadLetter("id_and_ids", "both 'id' and 'ids': a delete names its records in one of them")
+        raise DeadLetter("id_and_ids",
+                         "both 'id' and 'ids': a delete names its records in one of them")
     if type(ids) is not list or not ids:
         if type(ids) is not list:
-            raise DeadLetter("bad_ids", f"'ids' is a {_type_name(ids)}, expected an array of record ids")
+            raise DeadLetter("bad_ids",
+                             f"'ids' is a {_type_name(ids)}, expected an array of record ids")
         raise DeadLetter("bad_ids", "'ids' is empty")
     n = len(ids)
     if n > MAX_REQUEST_IDS:
-        raise DeadLetter("too_many_ids", f"'ids' has {n} items, at most {MAX_REQUEST_IDS} per delete")
-    if set(map(type, ids)) != _STRINGS or not 0 < min(map(len, ids)) <= max(map(len, ids)) <= MAX_ID_CHARS:
+        raise DeadLetter("too_many_ids",
+                         f"'ids' has {n} items, at most {MAX_REQUEST_IDS} per delete")
+    if set(map(type, ids)) != _STRINGS or not 0 < min(map(len, ids)) <= max(map(len,
+                                                                                ids)) <= MAX_ID_CHARS:
         raise _bad_request_id(ids)
     unique = set(ids)
     if len(unique) != n:
         seen: set[str] = set()
         first = next(i for i, rid in enumerate(ids) if rid in seen or seen.add(rid))
-        raise DeadLetter("duplicate_ids", f"'ids' names {n - len(unique)} record id(s) more than once "
+        raise DeadLetter("duplicate_ids",
+                         f"'ids' names {n - len(unique)} record id(s) more than once "
                                           f"(the first repeat is ids[{first}])")
     return tuple(ids)
 
@@ -212,8 +225,10 @@ def _ts(ts) -> int:
     if kind is float and ts >= 0 and ts.is_integer():
         return int(ts)
     if kind is int or kind is float:
-        raise DeadLetter("schema_violation", "'ts' must be a non-negative integer (epoch milliseconds)")
-    raise DeadLetter("schema_violation", f"'ts' is a {_type_name(ts)}, expected an integer (epoch milliseconds)")
+        raise DeadLetter("schema_violation",
+                         "'ts' must be a non-negative integer (epoch milliseconds)")
+    raise DeadLetter("schema_violation",
+                     f"'ts' is a {_type_name(ts)}, expected an integer (epoch milliseconds)")
 
 
 def _bad_item(x: list) -> DeadLetter:
@@ -229,7 +244,8 @@ def _dense_x(obj: dict, x, dim: int) -> list[float]:
         if x is None and "x" not in obj:
             raise DeadLetter("bad_features", "no 'x' field")
         if type(x) is not list:
-            raise DeadLetter("bad_features", f"'x' is a {_type_name(x)}, expected an array of numbers")
+            raise DeadLetter("bad_features",
+                             f"'x' is a {_type_name(x)}, expected an array of numbers")
         raise DeadLetter("bad_features", "'x' is empty")
     if len(x) != dim:
         raise DeadLetter("wrong_dimension", f"x has {len(x)} features, model dim is {dim}")
@@ -252,10 +268,12 @@ def _label(obj: dict, labels: bool = False) -> float | str:
         if kind is str and 0 < len(y) <= MAX_ID_CHARS:
             return y
         if kind is str:
-            raise DeadLetter("bad_label", f"'y' has {len(y)} characters, expected 1 to {MAX_ID_CHARS}")
+            raise DeadLetter("bad_label",
+                             f"'y' has {len(y)} characters, expected 1 to {MAX_ID_CHARS}")
         if y is _MISSING:
             raise DeadLetter("bad_label", "no 'y' field")
-        raise DeadLetter("bad_label", f"'y' is a {_type_name(y)}, expected a class label (a string)")
+        raise DeadLetter("bad_label",
+                         f"'y' is a {_type_name(y)}, expected a class label (a string)")
     if kind is float:
         return y
     if kind is not int:
@@ -274,7 +292,8 @@ def _named_insert(key, obj: dict, features: FeatureSpec, labels: bool) -> Insert
     record_id = _check_id(obj)
     _check_key(key)
     if "x" in obj:
-        raise DeadLetter("bad_features", "'x' is given, but with a feature spec the features come from its "
+        raise DeadLetter("bad_features",
+                         "'x' is given, but with a feature spec the features come from its "
                                          "named fields")
     y = _label(obj, labels)
     ts = _ts(obj["ts"]) if "ts" in obj else None
@@ -286,7 +305,8 @@ def _named_insert(key, obj: dict, features: FeatureSpec, labels: bool) -> Insert
 
 
 def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes: int,
-                 features: FeatureSpec | None = None, sparse: bool = False, labels: bool = False) -> Insert | Delete:
+                 features: FeatureSpec | None = None, sparse: bool = False,
+                 labels: bool = False) -> Insert | Delete:
     """Decode a Kafka record of the input topic; raise :class:`DeadLetter` if it must be rejected.
     ``sparse``: an insert's ``x`` is returned as (indices, values) (OLU_SPARSE_INPUT, sparse_x.py).
     ``labels``: an insert's ``y`` is a class name (softmax with string classes, OLU_CLASSES).
@@ -307,7 +327,8 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
         return _tombstone(key, max_bytes)
     size = len(value) if key is None else len(key) + len(value)
     if size > max_bytes:
-        raise DeadLetter("oversized", f"record is {size} bytes (key + value), more than {max_bytes}")
+        raise DeadLetter("oversized",
+                         f"record is {size} bytes (key + value), more than {max_bytes}")
     try:
         obj = _loads(value)
     except _JSONDecodeError as exc:
@@ -363,7 +384,8 @@ class InsertRun:
 
 
 def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int | None = None,
-                   features: FeatureSpec | None = None, sparse: bool = False, labels: bool = False) -> InsertRun:
+                   features: FeatureSpec | None = None, sparse: bool = False,
+                   labels: bool = False) -> InsertRun:
     """Decode the longest run of valid inserts in ``messages[start:stop]``, in one pass.
 
     The values and the accept/reject decision are exactly those of :func:`decode_event`; this is
@@ -381,7 +403,8 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
     (1, ['r-1'], [[0.5, 1.0]], [1.0])
     """
     if features is not None or sparse or labels:
-        return _each_insert(messages, start, len(messages) if stop is None else stop, dim, max_bytes, features,
+        return _each_insert(messages, start, len(messages) if stop is None else stop, dim,
+                            max_bytes, features,
                             sparse, labels)
     loads, decode_error, limit = _loads, _JSONDecodeError, MAX_ID_CHARS
     ids: list[str] = []
@@ -402,7 +425,8 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
         except (decode_error, KeyError, TypeError):  # not JSON, not an object, a field missing
             break
         if (type(record_id) is not str or not 0 < len(record_id) <= limit
-                or type(x) is not list or len(x) != dim or (type(y) is not float and type(y) is not int)):
+                or type(x) is not list or len(x) != dim
+                or (type(y) is not float and type(y) is not int)):
             break
         if len(obj) != 4:  # a ts field or unknown ones: the general decoder rules on it
             try:
@@ -428,7 +452,8 @@ def decode_inserts(messages, start: int, *, dim: int, max_bytes: int, stop: int 
     return InsertRun(end, ids, X, np.array(ys, dtype=np.float64), newest)
 
 
-def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int, features: FeatureSpec | None,
+def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int,
+                 features: FeatureSpec | None,
                  sparse: bool, labels: bool = False) -> InsertRun:
     """:func:`decode_inserts` under a feature spec, for sparse rows or class names: each record
     through :func:`decode_event`; sparse rows as one ``SparseRows``; class names as an object array
@@ -437,7 +462,8 @@ def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int, feat
     for j in range(start, stop):
         msg = messages[j]
         try:
-            event = decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes, features=features,
+            event = decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes,
+                                 features=features,
                                  sparse=sparse, labels=labels)
         except DeadLetter:
             break
@@ -453,4 +479,5 @@ def _each_insert(messages, start: int, stop: int, dim: int, max_bytes: int, feat
         end = j + 1
     y = np.array(ys, dtype=object if labels else np.float64)
     X = SparseRows.from_rows(xs) if sparse else np.array(xs, dtype=np.float64).reshape(len(xs), dim)
-    return InsertRun(end, ids, X, y, newest, None, np.array(clipped, np.int64) if features is not None else None)
+    return InsertRun(end, ids, X, y, newest, None, np.array(clipped, np.int64)
+                     if features is not None else None)

@@ -42,10 +42,12 @@ MAX_BACKOFF_S = 8.0
 
 def decode_message(msg, *, dim: int, max_bytes: int, features=None, sparse: bool = False,
                    labels: bool = False) -> Insert | Delete:
-    """:func:`decode_event` of a fetched message; a transcoded record's verdict is its dead letter."""
+    """:func:`decode_event` of a fetched message; a transcoded
+    record's verdict is its dead letter."""
     if type(msg) is Transcoded and msg.dead is not None:
         raise DeadLetter(msg.dead.reason, msg.dead.detail)
-    return decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes, features=features, sparse=sparse,
+    return decode_event(msg.key(), msg.value(), dim=dim, max_bytes=max_bytes, features=features,
+                        sparse=sparse,
                         labels=labels)
 
 
@@ -62,7 +64,8 @@ class RegistryInput:
         self.plans = PlanCache(decoder, dim, on_no_plan=self._no_plan)
         self.clock = clock
         self.paused: dict[tuple[str, int], tuple[float, int]] = {}  # key -> (retry at, offset)
-        self.backoff: dict[tuple[str, int], float] = {}  # key -> the next pause's length (an outage goes on)
+        # key -> the next pause's length (an outage goes on)
+        self.backoff: dict[tuple[str, int], float] = {}
         self.pauses = 0
 
     def _no_plan(self, schema_id: int, why: str) -> None:
@@ -74,8 +77,10 @@ class RegistryInput:
         if settings.input_format == "json":
             return None
         spec = settings.feature_spec
-        decoder = InputDecoder(settings.input_format, new_client(settings), fields=settings.input_fields or (),
-                               feature_fields=settings.input_feature_fields or (), max_bytes=settings.max_record_bytes,
+        decoder = InputDecoder(settings.input_format, new_client(settings),
+                               fields=settings.input_fields or (),
+                               feature_fields=settings.input_feature_fields or (),
+                               max_bytes=settings.max_record_bytes,
                                named=() if spec is None else tuple(f.name for f in spec.fields))
         return cls(decoder, settings.dim, features=spec)
 
@@ -84,7 +89,8 @@ class RegistryInput:
         if key in self.paused:  # fetched before the pause took effect: fetched again on resume
             return []
         if compiled_decoder():  # the common insert straight into columns (framed_scan.py)
-            decoded, stop, error = prepare_framed(self.plans, batch, dim=self.dim, max_bytes=self.decoder.max_bytes,
+            decoded, stop, error = prepare_framed(self.plans, batch, dim=self.dim,
+                                                  max_bytes=self.decoder.max_bytes,
                                                   features=self.features)
         else:
             decoded, stop, error = transcode(self.decoder, batch)
@@ -95,7 +101,8 @@ class RegistryInput:
         offset = batch[stop].offset()
         if backoff is None:
             log.warning("schema registry unavailable; partition paused, retrying with backoff",
-                        extra={"topic": key[0], "partition": key[1], "offset": offset, "error": str(error)})
+                        extra={"topic": key[0], "partition": key[1], "offset": offset,
+                               "error": str(error)})
         backoff = backoff or FIRST_BACKOFF_S
         self.backoff[key] = min(2 * backoff, MAX_BACKOFF_S)
         tp = TopicPartition(key[0], key[1], offset)

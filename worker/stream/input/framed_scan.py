@@ -1,4 +1,5 @@
-"""Schema Registry framed batches through the compiled readers: the common insert straight into columns.
+"""Schema Registry framed batches through the compiled
+readers: the common insert straight into columns.
 
 :func:`prepare_framed` is the compiled counterpart of :func:`worker.formats.input.transcode` for a
 fetched batch. It reads each value's schema id from its framing (in bulk), gets each distinct
@@ -44,7 +45,8 @@ from .scan import BatchScan, joined, kafka_stamps, key_lengths, scan_batch
 __all__ = ["FramedBatch", "prepare_framed"]
 
 FRAMING = 5
-#: Bytes of the JSON form besides the id and the numbers ({"op":"insert","id":...,"x":[...],"y":...,"ts":...}).
+#: Bytes of the JSON form besides the id and the numbers
+#: ({"op":"insert","id":...,"x":[...],"y":...,"ts":...}).
 _JSON_OVERHEAD = 100
 _JSON_PER_NUMBER = 25  # the longest double orjson writes is 24 characters, plus a comma
 LITTLE_ENDIAN = sys.byteorder == "little"
@@ -60,7 +62,8 @@ class FramedBatch(list):
         self.scan, self.events = scan, events
 
     def tail(self, start: int) -> FramedBatch:
-        """Messages ``start:`` with their columns (a re-fetch drops what the state already holds)."""
+        """Messages ``start:`` with their columns (a re-fetch
+        drops what the state already holds)."""
         return FramedBatch(self[start:], self.scan.rows(start, len(self)),
                            {j - start: e for j, e in self.events.items() if j >= start})
 
@@ -98,7 +101,8 @@ def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int, features=
     blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
     raw = vbuf.data
     events = {j: Delete((bytes(raw[a:b]).decode("ascii"),))
-              for j, a, b in zip(np.flatnonzero(kinds == DELETE).tolist(), *spans[kinds == DELETE].T.tolist())}
+              for j, a, b in zip(np.flatnonzero(kinds == DELETE).tolist(),
+                                 *spans[kinds == DELETE].T.tolist())}
 
     declined = np.flatnonzero(kinds[:cut] == DECLINED)
     generic, stop_at, later_error = transcode(plans.decoder, [messages[j] for j in declined])
@@ -114,7 +118,8 @@ def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int, features=
         accepted[declined] = again.accepted
         X[declined], y[declined], keys[declined] = again.X, again.y, again.keys
     scan = BatchScan(accepted[:cut], X[:cut], y[:cut], keys[:cut], kafka_stamps(out))
-    return FramedBatch(out, scan, events), (None if cut == n else cut), (None if cut == n else error)
+    return FramedBatch(out, scan, events), (None if cut == n else cut), (None if cut == n
+                                                                         else error)
 
 
 def _read(plans, vbuf, voff, klen, dim, max_bytes, X, y, spans, kinds):
@@ -140,13 +145,16 @@ def _read(plans, vbuf, voff, klen, dim, max_bytes, X, y, spans, kinds):
         mine = ids == schema_id
         if isinstance(plan, JsonSchemaPlan):
             rows = np.flatnonzero(mine & scanned)
-            kinds[rows] = np.where(plan.valid(X[rows], y[rows], spans[rows, 1] - spans[rows, 0]), INSERT, DECLINED)
+            kinds[rows] = np.where(plan.valid(X[rows], y[rows], spans[rows, 1] - spans[rows, 0]),
+                                   INSERT, DECLINED)
             continue
         slots[mine] = slot
         if isinstance(plan, AvroPlan):
-            avro_kernel(vbuf, voff, klen, slots, slot, plan.table, plan.named, dim, max_bytes, X, y, spans, kinds)
+            avro_kernel(vbuf, voff, klen, slots, slot, plan.table, plan.named, dim, max_bytes, X, y,
+                        spans, kinds)
         elif isinstance(plan, ProtobufPlan):
-            protobuf_kernel(vbuf, voff, klen, slots, slot, plan.table, plan.defaults, plan.op_default, dim,
+            protobuf_kernel(vbuf, voff, klen, slots, slot, plan.table, plan.defaults,
+                            plan.op_default, dim,
                             max_bytes, X, y, spans, kinds)
     return None, None
 
@@ -166,5 +174,6 @@ def warm_up_reader(fmt: str) -> None:
         table, _ = avro_plan(EVENT_AVRO_SCHEMA, FieldMapping(complete=True), dim=1)
         avro_kernel(*args, table, False, 1, 64, *out)
     else:
-        table, defaults, op_default, _ = protobuf_plan(event_class().DESCRIPTOR, FieldMapping(complete=True), dim=1)
+        table, defaults, op_default, _ = protobuf_plan(event_class().DESCRIPTOR,
+                                                       FieldMapping(complete=True), dim=1)
         protobuf_kernel(*args, table, defaults, op_default, 1, 64, *out)

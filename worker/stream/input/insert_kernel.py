@@ -7,11 +7,12 @@ orjson decides.
 
 :func:`parse_kernel` walks the object of each record (fields in any order, each once,
 JSON whitespace anywhere) and notes where its id lies in the value buffer (the caller hashes the id
-from there: the Kafka key is the partitioning key and need not equal the id). :func:`parse_named_kernel`
-does it for named fields under a feature spec, in worker/features/transform.py's arithmetic.
+from there: the Kafka key is the partitioning key and need not equal the id).
+:func:`parse_named_kernel` does it for named fields under a feature spec, in
+worker/features/transform.py's arithmetic.
 
-The helpers take raw pointers, not arrays: numba counts references to an array argument around every call of
-a helper (the parser has many exits), and that cost more than the parsing.
+The helpers take raw pointers, not arrays: numba counts references to an array argument around every
+call of a helper (the parser has many exits), and that cost more than the parsing.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from .json_number import is_digit, read_number
 
 __all__ = ["parse_kernel", "parse_named_kernel", "read_number"]
 
-_U0, _U63 = np.uint64(0), np.uint64(63)  # uint64 constants: numba would mix uint64 and int64 into float64
-_helper = numba.njit(nogil=True)  # plain compiled functions on scalars and raw pointers (LLVM inlines them)
+# uint64 constants: numba would mix uint64 and int64 into float64
+_U0, _U63 = np.uint64(0), np.uint64(63)
+# plain compiled functions on scalars and raw pointers (LLVM inlines them)
+_helper = numba.njit(nogil=True)
 
 
 # bytes of the grammar
@@ -185,9 +188,11 @@ def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r):
 
 
 # ------------------------------------------------------- named fields (worker/features: the spec)
-_K_RANGE, _K_SCALE, _K_BOOL, _K_CAT = 0, 1, 2, 3  # worker/features/tables.py's kind codes (4: hashed)
+# worker/features/tables.py's kind codes (4: hashed)
+_K_RANGE, _K_SCALE, _K_BOOL, _K_CAT = 0, 1, 2, 3
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
-_MIX1, _MIX2, _U27, _U30, _U31 = (np.uint64(v) for v in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 27, 30, 31))
+_MIX1, _MIX2, _U27, _U30, _U31 = (np.uint64(v)
+                                  for v in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 27, 30, 31))
 _NULL, _TRUE, _FALSE = (110, 117, 108, 108), (116, 114, 117, 101), (102, 97, 108, 115, 101)
 
 
@@ -263,8 +268,8 @@ def _scaled(v, kind, par):
 
 @_helper
 def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base):
-    """Parse the value of a spec field at ``p`` into its coordinates: (position after it, 1 when set,
-    0 when null, -1 when not certain; clipped)."""
+    """Parse the value of a spec field at ``p`` into its coordinates: (position after it, 1 when
+    set, 0 when null, -1 when not certain; clipped)."""
     kind, slot = row[0], base + row[1]
     if buf[p] == 110:  # null: missing
         q = _literal(buf, p, end, _NULL)
@@ -314,7 +319,8 @@ def _skip_value(buf, p, end):
 
 
 @_helper
-def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, floats, table, vocab, vocab_offsets,
+def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, floats, table, vocab,
+                  vocab_offsets,
                   intercept, bound, dim, x, y_out, spans, r):
     """As :func:`_insert` for an insert whose features are the spec's named fields: (accepted, the
     mask of the fields clipped). Fields the spec does not name are skipped; ``x`` is declined."""
@@ -360,7 +366,8 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
             if present & bit:
                 return False, 0
             present |= bit
-            p, state, clip = _named_value(buf, p, end, ints[k], floats[k], table, vocab, vocab_offsets, x, base)
+            p, state, clip = _named_value(buf, p, end, ints[k], floats[k], table, vocab,
+                                          vocab_offsets, x, base)
             if state < 0:
                 return False, 0
             if state:
@@ -378,7 +385,8 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
             return False, 0
     if seen & (_OP | _ID | _Y) != _OP | _ID | _Y or _skip_ws(buf, p, end) != end:
         return False, 0
-    for k in range(ints.shape[0]):  # the missing fields: their fill, or the Python decoder names them
+    for k in range(ints.shape[0]):
+        # the missing fields: their fill, or the Python decoder names them
         row, par = ints[k], floats[k]
         if not valued & (np.int64(1) << k) and not row[3]:
             return False, 0
@@ -410,24 +418,28 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
 
 @jit
 def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted, framing=0):
-    """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X``, ``y_out[r]`` and
-    its id's place ``vbuf[spans[r, 0]:spans[r, 1]]`` (value r is ``vbuf[voff[r]:voff[r + 1]]``, its
-    key ``klen[r]`` bytes long; the JSON text starts ``framing`` bytes in, after a Schema Registry
-    framing, which counts towards ``max_bytes``)."""
+    """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X``, ``y_out[r]``
+    and its id's place ``vbuf[spans[r, 0]:spans[r, 1]]`` (value r is ``vbuf[voff[r]:voff[r + 1]]``,
+    its key ``klen[r]`` bytes long; the JSON text starts ``framing`` bytes in, after a Schema
+    Registry framing, which counts towards ``max_bytes``)."""
     v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
     for r in range(accepted.shape[0]):
         start = voff[r] + framing
-        accepted[r] = start <= voff[r + 1] and _insert(v, start, voff[r + 1], klen[r], dim, max_bytes - framing,
+        accepted[r] = start <= voff[r + 1] and _insert(v, start, voff[r + 1], klen[r], dim,
+                                                       max_bytes - framing,
                                                        x, y, s, r)
 
 
 @jit
-def parse_named_kernel(vbuf, voff, klen, max_bytes, names, name_offsets, ints, floats, table, vocab, vocab_offsets,
+def parse_named_kernel(vbuf, voff, klen, max_bytes, names, name_offsets, ints, floats, table, vocab,
+                       vocab_offsets,
                        intercept, bound, X, y_out, spans, clipped, accepted):
     """:func:`parse_kernel` for inserts of named fields under a feature spec (its tables:
     worker/features/tables.py): ``clipped[r]``, the mask of the fields whose value was clipped."""
     v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
     dim = X.shape[1]
     for r in range(accepted.shape[0]):
-        accepted[r], clipped[r] = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes, names, name_offsets, ints,
-                                                floats, table, vocab, vocab_offsets, intercept, bound, dim, x, y, s, r)
+        accepted[r], clipped[r] = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes, names,
+                                                name_offsets, ints,
+                                                floats, table, vocab, vocab_offsets, intercept,
+                                                bound, dim, x, y, s, r)

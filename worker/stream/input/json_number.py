@@ -40,7 +40,8 @@ _U10_8 = np.uint64(10**8)
 # eight-digit SWAR constants (fast_float)
 _HIGH_NIBBLES, _SIXES, _THREES, _ZEROS = (np.uint64(v) for v in (
     0xF0F0F0F0F0F0F0F0, 0x0606060606060606, 0x3333333333333333, 0x3030303030303030))
-_BYTE_PAIRS, _MUL1, _MUL2 = (np.uint64(v) for v in (0x000000FF000000FF, 100 + (1000000 << 32), 1 + (10000 << 32)))
+_BYTE_PAIRS, _MUL1, _MUL2 = (
+    np.uint64(v) for v in (0x000000FF000000FF, 100 + (1000000 << 32), 1 + (10000 << 32)))
 _LOW9 = np.uint64(0x1FF)
 _EXACT_INT = np.uint64(1 << 53)
 _EXACT_POW10 = np.array([10.0**k for k in range(23)])  # exact doubles
@@ -85,7 +86,8 @@ def _eisel_lemire(man, exp10, neg):
         return 0.0, False
     clz = np.int64(leading_zeros(man))
     man <<= np.uint64(clz)
-    exp2 = ((217706 * exp10) >> 16) + 64 + 1023 - clz  # floor(log2(10**exp10)) + bias + 64, as in Go
+    # floor(log2(10**exp10)) + bias + 64, as in Go
+    exp2 = ((217706 * exp10) >> 16) + 64 + 1023 - clz
     i = exp10 - POW10_MIN
     x_hi, x_lo = mul64(man, POW10_HI[i])
     if x_hi & _LOW9 == _LOW9 and x_lo + man < man:  # the truncated power's error may reach x_hi
@@ -120,7 +122,8 @@ def is_digit(c):
 @_helper
 def read_number(buf, p, end):
     """A JSON number at ``buf[p:end]`` (a pointer to bytes): (position after it, its double,
-    certain). Not certain: not a JSON number there, or a value it will not vouch for (module doc)."""
+    certain). Not certain: not a JSON number there, or a
+    value it will not vouch for (module doc)."""
     neg = p < end and buf[p] == _MINUS
     if neg:
         p += 1

@@ -1,4 +1,5 @@
-"""The powers of ten of the JSON number reader (insert_kernel.py): 128-bit mantissas for Eisel-Lemire.
+"""The powers of ten of the JSON number reader
+(insert_kernel.py): 128-bit mantissas for Eisel-Lemire.
 
 Pure data, computed once at import with Python's integers; the compiled reader captures the two
 arrays as constants (they never change, so numba's cache of insert_kernel.py cannot go stale).

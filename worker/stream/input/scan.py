@@ -3,8 +3,8 @@
 :func:`scan_batch` joins the batch's keys and values into two byte buffers and runs one numba
 kernel over them. For each record the kernel either *accepts* it, writing its features, label and
 record key (``record_key`` of its id, hashed from the value's bytes) straight into arrays, or
-*declines* it. A declined record goes to the Python decoder (decode.py), which makes the decision and names
-the reason; the kernel never rejects anything itself.
+*declines* it. A declined record goes to the Python decoder (decode.py), which makes the decision
+and names the reason; the kernel never rejects anything itself.
 
 What is accepted is a strict subset of what :func:`decode.decode_event` accepts as an insert, with
 the very same values:
@@ -14,8 +14,8 @@ the very same values:
   JSON whitespace anywhere; ``id`` has 1 to 256 bytes; the key is not empty (it is the
   partitioning key and need not equal ``id``, docs/worker.md 3.1); key + value fit
   ``max_bytes``; ``x`` has exactly ``dim`` numbers; ``ts`` is a plain non-negative integer;
-- every number is one insert_kernel.read_number is certain of: the double orjson reads, bit for bit (when it
-  is not certain, the record is declined instead of approximated).
+- every number is one insert_kernel.read_number is certain of: the double orjson reads, bit for bit
+  (when it is not certain, the record is declined instead of approximated).
 
 Anything else (a delete, a tombstone, unicode or escapes in the id, a dead letter, ...) is
 declined, so correctness only needs "accepted => decode_event accepts it with these values"; a
@@ -35,7 +35,8 @@ from ...features.spec import FeatureSpec
 from ...features.tables import SpecTables, spec_tables
 from .insert_kernel import parse_kernel, parse_named_kernel
 
-__all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths", "python_decoder", "scan_batch"]
+__all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths",
+           "python_decoder", "scan_batch"]
 
 
 @dataclass(slots=True)
@@ -47,7 +48,8 @@ class BatchScan:
     y: np.ndarray  # (n,) float64
     keys: np.ndarray  # (n,) uint64, record_key of the id
     stamps: np.ndarray  # (n, 2) int64: the Kafka timestamp (type, ms) of each message
-    clipped: np.ndarray | None = None  # (n,) int64 under a feature spec: the fields clipped, a bit each
+    # (n,) int64 under a feature spec: the fields clipped, a bit each
+    clipped: np.ndarray | None = None
 
     def stretches(self):
         """(start, stop, accepted) for the maximal stretches of equal ``accepted``, in order."""
@@ -60,8 +62,10 @@ class BatchScan:
 
     def rows(self, start: int, stop: int) -> BatchScan:
         """Records ``start:stop`` (views)."""
-        return BatchScan(self.accepted[start:stop], self.X[start:stop], self.y[start:stop], self.keys[start:stop],
-                         self.stamps[start:stop], None if self.clipped is None else self.clipped[start:stop])
+        return BatchScan(self.accepted[start:stop], self.X[start:stop], self.y[start:stop],
+                         self.keys[start:stop],
+                         self.stamps[start:stop], None if self.clipped is None
+                         else self.clipped[start:stop])
 
     def newest_ts(self, start: int, stop: int) -> int:
         """The largest available Kafka timestamp among records ``start:stop`` (0: none)."""
@@ -69,7 +73,8 @@ class BatchScan:
         return int(ts[kinds != 0].max(initial=0))
 
     def newest_ts_so_far(self) -> np.ndarray:
-        """:meth:`newest_ts` ``(0, j + 1)`` for every record j, in one pass (a batch split by deletes)."""
+        """:meth:`newest_ts` ``(0, j + 1)`` for every record j, in
+        one pass (a batch split by deletes)."""
         kinds, ts = self.stamps[:, 0], self.stamps[:, 1]
         return np.maximum.accumulate(np.where(kinds != 0, np.maximum(ts, 0), 0))
 
@@ -80,7 +85,8 @@ def key_lengths(keys: list) -> np.ndarray:
     try:
         return np.fromiter(map(len, keys), np.int64, len(keys))
     except TypeError:
-        return np.fromiter((len(k) if isinstance(k, (bytes, bytearray)) else 0 for k in keys), np.int64, len(keys))
+        return np.fromiter((len(k) if isinstance(k, (bytes, bytearray)) else 0 for k in keys),
+                           np.int64, len(keys))
 
 
 def joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +102,8 @@ def joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(raw, np.uint8), offsets
 
 
-def scan_batch(messages: list, *, dim: int, max_bytes: int, features: FeatureSpec | None = None) -> BatchScan:
+def scan_batch(messages: list, *, dim: int, max_bytes: int,
+               features: FeatureSpec | None = None) -> BatchScan:
     """Run the compiled fast path over ``messages`` (see the module doc).
 
     >>> from confluent_kafka import Message
@@ -122,7 +129,8 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int, features: FeatureSpe
         parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
     else:  # named fields through the feature spec (worker/features)
         t, clipped = tables_of(features), np.zeros(n, np.int64)
-        parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats, t.table, t.vocab,
+        parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats,
+                           t.table, t.vocab,
                            t.vocab_offsets, t.intercept, t.bound, X, y, spans, clipped, accepted)
     blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
     return BatchScan(accepted, X, y, keys, kafka_stamps(messages), clipped)
@@ -142,7 +150,8 @@ def tables_of(features: FeatureSpec) -> SpecTables:
 def kafka_stamps(messages: list) -> np.ndarray:
     """(n, 2) int64: each message's Kafka timestamp (type, ms)."""
     n = len(messages)
-    return np.fromiter(chain.from_iterable([m.timestamp() for m in messages]), np.int64, 2 * n).reshape(n, 2)
+    return np.fromiter(chain.from_iterable([m.timestamp() for m in messages]), np.int64,
+                       2 * n).reshape(n, 2)
 
 
 _python_only = False
@@ -170,7 +179,9 @@ def warm_up(features: FeatureSpec | None = None) -> None:
     spec its named-field reader too (a registry format's: framed_scan.warm_up_reader)."""
     from confluent_kafka import Message
 
-    scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","x":[0.5],"y":1}')], dim=1, max_bytes=64)
+    scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","x":[0.5],"y":1}')], dim=1,
+               max_bytes=64)
     if features is not None:
-        scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","y":1}')], dim=features.dim, max_bytes=64,
+        scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","y":1}')], dim=features.dim,
+                   max_bytes=64,
                    features=features)

@@ -1,4 +1,5 @@
-"""An insert's ``x`` in sparse form: ``{"indices": [...], "values": [...]}`` (schemas/insert.schema.json).
+"""An insert's ``x`` in sparse form: ``{"indices": [...], "values": [...]}``
+(schemas/insert.schema.json).
 
 The indices are integers, strictly increasing, each in [0, dim); ``values`` holds one number per
 index. With ``OLU_SPARSE_INPUT`` the worker learns such rows in O(non-zeros)
@@ -26,7 +27,8 @@ _INT, _NUMBER = {int}, {int, float}
 
 
 def _type_name(value: object) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "object",
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
@@ -34,7 +36,8 @@ def parse_sparse(x: dict, dim: int) -> tuple[list[int], list]:
     """(indices, values) of a sparse ``x``, checked (the lists as orjson read them: ``SparseRows``
     makes the arrays of a whole run at once), or :class:`DeadLetter`."""
     indices, values = x.get("indices"), x.get("values")
-    if (len(x) == 2 and type(indices) is list and type(values) is list and len(indices) == len(values)
+    if (len(x) == 2 and type(indices) is list and type(values) is list
+        and len(indices) == len(values)
             and set(map(type, indices)) <= _INT and set(map(type, values)) <= _NUMBER
             and (not indices or (0 <= indices[0] and indices[-1] < dim
                                  and all(map(int.__lt__, indices, indices[1:]))))):
@@ -47,26 +50,32 @@ def _refused(x: dict, dim: int):
     if set(x) != _FIELDS:
         extra, missing = sorted(set(x) - _FIELDS), sorted(_FIELDS - set(x))
         raise DeadLetter("bad_features", "sparse x needs exactly 'indices' and 'values'"
-                         + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+                         + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}"
+                                                                          if extra else ""))
     indices, values = x["indices"], x["values"]
     for name, items in (("indices", indices), ("values", values)):
         if type(items) is not list:
-            raise DeadLetter("bad_features", f"x.{name} is a {_type_name(items)}, expected an array")
+            raise DeadLetter("bad_features",
+                             f"x.{name} is a {_type_name(items)}, expected an array")
     if len(indices) != len(values):
-        raise DeadLetter("bad_features", f"x.indices has {len(indices)} items, x.values {len(values)}")
+        raise DeadLetter("bad_features",
+                         f"x.indices has {len(indices)} items, x.values {len(values)}")
     for k, i in enumerate(indices):
         if type(i) is not int:
-            raise DeadLetter("bad_features", f"x.indices[{k}] is a {_type_name(i)}, expected an integer")
+            raise DeadLetter("bad_features",
+                             f"x.indices[{k}] is a {_type_name(i)}, expected an integer")
     for k, v in enumerate(values):
         if type(v) is not float and type(v) is not int:
-            raise DeadLetter("bad_features", f"x.values[{k}] is a {_type_name(v)}, expected a number")
+            raise DeadLetter("bad_features",
+                             f"x.values[{k}] is a {_type_name(v)}, expected a number")
     at = np.array(indices, np.int64) if all(-2**63 <= i < 2**63 for i in indices) else None
     if at is None or (len(at) and (at.min() < 0 or at.max() >= dim)):
         k = next(k for k, i in enumerate(indices) if not 0 <= i < dim)
         raise DeadLetter("wrong_dimension", f"x.indices[{k}] lies outside [0, {dim})")
     if len(at) > 1 and not (np.diff(at) > 0).all():
         k = int(np.argmin(np.diff(at) > 0)) + 1
-        raise DeadLetter("bad_features", f"x.indices[{k}] does not increase (indices are sorted, each once)")
+        raise DeadLetter("bad_features",
+                         f"x.indices[{k}] does not increase (indices are sorted, each once)")
     try:
         np.array(values, np.float64)
     except OverflowError:

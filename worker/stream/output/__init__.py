@@ -1,1 +1,2 @@
-"""The output side: release records (JSON or registry-framed), dead letters out, exactly-once publishing."""
+"""The output side: release records (JSON or registry-framed),
+dead letters out, exactly-once publishing."""

@@ -31,7 +31,8 @@ KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 REFRESH_SECONDS = 60.0
 DESCRIBE_TIMEOUT_S = 5.0
 SMALL_BYTES = PREFIX_BYTES + 8192
-OLU_HEADER_BYTES = 6144  # the dead letter's olu.* headers: seven short values and a detail of <= 1024 characters
+# the dead letter's olu.* headers: seven short values and a detail of <= 1024 characters
+OLU_HEADER_BYTES = 6144
 
 
 def topic_config(admin: AdminClient, topic: str, key: str) -> str:
@@ -63,7 +64,8 @@ class TopicLimit:
         return size <= SMALL_BYTES or size <= self.limit()
 
     def refused(self, size: int) -> None:
-        """The topic refused a record of ``size`` bytes (``record_bytes``): its limit is below that."""
+        """The topic refused a record of ``size`` bytes
+        (``record_bytes``): its limit is below that."""
         self._limit = min(self.limit(), max(size - 1, 0))
         self._asked_at = self.clock()
 
@@ -80,7 +82,8 @@ class TopicLimit:
             return topic_max_message_bytes(self._admin, self.topic)
         except Exception as exc:  # noqa: BLE001 - any failure: assume Kafka's default, say so
             log.warning("dead-letter topic limit unknown; assuming Kafka's default", extra={
-                "topic": self.topic, "max_message_bytes": KAFKA_DEFAULT_MAX_MESSAGE_BYTES, "error": str(exc)})
+                "topic": self.topic, "max_message_bytes": KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+                "error": str(exc)})
             return KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
 
@@ -103,20 +106,24 @@ class DeadLetters:
                 failed(err)
 
         if not self.limit.fits(msg.key(), msg.value(), msg.headers()):
-            self._cut(producer, msg, reason, detail, failed, "over the dead-letter topic's max.message.bytes")
+            self._cut(producer, msg, reason, detail, failed,
+                      "over the dead-letter topic's max.message.bytes")
             return
         try:
-            self._produce(producer, msg, msg.key(), msg.value(), reason, detail, carry_headers(msg.headers()),
+            self._produce(producer, msg, msg.key(), msg.value(), reason, detail,
+                          carry_headers(msg.headers()),
                           delivered_whole)
         except KafkaException as exc:  # larger than the producer's own message.max.bytes
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 raise
-            self._cut(producer, msg, reason, detail, failed, "over the producer's message.max.bytes")
+            self._cut(producer, msg, reason, detail, failed,
+                      "over the producer's message.max.bytes")
 
     def _cut(self, producer, msg, reason: str, detail: str, failed, cause: str) -> None:
         key, value, detail, header = truncated(msg.key(), msg.value(), detail)
         log.warning("dead letter truncated", extra={
-            "topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(), "cause": cause,
+            "topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+            "cause": cause,
             "bytes": len(msg.key() or b"") + len(msg.value() or b""), "dlq_topic": self.topic})
         self._produce(producer, msg, key, value, reason, detail, [header],
                       lambda err, _msg: failed(err) if err is not None else None)

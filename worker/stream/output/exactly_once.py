@@ -160,10 +160,12 @@ class Transactions:
                 self._settle(runner, max(0.0, deadline - time.monotonic()))
             if any(r.outbox.holding for r in runners):
                 return False  # a delta is not durable (the partition is paused): stay open
-        offsets = [TopicPartition(r.topic, r.partition, position, metadata=encode_metadata(r.published_version))
+        offsets = [TopicPartition(r.topic, r.partition, position,
+                                  metadata=encode_metadata(r.published_version))
                    for r in runners if (position := output_position(r)) is not None]
         if offsets:
-            self.producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            self.producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(),
+                                                      30)
         self.producer.commit_transaction(30)  # errors are fatal here: restart and replay
         return True
 
@@ -185,6 +187,8 @@ class Transactions:
             if committed is not None:
                 runner.published_version = committed.released_version
                 log.info("output committed by earlier transactions", extra={
-                    "topic": runner.topic, "partition": runner.partition, "offset": committed.offset,
-                    "released_version": committed.released_version, "replay_from": runner.next_offset})
+                    "topic": runner.topic, "partition": runner.partition,
+                    "offset": committed.offset,
+                    "released_version": committed.released_version,
+                    "replay_from": runner.next_offset})
         return by_key

@@ -20,9 +20,11 @@ log = get_logger("olu.release")
 
 COMPACTED_AT_LEAST_ONCE = (
     "the params topic is log-compacted and releases are at-least-once: the worker fences a member "
-    "that lost its partitions (queued releases expire first, the loop produces under a lease), but a "
+    "that lost its partitions (queued releases expire first, the loop produces under a lease), but "
+    "a "
     "produce request already on its way when a worker stops, or delayed in the network past the "
-    "session timeout, can still land after its successor's; OLU_TRANSACTIONAL=true with read_committed "
+    "session timeout, can still land after its successor's; OLU_TRANSACTIONAL=true with "
+    "read_committed "
     "readers closes that window (docs/worker.md 5.6)")
 
 
@@ -51,5 +53,6 @@ def warn_if_compacted_at_least_once(settings, policy_of=cleanup_policy) -> bool:
     policy = policy_of(settings.admin_config(), settings.params_topic)
     if policy is None or "compact" not in policy:
         return False
-    log.warning(COMPACTED_AT_LEAST_ONCE, extra={"topic": settings.params_topic, "cleanup_policy": policy})
+    log.warning(COMPACTED_AT_LEAST_ONCE,
+                extra={"topic": settings.params_topic, "cleanup_policy": policy})
     return True

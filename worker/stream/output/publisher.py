@@ -28,8 +28,10 @@ class Publisher:
         self.release_encoder = None  # OLU_RELEASE_FORMAT avro / json-schema; None: JSON releases
         self.delivery_error: str | None = None
         self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
-        limit = TopicLimit({**settings.admin_config(), "logger": client_logger()}, settings.dlq_topic)
-        self._dead_letters = DeadLetters(settings.dlq_topic, limit, transactional=settings.transactional)
+        limit = TopicLimit({**settings.admin_config(), "logger": client_logger()},
+                           settings.dlq_topic)
+        self._dead_letters = DeadLetters(settings.dlq_topic, limit,
+                                         transactional=settings.transactional)
 
     def check(self) -> None:
         """Raise the first delivery failure met (the worker must stop and replay the output)."""
@@ -63,12 +65,14 @@ class Publisher:
 
         def delivered(err, _msg):
             if err is not None:
-                self._failed(runner, f"release {runner.topic}/{runner.partition}@{release.version}: {err}")
+                self._failed(runner,
+                             f"release {runner.topic}/{runner.partition}@{release.version}: {err}")
             elif started is not None:
                 self.metrics.observe_delete_to_release(time.monotonic() - started)
 
         value = release.value if self.release_encoder is None else self.release_encoder.encode(release.value)
-        self.producer.produce(self.params_topic, key=release.key, value=value, headers=release.headers,
+        self.producer.produce(self.params_topic, key=release.key, value=value,
+                              headers=release.headers,
                               on_delivery=delivered)
         runner.published_version = release.version
         self.metrics.record_release(runner, release)
@@ -85,7 +89,8 @@ class Publisher:
             return
 
         def failed(err):
-            self._failed(runner, f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}")
+            self._failed(runner,
+                         f"dead letter {msg.topic()}/{msg.partition()}@{msg.offset()}: {err}")
 
         self._dead_letters.publish(self.producer, msg, dead.reason, dead.detail, failed)
         self.metrics.record_dead_letter(msg.topic(), dead.reason)

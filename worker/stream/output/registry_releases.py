@@ -25,14 +25,16 @@ def release_encoder(settings, model) -> ReleaseEncoder | None:
     if settings.release_format == "json":
         return None
     encoder = ReleaseEncoder(settings.release_format, new_client(settings), settings.params_topic)
-    sample = release_value(model_name=settings.model_name or settings.group_id, topic=settings.input_topics[0],
+    sample = release_value(model_name=settings.model_name or settings.group_id,
+                           topic=settings.input_topics[0],
                            partition=0, offset=0, event_time_ms=0, model=model)
     try:
         encoder.register(sample)
     except Exception as exc:
-        raise RegistryStartFailed(f"OLU_RELEASE_FORMAT (--release-format) = {settings.release_format}: could not "
-                                  f"register the release schema under {settings.params_topic}-value at "
-                                  f"OLU_SCHEMA_REGISTRY_URL: {type(exc).__name__}: {str(exc)[:300]}") from None
+        raise RegistryStartFailed(
+            f"OLU_RELEASE_FORMAT (--release-format) = {settings.release_format}: could not "
+            f"register the release schema under {settings.params_topic}-value at "
+            f"OLU_SCHEMA_REGISTRY_URL: {type(exc).__name__}: {str(exc)[:300]}") from None
     log.info("release schema registered", extra={"subject": f"{settings.params_topic}-value",
                                                   "format": settings.release_format})
     return encoder

@@ -45,7 +45,8 @@ def _label_bytes(settings) -> int:
 def release_bytes_bound(settings) -> int:
     """The most bytes one release can take in the configured format."""
     spec = getattr(settings, "feature_spec", None)
-    spec_bytes = 0 if spec is None else 2 * len(spec.text.encode()) + 128  # the spec's text, escaped, and digest
+    # the spec's text, escaped, and digest
+    spec_bytes = 0 if spec is None else 2 * len(spec.text.encode()) + 128
     return (BYTES_PER_WEIGHT[settings.release_format] * released_weights(settings) + OTHER_FIELDS_BYTES + spec_bytes
             + _label_bytes(settings))
 
@@ -70,10 +71,13 @@ def check_release_fits(settings, limit_of=topic_limit) -> None:
     if limit is None or bound <= limit:
         return
     avro = BYTES_PER_WEIGHT["avro"] * released_weights(settings) + OTHER_FIELDS_BYTES + _label_bytes(settings)
-    hint = (f"set OLU_RELEASE_FORMAT=avro ({avro:,} bytes at most) or raise" if settings.release_format != "avro"
+    hint = (f"set OLU_RELEASE_FORMAT=avro ({avro:,} bytes at most) or raise"
+            if settings.release_format != "avro"
             else "raise")
     shape = (f"OLU_DIM {settings.dim:,}" if released_weights(settings) == settings.dim else
              f"OLU_DIM {settings.dim:,} x {len(settings.classes)} OLU_CLASSES")
-    raise ConfigError(f"a release at {shape} can take {bound:,} bytes as {settings.release_format}, "
-                      f"more than the params topic {settings.params_topic!r} takes (max.message.bytes {limit:,}): "
-                      f"{hint} the topic's max.message.bytes (and the broker's message.max.bytes)")
+    raise ConfigError(
+        f"a release at {shape} can take {bound:,} bytes as {settings.release_format}, "
+        f"more than the params topic {settings.params_topic!r} takes (max.message.bytes "
+        f"{limit:,}): "
+        f"{hint} the topic's max.message.bytes (and the broker's message.max.bytes)")

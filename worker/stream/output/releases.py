@@ -15,10 +15,17 @@ import orjson
 
 from ... import __version__
 from ...olu import Published
-from ...wire import BUDGET_HEADER, BUDGET_OUTCOMES, RELEASE_SCHEMA_VERSION, TRIGGER_HEADER, WORKER_VERSION_HEADER
+from ...wire import (
+    BUDGET_HEADER,
+    BUDGET_OUTCOMES,
+    RELEASE_SCHEMA_VERSION,
+    TRIGGER_HEADER,
+    WORKER_VERSION_HEADER,
+)
 from ..exceptions import UnreleasableState
 
-#: What a release adds to ``privacy`` for a rotation and for the planned split (schemas/release.schema.json).
+#: What a release adds to ``privacy`` for a rotation and for the planned split
+#: (schemas/release.schema.json).
 ROTATION_PRIVACY = ("rotation", "model_rho", "model_age", "rotations")
 PLANNED_PRIVACY = ("split", "capacity_planned", "capacity_used", "overflow_deletions")
 KEY_CAP_PRIVACY = ("max_records_per_key", "records_over_key_cap")  # OLU_MAX_RECORDS_PER_KEY set
@@ -33,19 +40,22 @@ def request_report(ids, deletion) -> dict:
     """The release's ``request`` object for a deletion request naming ``ids`` (schemas/README.md):
     how many ids it named, how many the model applied, the ids it never applied (in request order)
     and how many an earlier request had already deleted (no-ops)."""
-    return {"ids": len(ids), "applied": int(deletion.records), "not_applied": list(deletion.not_applied),
+    return {"ids": len(ids), "applied": int(deletion.records),
+            "not_applied": list(deletion.not_applied),
             "duplicates": len(deletion.duplicates)}
 
 
 def _classes(loss) -> dict:
-    """``{"classes": [...]}`` for a softmax (its labels in class order: row k of the weights is class
-    k), else ``{}``: the binary and linear losses' releases carry no such key."""
+    """``{"classes": [...]}`` for a softmax (its labels in class order: row k of the weights is
+    class k), else ``{}``: the binary and linear losses' releases carry no such key."""
     classes = getattr(loss, "classes", None)
     return {} if classes is None else {"classes": list(classes)}
 
 
-def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int, model,
-                  noise: tuple[float | None, float | None] | None = None, request: dict | None = None,
+def release_value(*, model_name: str, topic: str, partition: int, offset: int, event_time_ms: int,
+                  model,
+                  noise: tuple[float | None, float | None] | None = None,
+                  request: dict | None = None,
                   features=None) -> bytes:
     """The release's JSON value of ``model`` (or its :class:`Published` state, captured earlier);
     ``noise``: (noise std bound, noise-to-signal) when the caller has them already (default: the
@@ -92,7 +102,8 @@ def release_value(*, model_name: str, topic: str, partition: int, offset: int, e
         record["request"] = request
     if features is not None:
         record["features"] = {"digest": features.digest, "spec": features.text}
-    if "rotation" in privacy:  # a warm-standby rotation: which model this is (docs/accounting.md 12.1)
+    if "rotation" in privacy:
+        # a warm-standby rotation: which model this is (docs/accounting.md 12.1)
         record["generation"] = privacy["generation"]
         record["privacy"].update({k: privacy[k] for k in ROTATION_PRIVACY})
     if privacy.get("split") == "planned":

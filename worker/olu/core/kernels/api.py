@@ -12,7 +12,8 @@ from .ogd import DONE, STEP_OVERFLOW, check_labels, ogd_steps, plan_for, run_bat
 from .sparse_ogd import run_sparse, sparse_rows_pass, sparse_sqnorms
 
 __all__ = ["DONE", "STEP_OVERFLOW", "check_labels", "front", "ogd_steps", "plan_for", "plan_pass",
-           "record_keys", "reference_forced", "run_batch", "run_mixed", "run_sparse", "sparse_rows_pass",
+           "record_keys", "reference_forced", "run_batch", "run_mixed", "run_sparse",
+           "sparse_rows_pass",
            "sparse_sqnorms"]
 
 

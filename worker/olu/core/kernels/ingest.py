@@ -38,7 +38,8 @@ def check_rows(X, y, logistic, label_bound, bound, sq_limit, far, over, labels):
     squares outside [tiny, max] goes the general way."""
     n, d = X.shape
     xp = data_pointer(X)
-    ok = True  # no branch per label (random labels would mispredict half of them): one test at the end
+    # no branch per label (random labels would mispredict half of them): one test at the end
+    ok = True
     status = INGEST_OK
     for j in range(n):
         yj = y[j]
@@ -103,7 +104,8 @@ def ingest(buf, X, y, logistic, label_bound, bound, sq_limit, far, over, keys, l
         return INGEST_ROWS
     ends = np.empty(n, np.int64)
     k = 0
-    for i in range(buf.shape[0]):  # a branch per byte, taken once an id: cheaper than a store per byte
+    for i in range(buf.shape[0]):
+        # a branch per byte, taken once an id: cheaper than a store per byte
         if buf[i] == 0:
             if k == n - 1:
                 return INGEST_IDS  # a NUL inside an id
@@ -125,7 +127,8 @@ def ingest(buf, X, y, logistic, label_bound, bound, sq_limit, far, over, keys, l
 
 def _label_kind(loss, features):
     """(logistic, label_bound) for the compiled checks, or None where they do not apply. A softmax
-    batch's labels are its class positions by then (:func:`_class_positions`): finite, passed as they are."""
+    batch's labels are its class positions by then
+    (:func:`_class_positions`): finite, passed as they are."""
     if type(features) is not FeatureBound:
         return None
     if type(loss) is Logistic:
@@ -171,14 +174,16 @@ def checked_rows(loss, features, keys, X, y):
     deletes."""
     kind = _label_kind(loss, features)
     y = _class_positions(loss, y)
-    if (kind is None or y is None or type(X) is not np.ndarray or type(y) is not np.ndarray or X.dtype != np.float64
+    if (kind is None or y is None or type(X) is not np.ndarray or type(y) is not np.ndarray
+        or X.dtype != np.float64
             or y.dtype != np.float64 or X.ndim != 2 or not X.flags.c_contiguous):
         return None
     n = len(keys)
     if X.shape != (n, features.dim) or y.shape != (n,):
         return None
     labels, over = np.empty(n, np.float64), np.empty(n, np.bool_)
-    status = check_rows(X, y, kind[0], kind[1], features.bound, features.untouched_sqnorm, _far(features), over,
+    status = check_rows(X, y, kind[0], kind[1], features.bound, features.untouched_sqnorm,
+                        _far(features), over,
                         labels)
     X = _clipped(status, X, over, features.bound)
     return None if X is None else (np.asarray(keys, np.uint64), X, labels)

@@ -1,4 +1,5 @@
-"""Compiled sort and merge of the key-sorted runs of the applied-record index (:mod:`worker.olu.core.index`)."""
+"""Compiled sort and merge of the key-sorted runs of the applied-record index
+(:mod:`worker.olu.core.index`)."""
 
 from __future__ import annotations
 
@@ -216,7 +217,8 @@ def find_tail(k, tail_keys, tail_len, slots, indexed, out_tail):
 
 @jit(nogil=False)
 def keyset_find(base, recent, n, k):
-    """Where key ``k`` is in a tombstone set: 1 in the frozen ``base``, 2 in ``recent[:n]``, else 0."""
+    """Where key ``k`` is in a tombstone set: 1 in the frozen
+    ``base``, 2 in ``recent[:n]``, else 0."""
     lo = lower_bound(base, base.shape[0], k)
     if lo < base.shape[0] and base[lo] == k:
         return 1
@@ -236,7 +238,8 @@ def keyset_find_many(base, recent, n, ks, out):
 @jit(nogil=False)
 def keyset_insert(base, recent, n, k, words):
     """Insert ``k`` into the sorted ``recent[:n]`` in place (room for one more is the caller's) and
-    into the filter ``words``; the new length, or -1 if ``k`` is in ``base`` or ``recent`` already."""
+    into the filter ``words``; the new length, or -1 if ``k``
+    is in ``base`` or ``recent`` already."""
     if keyset_find(base, recent, n, k) != 0:
         return -1
     pos = n

@@ -24,11 +24,12 @@ _deletion_sigma = inline(formulas.deletion_sigma)
 @jit
 def _unlearn_step(z, radius, tau, mu, t0, lipschitz, diameter, u, multiplier, noise_row):
     """One passive deletion of the record applied at step ``u``, at step ``tau``, on ``z`` in place:
-    ``PassiveOLU._delete`` for a StronglyConvex schedule past its irregular head, formula by formula.
+    ``PassiveOLU._delete`` for a StronglyConvex schedule past
+    its irregular head, formula by formula.
 
     log Gamma_{u,tau} = log(u + t0) - log(tau + t0), Delta_u = min(eta_u L, D),
-    shift = Gamma * Delta_u, sigma from ``multiplier`` (``formulas.deletion_sigma``: the accountant's
-    next multiplier, or minus a per-request divisor), then
+    shift = Gamma * Delta_u, sigma from ``multiplier`` (``formulas.deletion_sigma``: the
+    accountant's next multiplier, or minus a per-request divisor), then
     z <- Proj(z + sigma * noise_row). A shift of 0 (every influence contracted away) adds no noise.
     Returns (shift, sigma)."""
     lc = _shifted_log_contraction(t0, u, tau)
@@ -79,19 +80,21 @@ def plan_pass(keys, spans, rows, dkeys, ops, here):
 
 
 @jit
-def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
-                tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, ops, op, start, lipschitz, diameter,
+def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones,
+                recent_tombstones,
+                tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, ops, op, start,
+                lipschitz, diameter,
                 steps_u, multipliers, noise, drawn, taus, shifts, sigmas, z_after):
     """A poll batch of inserts and passive deletions in one call, from ``ops[op]`` and row ``start``
     (a StronglyConvex schedule: ``sa`` = mu, ``sb`` = t0).
 
     ``ops[m] = (first, stop, k)``: learn rows first..stop-1 as :func:`ogd_steps` does, then, when
     k >= 0, apply deletion k (:func:`_unlearn_step`) of the record applied at step ``steps_u[k]``,
-    or, where that is -(r + 1), of the record row r of this batch applied (0: nothing to apply). The ``drawn``-th
-    deletion that adds noise takes ``noise[drawn]`` and ``multipliers[drawn]`` (the accountant's
-    next ones). Deletion k leaves its record's step in ``steps_u[k]``, ``shifts[k]`` and ``sigmas[k]``;
-    every delete k, applied or not, the step it happens at in ``taus[k]`` and the (post-noise)
-    iterate after it in ``z_after[k]``. Stops like
+    or, where that is -(r + 1), of the record row r of this batch applied (0: nothing to apply). The
+    ``drawn``-th deletion that adds noise takes ``noise[drawn]`` and ``multipliers[drawn]`` (the
+    accountant's next ones). Deletion k leaves its record's step in ``steps_u[k]``, ``shifts[k]``
+    and ``sigmas[k]``; every delete k, applied or not, the step it happens at in ``taus[k]`` and the
+    (post-noise) iterate after it in ``z_after[k]``. Stops like
     :func:`ogd_steps` (tail full, step overflow), before a row.
 
     Returns (next op, next row, t, tail length, noise rows used, stop reason).
@@ -101,21 +104,26 @@ def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombs
     while op < m:
         stop = ops[op, 1]
         if j < stop:
-            j, t, tail_len, _, reason = ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X[:stop], y[:stop],
-                                                  keys[:stop], tombstones, recent_tombstones, tomb_filter,
+            j, t, tail_len, _, reason = ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z,
+                                                  X[:stop], y[:stop],
+                                                  keys[:stop], tombstones, recent_tombstones,
+                                                  tomb_filter,
                                                   tail_keys, tail_steps, tail_len, t, steps_out, j)
             if reason != DONE:
                 return op, j, t, tail_len, drawn, reason
         k = ops[op, 2]
-        if k >= 0 and steps_u[k] != 0:  # 0: a delete that changes nothing (duplicate, never applied)
+        if k >= 0 and steps_u[k] != 0:
+            # 0: a delete that changes nothing (duplicate, never applied)
             if steps_u[k] < 0:  # applied in this batch, at the step the pass gave its row
                 steps_u[k] = steps_out[-steps_u[k] - 1]
-            shift, sigma = _unlearn_step(z, radius, t, sa, sb, lipschitz, diameter, steps_u[k], multipliers[drawn],
+            shift, sigma = _unlearn_step(z, radius, t, sa, sb, lipschitz, diameter, steps_u[k],
+                                         multipliers[drawn],
                                          noise[drawn])
             shifts[k], sigmas[k] = shift, sigma
             if shift != 0.0:
                 drawn += 1
-        if k >= 0:  # where the model stands at every delete, changed or not (a rotation's other model)
+        if k >= 0:
+            # where the model stands at every delete, changed or not (a rotation's other model)
             taus[k] = t
             z_after[k, :] = z
         op += 1
@@ -125,12 +133,14 @@ def mixed_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombs
 
 
 
-def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diameter, steps_u, multipliers, noise):
+def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diameter, steps_u,
+              multipliers, noise):
     """:func:`run_batch` for a batch with deletions (:func:`mixed_steps`), pacing the index's merges
     the same way. ``steps_u`` is updated in place. Returns (t, steps, taus, shifts, sigmas, z_after,
     stop reason); on a step overflow the ops from the stopping one on were not applied."""
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y, z), tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y,
+                                                           z), tombstone_arrays(tombstones)
     noise = np.ascontiguousarray(noise, dtype=np.float64)
     k = len(steps_u)
     steps = np.zeros(len(keys), np.int64)
@@ -140,8 +150,10 @@ def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diamete
     while True:
         tail_keys, tail_steps, tail_len = index.tail_buffers()
         op, j, t, tail_len, drawn, reason = mixed_steps(
-            lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent, tomb_filter, tail_keys, tail_steps, tail_len, t,
-            steps, ops, op, j, lipschitz, diameter, steps_u, multipliers, noise, drawn, taus, shifts, sigmas, z_after)
+            lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent, tomb_filter, tail_keys,
+            tail_steps, tail_len, t,
+            steps, ops, op, j, lipschitz, diameter, steps_u, multipliers, noise, drawn, taus,
+            shifts, sigmas, z_after)
         paced(index, tail_len, reason)
         if reason != TAIL_FULL:
             return t, steps, taus, shifts, sigmas, z_after, reason

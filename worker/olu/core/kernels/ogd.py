@@ -1,4 +1,5 @@
-"""Compiled (numba) micro-batch kernel for the OGD step of :class:`~worker.olu.core.base.OnlineUnlearner`.
+"""Compiled (numba) micro-batch kernel for the OGD step of
+:class:`~worker.olu.core.base.OnlineUnlearner`.
 
 The per-event step is sequential (z_{t+1} depends on z_t), so speed comes from keeping Python out
 of the inner loop: :func:`ogd_steps` runs a whole micro-batch of projected OGD steps in one call,
@@ -57,7 +58,8 @@ def project(z, sq, radius):
 @jit
 def tombstoned(key, fshift, tomb_filter, tombstones, recent_tombstones):
     """The key is a tombstone (an insert after its delete, docs/guarantee.md 1.3): a key the
-    filter passes is searched in both tombstone arrays; "no" from the filter is certain (most inserts)."""
+    filter passes is searched in both tombstone arrays; "no"
+    from the filter is certain (most inserts)."""
     if not filter_passes(tomb_filter, fshift, key):
         return False
     return ((tombstones.shape[0] > 0 and contains(tombstones, key))
@@ -84,7 +86,8 @@ def step_size(sched_kind, sa, sb, t):
 
 @jit
 def derivative(loss_kind, yj, dot):
-    """The data term's derivative in x.z (``Loss.derivative``): the gradient is this times x, plus lam z."""
+    """The data term's derivative in x.z (``Loss.derivative``):
+    the gradient is this times x, plus lam z."""
     if loss_kind == LOSS_LOGISTIC:
         return _logistic_derivative(dot, yj)
     return _ridge_derivative(dot, yj)
@@ -94,7 +97,8 @@ def derivative(loss_kind, yj, dot):
 def _softmax_step(z, xp, x0, d, y_pos, eta, lam, radius, scores):
     """``Softmax.grad`` and the step, formula by formula: the K margins (lanes), exp(m_k - max)
     through the C library, their sum class by class, s = p - e_y; z_k <- z_k - eta (s_k x + lam
-    z_k) element by element; then ||z||^2 over all K d coordinates in the lanes and the projection."""
+    z_k) element by element; then ||z||^2 over all K d
+    coordinates in the lanes and the projection."""
     k_classes = z.shape[0] // d
     zp = data_pointer(z)
     for k in range(k_classes):
@@ -119,7 +123,8 @@ def _softmax_step(z, xp, x0, d, y_pos, eta, lam, radius, scores):
 
 
 @jit
-def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones, recent_tombstones,
+def ogd_steps(loss_kind, lam, sched_kind, sa, sb, radius, z, X, y, keys, tombstones,
+              recent_tombstones,
               tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out, start):
     """Run OGD steps for rows ``start..`` of a micro-batch; ``z`` and the tail are updated in place.
 
@@ -199,7 +204,8 @@ def plan_for(model):
 def check_iterate(z) -> None:
     """The iterate the kernels update in place through its data pointer: it must already be a
     contiguous 1-D float64 array (a copy would leave the caller's unchanged)."""
-    if not (type(z) is np.ndarray and z.dtype == np.float64 and z.ndim == 1 and z.flags.c_contiguous):
+    if not (type(z) is np.ndarray and z.dtype == np.float64 and z.ndim == 1
+            and z.flags.c_contiguous):
         raise ValueError("the iterate must be a contiguous 1-D float64 array")
 
 
@@ -234,13 +240,15 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
     rows from ``consumed`` on were not touched (only when the step counter would overflow).
     """
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y, z), tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y,
+                                                           z), tombstone_arrays(tombstones)
     n = len(keys)
     steps = np.zeros(n, np.int64)
     j, t, reason = 0, int(t), DONE
     while j < n:
         tail_keys, tail_steps, tail_len = index.tail_buffers()
-        j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb, recent, tomb_filter,
+        j, t, tail_len, _, reason = ogd_steps(lk, lam, sk, sa, sb, radius, z, X, y, keys, tomb,
+                                              recent, tomb_filter,
                                               tail_keys, tail_steps, tail_len, t, steps, j)
         if paced(index, tail_len, reason):
             break
@@ -250,7 +258,8 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
 def check_labels(loss, y) -> np.ndarray:
     """Vectorised ``loss.label`` for a numeric 1-D array (Logistic or Ridge); float64 out."""
     if type(loss) not in (Logistic, Ridge):
-        return loss.labels(y) if hasattr(loss, "labels") else np.array([loss.label(v) for v in y], np.float64)
+        return loss.labels(y) if hasattr(loss, "labels") else np.array([loss.label(v) for v in y],
+                                                                       np.float64)
     try:
         arr = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError):

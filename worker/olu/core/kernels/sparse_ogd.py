@@ -41,7 +41,8 @@ def _sparse_lane_sum(indices, terms_w, values, lo, hi, dim, squares, lanes):
         i = indices[p]
         lanes[i & 7] += values[p] * values[p] if squares else terms_w[i] * values[p]
         p += 1
-    total = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
+    total = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + (
+        (lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
     while p < hi:
         total += values[p] * values[p] if squares else terms_w[indices[p]] * values[p]
         p += 1
@@ -54,7 +55,8 @@ def sparse_sqnorms(indptr, indices, values, dim):
     n = indptr.shape[0] - 1
     out, lanes = np.empty(n), np.empty(LANES)
     for j in range(n):
-        out[j] = _sparse_lane_sum(indices, values, values, indptr[j], indptr[j + 1], dim, True, lanes)
+        out[j] = _sparse_lane_sum(indices, values, values, indptr[j], indptr[j + 1], dim, True,
+                                  lanes)
     return out
 
 
@@ -91,8 +93,10 @@ def sparse_rows_pass(indptr, indices, values, dim, sq_limit):
 
 
 @jit
-def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, resync, indptr, indices, values, y,
-                 keys, tombstones, recent_tombstones, tomb_filter, tail_keys, tail_steps, tail_len, t, steps_out,
+def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, resync, indptr, indices,
+                 values, y,
+                 keys, tombstones, recent_tombstones, tomb_filter, tail_keys, tail_steps, tail_len,
+                 t, steps_out,
                  start):
     """:func:`ogd_steps` for sparse rows on the iterate ``scale * w`` (core/sparse.py, the step
     formula by formula; ``sq`` = ||w||^2 as kept, NaN: compute it; ``resync``: core/sparse.py's
@@ -121,7 +125,8 @@ def sparse_steps(loss_kind, lam, sched_kind, sa, sb, radius, w, scale, sq, resyn
         t += 1
         eta = step_size(sched_kind, sa, sb, t)
         lo, hi = indptr[j], indptr[j + 1]
-        s = derivative(loss_kind, y[j], scale * _sparse_lane_sum(indices, w, values, lo, hi, d, False, lanes))
+        s = derivative(loss_kind, y[j],
+                       scale * _sparse_lane_sum(indices, w, values, lo, hi, d, False, lanes))
         scale_next = scale * (1.0 - eta * lam)
         if not scale_next >= MIN_SCALE:  # the scale folded into w first (O(d))
             for i in range(d):
@@ -164,7 +169,8 @@ def run_sparse(plan, w, scale, sq, t, index, tombstones, keys, rows, y, resync):
     while j < len(keys):
         tail_keys, tail_steps, tail_len = index.tail_buffers()
         j, t, tail_len, _, reason, scale, sq = sparse_steps(
-            lk, lam, sk, sa, sb, radius, w, float(scale), sq, int(resync), rows.indptr, rows.indices, rows.values, y,
+            lk, lam, sk, sa, sb, radius, w, float(scale), sq, int(resync), rows.indptr,
+            rows.indices, rows.values, y,
             keys, tomb, recent, tomb_filter, tail_keys, tail_steps, tail_len, t, steps, j)
         if paced(index, tail_len, reason):
             break

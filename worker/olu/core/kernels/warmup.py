@@ -21,7 +21,8 @@ compile_seconds: float | None = None  # set by warm_up()
 
 
 def warm_up() -> float:
-    """Compile (or load from the cache) every kernel with the types production passes; seconds taken.
+    """Compile (or load from the cache) every kernel with the
+    types production passes; seconds taken.
 
     numba compiles a separate version for read-only arrays, and the index's runs and the
     tombstone base are read-only (frozen: snapshots in flight share them). So the kernels are
@@ -42,7 +43,8 @@ def warm_up() -> float:
     y = np.tile([1.0, -1.0], n // 2)
     run_batch(plan, np.zeros(2), 0, index, tombstones, keys, X, y)
     index.merge()
-    merge_pair(Run(keys[:2].copy(), np.array([1, 2], np.uint32), dead=(0,)), None)  # a run reclaimed alone
+    # a run reclaimed alone
+    merge_pair(Run(keys[:2].copy(), np.array([1, 2], np.uint32), dead=(0,)), None)
     deleting = AppliedIndex(tail_size=4)  # a deletion's lookups: in a frozen run and in the tail
     deleting.add(7, 1)
     deleting.add(8, 2)
@@ -51,7 +53,8 @@ def warm_up() -> float:
     for key in (7, 9):
         deleting.pop(key)
     deleting.holds(8)
-    deleting.prefetch(np.array([8, 9], np.uint64))  # a batch's deletes: one lookup in the runs for all
+    # a batch's deletes: one lookup in the runs for all
+    deleting.prefetch(np.array([8, 9], np.uint64))
     deleting.holds(8)  # then the tail alone
     for key in (2, 9):  # the recent keys (a writable buffer) and the frozen base
         _ = key in tombstones
@@ -60,7 +63,8 @@ def warm_up() -> float:
     # and the tombstones of the whole batch
     ops, here = np.empty((3, 3), np.int64), np.empty(1, np.int64)
     batch_keys = np.arange(30, 34, dtype=np.uint64)
-    plan_pass(batch_keys, np.array([[0, 2], [3, 4]], np.int64), np.array([2], np.int64), np.array([10], np.uint64),
+    plan_pass(batch_keys, np.array([[0, 2], [3, 4]], np.int64), np.array([2], np.int64),
+              np.array([10], np.uint64),
               ops, here)
     run_mixed(plan, np.zeros(2), 100, index, tombstones, batch_keys, X[:4], y[:4], ops, 1.0, 2.0,
               np.array([5], np.int64), np.ones(1), np.zeros((1, 2)))
@@ -70,8 +74,10 @@ def warm_up() -> float:
     blake2b64_many(np.frombuffer(raw, np.uint8), np.array([0, len(raw)], np.int64))
     for loss in (Logistic(0.1), Ridge(0.1)):  # learn_many's front: both label kinds
         ingest_batch(loss, FeatureBound(2, 1.0), ["r-1", "r-2"], X[:2], y[:2])
-        checked_rows(loss, FeatureBound(2, 1.0), keys[:2], X[:2], y[:2])  # the stream's batches (keys known)
-    checked_rows(Logistic(0.1), FeatureBound(2, 0.5, "clip"), keys[:2], X[:2], y[:2])  # rows clipped
+        # the stream's batches (keys known)
+        checked_rows(loss, FeatureBound(2, 1.0), keys[:2], X[:2], y[:2])
+    # rows clipped
+    checked_rows(Logistic(0.1), FeatureBound(2, 0.5, "clip"), keys[:2], X[:2], y[:2])
     compile_seconds = time.perf_counter() - start
     return compile_seconds
 

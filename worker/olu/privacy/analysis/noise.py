@@ -31,8 +31,8 @@ deletions are the schedule's gamma_r-contractions (extra contractive work betwee
 descent passes of the active algorithms, only lowers the truth).
 
 When it is exact: with the projection inactive and a quadratic loss (ridge), the release is affine
-in the noises, ``Z_t = z_t + sum_i A_i xi_i`` with ``A_i = prod_{r=tau_i+1}^t (I - eta_r (x_r x_r^T +
-lambda I))``, so ``tr Cov / d = sum_i sigma_i**2 ||A_i||_F**2 / d`` exactly. Each factor has its
+in the noises, ``Z_t = z_t + sum_i A_i xi_i`` with ``A_i = prod_{r=tau_i+1}^t (I - eta_r (x_r x_r^T
++ lambda I))``, so ``tr Cov / d = sum_i sigma_i**2 ||A_i||_F**2 / d`` exactly. Each factor has its
 eigenvalues in ``[1 - eta_r (lambda + ||x_r||**2), 1 - eta_r lambda]``, all of magnitude at most
 gamma_r (= 1 - eta_r lambda on the regular steps of the strongly convex schedule, the top one):
 the value is exact for the noise components that no later feature vector moves, and for isotropic
@@ -56,9 +56,9 @@ formula for one applied step) and its sigma follows the unit and split:
 * ``all-deletions``, ``"even"`` over a planned capacity K >= k: ``sigma_j = a_j sqrt(K / (2 rho))``;
 * ``per-request``: ``sigma_j = a_j / sqrt(2 rho)`` (:func:`.units.per_request_sigma`).
 
-Under the shifted strongly convex schedule (``eta_t = 1/(mu (t + t0))``, ``Gamma_{u,tau} = (u + t0) /
-(tau + t0)``) every deletion costs the same at the end: ``Gamma_{tau_j,T} a_j = L / (mu (T + t0))``,
-so the std is ``L / (mu (T + t0)) sqrt(sum_j m_j**2)`` with ``m_j = sigma_j / a_j``: about
+Under the shifted strongly convex schedule (``eta_t = 1/(mu (t + t0))``, ``Gamma_{u,tau} = (u + t0)
+/ (tau + t0)``) every deletion costs the same at the end: ``Gamma_{tau_j,T} a_j = L / (mu (T +
+t0))``, so the std is ``L / (mu (T + t0)) sqrt(sum_j m_j**2)`` with ``m_j = sigma_j / a_j``: about
 ``(L/mu) sqrt(k / (2 rho)) / T`` per request (falls like ``T**-1/2`` at a fixed rate), ``(L/mu) k /
 (T sqrt(2 rho))`` for the even split with K = k (constant in T), and growing like ``T**0.1`` for
 the omega = 1.2 weights. The function sums the exact schedule contraction rather than these
@@ -77,7 +77,8 @@ from .split import DEFAULT_RESERVE, planned_multiplier
 from .units import UNITS, per_request_sigma
 from .zcdp import gaussian_sigma
 
-__all__ = ["SPLITS", "contract_variance", "noise_to_signal", "plan_deletions", "predicted_noise_growth",
+__all__ = ["SPLITS", "contract_variance", "noise_to_signal", "plan_deletions",
+           "predicted_noise_growth",
            "predicted_noise_std", "release_noise_std"]
 
 SPLITS = ("weighted", "even", "planned")
@@ -120,14 +121,15 @@ def _accumulated_std(noises: list[tuple[int, float]], log_contraction, t: int) -
     return math.sqrt(var)
 
 
-def release_noise_std(entries: Iterable[Mapping], schedule, t: int, *, epoch: int | None = None) -> float:
+def release_noise_std(entries: Iterable[Mapping], schedule, t: int, *,
+                      epoch: int | None = None) -> float:
     """Bound on the per-coordinate noise std of the release at step ``t`` from ledger entries.
 
     ``sqrt(sum_i exp(2 schedule.log_contraction(tau_i, t)) sigma_i**2)`` over the entries (of
-    ``epoch`` only, when given: t is epoch-relative), each with its ``tau`` and ``sigma``. A rigorous
-    upper bound of the pooled per-coordinate std ``sqrt(tr Cov / d)``; exact for ridge along the
-    directions no later feature moves (module doc). Entries with sigma 0 (exact deletions) add
-    nothing and are skipped; :class:`worker.olu.privacy.meter.NoiseMeter` keeps the same value
+    ``epoch`` only, when given: t is epoch-relative), each with its ``tau`` and ``sigma``. A
+    rigorous upper bound of the pooled per-coordinate std ``sqrt(tr Cov / d)``; exact for ridge
+    along the directions no later feature moves (module doc). Entries with sigma 0 (exact deletions)
+    add nothing and are skipped; :class:`worker.olu.privacy.meter.NoiseMeter` keeps the same value
     incrementally.
 
     >>> class Halving:  # every step halves distances
@@ -186,7 +188,8 @@ def plan_deletions(events: int, deletion_rate: float) -> tuple[int, list[int]]:
     k = math.floor(rate * events + 0.5)
     steps = events - k
     if steps < 1:
-        raise ValueError(f"deletion_rate {deletion_rate!r} leaves no applied example in {events} events")
+        raise ValueError(
+            f"deletion_rate {deletion_rate!r} leaves no applied example in {events} events")
     return steps, [max(1, math.floor((j - 0.5) * steps / k + 0.5)) for j in range(1, k + 1)]
 
 
@@ -204,7 +207,8 @@ class _ShiftedStronglyConvex:
         return shifted_log_contraction(self.t0, u, tau)
 
 
-def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity: int | None, k: int,
+def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity: int | None,
+                k: int,
                 reserve: float = DEFAULT_RESERVE):
     """sigma_j as a function of (j, a_j) for the unit and split."""
     if unit not in UNITS:
@@ -218,13 +222,15 @@ def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if capacity is not None and split == "weighted":
-        raise ValueError(f"capacity applies to the even split and the planned one only, got split {split!r}")
+        raise ValueError(
+            f"capacity applies to the even split and the planned one only, got split {split!r}")
     if split == "weighted":
         omega = real("omega", omega, lo=1.0, lo_open=True)
         return lambda j, a: a * noise_multiplier(j, rho, omega)
     if split == "planned":  # docs/accounting.md 11.2: even over the capacity, the reserve beyond it
         capacity = k if capacity is None else count("capacity", capacity, minimum=1)
-        return lambda j, a: a * planned_multiplier(j, rho, capacity=capacity, reserve=reserve, omega=omega)
+        return lambda j, a: a * planned_multiplier(j, rho, capacity=capacity, reserve=reserve,
+                                                   omega=omega)
     capacity = k if capacity is None else count("capacity", capacity, minimum=1)
     if k > capacity:
         raise ValueError(f"capacity {capacity} is below the {k} deletions the plan expects")
@@ -234,7 +240,8 @@ def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity
 def predicted_noise_std(*, unit: str, L: float, rho: float, deletion_rate: float, events: int,
                         mu: float | None = None, t0: float | None = None, schedule=None,
                         split: str | None = None, omega: float = 1.2, capacity: int | None = None,
-                        diameter: float | None = None, age: int = 0, reserve: float = DEFAULT_RESERVE) -> float:
+                        diameter: float | None = None, age: int = 0,
+                        reserve: float = DEFAULT_RESERVE) -> float:
     """Predicted per-coordinate noise std of the release after ``events`` events (module doc).
 
     The contraction is ``schedule``'s, or, without one, the shifted strongly convex schedule of
@@ -270,7 +277,8 @@ def predicted_noise_std(*, unit: str, L: float, rho: float, deletion_rate: float
     noises = []
     for j, tau in enumerate(taus, 1):
         u = max(1, tau - age)
-        shift = passive_shift(schedule.log_contraction(u, tau), sensitivity(schedule.eta(u), L, cap))
+        shift = passive_shift(schedule.log_contraction(u, tau),
+                              sensitivity(schedule.eta(u), L, cap))
         noises.append((tau, rule(j, shift)))
     return _accumulated_std(noises, schedule.log_contraction, steps)
 

@@ -9,15 +9,16 @@ bound comes from shifted divergences). The exact mu-GDP / privacy-loss-distribut
 is therefore not justified here. We use conversions valid for ANY mechanism with that curve:
 
 * ``"improved"`` (default): Canonne-Kamath-Steinke 2020 Prop. 12 / Asoodeh et al. 2020 /
-  Balle et al. 2020 Thm 21, ``eps = eps(alpha) + ln(1 - 1/alpha) - (ln delta + ln alpha)/(alpha-1)``,
-  minimised over ``alpha > 1``, and ``0`` when the KL bound ``delta >= sqrt(1 - exp(-KL))`` already
-  holds (``KL <= rho`` because ``D_1 <= D_alpha <= alpha*rho`` for all ``alpha > 1``). This is what
-  ``dp_accounting.rdp.RdpAccountant`` computes, except that it searches a fixed grid of orders
+  Balle et al. 2020 Thm 21, ``eps = eps(alpha) + ln(1 - 1/alpha) - (ln delta + ln
+  alpha)/(alpha-1)``, minimised over ``alpha > 1``, and ``0`` when the KL bound ``delta >= sqrt(1 -
+  exp(-KL))`` already holds (``KL <= rho`` because ``D_1 <= D_alpha <= alpha*rho`` for all ``alpha >
+  1``). This is what ``dp_accounting.rdp.RdpAccountant`` computes,
+  except that it searches a fixed grid of orders
   >= 1.1 (and uses ``r(1.1) = 1.1 rho`` in the KL test), while we optimise ``alpha`` exactly.
 * ``"classic"``: Mironov 2017 Prop. 3, ``eps = eps(alpha) + ln(1/delta)/(alpha-1)``, at its
   closed-form optimum ``alpha = 1 + sqrt(ln(1/delta)/rho)``.
-* ``"zcdp"``: Bun-Steinke ``rho + 2 sqrt(rho ln(1/delta))`` (docs/accounting.md 2.4 with ``rho = eps W``).
-  For a linear Rényi curve this is algebraically the same number as ``"classic"``.
+* ``"zcdp"``: Bun-Steinke ``rho + 2 sqrt(rho ln(1/delta))`` (docs/accounting.md 2.4 with ``rho = eps
+  W``). For a linear Rényi curve this is algebraically the same number as ``"classic"``.
 
 How alpha is optimised (continuously, exactly)
 ----------------------------------------------
@@ -76,7 +77,8 @@ def budget_weight(i: int, omega: float = 1.2) -> float:
 
 
 def noise_multiplier(i: int, eps: float, omega: float = 1.2) -> float:
-    """``sigma_i / a_i = sqrt(omega i**omega / (2 (omega-1) eps))`` for deletion ``i`` (docs/calibration.md 3.4).
+    """``sigma_i / a_i = sqrt(omega i**omega / (2 (omega-1) eps))`` for deletion ``i``
+    (docs/calibration.md 3.4).
 
     >>> math.isclose(noise_multiplier(1, 1.0, 1.2), math.sqrt(3), rel_tol=1e-12)
     True
@@ -137,7 +139,8 @@ def _newton_root(g, dg, x0: float) -> float:
 def _check(rho: float, delta: float, method: str) -> tuple[float, float]:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return real("rho", rho, lo=0.0, allow_inf=True), real("delta", delta, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    return real("rho", rho, lo=0.0, allow_inf=True), real("delta", delta, lo=0.0, hi=1.0,
+                                                          lo_open=True, hi_open=True)
 
 
 @functools.lru_cache(maxsize=256)
@@ -167,7 +170,8 @@ def _improved(rho: float, delta: float) -> tuple[float, float]:
 
 
 def rdp_to_dp(rho: float, delta: float, method: str = "improved") -> float:
-    """Smallest epsilon with (epsilon, delta)-DP implied by ``D_alpha <= alpha*rho`` for all alpha > 1.
+    """Smallest epsilon with (epsilon, delta)-DP implied by
+    ``D_alpha <= alpha*rho`` for all alpha > 1.
 
     >>> round(rdp_to_dp(1.0, 1e-5, "zcdp"), 4), round(rdp_to_dp(1.0, 1e-5, "classic"), 4)
     (7.7861, 7.7861)

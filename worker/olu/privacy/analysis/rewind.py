@@ -1,4 +1,5 @@
-"""Noise calibration and rewind-depth search of Rewind-to-Delete (R2D, [R2D]; docs/calibration.md 6.2).
+"""Noise calibration and rewind-depth search of
+Rewind-to-Delete (R2D, [R2D]; docs/calibration.md 6.2).
 
 Notation is R2D's own (docs/calibration.md 6.2): ``smooth`` is the smoothness constant L (gradients
 L-Lipschitz; our losses' ``beta``), ``grad_bound`` is G (``||grad f_z|| <= G`` over the domain; our
@@ -7,28 +8,30 @@ number of full-batch gradient-descent steps, eta the constant step size and K th
 
 Sensitivity (docs/calibration.md 6.2, [R2D] Lemmas B.2 + B.3)::
 
-    Delta(K, m) = 2 m G h(K) / (L n),   h(K) = ((1 + a)^(T-K) - 1) (1 + eta L)^K,   a = eta L n / (n - m)
+    Delta(K, m) = 2 m G h(K) / (L n),   h(K) = ((1 + a)^(T-K) -
+    1) (1 + eta L)^K,   a = eta L n / (n - m)
 
 h decreases from h(0) = (1 + a)^T - 1 to h(T) = 0. Everything is evaluated in log space
-(docs/calibration.md 6.2: (1 + a)^T overflows): log h = log(expm1((T - K) log1p(a))) + K log1p(eta L).
+(docs/calibration.md 6.2: (1 + a)^T overflows): log h =
+log(expm1((T - K) log1p(a))) + K log1p(eta L).
 
 Gaussian mechanism: noise N(0, sigma^2 I) hides a shift Delta at (epsilon, delta) iff
 Delta / sigma <= r*(epsilon, delta). Two forms (docs/calibration.md 6.2):
 
-- ``"classic"`` (Theorem 3.1 / B.1 [paper], valid for epsilon <= 1): r* = epsilon / sqrt(2 log(1.25/delta)),
-  i.e. the boxed sigma = 2 m G h(K) sqrt(2 log(1.25/delta)) / (L n epsilon);
+- ``"classic"`` (Theorem 3.1 / B.1 [paper], valid for epsilon <= 1): r* = epsilon / sqrt(2
+  log(1.25/delta)), i.e. the boxed sigma = 2 m G h(K) sqrt(2 log(1.25/delta)) / (L n epsilon);
 - ``"analytic"`` (Balle & Wang 2018 [external], exact for every epsilon): the largest r with
   Phi(r/2 - epsilon/r) - e^epsilon Phi(-r/2 - epsilon/r) <= delta, found by bisection in log space.
 
 ``"auto"`` (what the model uses for calibration) is the paper's choice: classic for epsilon <= 1,
-analytic above (docs/calibration.md 6.2). The epsilon *reported* for a given ratio Delta/sigma is the
-analytic one (:func:`epsilon_for_ratio`): exact, monotone in the ratio and never above the classic
-value, so every reported number is a valid bound.
+analytic above (docs/calibration.md 6.2). The epsilon *reported* for a given ratio Delta/sigma is
+the analytic one (:func:`epsilon_for_ratio`): exact, monotone in the ratio and never above the
+classic value, so every reported number is a valid bound.
 
 Rewind depth (docs/calibration.md 6.2): for a fixed sigma, the smallest integer K in
 [0, T] with Delta(K, m) <= r* sigma, by binary search on the monotone h. Corollary 3.2's closed form
-(:func:`rewind_depth_bound`) is an upper bound of that K (the paper's sufficient choice); tests check
-both against hand-computed cases.
+(:func:`rewind_depth_bound`) is an upper bound of that K (the paper's sufficient choice); tests
+check both against hand-computed cases.
 
 >>> g = gaussian_factor(1e-5); round(g, 6)
 4.844805
@@ -80,7 +83,8 @@ def log_h(K: int, *, n: int, m: int, T: int, eta: float, smooth: float) -> float
     return log_grow + K * math.log1p(eta * smooth)
 
 
-def log_sensitivity(K: int, *, n: int, m: int, T: int, eta: float, smooth: float, grad_bound: float) -> float:
+def log_sensitivity(K: int, *, n: int, m: int, T: int, eta: float, smooth: float,
+                    grad_bound: float) -> float:
     """log Delta(K, m) = log(2 m G / (L n)) + log h(K); -inf when m = 0 or K = T."""
     _check(n, m, T, eta, smooth, grad_bound)
     if m == 0:
@@ -105,7 +109,8 @@ def _log_ndtr(x: float) -> float:
 
 
 def analytic_delta(ratio: float, eps: float) -> float:
-    """Balle-Wang delta of N(., sigma^2 I) for shift/sigma = ratio at epsilon (exact, Thm 8 of BW18)."""
+    """Balle-Wang delta of N(., sigma^2 I) for shift/sigma =
+    ratio at epsilon (exact, Thm 8 of BW18)."""
     if ratio <= 0.0:
         return 0.0
     if math.isinf(ratio):
@@ -145,11 +150,13 @@ def max_ratio(eps: float, delta: float, mechanism: str = "auto") -> float:
     lo = hi / 2.0
     while analytic_delta(lo, eps) > delta and lo > 1e-300:
         lo /= 2.0
-    return math.exp(_bisect_up(lambda x: analytic_delta(math.exp(x), eps) <= delta, math.log(lo), math.log(hi)))
+    return math.exp(
+        _bisect_up(lambda x: analytic_delta(math.exp(x), eps) <= delta, math.log(lo), math.log(hi)))
 
 
 def epsilon_for_ratio(ratio: float, delta: float) -> float:
-    """Smallest epsilon at which a shift of ``ratio`` sigmas is (epsilon, delta)-hidden (Balle-Wang).
+    """Smallest epsilon at which a shift of ``ratio`` sigmas
+    is (epsilon, delta)-hidden (Balle-Wang).
 
     >>> epsilon_for_ratio(0.0, 1e-5), round(epsilon_for_ratio(max_ratio(2.0, 1e-5), 1e-5), 9)
     (0.0, 2.0)
@@ -170,7 +177,8 @@ def epsilon_for_ratio(ratio: float, delta: float) -> float:
 
 
 # ------------------------------------------------------------------ calibration
-def noise_sigma(K: int, *, eps: float, delta: float, n: int, m: int, T: int, eta: float, smooth: float,
+def noise_sigma(K: int, *, eps: float, delta: float, n: int, m: int, T: int, eta: float,
+                smooth: float,
                 grad_bound: float, mechanism: str = "auto") -> float:
     """sigma for rewind depth K (Theorem 3.1's boxed formula with the classic mechanism)."""
     ls = log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth, grad_bound=grad_bound)
@@ -180,10 +188,11 @@ def noise_sigma(K: int, *, eps: float, delta: float, n: int, m: int, T: int, eta
     return math.exp(v) if v < 709.0 else math.inf
 
 
-def rewind_depth(sigma: float, *, eps: float, delta: float, n: int, m: int, T: int, eta: float, smooth: float,
+def rewind_depth(sigma: float, *, eps: float, delta: float, n: int, m: int, T: int, eta: float,
+                 smooth: float,
                  grad_bound: float, mechanism: str = "auto") -> int:
-    """Smallest K in [0, T] with Delta(K, m) <= r*(eps, delta) sigma (docs/calibration.md 6.2, binary search on
-    monotone h).
+    """Smallest K in [0, T] with Delta(K, m) <= r*(eps, delta) sigma (docs/calibration.md 6.2,
+    binary search on monotone h).
 
     K = T always qualifies (h(T) = 0: a noiseless full retrain from the checkpoint at step 0).
     """
@@ -196,7 +205,8 @@ def rewind_depth(sigma: float, *, eps: float, delta: float, n: int, m: int, T: i
     limit = math.log(sigma) + math.log(max_ratio(eps, delta, mechanism))
 
     def ok(K: int) -> bool:
-        return log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth, grad_bound=grad_bound) <= limit
+        return log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth,
+                               grad_bound=grad_bound) <= limit
 
     lo, hi = 0, T  # ok(hi) holds; find the first ok
     if ok(0):
@@ -207,9 +217,11 @@ def rewind_depth(sigma: float, *, eps: float, delta: float, n: int, m: int, T: i
     return hi
 
 
-def rewind_depth_bound(sigma: float, *, eps: float, delta: float, n: int, m: int, T: int, eta: float,
+def rewind_depth_bound(sigma: float, *, eps: float, delta: float, n: int, m: int, T: int,
+                       eta: float,
                        smooth: float, grad_bound: float, mechanism: str = "classic") -> int:
-    """ceil of Corollary 3.2: log((1+a)^T - sigma L n eps' / (2 m G)) / log(1 + a), clipped to [0, T].
+    """ceil of Corollary 3.2: log((1+a)^T - sigma L n eps' /
+    (2 m G)) / log(1 + a), clipped to [0, T].
 
     eps' = eps / sqrt(2 log(1.25/delta)) for the classic mechanism (r* in general). Sufficient
     (it upper-bounds :func:`rewind_depth`, since h(K) <= (1+a)^T - (1+a)^K); 0 when the argument of
@@ -231,7 +243,8 @@ def rewind_depth_bound(sigma: float, *, eps: float, delta: float, n: int, m: int
     return min(T, max(0, math.ceil(arg_log / math.log1p(a) - 1e-12)))
 
 
-def epsilon_spent(sigma: float, K: int, *, delta: float, n: int, m: int, T: int, eta: float, smooth: float,
+def epsilon_spent(sigma: float, K: int, *, delta: float, n: int, m: int, T: int, eta: float,
+                  smooth: float,
                   grad_bound: float) -> float:
     """epsilon(m) of docs/accounting.md 4: Balle-Wang epsilon of Delta(K, m)/sigma."""
     ls = log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth, grad_bound=grad_bound)
@@ -245,16 +258,19 @@ def epsilon_spent(sigma: float, K: int, *, delta: float, n: int, m: int, T: int,
 
 def deletion_capacity(sigma: float, K: int, *, eps: float, delta: float, n: int, T: int, eta: float,
                       smooth: float, grad_bound: float) -> int:
-    """Largest m in [0, n - 1] with epsilon(m) <= eps (docs/calibration.md 6.2; epsilon(m) increases in m).
+    """Largest m in [0, n - 1] with epsilon(m) <= eps
+    (docs/calibration.md 6.2; epsilon(m) increases in m).
 
     Uses the exact (analytic) mechanism, consistent with :func:`epsilon_spent`.
     """
     if n <= 1:
         return 0
-    limit = math.log(max_ratio(eps, delta, "analytic")) + (math.log(sigma) if sigma > 0 else -math.inf)
+    limit = math.log(max_ratio(eps, delta, "analytic")) + (math.log(sigma) if sigma > 0
+                                                           else -math.inf)
 
     def ok(m: int) -> bool:
-        return log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth, grad_bound=grad_bound) <= limit
+        return log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth,
+                               grad_bound=grad_bound) <= limit
 
     lo, hi = 0, n - 1
     if ok(hi):

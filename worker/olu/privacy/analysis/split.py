@@ -16,8 +16,8 @@ No deletion is ever refused, whatever the number of overflow deletions.
 
 Why even over the plan: the release's noise variance is proportional to ``sum_i m_i**2`` with
 ``m_i = sigma_i / a_i`` (docs/accounting.md 11), ``sum 1 / (2 rho w_i)`` under ``sum w_i <= 1 - r``
-is smallest for equal weights (Cauchy-Schwarz), so ``K**2 / (2 rho (1 - r))`` for K deletions, against
-about ``1.36 k**2.2 / rho`` for the lifetime omega-weighted split.
+is smallest for equal weights (Cauchy-Schwarz), so ``K**2 / (2 rho (1 - r))`` for K deletions,
+against about ``1.36 k**2.2 / rho`` for the lifetime omega-weighted split.
 
 >>> round(planned_weight(3, capacity=10, reserve=0.1), 12)
 0.09
@@ -34,7 +34,8 @@ import math
 from .checks import count, real
 from .rdp import budget_weight
 
-__all__ = ["SPLIT_NAMES", "capacity_for_rate", "planned_multiplier", "planned_spent", "planned_weight"]
+__all__ = ["SPLIT_NAMES", "capacity_for_rate", "planned_multiplier", "planned_spent",
+           "planned_weight"]
 
 #: The all-deletions splits: today's lifetime omega weights, and the planned capacity plus reserve.
 SPLIT_NAMES = ("weighted", "planned")
@@ -42,12 +43,14 @@ DEFAULT_RESERVE = 0.1
 
 
 def _plan(capacity, reserve, omega) -> tuple[int, float, float]:
-    return (count("capacity", capacity, minimum=1), real("reserve", reserve, lo=0.0, hi=1.0, lo_open=True,
+    return (count("capacity", capacity, minimum=1),
+            real("reserve", reserve, lo=0.0, hi=1.0, lo_open=True,
                                                          hi_open=True),
             real("omega", omega, lo=1.0, lo_open=True))
 
 
-def planned_weight(i: int, *, capacity: int, reserve: float = DEFAULT_RESERVE, omega: float = 1.2) -> float:
+def planned_weight(i: int, *, capacity: int, reserve: float = DEFAULT_RESERVE,
+                   omega: float = 1.2) -> float:
     """Fraction ``w_i`` of the lifetime slope that deletion ``i`` (1-based, per epoch) spends.
 
     >>> planned_weight(1, capacity=4, reserve=0.2)
@@ -68,11 +71,14 @@ def planned_multiplier(i: int, rho: float, *, capacity: int, reserve: float = DE
     3.1622776601683795
     """
     rho = real("rho", rho, lo=0.0, lo_open=True)
-    return math.sqrt(1.0 / (2.0 * rho * planned_weight(i, capacity=capacity, reserve=reserve, omega=omega)))
+    return math.sqrt(
+        1.0 / (2.0 * rho * planned_weight(i, capacity=capacity, reserve=reserve, omega=omega)))
 
 
-def planned_spent(n: int, *, capacity: int, reserve: float = DEFAULT_RESERVE, omega: float = 1.2) -> float:
-    """``sum_{i<=n} w_i``: the fraction of the slope that n calibrated deletions spend (< 1 for every n).
+def planned_spent(n: int, *, capacity: int, reserve: float = DEFAULT_RESERVE,
+                  omega: float = 1.2) -> float:
+    """``sum_{i<=n} w_i``: the fraction of the slope that n
+    calibrated deletions spend (< 1 for every n).
 
     >>> planned_spent(0, capacity=3), round(planned_spent(3, capacity=3), 12)
     (0.0, 0.9)

@@ -51,7 +51,8 @@ from .checks import positive, real
 from .gaussian import gaussian_epsilon, gaussian_rho_for_epsilon, mu_for_rho
 from .rdp import rdp_to_dp, rho_for_epsilon
 
-__all__ = ["ACCOUNTING", "UNITS", "per_request_charge", "per_request_sigma", "request_shift", "unit_epsilon",
+__all__ = ["ACCOUNTING", "UNITS", "per_request_charge", "per_request_sigma", "request_shift",
+           "unit_epsilon",
            "unit_rho_for_epsilon"]
 
 UNITS = ("all-deletions", "per-request")
@@ -62,7 +63,8 @@ ACCOUNTING = {"all-deletions": "renyi", "per-request": "gaussian"}
 #: Each accounting's (slope -> epsilon at delta, epsilon at delta -> the largest slope) pair.
 _CONVERSIONS = {
     "renyi": (rdp_to_dp, rho_for_epsilon),
-    "gaussian": (lambda rho, delta: gaussian_epsilon(mu_for_rho(rho), delta), gaussian_rho_for_epsilon),
+    "gaussian": (lambda rho, delta: gaussian_epsilon(mu_for_rho(rho), delta),
+                 gaussian_rho_for_epsilon),
 }
 
 
@@ -127,7 +129,8 @@ def per_request_sigma(shifts: Iterable[float], rho: float) -> float:
 
 
 def per_request_charge(shifts: Iterable[float], rho: float) -> float:
-    """The Rényi slope a request spends under the per-request unit: ``rho``, or 0.0 if it moves nothing.
+    """The Rényi slope a request spends under the per-request
+    unit: ``rho``, or 0.0 if it moves nothing.
 
     ``shift**2 / (2 sigma**2)`` with :func:`per_request_sigma` is ``rho`` by construction.
 

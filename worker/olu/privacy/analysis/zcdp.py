@@ -14,7 +14,8 @@ __all__ = ["dp_to_zcdp", "gaussian_rho", "gaussian_sigma", "zcdp_to_dp"]
 
 
 def zcdp_to_dp(rho: float, delta: float) -> float:
-    """(epsilon, delta)-DP of a rho-zCDP mechanism: ``rho + 2 sqrt(rho ln(1/delta))`` (docs/accounting.md 3.3).
+    """(epsilon, delta)-DP of a rho-zCDP mechanism: ``rho + 2 sqrt(rho ln(1/delta))``
+    (docs/accounting.md 3.3).
 
     >>> zcdp_to_dp(0.0, 1e-5), round(zcdp_to_dp(0.5, 1e-6), 6)
     (0.0, 5.756522)
@@ -25,7 +26,8 @@ def zcdp_to_dp(rho: float, delta: float) -> float:
 
 
 def dp_to_zcdp(epsilon: float, delta: float) -> float:
-    """The rho with ``zcdp_to_dp(rho, delta) == epsilon``: ``(sqrt(L + eps) - sqrt(L))^2``, L = ln(1/delta).
+    """The rho with ``zcdp_to_dp(rho, delta) == epsilon``:
+    ``(sqrt(L + eps) - sqrt(L))^2``, L = ln(1/delta).
 
     Written as ``eps^2 / (sqrt(L + eps) + sqrt(L))^2`` (the same number without cancellation).
 
@@ -38,7 +40,8 @@ def dp_to_zcdp(epsilon: float, delta: float) -> float:
 
 
 def gaussian_sigma(sensitivity: float, rho: float) -> float:
-    """Noise standard deviation that makes a Gaussian mechanism exactly rho-zCDP: ``Delta / sqrt(2 rho)``."""
+    """Noise standard deviation that makes a Gaussian mechanism
+    exactly rho-zCDP: ``Delta / sqrt(2 rho)``."""
     return positive("sensitivity", sensitivity) / math.sqrt(2.0 * positive("rho", rho))
 
 
