@@ -32,17 +32,13 @@ from .produce import add_parser as add_produce_parser  # noqa: E402
 log = get_logger("olu.cli")
 UNIT_REQUIRED = (
     "OLU_PRIVACY_UNIT (--privacy-unit) is required: per-request protects each deletion request on "
-    "its "
-    "own (its noise fades as the stream grows), all-deletions protects every deleted record "
-    "together "
-    "(its noise grows with the share deleted, often near chance); `olu-worker plan` shows what "
-    "each "
-    "costs on your events")
+    "its own (its noise fades as the stream grows), all-deletions protects every deleted record "
+    "together (its noise grows with the share deleted, often near chance); `olu-worker plan` shows "
+    "what each costs on your events")
 DEMO_OPTIONS = ("events", "delete_rate", "seed", "json", "state_dir")
 #: The settings ``demo --help`` lists (every other one of ``run`` is accepted, unlisted).
 DEMO_SHOWN_SETTINGS = ("bootstrap_servers", "privacy_unit", "target_epsilon", "algorithm",
-                       "rotation",
-                       "dim", "input_format", "schema_registry_url")
+                       "rotation", "dim", "input_format", "schema_registry_url")
 
 
 def _start(settings, command: str):
@@ -60,8 +56,7 @@ def _start(settings, command: str):
     except OSError as exc:  # the port is taken, or the host is not this machine's
         raise ConfigError(
             f"OLU_HTTP_PORT (--http-port) {settings.http_port} on {settings.http_host}: cannot "
-            "listen "
-            f"({exc.strerror or exc}); choose another port, or 0 for any free one") from None
+            f"listen ({exc.strerror or exc}); choose another port, or 0 for any free one") from None
     log.info("http listening", extra={"port": port, "paths": ["/metrics", "/healthz", "/readyz"]})
     return metrics, health
 
@@ -76,8 +71,8 @@ def _is_config_error(exc) -> bool:
 
 def _refused(exc) -> ConfigError:
     return ConfigError(
-        f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / "
-        "--kafka key=value pass librdkafka properties as they are)")
+        f"a Kafka client setting was refused: {exc.args[0].str()} (OLU_KAFKA_<KEY> / --kafka "
+        "key=value pass librdkafka properties as they are)")
 
 
 def run(args, _opts) -> int:
@@ -183,10 +178,8 @@ def demo(args, opts) -> int:
         shutil.rmtree(state_dir, ignore_errors=True)
     if given and not opts.json:
         print(f"  topics kept on {bootstrap}: {settings.input_topics[0]}, {settings.params_topic} "
-              "(try "
-              f"olu-worker follow --bootstrap-servers {bootstrap} --topic {settings.params_topic} "
-              "--once), "
-              f"{settings.dlq_topic}")
+              f"(try olu-worker follow --bootstrap-servers {bootstrap} --topic "
+              f"{settings.params_topic} --once), {settings.dlq_topic}")
     return 0
 
 
@@ -203,8 +196,8 @@ def _progress(worker, target: int, scores) -> None:
     while not worker.stopping.is_set() and worker.events < target:
         s = worker.summary
         print(f"\r{worker.events:>9,}/{target:,} events  {s.get('deletions_honoured', 0):>6,} "
-              "deletions honoured  "
-              f"{s.get('releases', 0):>6,} releases  {s.get('dead_letters', 0):>4,} dead letters"
+              f"deletions honoured  {s.get('releases', 0):>6,} releases  "
+              f"{s.get('dead_letters', 0):>4,} dead letters"
               f"{_quality_line(scores.report(dict(worker.latest_release)))}", end="",
               file=sys.stderr, flush=True)
         time.sleep(0.5)
@@ -225,26 +218,25 @@ def _print_report(report: dict, worker) -> None:
     from .stream.demo import DEMO_PRIVACY_UNIT
 
     print(f"{report['events']:,} events in {report['seconds']:.1f}s: "
-          f"{report['deletions_honoured']:,} deletions "
-          f"honoured, {report['releases']:,} releases, {report['dead_letters']:,} dead letters")
+          f"{report['deletions_honoured']:,} deletions honoured, {report['releases']:,} releases, "
+          f"{report['dead_letters']:,} dead letters")
     unit = next(iter(report["partitions"].values()), {}).get("unit")
     if unit == DEMO_PRIVACY_UNIT:
         print(f"  privacy unit {unit} (the demo's default): each deletion request is protected on "
-              "its own; "
-              "--privacy-unit all-deletions protects every deleted record together, at a larger "
-              "noise")
+              "its own; --privacy-unit all-deletions protects every deleted record together, at a "
+              "larger noise")
     s = worker.settings
     if s.origin("rotation") == "unit default":  # why the model renews itself, said once
         print(f"  the model is renewed every {s.model_lifetime_events // 2:,} events "
-              f"({s.rotation_variant} rotation, "
-              f"lifetime {s.model_lifetime_events:,}: the defaults under {s.privacy_unit}), so a "
-              "subject's "
-              "deletion never leaves noise in the releases for long")
+              f"({s.rotation_variant} rotation, lifetime {s.model_lifetime_events:,}: the defaults "
+              f"under {s.privacy_unit}), so a subject's deletion never leaves noise in the "
+              "releases for long")
     for name, p in report["partitions"].items():
         print(f"  {name:<16} t={p['t']:<8,} deletions={p['deletions']:<5} {_guarantee(p)}")
     for (topic, partition), release in sorted(worker.latest_release.items()):
         value = orjson.loads(release.value)
-        names = worker.settings.feature_spec.names if worker.settings.feature_spec is not None else None
+        spec = worker.settings.feature_spec
+        names = spec.names if spec is not None else None
         if names is None:
             weights = ", ".join(f"{w:+.3f}" for w in value["weights"][:4])
         else:  # the largest weights, by the spec's names
@@ -258,7 +250,8 @@ def _print_report(report: dict, worker) -> None:
           + (f"; noise-to-signal up to {max(noise):.2f}" if noise else ""))
     if q["verdict"]:
         print(f"  note: {q['verdict']}")
-    print(f"  state: {report['state_dir'] or 'a temporary directory, now removed (--state-dir keeps it)'}")
+    state = report["state_dir"] or "a temporary directory, now removed (--state-dir keeps it)"
+    print(f"  state: {state}")
 
 
 def _guarantee(p: dict) -> str:
@@ -267,17 +260,15 @@ def _guarantee(p: dict) -> str:
               else f"rho {p['rho']:g}")
     if p["unit"] == "per-request":
         return (f"unit per-request: each of {p['requests']:,} requests has "
-                f"epsilon={p['epsilon']:.3f} "
-                f"(delta={p['delta']:g}; {target})")
+                f"epsilon={p['epsilon']:.3f} (delta={p['delta']:g}; {target})")
     return (f"unit all-deletions: epsilon={p['epsilon']:.3f} (delta={p['delta']:g}; {target}) for "
-            "every deleted "
-            f"record together, budget used={p['budget_used']:.3f}")
+            f"every deleted record together, budget used={p['budget_used']:.3f}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="olu-worker",
-                                     description="Kafka worker that learns and unlearns "
-                                     "online with certified privacy guarantees.")
+                                     description="Kafka worker that learns and unlearns online "
+                                                 "with certified privacy guarantees.")
     parser.add_argument("--version", action="version", version=f"olu-worker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser(
@@ -286,16 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=run)
     d = sub.add_parser("demo",
                        help="the worker on embedded defaults: in-process Kafka, local state, "
-                                    "synthetic stream with deletions",
+                            "synthetic stream with deletions",
                        description="The worker on embedded defaults: librdkafka's in-process mock "
-                       "cluster (or "
-                                   "--bootstrap-servers), a temporary state directory and a "
-                                   "synthetic stream "
-                                   "with deletions; at the end, the released models' accuracy "
-                                   "beside plain "
-                                   "OGD's. Every setting of `olu-worker run` is accepted too "
-                                   "(flags or OLU_*; "
-                                   "see olu-worker run --help); the main ones are listed below.")
+                                   "cluster (or --bootstrap-servers), a temporary state directory "
+                                   "and a synthetic stream with deletions; at the end, the "
+                                   "released models' accuracy beside plain OGD's. Every setting of "
+                                   "`olu-worker run` is accepted too (flags or OLU_*; see "
+                                   "olu-worker run --help); the main ones are listed below.")
     d.add_argument("--events", type=int, default=50_000, help="stop after N events (default 50000)")
     d.add_argument("--delete-rate", type=float, default=0.01,
                    help="share of events that are deletes, in [0, 1) (default 0.01)")

@@ -60,35 +60,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "follow",
         help="follow the parameter topic: print each new released version (and predictions)",
         description="Subscribe to the parameter topic, keep the latest version of every input "
-        "partition's "
-                    "model and print each new one. Invalid records are reported on stderr and "
-                    "skipped.")
+                    "partition's model and print each new one. Invalid records are reported on "
+                    "stderr and skipped.")
     p.add_argument("--bootstrap-servers", metavar="HOST:PORT",
                    help="Kafka bootstrap servers (default: $OLU_KAFKA_BOOTSTRAP_SERVERS or "
-                   "$KAFKA_BOOTSTRAP_SERVERS)")
+                        "$KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic", default=None,
                    help=f"parameter topic (default: $OLU_PARAMS_TOPIC or {PARAMS_TOPIC})")
     p.add_argument("--group-id", default=None,
                    help="consumer group (default: a new one, so every partition is read; "
-                   "subscribers sharing "
-                        "a group split the partitions)")
+                        "subscribers sharing a group split the partitions)")
     p.add_argument("--model", default=None, help="only releases of this model name")
     p.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),
                    default="read_committed",
                    help="isolation level (default read_committed: never show releases of aborted "
-                   "transactions)")
+                        "transactions)")
     p.add_argument("--json", action="store_true", help="one JSON object per accepted new version")
     p.add_argument("--predict", metavar="X1,X2,...",
                    help="features, or a raw JSON record under a feature spec: after each update, "
-                   "print the "
-                        "prediction of the averaged model of that update's input topic "
-                        "(probability for "
-                        "logistic, w.x for ridge, the most probable class for softmax)")
+                        "print the prediction of the averaged model of that update's input topic "
+                        "(probability for logistic, w.x for ridge, the most probable class for "
+                        "softmax)")
     p.add_argument("--partition", type=int, default=None,
                    help="with --predict: use this input partition's model instead of the average")
     p.add_argument("--once", action="store_true",
                    help="exit after catching up (every partition read to its end); exit 1 on "
-                   "--timeout")
+                        "--timeout")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (with --once: give up catching up, exit 1)")
     p.add_argument("--kafka", action="append", default=None, metavar="KEY=VALUE",
@@ -163,7 +160,8 @@ def _text_line(release: ModelRelease, prediction: float | str | int | None,
         more = ",..." if len(release.classes) > _SHOWN_CLASSES else ""
         line += f" classes={shown}{more} ({len(release.classes)}x{release.dim})"
     if release.generation is not None:  # a rotation: which model, and how old
-        line += f" generation={release.generation} epoch={release.epoch} model_age={p.get('model_age')}"
+        line += (f" generation={release.generation} epoch={release.epoch} "
+                 f"model_age={p.get('model_age')}")
     if release.trigger:
         line += f" trigger={release.trigger}"
     if release.request is not None:
@@ -171,8 +169,8 @@ def _text_line(release: ModelRelease, prediction: float | str | int | None,
     if release.feature_names is not None:  # the strongest weights, by the spec's names
         line += " weights: " + _largest_weights(release)
     if prediction is not None:
-        line += f" prediction={prediction:.6g}" if isinstance(prediction,
-                                                              float) else f" prediction={prediction}"
+        line += (f" prediction={prediction:.6g}" if isinstance(prediction, float)
+                 else f" prediction={prediction}")
     if probability is not None:
         line += f" (p={probability:.4g})"
     return line
@@ -184,7 +182,9 @@ def _largest_weights(release: ModelRelease) -> str:
     names, weights, dim = release.feature_names, release.weights, release.dim
 
     def name(i: int) -> str:
-        return names[i % dim] if release.classes is None else f"{release.classes[i // dim]}:{names[i % dim]}"
+        if release.classes is None:
+            return names[i % dim]
+        return f"{release.classes[i // dim]}:{names[i % dim]}"
 
     order = sorted(range(len(weights)), key=lambda i: -abs(weights[i]))[:_SHOWN_WEIGHTS]
     text = " ".join(f"{name(i)}={weights[i]:+.3g}" for i in order)
@@ -338,8 +338,7 @@ def follow(args: argparse.Namespace, opts: argparse.Namespace | None = None, *,
         s = sub.stats
         if s["invalid"] or s["conflicts"]:
             print(f"olu-worker follow: {s['accepted']} versions accepted, {s['invalid']} invalid "
-                  "and "
-                  f"{s['conflicts']} conflicting records skipped", file=err)
+                  f"and {s['conflicts']} conflicting records skipped", file=err)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,8 @@ per window that doubles up to a minute, saying how many it held back.
 ...     return record.getMessage() if limiter.filter(record) else None
 >>> line("Connect to 127.0.0.1:1 failed (after 0ms)")
 'Connect to 127.0.0.1:1 failed (after 0ms)'
->>> line("Connect to 127.0.0.1:1 failed (after 1ms)"), line("Connect to 127.0.0.1:1 failed (after 0ms)")
+>>> (line("Connect to 127.0.0.1:1 failed (after 1ms)"),
+...  line("Connect to 127.0.0.1:1 failed (after 0ms)"))
 (None, None)
 >>> line("Connect to 127.0.0.1:1 failed (after 0ms)")
 'Connect to 127.0.0.1:1 failed (after 0ms) (2 more like it held back; next report within 2 s)'
@@ -22,7 +23,8 @@ per window that doubles up to a minute, saying how many it held back.
 True
 >>> line("Connect to 127.0.0.1:1 failed (after 0ms)")
 'Connect to 127.0.0.1:1 failed (after 0ms) (1 more like it held back; next report within 4 s)'
->>> line("Connect to 127.0.0.1:1 failed (after 0ms)")  # 16.5 s without one: a new outage, shown at once
+>>> # 16.5 s without one: a new outage, shown at once
+>>> line("Connect to 127.0.0.1:1 failed (after 0ms)")
 'Connect to 127.0.0.1:1 failed (after 0ms)'
 """
 
@@ -67,8 +69,8 @@ class RepeatLimiter(logging.Filter):
         state[0] = now + state[1]
         if held:
             record.msg, record.args = (
-                f"{message} ({held} more like it held back; next report within "
-                f"{state[1]:g} s)"), None
+                f"{message} ({held} more like it held back; next report within {state[1]:g} "
+                f"s)"), None
         return True
 
 

@@ -23,8 +23,8 @@ import orjson
 __all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "get_logger"]
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime",
-                                                                              "taskName"}
+_STANDARD = (frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)))
+             | {"message", "asctime", "taskName"})
 _CORE = ("ts", "level", "logger", "msg")
 _HANDLER_MARK = "_olu_handler"
 
@@ -97,7 +97,8 @@ class TextFormatter(logging.Formatter):
     """``ts LEVEL logger: msg key=value ...`` for humans."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_rfc3339(record.created)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        line = (f"{_rfc3339(record.created)} {record.levelname:<7} {record.name}: "
+                f"{record.getMessage()}")
         extras = _extras(record)
         if extras:
             line += " " + " ".join(f"{k}={v}" for k, v in extras.items())

@@ -43,10 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "produce",
         help="send events to the input topic: your JSON lines, or the demo's synthetic stream",
         description="Send events to the worker's input topic (the first of OLU_INPUT_TOPICS), with "
-        "run's "
-                    "connection settings (flags or OLU_*; OLU_KAFKA_* for SASL/TLS). Every other "
-                    "setting of "
-                    "`olu-worker run` is accepted too.")
+                    "run's connection settings (flags or OLU_*; OLU_KAFKA_* for SASL/TLS). Every "
+                    "other setting of `olu-worker run` is accepted too.")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", metavar="PATH",
                         help="JSON lines, '-' for stdin: an event of schemas/insert.schema.json or "
@@ -57,12 +55,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="the demo's synthetic stream of N events")
     p.add_argument("--delete-rate", type=float, default=0.01,
                    help="with --generate: share of events that delete an earlier record, in [0, 1) "
-                   "(default 0.01)")
+                        "(default 0.01)")
     p.add_argument("--seed", type=int, default=0,
                    help="with --generate: seed of the stream (default 0)")
     p.add_argument("--poison", action="store_true",
                    help="with --generate: a malformed record every 997 events (to see the "
-                   "dead-letter topic)")
+                        "dead-letter topic)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     add_arguments(p, shown=SHOWN_SETTINGS)
     p.set_defaults(func=produce)
@@ -111,10 +109,9 @@ def produce(args, opts) -> int:
         sys.stdout.write(orjson.dumps(summary).decode() + "\n")
     else:
         print(f"olu-worker produce: {done.sent:,} events to {topic} on "
-              f"{settings.bootstrap_servers} "
-              f"({counts['inserts']:,} inserts, {counts['deletes']:,} deletes, "
-              f"{counts['tombstones']:,} tombstones, "
-              f"{counts['other']:,} other) in {summary['seconds']:.1f} s"
+              f"{settings.bootstrap_servers} ({counts['inserts']:,} inserts, {counts['deletes']:,} "
+              f"deletes, {counts['tombstones']:,} tombstones, {counts['other']:,} other) in "
+              f"{summary['seconds']:.1f} s"
               + ("" if done.failed is None else f"; NOT all delivered: {done.failed}"),
               file=sys.stderr)
     return 0 if done.failed is None else 1
@@ -157,8 +154,8 @@ def _wait_for_topic(config: dict, topic: str) -> None:
         except KafkaException as exc:
             if time.monotonic() > deadline:
                 raise ConfigError(
-                    f"no answer from the Kafka broker at {where} ({exc.args[0].str()}); "
-                    "is it running? (OLU_KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers)") from None
+                    f"no answer from the Kafka broker at {where} ({exc.args[0].str()}); is it "
+                    "running? (OLU_KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers)") from None
             continue
         if found is not None and found.error is None and found.partitions:
             return

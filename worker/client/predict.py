@@ -38,8 +38,8 @@ def class_probabilities(weights: np.ndarray, x: np.ndarray,
                         classes: tuple | None) -> dict[str | int, float]:
     """Softmax weights only: ``{class label: probability}`` for ``x``, in class order."""
     if classes is None:
-        raise ValueError("predict_proba is for softmax releases; "
-                         "predict gives a logistic model's probability")
+        raise ValueError("predict_proba is for softmax releases; predict gives a logistic model's "
+                         "probability")
     return dict(zip(classes, _probabilities(weights, x, classes).tolist(), strict=True))
 
 

@@ -25,8 +25,8 @@ from ..wire import TRIGGER_HEADER, decode_key, release_key_text
 from .predict import LOSSES, MULTICLASS_LOSSES, checked_vector, class_probabilities, prediction
 
 _INT_FIELDS = ("partition", "version", "offset", "t", "deletions", "epoch")
-_REQUIRED = ("schema_version", "model", "topic", "partition", "version", "offset", "t",
-             "deletions", "epoch", "algorithm", "loss", "dim", "weights", "privacy", "released_at")
+_REQUIRED = ("schema_version", "model", "topic", "partition", "version", "offset", "t", "deletions",
+             "epoch", "algorithm", "loss", "dim", "weights", "privacy", "released_at")
 _PRIVACY_NUMBERS = ("eps_rdp_slope", "budget_used", "epsilon", "delta")
 _MAX_DIM = 65536
 
@@ -84,8 +84,8 @@ class ModelRelease:
         worker computed it (worker/features/transform.py), or a vector as it is."""
         if isinstance(x, Mapping):
             if self.features is None:
-                raise ValueError("this release has no feature spec: "
-                                 "pass the feature vector, not a record")
+                raise ValueError("this release has no feature spec: pass the feature vector, not a "
+                                 "record")
             return vectorize(self.features, x)[0]
         return checked_vector(x, self.dim)
 
@@ -150,8 +150,8 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
         raise InvalidRelease("missing_field", "missing field(s): " + ", ".join(missing))
     if record["schema_version"] != SCHEMA_VERSION:
         raise InvalidRelease("schema_version",
-                             f"schema_version {record['schema_version']!r} is not supported "
-                             f"(this client reads {SCHEMA_VERSION})")
+                             f"schema_version {record['schema_version']!r} is not supported (this "
+                             f"client reads {SCHEMA_VERSION})")
     for name in ("model", "topic", "algorithm", "loss"):
         if not isinstance(record[name], str) or not record[name]:
             raise InvalidRelease("bad_field", f"{name} must be a non-empty string")
@@ -174,8 +174,8 @@ def parse_release(value: bytes | str | None, key: bytes | str | None = None,
         raise InvalidRelease("wrong_dimension", f"weights has {len(weights)} entries, dim is {dim}")
     if classes is not None and len(weights) != len(classes) * dim:
         raise InvalidRelease("wrong_dimension",
-                             f"weights has {len(weights)} entries, {len(classes)} classes x "
-                             f"dim {dim} is {len(classes) * dim}")
+                             f"weights has {len(weights)} entries, {len(classes)} classes x dim "
+                             f"{dim} is {len(classes) * dim}")
     if not all(_is_number(w) for w in weights):
         raise InvalidRelease("non_finite", "weights must all be finite numbers")
     privacy = record["privacy"]

@@ -41,8 +41,8 @@ class ParamsSubscriber:
                  on_error: Callable[[Any], None] | None = None,
                  schema_registry: str | Mapping[str, Any] | None = None):
         if isolation not in ("read_committed", "read_uncommitted"):
-            raise ValueError("isolation must be read_committed or read_uncommitted, "
-                             f"got {isolation!r}")
+            raise ValueError(f"isolation must be read_committed or read_uncommitted, got "
+                             f"{isolation!r}")
         self.topic = topic
         self.model_name = model
         self.group_id = group_id or f"olu-params-subscriber-{uuid.uuid4().hex}"
@@ -144,8 +144,8 @@ class ParamsSubscriber:
                     if self.on_invalid is not None:
                         self.on_invalid(InvalidRelease(
                             "conflicting_duplicate",
-                            f"{release.topic}/{release.partition} version {release.version} "
-                            "was received before with a different value; the first one is kept"),
+                            f"{release.topic}/{release.partition} version {release.version} was "
+                            "received before with a different value; the first one is kept"),
                             msg)
                 return None
             self._latest[release.key] = release
@@ -247,8 +247,8 @@ class ParamsSubscriber:
         groups = {(r.model, r.topic) for r in releases}
         if len(groups) > 1:
             names = ", ".join(f"{m} on {t}" for m, t in sorted(groups))
-            raise ValueError(f"releases of several models are held ({names}): pass topic= (and "
-                             "a model name to the subscriber) to choose one")
+            raise ValueError(f"releases of several models are held ({names}): pass topic= (and a "
+                             "model name to the subscriber) to choose one")
         shapes = {(r.dim, r.loss in LOGISTIC_LOSSES, r.classes,
                    r.features.digest if r.features else None) for r in releases}
         if len(shapes) > 1:

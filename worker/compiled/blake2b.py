@@ -179,10 +179,8 @@ def _hash_lanes(typingctx, m, lengths, keys):
         vs = list(phis)
 
         def word(k):  # m[_SIGMA[r][k]]
-            index = builder.load(builder.gep(table, [ir.Constant(i64, 0),
-                                                     builder.add(
-                                                         builder.mul(r, ir.Constant(i64, 16)),
-                                                         ir.Constant(i64, k))]))
+            slot = builder.add(builder.mul(r, ir.Constant(i64, 16)), ir.Constant(i64, k))
+            index = builder.load(builder.gep(table, [ir.Constant(i64, 0), slot]))
             return builder.load(builder.gep(mptr, [builder.sext(index, i64)]), align=8)
 
         for k, (a, b, c, d) in enumerate(_G):  # _mix, on vectors

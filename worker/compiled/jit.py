@@ -33,8 +33,8 @@ from .cache import SourcesCache
 
 log = logging.getLogger(__name__)
 
-FORCE_REFERENCE = os.environ.get("OLU_REFERENCE_KERNEL", "").strip().lower() in ("1", "true", "yes",
-                                                                                 "on")
+FORCE_REFERENCE = os.environ.get("OLU_REFERENCE_KERNEL",
+                                 "").strip().lower() in ("1", "true", "yes", "on")
 CACHE_ENABLED = True
 
 
@@ -54,8 +54,8 @@ def jit(func=None, *, nogil: bool = True):
             kernel._cache = SourcesCache(kernel.py_func)
         except RuntimeError as exc:  # "cannot cache function ...: no locator available"
             CACHE_ENABLED = False
-            log.warning("numba cache disabled (%s); kernels compile in every process. "
-                        "Set NUMBA_CACHE_DIR to a writable directory.", exc)
+            log.warning("numba cache disabled (%s); kernels compile in every process. Set "
+                        "NUMBA_CACHE_DIR to a writable directory.", exc)
     return kernel
 
 

@@ -148,7 +148,8 @@ REDACTED = "***"
 def is_secret_key(key: str) -> bool:
     """Whether a librdkafka key holds a secret (masked in logs).
 
-    >>> [is_secret_key(k) for k in ("sasl.password", "sasl.username", "ssl.key.pem", "ssl.ca.location")]
+    >>> keys = ("sasl.password", "sasl.username", "ssl.key.pem", "ssl.ca.location")
+    >>> [is_secret_key(k) for k in keys]
     [True, False, True, False]
     """
     return bool(_SECRET.search(key.lower()))
@@ -192,8 +193,8 @@ def check_key(key: str, value: str, source: str, group_protocol: str,
         allowed, why = CONTRACT_KEYS[key]
         if value.strip().lower() not in allowed:
             raise ConfigError(
-                f"{source}: librdkafka '{key}' must be one of {', '.join(sorted(allowed))}, "
-                f"got {value!r} ({why})")
+                f"{source}: librdkafka '{key}' must be one of {', '.join(sorted(allowed))}, got "
+                f"{value!r} ({why})")
     elif key not in CONSUMER_ONLY_KEYS | PRODUCER_ONLY_KEYS:
         near = difflib.get_close_matches(key, list(CONTRACT_KEYS) + list(OWNED_KEYS), n=1,
                                          cutoff=0.88)
@@ -223,8 +224,8 @@ def release_timeout_ms(group_protocol: str, kafka: dict[str, str]) -> int:
     """The longest message.timeout.ms at which a release still queued when the member stops being
     heard from expires before the member can be expelled (so never lands after a successor's).
 
-    >>> release_timeout_ms("classic", {}), release_timeout_ms("classic", {"session.timeout.ms": "6000",
-    ...                                                                   "heartbeat.interval.ms": "500"})
+    >>> short = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+    >>> release_timeout_ms("classic", {}), release_timeout_ms("classic", short)
     (40500, 4000)
     """
     return expulsion_ms(group_protocol, kafka) - MESSAGE_TIMEOUT_SLACK_MS
@@ -238,9 +239,8 @@ def check_release_timeout(group_protocol: str, kafka: dict[str, str],
     if bound < 1_000:
         raise ConfigError(f"librdkafka session.timeout.ms - heartbeat.interval.ms must be at least "
                           f"{1_000 + MESSAGE_TIMEOUT_SLACK_MS} ms without "
-                          f"{label('transactional')}: a "
-                          "release queued when the member pauses must expire before it can be "
-                          "expelled")
+                          f"{label('transactional')}: a release queued when the member pauses must "
+                          "expire before it can be expelled")
     for key in MESSAGE_TIMEOUT_KEYS:
         raw = kafka.get(key)
         if raw is None:
@@ -249,11 +249,9 @@ def check_release_timeout(group_protocol: str, kafka: dict[str, str],
         if int(raw) > bound:
             raise ConfigError(
                 f"librdkafka '{key}' = {raw} is above {bound} ms (session.timeout.ms - "
-                "heartbeat.interval.ms - "
-                f"{MESSAGE_TIMEOUT_SLACK_MS}): without {label('transactional')} a release still "
-                "queued when the "
-                "worker pauses could land after its successor's release of a deletion; lower it, "
-                "raise "
+                f"heartbeat.interval.ms - {MESSAGE_TIMEOUT_SLACK_MS}): without "
+                f"{label('transactional')} a release still queued when the worker pauses could "
+                "land after its successor's release of a deletion; lower it, raise "
                 "session.timeout.ms, or turn transactions on")
 
 

@@ -36,16 +36,14 @@ OTHER_ENV = frozenset({"OLU_REFERENCE_KERNEL", "OLU_KAFKA_LOCAL"})
 OTHER_ENV_PREFIXES = ("OLU_TEST_",)
 #: Environment variables that carry object-store credentials (read by obstore, never copied).
 AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                      "AWS_WEB_IDENTITY_TOKEN_FILE",
-                      "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                      "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
                       "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE")
 COMMANDS = ("run", "demo", "plan", "produce")
 #: Settings that were removed, with what replaces them: refused at start, never silently ignored.
 REMOVED = {
     "eps": ("OLU_EPS (--eps) was removed: it was the Renyi slope, not epsilon. Set OLU_RHO (--rho) "
-            "for "
-            "the slope, or OLU_TARGET_EPSILON (--target-epsilon) with OLU_DELTA (--delta) for an "
-            "(epsilon, delta) target per privacy unit"),
+            "for the slope, or OLU_TARGET_EPSILON (--target-epsilon) with OLU_DELTA (--delta) for "
+            "an (epsilon, delta) target per privacy unit"),
 }
 DEMO_DIM = 10
 #: Defaults that follow the privacy unit, applied where the setting is not given. Under per-request
@@ -248,8 +246,8 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *,
         values["target_epsilon"] = None  # the default target gives way to an explicit slope
 
     _apply_feature_spec(values, explicit)
-    required = {"run": ("bootstrap_servers", "dim"), "produce": ("bootstrap_servers",)}.get(command,
-                                                                                            ())
+    required_by_command = {"run": ("bootstrap_servers", "dim"), "produce": ("bootstrap_servers",)}
+    required = required_by_command.get(command, ())
     for name in required:
         if values[name] is None:
             extra = f" (or {BOOTSTRAP_FALLBACK_ENV})" if name == "bootstrap_servers" else ""
@@ -264,8 +262,8 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *,
             raise ConfigError(f"{_label(name)} must not be one of the input topics "
                               f"({_label('input_topics')}), got {values[name]!r}")
     if values["params_topic"] == values["dlq_topic"]:
-        raise ConfigError(f"{_label('params_topic')} and {_label('dlq_topic')} must differ, "
-                          f"both are {values['params_topic']!r}")
+        raise ConfigError(f"{_label('params_topic')} and {_label('dlq_topic')} must differ, both "
+                          f"are {values['params_topic']!r}")
     if values["schedule"] == "constant" and values["step"] is None:
         raise ConfigError(f"{_label('step')} is required with {_label('schedule')} = constant")
     if values["schedule"] == "strongly-convex" and values["l2"] == 0:
@@ -273,8 +271,8 @@ def load_settings(argv=None, env: Mapping[str, str] | None = None, *,
             f"{_label('l2')} must be > 0 with {_label('schedule')} = strongly-convex, got 0")
     if not values["snapshot_every_events"] and not values["snapshot_every_seconds"]:
         raise ConfigError(
-            f"{_label('snapshot_every_events')} and {_label('snapshot_every_seconds')} cannot "
-            "both be 0: offsets are committed only with snapshots")
+            f"{_label('snapshot_every_events')} and {_label('snapshot_every_seconds')} cannot both "
+            "be 0: offsets are committed only with snapshots")
 
     _check_registry(values)
     _check_sparse(values)
@@ -317,8 +315,7 @@ def _apply_feature_spec(values: dict[str, Any], explicit: set[str]) -> None:
     if values["dim"] is not None and values["dim"] != spec.dim:
         raise ConfigError(
             f"{_label('dim')} is {values['dim']}, but the feature spec makes {spec.dim} "
-            "coordinates: "
-            f"leave {_label('dim')} unset with {_label('features_file')}")
+            f"coordinates: leave {_label('dim')} unset with {_label('features_file')}")
     if "feature_bound" in explicit:
         raise ConfigError(
             f"{_label('feature_bound')} is set, but the feature spec bounds the vector: declare "
@@ -352,8 +349,7 @@ def _check_loss(values: dict[str, Any]) -> None:
     if classes is not None and isinstance(classes[0], str) and values["input_format"] != "json":
         raise ConfigError(f"{_label('classes')} are strings, but {_label('input_format')} = "
                           f"{values['input_format']} reads numeric labels: use integer classes "
-                          "(e.g. 0,1,2) "
-                          "with a registry format, or input_format json")
+                          "(e.g. 0,1,2) with a registry format, or input_format json")
 
 
 def _check_sparse(values: dict[str, Any]) -> None:
@@ -362,8 +358,7 @@ def _check_sparse(values: dict[str, Any]) -> None:
     if values["sparse_input"] and values["input_format"] != "json":
         raise ConfigError(
             f"{_label('sparse_input')} needs {_label('input_format')} = json (the registry "
-            "formats' "
-            f"readers write dense rows), got {values['input_format']}")
+            f"formats' readers write dense rows), got {values['input_format']}")
 
 
 def _check_registry(values: dict[str, Any]) -> None:
@@ -381,8 +376,8 @@ def _check_registry(values: dict[str, Any]) -> None:
     if features:
         if "x" in dict(values["input_fields"] or ()):
             raise ConfigError(
-                f"{_label('input_feature_fields')} and x= in {_label('input_fields')} exclude "
-                "each other: features are one array field or named fields")
+                f"{_label('input_feature_fields')} and x= in {_label('input_fields')} exclude each "
+                "other: features are one array field or named fields")
         if values["dim"] is not None and len(features) != values["dim"]:
             raise ConfigError(f"{_label('input_feature_fields')} names {len(features)} fields, "
                               f"{_label('dim')} is {values['dim']}")
@@ -390,8 +385,7 @@ def _check_registry(values: dict[str, Any]) -> None:
             values["schema_registry_key_location"] is None):
         raise ConfigError(
             f"{_label('schema_registry_cert_location')} and "
-            f"{_label('schema_registry_key_location')}"
-            " go together (mTLS)")
+            f"{_label('schema_registry_key_location')} go together (mTLS)")
 
 
 def _check_model(settings: Settings) -> None:

@@ -19,10 +19,9 @@ ALGORITHMS = tuple(_REGISTRY)
 
 # Settings every algorithm takes, under the same keyword (OnlineUnlearner.__init__).
 BASE_MODEL_SETTINGS = ("dim", "loss", "classes", "l2", "label_bound", "radius", "feature_bound",
-                       "feature_policy",
-                       "schedule", "t0", "step", "privacy_unit", "rho", "target_epsilon", "omega",
-                       "delta",
-                       "budget_split", "budget_reserve", "max_records_per_key")
+                       "feature_policy", "schedule", "t0", "step", "privacy_unit", "rho",
+                       "target_epsilon", "omega", "delta", "budget_split", "budget_reserve",
+                       "max_records_per_key")
 
 
 def engine_default(setting: str) -> Any:
@@ -39,7 +38,9 @@ def engine_default(setting: str) -> Any:
         if keyword is None:
             continue
         for klass in cls.__mro__:  # the nearest constructor that names the keyword
-            param = inspect.signature(klass.__init__).parameters.get(keyword) if "__init__" in vars(klass) else None
+            if "__init__" not in vars(klass):
+                continue
+            param = inspect.signature(klass.__init__).parameters.get(keyword)
             if param is not None and param.default is not inspect.Parameter.empty:
                 found[name] = param.default
                 break

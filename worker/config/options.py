@@ -92,7 +92,8 @@ non_negative = number(0)
 OPTIONS: tuple[Option, ...] = (
     # Kafka
     Option("bootstrap_servers", bootstrap, "Kafka bootstrap servers, host:port[,host:port] "
-           f"(required for run; {BOOTSTRAP_FALLBACK_ENV} is read as a fallback)", "kafka",
+                                           f"(required for run; {BOOTSTRAP_FALLBACK_ENV} is read "
+                                           f"as a fallback)", "kafka",
            env=BOOTSTRAP_ENV),
     Option("group_id", text, "consumer group id (also the snapshot namespace)", "kafka"),
     Option("input_topics", topics, "input topics, comma-separated", "kafka"),
@@ -100,18 +101,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("dlq_topic", topic, "dead-letter topic", "kafka"),
     Option("transactional", boolean, "publish releases and commit offsets in Kafka transactions",
            "kafka"),
-    Option("transactional_id", text, "transactional.id (default {group_id}-{hostname}; "
-           "must be stable per replica, e.g. the StatefulSet pod name)", "kafka"),
+    Option("transactional_id", text, "transactional.id (default {group_id}-{hostname}; must be "
+                                     "stable per replica, e.g. the StatefulSet pod name)", "kafka"),
     Option("group_protocol", choice(GROUP_PROTOCOLS),
            "consumer group protocol: classic (cooperative-sticky) or consumer (KIP-848, broker >= "
            "4.0)", "kafka"),
     # Schema Registry
     Option("input_format", choice(INPUT_FORMATS),
-           "input record values: json (schemas/), or Schema Registry "
-           "framed avro, json-schema or protobuf (needs schema_registry_url)", "registry"),
+           "input record values: json (schemas/), or Schema Registry framed avro, json-schema or "
+           "protobuf (needs schema_registry_url)", "registry"),
     Option("release_format", choice(RELEASE_FORMATS),
-           "release values: json, or avro / json-schema framed with "
-           "a schema registered under the params topic's subject (needs schema_registry_url)",
+           "release values: json, or avro / json-schema framed with a schema registered under the "
+           "params topic's subject (needs schema_registry_url)",
            "registry"),
     Option("schema_registry_url", http_url,
            "Schema Registry URL (Confluent API; Apicurio at /apis/ccompat/v7)",
@@ -125,33 +126,33 @@ OPTIONS: tuple[Option, ...] = (
     Option("schema_registry_key_location", text, "Schema Registry TLS: client key file (mTLS)",
            "registry"),
     Option("input_fields", field_map, "registry formats: the record field of each role, e.g. "
-           "id=user_id,y=clicked (roles op, id, x, y, ts; default: the role's own name)",
+                                      "id=user_id,y=clicked (roles op, id, x, y, ts; default: the "
+                                      "role's own name)",
            "registry"),
     Option("input_feature_fields", field_names,
-           "registry formats: features as these named numeric fields, in "
-           "this order (instead of the array field x); as many as dim", "registry"),
+           "registry formats: features as these named numeric fields, in this order (instead of "
+           "the array field x); as many as dim", "registry"),
     # Model
     Option("algorithm", choice(ALGORITHMS), "learner-unlearner", "model"),
     Option("dim", number(1, integer=True),
            "feature dimension (required for run, unless features_file gives it)",
            "model"),
     Option("features_file", text,
-           "feature spec (YAML or JSON): inserts carry named fields, turned into the "
-           "vector by declared transforms; sets dim and feature_bound (docs/features.md)", "model"),
+           "feature spec (YAML or JSON): inserts carry named fields, turned into the vector by "
+           "declared transforms; sets dim and feature_bound (docs/features.md)", "model"),
     Option("features_reset", boolean,
-           "a snapshot trained under another feature spec starts a fresh model "
-           "(default: the restore is refused)", "model"),
+           "a snapshot trained under another feature spec starts a fresh model (default: the "
+           "restore is refused)", "model"),
     Option("sparse_input", boolean,
-           "inserts carry x as {indices, values} (an array is taken too), or a "
-           "feature spec's vector, learned in O(non-zeros) a record: wide hashed or one-hot inputs "
-           "(JSON input "
+           "inserts carry x as {indices, values} (an array is taken too), or a feature spec's "
+           "vector, learned in O(non-zeros) a record: wide hashed or one-hot inputs (JSON input "
            "only)", "model"),
     Option("loss", choice(LOSSES),
-           "loss function: logistic (labels -1/+1 or 0/1), ridge (real labels) or "
-           "softmax (one of the declared classes)", "model"),
+           "loss function: logistic (labels -1/+1 or 0/1), ridge (real labels) or softmax (one of "
+           "the declared classes)", "model"),
     Option("classes", class_labels,
-           "softmax: the class labels, a JSON list or comma-separated (integers when "
-           "every one is); required with loss softmax, which learns a K x dim parameter", "model"),
+           "softmax: the class labels, a JSON list or comma-separated (integers when every one "
+           "is); required with loss softmax, which learns a K x dim parameter", "model"),
     Option("l2", non_negative, "L2 regularisation (strong convexity mu)", "model"),
     Option("label_bound", positive, "bound on the label magnitude, abs(y) (ridge)", "model"),
     Option("radius", positive, "radius of the parameter ball K", "model"),
@@ -169,32 +170,28 @@ OPTIONS: tuple[Option, ...] = (
            "the default is for demo and plan", "model"),
     Option("target_epsilon", positive,
            "privacy target: epsilon at delta per privacy unit; the worker uses the largest Renyi "
-           "slope "
-           "that meets it (the default unless rho is given)", "model"),
+           "slope that meets it (the default unless rho is given)", "model"),
     Option("rho", positive,
-           "privacy as a Renyi slope per privacy unit (D_alpha <= alpha rho for every "
-           "alpha > 1); excludes target_epsilon", "model"),
+           "privacy as a Renyi slope per privacy unit (D_alpha <= alpha rho for every alpha > 1); "
+           "excludes target_epsilon", "model"),
     Option("omega", number(1, lo_open=True), "budget split exponent (> 1)", "model"),
     Option("delta", number(0, 1, lo_open=True, hi_open=True), "delta at which epsilon is reported",
            "model"),
     Option("budget_split", choice(SPLIT_NAMES),
            "all-deletions: weighted (omega weights over the model's lifetime) or planned (an even "
-           "share "
-           "for each of deletion_capacity deletions, a reserve beyond)", "model"),
+           "share for each of deletion_capacity deletions, a reserve beyond)", "model"),
     Option("deletion_capacity", number(1, integer=True),
            "planned split: deletions planned per model lifetime (default: expected_deletion_rate x "
            "model_lifetime_events)", "model"),
     Option("expected_deletion_rate", number(0, 1, hi_open=True),
            "expected deletion requests per event: derives deletion_capacity for the planned split, "
-           "exported "
-           "as olu_plan_deletion_rate and alerted on when exceeded by half", "model"),
+           "exported as olu_plan_deletion_rate and alerted on when exceeded by half", "model"),
     Option("planned_records_per_request", number(1),
            "the plan's records per deletion request (olu-worker plan's workload): exported as "
            "olu_plan_records_per_request, alerted on when requests grow past twice it", "model"),
     Option("planned_deletion_age_events", number(1, integer=True),
            "the plan's median age of deleted records in events: exported as "
-           "olu_plan_deletion_age_events, "
-           "alerted on when deletions turn far younger", "model"),
+           "olu_plan_deletion_age_events, alerted on when deletions turn far younger", "model"),
     Option("budget_reserve", number(0, 1, lo_open=True, hi_open=True),
            "planned split: share of the budget kept for deletions beyond the capacity", "model"),
     Option("rotation", choice(ROTATION_CHOICES),
@@ -202,8 +199,7 @@ OPTIONS: tuple[Option, ...] = (
            "model_lifetime_events / 2 events) or off; on by default under per-request", "model"),
     Option("rotation_variant", choice(VARIANTS),
            "rotation: overlap (every event trains both models) or disjoint (each record trains "
-           "one, "
-           "by a hash of its key); disjoint by default under per-request", "model"),
+           "one, by a hash of its key); disjoint by default under per-request", "model"),
     Option("model_lifetime_events", number(2, integer=True),
            "rotation: events a model lives (half as standby, half released); also the lifetime the "
            "planned capacity is derived for; 20000 by default under per-request", "model"),
@@ -220,8 +216,7 @@ OPTIONS: tuple[Option, ...] = (
            "active algorithms: what to do when the retained order cannot be honoured", "model"),
     Option("on_budget", choice(BUDGET_POLICIES),
            "memory-pair: a deletion past the zCDP budget retrains on the retained data (release "
-           "header "
-           "olu.budget=retrained) or is refused (dead letter budget_exhausted)", "model"),
+           "header olu.budget=retrained) or is refused (dead letter budget_exhausted)", "model"),
     Option("lbfgs_memory", number(1, 1000, integer=True),
            "memory-pair: curvature pairs kept by online L-BFGS (tau)", "model"),
     Option("dp_horizon", number(1, integer=True),
@@ -238,8 +233,7 @@ OPTIONS: tuple[Option, ...] = (
     # Releases and state
     Option("deletion_releases", choice(DELETION_RELEASES),
            "batch (one release after the last deletion of each poll batch) or each (one release "
-           "per "
-           "deletion request, reporting it)", "state"),
+           "per deletion request, reporting it)", "state"),
     Option("release_every_events", number(0, integer=True), "release after N events (0 disables)",
            "state"),
     Option("release_every_seconds", non_negative, "release every T seconds if changed (0 disables)",
@@ -254,14 +248,14 @@ OPTIONS: tuple[Option, ...] = (
            "snapshots are never limited)", "state"),
     Option("snapshot_upload_spread", number(0, 1, hi_open=True),
            "spread a background full snapshot's uploads over this share of the time since the "
-           "previous "
-           "one (0: as fast as the rate limit allows)", "state"),
+           "previous one (0: as fast as the rate limit allows)", "state"),
     Option("state_url", state_url, "object store: file://, memory:// or s3://", "state"),
     Option("state_prefix", state_prefix, "key prefix in the object store", "state"),
     Option("on_corrupt_snapshot", choice(CORRUPT_POLICIES),
            "corrupt newest snapshot: fallback to an older one, or fail", "state"),
     Option("purge_bound_seconds", positive, "max seconds until stored objects holding a deleted "
-           "record's raw features are deleted (active algorithms)", "state"),
+                                            "record's raw features are deleted (active "
+                                            "algorithms)", "state"),
     Option("max_record_bytes", number(1, integer=True),
            "larger input records go to the dead-letter topic", "state"),
     Option("revoke_budget_fraction", number(0, 1, lo_open=True),
@@ -274,8 +268,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("http_host", text, "bind address of /metrics /healthz /readyz", "http"),
     Option("http_port", number(0, 65535, integer=True), "HTTP port (0: ephemeral)", "http"),
     Option("quality_metric", boolean,
-           "export olu_prequential_loss with each release: a figure of incoming "
-           "records (deleted ones included) that the certificate does not cover", "http"),
+           "export olu_prequential_loss with each release: a figure of incoming records (deleted "
+           "ones included) that the certificate does not cover", "http"),
     Option("liveness_seconds", positive,
            "/healthz fails when the loop made no progress for this long", "http"),
     Option("log_level", choice(LOG_LEVELS, upper=True), "log level", "http"),

@@ -35,11 +35,12 @@ def _bound_text(lo, hi, lo_open, hi_open) -> str:
     return ""
 
 
-def number(lo=None, hi=None, *, lo_open=False, hi_open=False, integer=False) -> Callable[[str],
-                                                                                         Any]:
+def number(lo=None, hi=None, *, lo_open=False, hi_open=False,
+           integer=False) -> Callable[[str], Any]:
     """A finite float (or an int) within the bounds; ``lo_open``/``hi_open`` exclude a bound."""
-    what = ("an integer" if integer else "a number") + (" " + _bound_text(lo, hi, lo_open, hi_open)
-                                                        if lo is not None or hi is not None else "")
+    bounded = lo is not None or hi is not None
+    what = ("an integer" if integer else "a number") + (
+        " " + _bound_text(lo, hi, lo_open, hi_open) if bounded else "")
 
     def parse(raw: str):
         text = raw.strip()
@@ -275,5 +276,5 @@ def class_labels(raw: str) -> tuple:
 
 
 class_labels.requirement = (
-    "at least 2 distinct class labels, all strings or all integers: a JSON list "
-    "(e.g. [\"fraud\",\"ok\"]) or comma-separated (e.g. fraud,ok or 0,1,2)")
+    "at least 2 distinct class labels, all strings or all integers: a JSON list (e.g. "
+    "[\"fraud\",\"ok\"]) or comma-separated (e.g. fraud,ok or 0,1,2)")

@@ -293,6 +293,6 @@ def _redact_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (f":{parts.port}" if parts.port
-                                                                else "")
+    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (
+        f":{parts.port}" if parts.port else "")
     return parts._replace(netloc=netloc).geturl()

@@ -30,8 +30,8 @@ def personality() -> dict[str, str]:
     return {
         "blas": blas,
         "numpy": f"{np.__version__} exp(float64) dispatch {targets['exp']['dd']['current']}",
-        "numba": f"{numba.__version__} target {numba.config.CPU_NAME or ll.get_host_cpu_name()}"
-                 f" (avx512f={has['avx512f']}, fma={has['fma']})",
+        "numba": f"{numba.__version__} target {numba.config.CPU_NAME or ll.get_host_cpu_name()} "
+                 f"(avx512f={has['avx512f']}, fma={has['fma']})",
     }
 
 

@@ -87,8 +87,8 @@ def _java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise RuntimeError("no `java` found (set JAVA_HOME or put java on PATH); "
-                           "Kafka 4.x needs Java 17+")
+        raise RuntimeError("no `java` found (set JAVA_HOME or put java on PATH); Kafka 4.x needs "
+                           "Java 17+")
     return java
 
 
@@ -416,8 +416,8 @@ class KafkaBroker:
         """The last lines of the JVM's stdout/stderr and of the log4j file, for error messages."""
         logs = self.data_dir / "logs"
         return (
-            f"--- {logs / 'stdout.log'} ---\n{_tail(logs / 'stdout.log')}\n"
-            f"--- {self.log_file} ---\n{_tail(self.log_file)}"
+            f"--- {logs / 'stdout.log'} ---\n{_tail(logs / 'stdout.log')}\n--- {self.log_file} "
+            f"---\n{_tail(self.log_file)}"
         )
 
     def _remove_data_dir(self) -> None:

@@ -71,8 +71,8 @@ def fetch(binary: Path, which: Callable[[str], str | None] = shutil.which) -> Pa
         debs = sorted(work.glob(f"{PACKAGE}_*.deb"))
         if got.returncode != 0 or not debs:
             raise PromtoolUnavailable(
-                f"`apt-get download {PACKAGE}` failed ({_last(got)}); the package lists "
-                f"may be missing (apt-get update), or {INSTALL}")
+                f"`apt-get download {PACKAGE}` failed ({_last(got)}); the package lists may be "
+                f"missing (apt-get update), or {INSTALL}")
         tree = work / "tree"
         got = _run([dpkg_deb, "-x", str(debs[-1]), str(tree)], work)
         extracted = tree / "usr" / "bin" / "promtool"
@@ -90,7 +90,8 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def _last(result: subprocess.CompletedProcess) -> str:
     text = (result.stderr or result.stdout or "").strip()
-    return f"exit {result.returncode}: {text.splitlines()[-1]}" if text else f"exit {result.returncode}"
+    code = f"exit {result.returncode}"
+    return f"{code}: {text.splitlines()[-1]}" if text else code
 
 
 def main() -> int:

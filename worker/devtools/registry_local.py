@@ -237,7 +237,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.devtools.registry_local",
                                      description="Run Apicurio Registry (Confluent API) on "
-                                     "127.0.0.1 until Ctrl-C.")
+                                                 "127.0.0.1 until Ctrl-C.")
     parser.add_argument("--version", default=DEFAULT_VERSION,
                         help="Apicurio Registry release (default %(default)s)")
     parser.add_argument("--port", type=int, help="HTTP port; default: a free one")

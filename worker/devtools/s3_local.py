@@ -406,9 +406,9 @@ def main(argv: list[str] | None = None) -> int:
                        access_key=args.access_key, secret_key=args.secret_key)
     try:
         with server:
-            print(f"endpoint: {server.endpoint}\nbucket:   {server.bucket}\n"
-                  f"data dir: {server.data_dir}\nlog:      {server.log_path}\n"
-                  f"started in {server.startup_seconds:.1f}s; Ctrl-C to stop\n")
+            print(f"endpoint: {server.endpoint}\nbucket:   {server.bucket}\ndata dir: "
+                  f"{server.data_dir}\nlog:      {server.log_path}\nstarted in "
+                  f"{server.startup_seconds:.1f}s; Ctrl-C to stop\n")
             for k, v in server.env().items():
                 print(f"export {k}={v}")
             sys.stdout.flush()

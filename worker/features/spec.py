@@ -28,8 +28,9 @@ are bounded by its declaration, so the vector's norm is too (:attr:`FeatureSpec.
 line per mistake. The spec's :attr:`~FeatureSpec.digest` (SHA-256 of its canonical JSON) names it in
 releases and snapshots: a model trained under one spec is a different model from another's.
 
->>> spec = parse_spec({"features": [{"name": "age", "type": "numeric", "range": [0, 100]},
-...                                 {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]}]})
+>>> spec = parse_spec({"features": [
+...     {"name": "age", "type": "numeric", "range": [0, 100]},
+...     {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]}]})
 >>> spec.dim, spec.names
 (5, ('(intercept)', 'age', 'plan=free', 'plan=pro', 'plan=<other>'))
 >>> round(spec.norm_bound, 6)
@@ -124,8 +125,8 @@ class FeatureSpec:
 
     @functools.cached_property
     def names(self) -> tuple[str, ...]:
-        return tuple((["(intercept)"] if self.intercept else []) + [n for f in self.fields
-                                                                    for n in f.names()]
+        return tuple((["(intercept)"] if self.intercept else [])
+                     + [n for f in self.fields for n in f.names()]
                      + [n for d in self.derived for n in d.names()])
 
     @property
@@ -331,8 +332,8 @@ def _numeric(item: dict, where: str, problems: list) -> dict:
 
 
 def _missing(missing, kind: str, args: dict, where: str, problems: list) -> dict:
-    if not isinstance(missing, dict) or set(missing) - {"fill",
-                                                        "indicator"} or "fill" not in missing:
+    if (not isinstance(missing, dict) or set(missing) - {"fill", "indicator"}
+            or "fill" not in missing):
         problems.append(
             f"{where}: 'missing' must be a mapping with 'fill' (and optionally 'indicator')")
         return {}

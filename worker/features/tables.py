@@ -25,7 +25,8 @@ KIND_CODES = ("numeric-range", "numeric-scale", "boolean", "categorical", "hashe
 #: Columns of ``ints``: kind, first slot, width, optional, indicator, the fill's slot offset
 #: (categorical, hashed), the vocabulary table's start and size (categorical) or buckets (hashed),
 #: the field's first vocabulary entry.
-I_KIND, I_SLOT, I_WIDTH, I_OPTIONAL, I_INDICATOR, I_FILL_SLOT, I_TABLE, I_TABLE_SIZE, I_VOCAB = range(9)
+(I_KIND, I_SLOT, I_WIDTH, I_OPTIONAL, I_INDICATOR, I_FILL_SLOT, I_TABLE, I_TABLE_SIZE,
+ I_VOCAB) = range(9)
 #: Columns of ``floats``: low, high, center, scale, weight, the fill (numeric value, boolean 0/1,
 #: hashed sign).
 F_LOW, F_HIGH, F_CENTER, F_SCALE, F_WEIGHT, F_FILL = range(6)

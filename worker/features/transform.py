@@ -20,8 +20,9 @@ required field that is missing or a value of the wrong type, ``non_finite`` for 
 An out-of-range number is not an error: it is clipped, and :func:`vectorize` says which fields were.
 
 >>> from worker.features.spec import parse_spec
->>> spec = parse_spec({"features": [{"name": "age", "type": "numeric", "range": [0, 100]},
-...                                 {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]}]})
+>>> spec = parse_spec({"features": [
+...     {"name": "age", "type": "numeric", "range": [0, 100]},
+...     {"name": "plan", "type": "categorical", "vocabulary": ["free", "pro"]}]})
 >>> x, clipped = vectorize(spec, {"age": 150, "plan": "pro"})
 >>> x.tolist(), clipped
 ([1.0, 1.0, 0.0, 1.0, 0.0], 1)

@@ -136,8 +136,8 @@ def _node(t, named: dict, namespace: str | None) -> tuple[int, int, int]:
         return _PRIMITIVE[kind], 0, 0
     if kind in ("enum", "fixed"):
         symbols = t.get("symbols", [])
-        node = (A_ENUM, len(symbols), _symbols(symbols)) if kind == "enum" else (A_FIXED,
-                                                                                 int(t["size"]), 0)
+        node = (A_ENUM, len(symbols),
+                _symbols(symbols)) if kind == "enum" else (A_FIXED, int(t["size"]), 0)
         space = t.get("namespace", namespace)
         named[_fullname(t["name"], space)] = named[t["name"]] = node
         return node

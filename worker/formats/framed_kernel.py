@@ -34,7 +34,8 @@ __all__ = ["AVRO_KINDS", "MAX_BRANCHES", "PROTO_COLUMNS", "ROLES", "avro_kernel"
 #: Avro types a plan can hold (a union's branches each have one).
 AVRO_KINDS = ("null", "boolean", "int", "long", "float", "double", "string", "bytes", "enum",
               "fixed", "array", "map")
-A_NULL, A_BOOL, A_INT, A_LONG, A_FLOAT, A_DOUBLE, A_STRING, A_BYTES, A_ENUM, A_FIXED, A_ARRAY, A_MAP = range(12)
+(A_NULL, A_BOOL, A_INT, A_LONG, A_FLOAT, A_DOUBLE, A_STRING, A_BYTES, A_ENUM, A_FIXED, A_ARRAY,
+ A_MAP) = range(12)
 #: What a field is to the event; a named feature j is ``FEATURE + j``.
 ROLES = ("skip", "op", "id", "x", "y", "ts", "ids")
 SKIP, OP, ID, XS, Y, TS, IDS, FEATURE = 0, 1, 2, 3, 4, 5, 6, 7
@@ -46,8 +47,8 @@ MAX_BRANCHES = 8
 #: the numbers of "insert" and "delete" (:data:`NO_SYMBOL` when it has none).
 PROTO_COLUMNS = ("role", "kind", "flags", "insert", "delete")
 NO_SYMBOL = -(1 << 40)
-P_VARINT, P_ZIGZAG, P_UNSIGNED, P_INT32, P_DOUBLE, P_FLOAT, P_STRING, P_BYTES, P_ENUM, P_BOOL, P_FIXED32, \
-    P_FIXED64, P_MESSAGE = range(1, 14)
+(P_VARINT, P_ZIGZAG, P_UNSIGNED, P_INT32, P_DOUBLE, P_FLOAT, P_STRING, P_BYTES, P_ENUM, P_BOOL,
+ P_FIXED32, P_FIXED64, P_MESSAGE) = range(1, 14)
 # F_FLAT: a message of scalars (Timestamp, wrappers)
 F_REPEATED, F_PRESENCE, F_ASCII, F_FLAT = 1, 2, 4, 8
 _INSERT = (105, 110, 115, 101, 114, 116)  # "insert"
@@ -239,8 +240,8 @@ def _avro_record(v, buf, p, end, plan, nfields, named, dim, X, y_out, spans, r):
             idx, p = _long(buf, p, end)
             if p < 0 or idx < 0 or idx >= aux:
                 return DECLINED
-            op = INSERT if idx == aux2 % 65536 - 1 else (DELETE if idx == aux2 // 65536 - 1
-                                                         else DECLINED)
+            op = INSERT if idx == aux2 % 65536 - 1 else (
+                DELETE if idx == aux2 // 65536 - 1 else DECLINED)
         elif role == ID and kind == A_STRING:
             n, p = _long(buf, p, end)
             if p < 0 or n < 0 or p + n > end or not _ascii(buf, p, p + n):
@@ -412,8 +413,8 @@ def _proto_message(v, buf, p, end, plan, defaults, op_default, dim, X, y_out, sp
             return DECLINED
         if kind == P_MESSAGE:  # the generic parser parses it: only one of scalars is certain here
             n, q = _varint(buf, p, end)
-            if q < 0 or n > np.uint64(end - q) or not flags & F_FLAT or not _proto_fields(buf, q,
-                                                                                          q + np.int64(n)):
+            if q < 0 or n > np.uint64(
+                    end - q) or not flags & F_FLAT or not _proto_fields(buf, q, q + np.int64(n)):
                 return DECLINED
             p = q + np.int64(n)
             continue
@@ -480,7 +481,8 @@ def protobuf_kernel(vbuf, voff, klen, slots, slot, plan, defaults, op_default, d
         if slots[r] != slot:
             continue
         start, end = voff[r], voff[r + 1]
-        if klen[r] == 0 or end - start + klen[r] > max_bytes or end - start < 6 or vbuf[start + 5] != 0:
+        if klen[r] == 0 or end - start + klen[
+                r] > max_bytes or end - start < 6 or vbuf[start + 5] != 0:
             kinds[r] = DECLINED
             continue
         kinds[r] = _proto_message(v, vbuf, start + 6, end, plan, defaults, op_default, dim, X,

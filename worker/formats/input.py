@@ -115,7 +115,7 @@ class InputDecoder:
                                     f"value is not Schema Registry framed ({len(value)} bytes, "
                                                   + (f"first byte {value[0]}, " if value else "")
                                                   + f"expected the magic byte {MAGIC_BYTE} and a "
-                                                  "4-byte schema id)")
+                                                    "4-byte schema id)")
         try:
             record = self.reader.read(value, SerializationContext(topic, MessageField.VALUE))
         except (UndecodableRecord, RegistryUnavailable):
@@ -129,7 +129,7 @@ class InputDecoder:
         if len(event) + (len(key) if key is not None else 0) > self.max_bytes:
             raise UndecodableRecord("oversized",
                                     f"the record's JSON form is {len(event)} bytes, more than "
-                                                 f"{self.max_bytes} with its key")
+                                    f"{self.max_bytes} with its key")
         return event
 
     def _undecodable(self, exc: Exception) -> UndecodableRecord:
@@ -138,20 +138,20 @@ class InputDecoder:
             if type(cause).__name__ == "ValidationError":
                 # jsonschema: the messages quote values, drop them
                 return UndecodableRecord("schema_violation",
-                                         "the value does not validate against its "
-                                                             "registered JSON Schema")
+                                         "the value does not validate against its registered JSON "
+                                         "Schema")
             cause = cause.__cause__ or cause.__context__
         if self.format == "json-schema" and "validat" in str(exc).lower():
             return UndecodableRecord("schema_violation",
-                                     "the value does not validate against its registered "
-                                                         "JSON Schema")
+                                     "the value does not validate against its registered JSON "
+                                     "Schema")
         return UndecodableRecord("not_decodable",
                                  f"the payload does not decode with its registered {self.format} "
-                                                  f"schema ({type(exc).__name__})")
+                                 f"schema ({type(exc).__name__})")
 
 
-def transcode(decoder: InputDecoder, messages: list) -> tuple[list, int | None,
-                                                              RegistryUnavailable | None]:
+def transcode(decoder: InputDecoder,
+              messages: list) -> tuple[list, int | None, RegistryUnavailable | None]:
     """``(decoded, stop, error)``: ``decoded[i]`` stands for ``messages[i]`` for every i before
     ``stop`` (None: the whole batch); ``error`` says why the
     registry could not decode ``messages[stop]``."""

@@ -80,7 +80,8 @@ class JsonSchemaPlan:
         if self.y_range != _ANY:
             ok &= (y >= self.y_range[0]) & (y <= self.y_range[1]) & (np.abs(y) < _EXACT)
         if X.shape[1] and self.x_range != _ANY:
-            ok &= ((X >= self.x_range[0]) & (X <= self.x_range[1]) & (np.abs(X) < _EXACT)).all(axis=1)
+            ok &= ((X >= self.x_range[0]) & (X <= self.x_range[1]) & (np.abs(X) < _EXACT)).all(
+                axis=1)
         return ok
 
 
@@ -107,8 +108,9 @@ def _plan(schema, dim: int) -> JsonSchemaPlan:
         raise NoPlan("the schema's type is not 'object'")
     props = schema.get("properties", {})
     required = schema.get("required", [])
-    if not isinstance(props, dict) or not isinstance(required, list) or set(required) - {"op", "id",
-                                                                                         "x", "y"}:
+    if not isinstance(
+            props, dict) or not isinstance(required,
+                                           list) or set(required) - {"op", "id", "x", "y"}:
         raise NoPlan("'required' names a field a scanned insert may lack")
     extra = schema.get("additionalProperties", True)
     if not isinstance(extra, bool):
@@ -136,7 +138,8 @@ def _property(name: str, spec, dim: int):
         raise NoPlan(
             f"property {name!r}: type {kind!r} (a {_TYPES[name][0]} is accepted by the scan)")
     if name == "op":
-        allowed = spec["enum"] if "enum" in spec else [spec["const"]] if "const" in spec else ["insert"]
+        allowed = spec[
+            "enum"] if "enum" in spec else [spec["const"]] if "const" in spec else ["insert"]
         if "insert" not in allowed:
             raise NoPlan("'op' does not allow 'insert'")
         return None

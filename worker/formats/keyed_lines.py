@@ -68,6 +68,6 @@ def _record(number: int, line: bytes) -> tuple[bytes, dict | None]:
         return key.encode(), event
     key = value.get("id")
     if not isinstance(key, str) or not key:
-        raise BadKeyedLine(f"line {number}: an event without an \"id\" needs its key: "
-                           "write {\"key\": \"<key>\", \"value\": <event>}")
+        raise BadKeyedLine(f"line {number}: an event without an \"id\" needs its key: write "
+                           "{\"key\": \"<key>\", \"value\": <event>}")
     return key.encode(), value

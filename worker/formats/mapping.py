@@ -35,11 +35,14 @@ class FieldMapping:
     ``complete``: decoded records list every field of their schema (Avro, Protobuf).
 
     >>> m = FieldMapping({"id": "user", "y": "clicked"}, ("age", "score"), complete=True)
-    >>> m.event({"op": "insert", "user": "u-1", "age": 0.5, "score": -1.0, "clicked": 1.0, "ts": None})
+    >>> m.event({"op": "insert", "user": "u-1", "age": 0.5, "score": -1.0, "clicked": 1.0,
+    ...          "ts": None})
     {'op': 'insert', 'id': 'u-1', 'x': [0.5, -1.0], 'y': 1.0}
-    >>> m.event({"op": "delete", "user": "u-1", "age": None, "score": None, "clicked": None, "ts": 7})
+    >>> m.event({"op": "delete", "user": "u-1", "age": None, "score": None, "clicked": None,
+    ...          "ts": 7})
     {'op': 'delete', 'id': 'u-1', 'ts': 7}
-    >>> m.event({"op": "delete", "user": "", "ids": ["u-1", "u-2"], "age": None, "score": None, "clicked": None})
+    >>> m.event({"op": "delete", "user": "", "ids": ["u-1", "u-2"], "age": None, "score": None,
+    ...          "clicked": None})
     {'op': 'delete', 'ids': ['u-1', 'u-2']}
     """
 
@@ -61,15 +64,15 @@ class FieldMapping:
         """The documented event object of ``record``; raises :class:`UndecodableRecord`."""
         if not isinstance(record, dict):
             raise UndecodableRecord("not_object",
-                                    f"the decoded value is a {type(record).__name__}, "
-                                                  "expected a record of fields")
+                                    f"the decoded value is a {type(record).__name__}, expected a "
+                                    "record of fields")
         if self.complete:
             missing = [name for name in self._required if name not in record]
             if missing:
                 raise UndecodableRecord("schema_mismatch", "the record's schema has no field "
                                         + ", ".join(repr(m[:40]) for m in missing[:5])
                                         + " (OLU_INPUT_FIELDS / OLU_INPUT_FEATURE_FIELDS map the "
-                                        "roles)")
+                                          "roles)")
         out: dict = {}
         op = record.get(self.op)
         if op is not None:

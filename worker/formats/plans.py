@@ -65,7 +65,8 @@ class PlanCache:
     def _build(self, schema, schema_id: int):
         fmt, mapping = self.decoder.format, self.decoder.mapping
         if mapping.named:
-            return None, "a feature spec (its named fields are read by the JSON reader after transcoding)"
+            return None, ("a feature spec (its named fields are read by the JSON reader after "
+                          "transcoding)")
         expected = self.decoder.reader.schema_type
         if (schema.schema_type or "AVRO") != expected:
             return None, f"the schema is {schema.schema_type}, not {expected}"

@@ -63,10 +63,8 @@ def _add(pool, fdp, files: dict, done: set) -> None:
                 _add_well_known(pool, dep, done)
         else:
             raise UndecodableRecord("schema_mismatch",
-                                    f"the registered Protobuf schema imports {dep[:80]!r}, "
-                                                       "which is neither a registered reference "
-                                                       "nor a "
-                                                       "well-known type")
+                                    f"the registered Protobuf schema imports {dep[:80]!r}, which "
+                                    "is neither a registered reference nor a well-known type")
     pool.Add(fdp)
 
 
@@ -96,8 +94,8 @@ def _import_well_known(name: str) -> None:
         importlib.import_module(module)
     except ImportError:
         raise UndecodableRecord("schema_mismatch",
-                                f"the registered Protobuf schema imports {name[:80]!r}, "
-                                                   "not a well-known type of this protobuf runtime") from None
+                                f"the registered Protobuf schema imports {name[:80]!r}, not a "
+                                "well-known type of this protobuf runtime") from None
 
 
 def _references(schema, client, files: dict) -> None:
@@ -115,9 +113,8 @@ def _references(schema, client, files: dict) -> None:
             if exc.http_status_code == 404:
                 raise UndecodableRecord("schema_mismatch",
                                         f"the schema's reference {ref.name[:80]!r} "
-                                                           f"({ref.subject[:80]} v{ref.version}) "
-                                                           "is not in the "
-                                                           "registry") from None
+                                        f"({ref.subject[:80]} v{ref.version}) is not in the "
+                                        "registry") from None
             raise classify(exc) from None
         except Exception as exc:
             sorted_out = classify(exc)

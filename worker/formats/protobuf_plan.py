@@ -20,7 +20,8 @@ field number of 65,536 or more.
 
 >>> from worker.formats.protobuf import event_class
 >>> from worker.formats.mapping import FieldMapping
->>> plan, defaults, op_default, why = protobuf_plan(event_class().DESCRIPTOR, FieldMapping(complete=True), dim=3)
+>>> plan, defaults, op_default, why = protobuf_plan(
+...     event_class().DESCRIPTOR, FieldMapping(complete=True), dim=3)
 >>> plan.shape, defaults.tolist(), op_default, why
 ((7, 5), [nan], 0, '')
 """
@@ -121,11 +122,11 @@ def protobuf_plan(descriptor, mapping: FieldMapping, *, dim: int):
             _check_role(f, role)
             plan[f.number, 0] = role
             if role == OP and f.type == FD.TYPE_ENUM:
-                plan[f.number, 3], plan[f.number, 4] = _number_of(f, "insert"), _number_of(f,
-                                                                                           "delete")
+                plan[f.number, 3], plan[f.number,
+                                        4] = _number_of(f, "insert"), _number_of(f, "delete")
                 if not f.has_presence:  # absent reads as the value numbered 0
-                    op_default = INSERT if plan[f.number, 3] == 0 else DELETE if plan[f.number,
-                                                                                      4] == 0 else DECLINED
+                    op_default = INSERT if plan[
+                        f.number, 3] == 0 else DELETE if plan[f.number, 4] == 0 else DECLINED
             if role == Y or role >= FEATURE:
                 defaults[0 if role == Y else 1 + role - FEATURE] = np.nan if f.has_presence else 0.0
     except NoPlan as why:

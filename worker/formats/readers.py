@@ -63,14 +63,15 @@ class _Reader:
         schema = self.writer_schema(schema_id)
         if (schema.schema_type or "AVRO") != self.schema_type:
             raise UndecodableRecord("schema_mismatch",
-                                    f"schema {schema_id} is {schema.schema_type}, "
-                                                       f"not {self.schema_type}")
+                                    f"schema {schema_id} is {schema.schema_type}, not "
+                                    f"{self.schema_type}")
         return schema
 
     def parsed(self, schema_id: int):
         if schema_id not in self._parsed:
             schema = self.own_schema(schema_id)
-            self._parsed[schema_id] = self._parse(schema) if not has_rules(schema) and self._direct(schema) else None
+            self._parsed[schema_id] = (self._parse(schema) if not has_rules(schema)
+                                       and self._direct(schema) else None)
         return self._parsed[schema_id]
 
     def _direct(self, schema) -> bool:
@@ -133,8 +134,8 @@ class JsonSchemaReader(_Reader):
             raise parsed
         if not parsed.is_valid(record):
             raise UndecodableRecord("schema_violation",
-                                    "the value does not validate against its registered "
-                                                        "JSON Schema")
+                                    "the value does not validate against its registered JSON "
+                                    "Schema")
         return record
 
 

@@ -60,9 +60,9 @@ def classify(exc: BaseException) -> Exception:
         if exc.http_status_code == 404 and exc.error_code in SCHEMA_NOT_FOUND:
             return UndecodableRecord("unknown_schema",
                                      "the schema id of the record is not in the registry "
-                                                       f"({exc.error_message[:200]})")
-        return RegistryUnavailable(f"schema registry answered HTTP {exc.http_status_code} "
-                                   f"(code {exc.error_code}): {exc.error_message[:200]}")
+                                     f"({exc.error_message[:200]})")
+        return RegistryUnavailable(f"schema registry answered HTTP {exc.http_status_code} (code "
+                                   f"{exc.error_code}): {exc.error_message[:200]}")
     cause = exc
     while cause is not None:
         if _transport_error(cause):

@@ -64,32 +64,41 @@ class MetricFamilies:
         # ``unit``: what one guarantee protects (all-deletions: every deleted record together;
         # per-request: each deletion request alone, docs/accounting.md 8).
         self.privacy_epsilon = Gauge("olu_privacy_epsilon", "Privacy epsilon of the partition's "
-                                     "model at delta olu_privacy_delta, per privacy unit: for all "
-                                     "its deleted records together (unit all-deletions) or for "
-                                     "each deletion request (unit per-request)", tpu, registry=r)
+                                                            "model at delta olu_privacy_delta, per "
+                                                            "privacy unit: for all its deleted "
+                                                            "records together (unit all-deletions) "
+                                                            "or for each deletion request (unit "
+                                                            "per-request)", tpu, registry=r)
         self.privacy_delta = Gauge("olu_privacy_delta", "The delta at which olu_privacy_epsilon is "
-                                   "reported", tpu, registry=r)
+                                                        "reported", tpu, registry=r)
         self.privacy_budget_used = Gauge("olu_privacy_budget_used_ratio", "Fraction of the "
                                          "lifetime Renyi budget spent (rho spent / rho; always 0 "
                                          "for unit per-request)", tpu, registry=r)
         self.privacy_rdp_slope = Gauge("olu_privacy_rdp_slope", "Renyi slope spent this epoch, per "
-                                       "unit (D_alpha <= alpha * slope)", tpu, registry=r)
+                                                                "unit (D_alpha <= alpha * "
+                                                                "slope)", tpu, registry=r)
         self.privacy_rho = Gauge("olu_privacy_rho", "The configured Renyi slope per privacy unit "
-                                 "(set, or derived from the target epsilon at delta)", tpu,
+                                                    "(set, or derived from the target epsilon at "
+                                                    "delta)", tpu,
                                  registry=r)
         self.privacy_requests = Gauge("olu_privacy_requests", "Deletion requests charged in the "
-                                      "model's current epoch", tpu, registry=r)
+                                                              "model's current "
+                                                              "epoch", tpu, registry=r)
         self.deletions = Counter("olu_deletions", "Deletions honoured that changed the model "
-                                 "(noised, exact, restarted or retrained)", tp, registry=r)
+                                                  "(noised, exact, restarted or "
+                                                  "retrained)", tp, registry=r)
         self.deletions_noop = Counter("olu_deletions_noop", "Deletions that needed no change: "
                                       "not_applied (never learned), duplicate (already deleted), "
                                       "ignored (baseline), dp_covered (dp-tofw: honoured by the DP "
                                       "guarantee of every release)", tp + ("reason",), registry=r)
         self.deletions_refused = Counter("olu_deletions_refused", "Deletions refused because the "
-                                         "privacy budget was exhausted (on_budget=refuse; sent to "
-                                         "the dead-letter topic)", tp, registry=r)
+                                                                  "privacy budget was exhausted "
+                                                                  "(on_budget=refuse; sent to the "
+                                                                  "dead-letter "
+                                                                  "topic)", tp, registry=r)
         self.deletion_noise_sigma = Gauge("olu_deletion_noise_sigma", "Noise standard deviation of "
-                                          "the last noised deletion", tp, registry=r)
+                                                                      "the last noised "
+                                                                      "deletion", tp, registry=r)
         # The noise the release carries (docs/accounting.md 10): public, from the constants and
         # the ledger.
         self.release_noise_std = Gauge("olu_release_noise_std", "Bound on the per-coordinate noise "
@@ -98,39 +107,49 @@ class MetricFamilies:
                                        "where the algorithm's noise is not tracked (memory-pair, "
                                        "dp-tofw)", NOISE_LABELS, registry=r)
         self.noise_to_signal = Gauge("olu_noise_to_signal_ratio", "Noise norm expected in the last "
-                                     "release (olu_release_noise_std * sqrt(dim)) over the norm of "
-                                     "its weights; above about 1 the release is mostly noise",
+                                                                  "release (olu_release_noise_std "
+                                                                  "* sqrt(dim)) over the norm of "
+                                                                  "its weights; above about 1 the "
+                                                                  "release is mostly noise",
                                      NOISE_LABELS, registry=r)
         self.deletion_capacity_left = Gauge("olu_deletion_capacity_left", "Deletions left before "
-                                            "the model's capacity (only where the algorithm has "
-                                            "one)", tp, registry=r)
+                                                                          "the model's capacity "
+                                                                          "(only where the "
+                                                                          "algorithm has "
+                                                                          "one)", tp, registry=r)
         # The planned split and the rotation (docs/accounting.md 11, docs/accounting.md 12):
         # public counts.
         self.capacity_planned = Gauge("olu_deletion_capacity_planned", "Planned split: deletions "
-                                      "planned per model lifetime", tp, registry=r)
+                                                                       "planned per model "
+                                                                       "lifetime", tp, registry=r)
         self.capacity_used = Gauge("olu_deletion_capacity_used", "Planned split: deletions of the "
-                                   "released model's epoch inside the plan", tp, registry=r)
+                                                                 "released model's epoch inside "
+                                                                 "the plan", tp, registry=r)
         self.overflow_deletions = Gauge("olu_deletion_overflow", "Planned split: deletions of the "
-                                        "released model's epoch beyond the plan, paid from the "
-                                        "reserve", tp, registry=r)
+                                                                 "released model's epoch beyond "
+                                                                 "the plan, paid from the "
+                                                                 "reserve", tp, registry=r)
         self.model_generation = Gauge("olu_model_generation", "Rotation: generation of the "
-                                      "released model", tp, registry=r)
+                                                              "released model", tp, registry=r)
         self.model_rotations = Gauge("olu_model_rotations", "Rotation: promotions of a standby so "
-                                     "far", tp, registry=r)
+                                                            "far", tp, registry=r)
         self.model_age = Gauge("olu_model_age_events", "Rotation: input events since the released "
-                               "model was born", tp, registry=r)
+                                                       "model was born", tp, registry=r)
         # The deletion workload as it arrives (public request metadata: how many records a request
         # names, the insert steps of those the model held), beside the plan's assumptions
         # (settings).
         self.request_records = Histogram("olu_deletion_request_records", "Records each deletion "
-                                         "request named (public request metadata)", tp,
+                                                                         "request named (public "
+                                                                         "request metadata)", tp,
                                          buckets=REQUEST_RECORDS_BUCKETS, registry=r)
         self.deleted_age = Histogram("olu_deleted_record_age_events", "Age of each deleted record "
-                                     "the model held: insert steps between its insert and its "
-                                     "deletion (at most a poll batch late)", tp,
+                                                                      "the model held: insert "
+                                                                      "steps between its insert "
+                                                                      "and its deletion (at most a "
+                                                                      "poll batch late)", tp,
                                      buckets=AGE_BUCKETS, registry=r)
         self.plan_gauges = {name: Gauge(name, f"The plan's assumption OLU_{setting.upper()} this "
-                                        "worker was started with (absent when unset)", tp,
+                                              "worker was started with (absent when unset)", tp,
                                         registry=r)
                             for name, setting in PLAN_SETTINGS.items()}
         # The per-key contribution bound (docs/accounting.md 13): public counts of the keys'
@@ -143,15 +162,17 @@ class MetricFamilies:
                                           "had reached OLU_MAX_RECORDS_PER_KEY", tp, registry=r)
         # The DP tree mechanism (dp-tofw, docs/accounting.md 7): public schedule figures, not data.
         self.dp_noise_sigma = Gauge("olu_dp_noise_sigma", "dp-tofw: Gaussian noise standard "
-                                    "deviation per tree node", tp, registry=r)
+                                                          "deviation per tree node", tp, registry=r)
         self.dp_sensitivity = Gauge("olu_dp_sensitivity", "dp-tofw: l2 sensitivity 2(beta D + L) "
-                                    "of one record's tree term", tp, registry=r)
+                                                          "of one record's tree "
+                                                          "term", tp, registry=r)
         self.dp_epsilon_at_horizon = Gauge("olu_dp_epsilon_projected_at_horizon", "dp-tofw: "
                                            "epsilon (at olu_privacy_delta) spent by the end of the "
                                            "tree's horizon, the most any record ever spends", tp,
                                            registry=r)
         self.dp_horizon_remaining = Gauge("olu_dp_horizon_remaining", "dp-tofw: records left in "
-                                          "the current tree epoch before a new one starts", tp,
+                                                                      "the current tree epoch "
+                                                                      "before a new one starts", tp,
                                           registry=r)
 
     def _work_families(self, r: CollectorRegistry) -> None:
@@ -159,10 +180,11 @@ class MetricFamilies:
         self.events = Counter("olu_events", "Valid input events consumed, by op", tp + ("op",),
                               registry=r)
         self.events_skipped = Counter("olu_events_skipped", "Valid events that did not change the "
-                                      "model, by reason (also counted in olu_events_total)",
+                                                            "model, by reason (also counted in "
+                                                            "olu_events_total)",
                                       tp + ("reason",), registry=r)
         self.dead_letters = Counter("olu_dead_letters", "Records sent to the dead-letter topic, by "
-                                    "reason", ("topic", "reason"), registry=r)
+                                                        "reason", ("topic", "reason"), registry=r)
         self.features_clipped = Counter("olu_features_clipped", "Inserts whose value of a feature "
                                         "spec field was out of its declared range and clipped, by "
                                         "field", ("topic", "field"), registry=r)
@@ -172,21 +194,26 @@ class MetricFamilies:
                                            "delete to the delivery of the release that reflects "
                                            "it", buckets=DELETE_TO_RELEASE_BUCKETS, registry=r)
         self.consumer_lag = Gauge("olu_consumer_lag", "Consumer group lag in messages: last stable "
-                                  "offset minus committed offset (librdkafka consumer_lag; offsets "
-                                  "are committed with snapshots)", tp, registry=r)
+                                                      "offset minus committed offset (librdkafka "
+                                                      "consumer_lag; offsets are committed with "
+                                                      "snapshots)", tp, registry=r)
         self.consumer_processing_lag = Gauge("olu_consumer_processing_lag", "Messages not yet "
                                              "handed to the worker: last stable offset minus the "
                                              "application offset", tp, registry=r)
         self.model_version = Gauge("olu_model_version", "Version of the last release (after a "
-                                   "restore, until the next one: the restored state's, its next "
-                                   "input offset)", tp, registry=r)
+                                                        "restore, until the next one: the restored "
+                                                        "state's, its next input "
+                                                        "offset)", tp, registry=r)
         self.model_deletions = Gauge("olu_model_deletions", "Deletions applied to the partition's "
-                                     "model over its whole life, from its state (the release's "
-                                     "deletions; olu_deletions_total counts this process's only)",
+                                                            "model over its whole life, from its "
+                                                            "state (the release's deletions; "
+                                                            "olu_deletions_total counts this "
+                                                            "process's only)",
                                      tp, registry=r)
         self.applied_records = Gauge("olu_applied_records", "Records in the applied-record index: "
-                                     "applied and still deletable (about 12 bytes of memory and "
-                                     "state each)", tp, registry=r)
+                                                            "applied and still deletable (about 12 "
+                                                            "bytes of memory and state "
+                                                            "each)", tp, registry=r)
         self.model_steps = Gauge("olu_model_steps", "Steps t applied in the model's current epoch",
                                  tp, registry=r)
 
@@ -196,8 +223,10 @@ class MetricFamilies:
                                            "snapshot", ("kind",), buckets=SNAPSHOT_BUCKETS,
                                            registry=r)
         self.snapshot_bytes = Gauge("olu_snapshot_bytes", "Bytes the last snapshot wrote: the "
-                                    "object, plus for a full snapshot the shared index blobs "
-                                    "written for it (blobs reused from earlier ones are free)",
+                                                          "object, plus for a full snapshot the "
+                                                          "shared index blobs written for it "
+                                                          "(blobs reused from earlier ones are "
+                                                          "free)",
                                     ("kind",), registry=r)
         self.snapshot_failures = Counter("olu_snapshot_failures", "Snapshot writes that failed",
                                          ("kind",), registry=r)
@@ -205,11 +234,12 @@ class MetricFamilies:
                                            "time of the partition's last successful full "
                                            "snapshot", tp, registry=r)
         self.snapshot_age = Gauge("olu_snapshot_age_seconds", "Seconds since the partition's last "
-                                  "successful full snapshot", tp, registry=r)
+                                                              "successful full "
+                                                              "snapshot", tp, registry=r)
         self.restore_duration = Histogram("olu_restore_duration_seconds", "Time to restore a "
                                           "partition on assignment", buckets=RESTORE_BUCKETS,
                                           registry=r)
         self.rebalances = Counter("olu_rebalances", "Rebalance callbacks, by type", ("type",),
                                   registry=r)
         self.assigned_partitions = Gauge("olu_assigned_partitions", "Partitions currently "
-                                         "assigned", registry=r)
+                                                                    "assigned", registry=r)

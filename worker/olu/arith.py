@@ -28,7 +28,8 @@ outcome is stored and adopted on replay) BLAS stays: see docs/worker.md 4.3.
 >>> x, z = np.array([1e16, 1.0, -1e16]), np.array([1.0, 1.0, 1.0])
 >>> dot(x, z)  # d < 8: no lane, ((0 + 1e16) + 1) - 1e16: the 1 is lost, on every CPU
 0.0
->>> dot(np.array([1e16, 1.0, 0, 0, -1e16, 0, 0, 0]), np.ones(8))  # lanes 0 and 4 cancel, lane 1 is kept
+>>> # lanes 0 and 4 cancel, lane 1 is kept
+>>> dot(np.array([1e16, 1.0, 0, 0, -1e16, 0, 0, 0]), np.ones(8))
 1.0
 >>> sqnorm(np.array([3.0, 4.0])), norm(np.array([3.0, 4.0]))
 (25.0, 5.0)

@@ -10,10 +10,8 @@ label or id value: they end up in dead-letter headers and logs.
 from ..exceptions import ConfigError, OluWorkerError
 
 __all__ = ["BudgetExhausted", "ConfigError", "DimensionMismatch", "InvalidAccountantState",
-           "InvalidExample",
-           "InvalidFeatures", "InvalidLabel", "InvalidRecordId", "InvalidState", "NonFiniteInput",
-           "NormExceeded",
-           "OLUError"]
+           "InvalidExample", "InvalidFeatures", "InvalidLabel", "InvalidRecordId", "InvalidState",
+           "NonFiniteInput", "NormExceeded", "OLUError"]
 
 
 class OLUError(OluWorkerError):

@@ -15,8 +15,7 @@ ratio is a lower bound of the noise-to-signal).
 from __future__ import annotations
 
 __all__ = ["ACCURACY_GAP", "NOISE_TO_SIGNAL_LIMIT", "RMSE_RATIO", "assess", "falls_short",
-           "formula_problems",
-           "renewal_advice"]
+           "formula_problems", "renewal_advice"]
 
 NOISE_TO_SIGNAL_LIMIT = 0.5
 ACCURACY_GAP = 0.03
@@ -41,8 +40,8 @@ def formula_problems(std: float, *, dim: int, radius: float) -> list[str]:
     ratio = std * dim ** 0.5 / radius
     if ratio > NOISE_TO_SIGNAL_LIMIT:
         return [f"predicted noise norm is {ratio:.2f} of the radius (above "
-                f"{NOISE_TO_SIGNAL_LIMIT}; no weights are "
-                "longer than the radius, so the release is mostly noise)"]
+                f"{NOISE_TO_SIGNAL_LIMIT}; no weights are longer than the radius, so the release "
+                "is mostly noise)"]
     return []
 
 
@@ -64,8 +63,7 @@ def assess(plan: dict) -> tuple[list[str], dict]:
     if mine:
         warnings.append(
             f"the {unit} target {_target(plan)} at delta {plan['delta']:g} cannot be met with "
-            "useful "
-            f"accuracy at {100 * plan['deletion_rate']:g}% deletions: " + "; ".join(mine))
+            f"useful accuracy at {100 * plan['deletion_rate']:g}% deletions: " + "; ".join(mine))
     if mine and theirs is not None and not theirs:
         best_unit = other["unit"]
         text.append(
@@ -76,14 +74,12 @@ def assess(plan: dict) -> tuple[list[str], dict]:
     elif mine:
         text.append(
             "no unit meets this target usefully by the formula: relax the target, lower the "
-            "deletion rate, "
-            "or renew the model more often")
+            "deletion rate, or renew the model more often")
     else:
         text.append(f"the {unit} target is useful at this deletion rate by the formula")
     text.append(
         "give --sample FILE (your events; with deletes, their own rate, sizes and ages) to search "
-        "the "
-        "configuration by simulation and predict the released model's accuracy")
+        "the configuration by simulation and predict the released model's accuracy")
     renewal = renewal_advice(plan.get("renewal"))
     if renewal is not None:
         text.append(renewal)
@@ -105,8 +101,7 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
         warnings.append(
             f"under {unit} the best configuration simulated on the workload predicts a {metric} of "
             f"{mine['score']:.4g}, {_gap(metric, mine['score'], ogd)}: the {unit} target "
-            f"{_target(plan)} "
-            "cannot be met usefully on this workload")
+            f"{_target(plan)} cannot be met usefully on this workload")
     for theirs in others:
         verdict = "also falls short" if falls_short(metric, theirs["score"],
                                                     ogd) else "would be useful"
@@ -122,8 +117,7 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
     if plan["workload"] and plan["workload"]["outside"]:
         text.append(
             f"{plan['workload']['outside']:,} deleted ids name records older than the sample: not "
-            "simulated "
-            "(their cost is missing from the prediction; a longer sample includes them)")
+            "simulated (their cost is missing from the prediction; a longer sample includes them)")
     return warnings, {"unit": unit, "settings": mine["settings"], "predicted": mine["score"],
                       "ogd": ogd,
                       "l2": mine["l2"], "target_useful": not short, "watch": watch, "text": text}
@@ -136,8 +130,8 @@ def _watch(workload: dict | None) -> str | None:
         return None
     out = [f"OLU_EXPECTED_DELETION_RATE={workload['rate']:.4g}"]
     if workload["records_per_request"]["mean"] is not None:
-        out.append(
-            f"OLU_PLANNED_RECORDS_PER_REQUEST={max(1.0, workload['records_per_request']['mean']):.3g}")
+        records = max(1.0, workload["records_per_request"]["mean"])
+        out.append(f"OLU_PLANNED_RECORDS_PER_REQUEST={records:.3g}")
     if workload["age_events"]["p50"] is not None:
         out.append(
             f"OLU_PLANNED_DELETION_AGE_EVENTS={max(1, round(workload['age_events']['p50']))}")
@@ -151,5 +145,4 @@ def renewal_advice(ren: dict | None) -> str | None:
     rec = ren["recommended"]
     return (f"renewal by the formula: OLU_ROTATION=on OLU_ROTATION_VARIANT={rec['variant']} "
             f"OLU_MODEL_LIFETIME_EVENTS={rec['lifetime']} OLU_BUDGET_SPLIT=planned "
-            "OLU_DELETION_CAPACITY="
-            f"{rec['capacity']} (give --sample to choose by simulation)")
+            f"OLU_DELETION_CAPACITY={rec['capacity']} (give --sample to choose by simulation)")

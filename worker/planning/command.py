@@ -33,77 +33,69 @@ __all__ = ["PLAN_OPTIONS", "PlanError", "add_parser", "plan"]
 
 #: Options of the plan itself (not settings); :func:`worker.cli.main` leaves them to :func:`plan`.
 PLAN_OPTIONS = ("deletion_rate", "events", "deletion_age", "sample", "sim_events", "seed", "json",
-                "plot",
-                "request_records", "recent_share", "recent_age", "keys", "key_skew", "from_topic")
+                "plot", "request_records", "recent_share", "recent_age", "keys", "key_skew",
+                "from_topic")
 #: The model settings a plan depends on; the flags of the other groups are not offered, except the
 #: input's connection (for --from-topic).
 MODEL_GROUP = "model"
 CONNECTION = ("bootstrap_servers", "input_topics", "input_format", "schema_registry_url",
-              "input_fields",
-              "input_feature_fields")
+              "input_fields", "input_feature_fields")
 DEFAULT_EVENTS = 1_000_000
 DEFAULT_AGE = 100_000
 DESCRIBED_BY_FLAGS = ("deletion_rate", "request_records", "deletion_age", "recent_share",
-                      "recent_age", "keys",
-                      "key_skew")
+                      "recent_age", "keys", "key_skew")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "plan", help="before deploying: the noise, epsilon and accuracy a deletion workload will "
-        "cost",
+                     "cost",
         description="Predict the privacy guarantee and the deletion noise of the model settings "
-        "for a deletion "
-                    "workload and, with a sample of your events (--sample or --from-topic), "
-                    "simulate every "
-                    "candidate configuration (unit, rotation, lifetime, l2, per-key cap) on it and "
-                    "recommend the "
-                    "best, with the released model's predicted accuracy beside plain OGD's. Model "
-                    "settings are "
-                    "read as by 'run' (flags or OLU_*).")
+                    "for a deletion workload and, with a sample of your events (--sample or "
+                    "--from-topic), simulate every candidate configuration (unit, rotation, "
+                    "lifetime, l2, per-key cap) on it and recommend the best, with the released "
+                    "model's predicted accuracy beside plain OGD's. Model settings are read as by "
+                    "'run' (flags or OLU_*).")
     g = p.add_argument_group("the sample")
     g.add_argument("--sample", metavar="FILE",
-                   help="keyed JSON lines of your events (olu-worker produce's --file "
-                   "format): inserts, and deletes if you have them; with deletes, the workload is "
-                   "theirs")
+                   help="keyed JSON lines of your events (olu-worker produce's --file format): "
+                        "inserts, and deletes if you have them; with deletes, the workload is "
+                        "theirs")
     g.add_argument("--from-topic", metavar="N",
-                   help="the last N records of the input topic as the sample (run's "
-                   "connection settings: --bootstrap-servers, OLU_KAFKA_*, the input format)")
+                   help="the last N records of the input topic as the sample (run's connection "
+                        "settings: --bootstrap-servers, OLU_KAFKA_*, the input format)")
     w = p.add_argument_group("the workload, when the sample has no deletes (or without a sample)")
     w.add_argument("--deletion-rate", metavar="P",
                    help="deletion requests per event, in [0, 1) (required then)")
     w.add_argument("--request-records", choices=RECORDS,
-                   help="what one request names: single (one record, the "
-                   "default) or key (every record of its key, i.e. an account deletion; the "
-                   "sample's keys, or "
-                   "--keys keys of --key-skew activity when it has none)")
+                   help="what one request names: single (one record, the default) or key (every "
+                        "record of its key, i.e. an account deletion; the sample's keys, or --keys "
+                        "keys of --key-skew activity when it has none)")
     w.add_argument("--deletion-age", metavar="N",
-                   help="age of a deleted record at its deletion, in events: drawn "
-                   f"uniformly up to N (default {DEFAULT_AGE:g})")
+                   help=f"age of a deleted record at its deletion, in events: drawn uniformly up "
+                        f"to N (default {DEFAULT_AGE:g})")
     w.add_argument("--recent-share", metavar="F",
-                   help="share of requests naming a recent record instead, in [0, 1] "
-                   "(default 0)")
+                   help="share of requests naming a recent record instead, in [0, 1] (default 0)")
     w.add_argument("--recent-age", metavar="N",
                    help="what recent means, in events: uniformly up to N (default 2000)")
     w.add_argument("--keys", metavar="N",
-                   help="with --request-records key and a keyless sample: how many keys "
-                   "(default: inserts / 50)")
+                   help="with --request-records key and a keyless sample: how many keys (default: "
+                        "inserts / 50)")
     w.add_argument("--key-skew", metavar="S",
-                   help="their activity: Zipf exponent > 0, larger is more skewed "
-                   "(default 1.2)")
+                   help="their activity: Zipf exponent > 0, larger is more skewed (default 1.2)")
     r = p.add_argument_group("the run")
     r.add_argument("--events", metavar="N",
                    help=f"stream length in events (default {DEFAULT_EVENTS:g})")
     r.add_argument("--sim-events", metavar="N",
-                   help="events simulated on the sample, cycled as needed "
-                   "(default: --events, at most 200000)")
+                   help="events simulated on the sample, cycled as needed (default: --events, at "
+                        "most 200000)")
     r.add_argument("--seed", metavar="N",
                    help="seed of the drawn requests and the simulated noise (default 0)")
     r.add_argument("--json", action="store_true",
                    help="print one JSON object instead of the text report")
     r.add_argument("--plot", metavar="FILE.png",
-                   help="write a PNG of the predicted noise (and the simulated "
-                   "accuracy) against the stream length")
+                   help="write a PNG of the predicted noise (and the simulated accuracy) against "
+                        "the stream length")
     add_arguments(p, exclude=[o.name for o in OPTION_BY_NAME.values()
                               if o.group != MODEL_GROUP and o.name not in CONNECTION])
     p.set_defaults(func=plan)

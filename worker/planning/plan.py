@@ -35,8 +35,8 @@ def make_plan(settings, target, *, shape: Shape, events: int, sample=None,
     workload = stats = None
     if sample is not None:
         length = min(events, SIM_EVENTS) if sim_events is None else sim_events
-        workload = from_sample(sample, length) if sample.requests else from_shape(sample, shape,
-                                                                                  length, seed)
+        workload = from_sample(
+            sample, length) if sample.requests else from_shape(sample, shape, length, seed)
         stats = workload.stats()
         if sample.requests:  # the formula's figures from the sample's own rate and median age
             shape = Shape(rate=stats["rate"], age=max(1, round(stats["age_events"]["p50"] or 1)),
@@ -50,8 +50,8 @@ def make_plan(settings, target, *, shape: Shape, events: int, sample=None,
         other = {"unit": other_target.unit, "noise_std": other_pred["noise_std"],
                  "noise_growth": other_pred["noise_growth"]}
     candidates = [{"l2": l2, "noise_std": noise_std(build_engine(settings, target, l2=l2), target,
-                                                    events=events,
-                                                   **figures)} for l2 in _l2_values(settings.l2)]
+                                                    events=events, **figures)}
+                  for l2 in _l2_values(settings.l2)]
     # a softmax model's classes and K d coordinates (binary plans keep their fields as they were)
     multiclass = ({"classes": list(model.loss.classes), "param_dim": model.param_dim}
                   if model.loss.name == "softmax" else {})

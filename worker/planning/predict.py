@@ -40,8 +40,7 @@ from ..olu.privacy import (
 from ..olu.rotation import charged_deletions, model_budget, planned_capacity
 
 __all__ = ["GROWTH_LENGTHS", "LIFETIMES", "NO_SAMPLE_MIN_LIFETIME", "deletion_sigmas", "noise_std",
-           "predict",
-           "renewal"]
+           "predict", "renewal"]
 
 #: Stream lengths at which the growth of the noise is shown.
 GROWTH_LENGTHS = (10**5, 10**6, 10**7)

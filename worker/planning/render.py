@@ -67,10 +67,11 @@ def to_text(plan: dict) -> str:
     k = len(plan["classes"]) if plan.get("classes") else None  # softmax: K classes
     loss = f"{plan['loss']} over {k} classes" if k else plan["loss"]
     lines = [f"olu-worker plan: {plan['algorithm']}, {loss}, dim {plan['dim']}, l2 {plan['l2']:g}, "
-             f"radius {plan['radius']:g}, feature bound {plan['feature_bound']:g} "
-             f"(L {plan['L']:.4g}, mu {plan['mu']:.4g})"]
+             f"radius {plan['radius']:g}, feature bound {plan['feature_bound']:g} (L "
+             f"{plan['L']:.4g}, mu {plan['mu']:.4g})"]
     target = ("the target" if plan["target_epsilon"] is not None else "from rho")
-    per = "per deletion request" if plan["unit"] == "per-request" else "for all deleted records together"
+    per = ("per deletion request" if plan["unit"] == "per-request"
+           else "for all deleted records together")
     lines.append(
         f"privacy unit {plan['unit']}: rho {plan['rho']:.4g} {per}, epsilon {plan['epsilon']:.4g} "
         f"at delta {plan['delta']:g} ({target})")
@@ -87,18 +88,17 @@ def to_text(plan: dict) -> str:
             f"{s['last']:.4g}")
     lines.append(
         f"predicted noise std per coordinate after {_n(plan['events'])} events: "
-        f"{plan['noise_std']:.4g} "
-        f"(noise norm / radius {plan['noise_to_radius']:.3g})")
-    coordinates = f"{k} x dim {_n(plan['dim'])} = {_n(plan['param_dim'])}" if k else f"dim {_n(plan['dim'])}"
+        f"{plan['noise_std']:.4g} (noise norm / radius {plan['noise_to_radius']:.3g})")
+    coordinates = (f"{k} x dim {_n(plan['dim'])} = {_n(plan['param_dim'])}" if k
+                   else f"dim {_n(plan['dim'])}")
     lines.append(
         f"  noise norm {plan['noise_norm']:.4g} = std x sqrt({coordinates}): it grows with the "
         "square root of the dimension (a spec's hashed buckets and one-hot slots count)")
     if k:
         lines.append(
             f"  softmax: the noise covers the K x d = {_n(plan['param_dim'])} coordinates of the "
-            f"{k} class "
-            f"rows, {k} times a binary model's at dim {_n(plan['dim'])} (its norm sqrt({k}) times "
-            "as large)")
+            f"{k} class rows, {k} times a binary model's at dim {_n(plan['dim'])} (its norm "
+            f"sqrt({k}) times as large)")
     growth = ", ".join(f"{_n(int(n))}: {v:.4g}" for n, v in plan["noise_growth"].items())
     lines.append(f"  growth with the stream length: {growth}")
     if plan["other_unit"]:
@@ -111,15 +111,13 @@ def to_text(plan: dict) -> str:
         p = ren["planned"]
         lines.append(
             f"planned split (OLU_BUDGET_SPLIT=planned, reserve {ren['reserve']:g}): one model "
-            "planned for "
-            f"{_n(plan['events'])} events, capacity {_n(p['capacity'])}: noise std "
+            f"planned for {_n(plan['events'])} events, capacity {_n(p['capacity'])}: noise std "
             f"{p['noise_std']:.4g}")
         for r in ren["rotation"]:
             lines.append(
                 f"  rotation, lifetime {_n(r['lifetime'])}: capacity {_n(r['capacity'])} per "
-                "model, released "
-                f"noise std {r['noise_std_young']:.4g} (just promoted) to {r['noise_std_old']:.4g} "
-                "(retiring)")
+                f"model, released noise std {r['noise_std_young']:.4g} (just promoted) to "
+                f"{r['noise_std_old']:.4g} (retiring)")
     if plan["workload"]:
         lines += _workload_lines(plan["workload"])
     if plan["search"]:
@@ -141,9 +139,8 @@ def _workload_lines(w: dict) -> list[str]:
     if w["requests"]:
         lines.append(
             f"  records per request: mean {size['mean']:.3g}, median {size['p50']:g}, p90 "
-            f"{size['p90']:g}, "
-            f"max {_n(size['max'])}; age of deleted records in events: p10 {_age(age['p10'])}, "
-            f"median {_age(age['p50'])}, p90 {_age(age['p90'])}")
+            f"{size['p90']:g}, max {_n(size['max'])}; age of deleted records in events: p10 "
+            f"{_age(age['p10'])}, median {_age(age['p50'])}, p90 {_age(age['p90'])}")
     if w["dropped"]:
         lines.append(
             f"  {_n(w['dropped'])} records over the feature bound dropped (the worker's dead "
@@ -159,8 +156,7 @@ def _search_lines(found: dict) -> list[str]:
     metric = found["metric"]
     lines = [
         f"search: {len(found['runs'])} configurations simulated on {_n(found['events'])} events "
-        "(seed "
-        f"{found['seed']}), {metric} of the release over the last quarter; plain OGD "
+        f"(seed {found['seed']}), {metric} of the release over the last quarter; plain OGD "
         f"{found['ogd']:.4f}"]
     for unit, best in found["best"].items():
         lines.append(f"  best under {unit}: {best['settings']}: {best['score']:.4f}")
@@ -174,7 +170,8 @@ def _search_lines(found: dict) -> list[str]:
 
 def _short(run: dict) -> str:
     """A candidate in a few characters: rotation/lifetime, l2, radius, cap."""
-    where = "no rotation" if run["rotation"] == "off" else f"{run['rotation']} {_n(run['lifetime'])}"
+    where = ("no rotation" if run["rotation"] == "off"
+             else f"{run['rotation']} {_n(run['lifetime'])}")
     radius = f", radius {run['radius']:g}" if run.get("radius") is not None else ""
     return f"[{where}, l2 {run['l2']:g}{radius}" + (f", cap {run['cap']}" if run["cap"] is not None
                                                     else "") + "]"
@@ -188,8 +185,8 @@ def plot(plan: dict, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotUnavailable("--plot needs matplotlib: install the bench extra "
-                              "(.venv/bin/pip install -e '.[bench]')") from None
+        raise PlotUnavailable("--plot needs matplotlib: install the bench extra (.venv/bin/pip "
+                              "install -e '.[bench]')") from None
     found = plan["search"]
     fig, axes = plt.subplots(1, 2 if found else 1, figsize=(11 if found else 6, 4), squeeze=False)
     ax = axes[0][0]

@@ -143,8 +143,8 @@ def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model
         labels.append(y)
         subjects.append(subject)
     if not ids:
-        raise SampleError(f"{name} has no usable insert" + (f" ({dropped} over the feature bound)"
-                                                            if dropped else ""))
+        raise SampleError(f"{name} has no usable insert" + (
+            f" ({dropped} over the feature bound)" if dropped else ""))
     return Sample(ids, np.array(rows, np.float64), np.array(labels, np.float64), dropped,
                   subjects if keyed else None, tuple(requests))
 

@@ -23,8 +23,7 @@ from .simulate import better, metric_name, replay, score, window_scores
 from .target import build_engine, build_rotation
 
 __all__ = ["CAPACITY_GRID", "CAPS", "Candidate", "L2_FACTORS", "LIFETIMES", "candidate_model",
-           "capacity_needed",
-           "scaled", "search"]
+           "capacity_needed", "scaled", "search"]
 
 #: Model lifetimes (OLU_MODEL_LIFETIME_EVENTS, in inserts) tried with rotation.
 LIFETIMES = (1_000, 2_000, 5_000, 20_000, 100_000)

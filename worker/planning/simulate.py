@@ -21,8 +21,7 @@ import numpy as np
 from ..olu import Softmax, arith
 
 __all__ = ["BLOCKS", "TAIL", "WINDOWS", "better", "class_labels", "metric_name",
-           "predicted_classes", "replay",
-           "score", "window_scores"]
+           "predicted_classes", "replay", "score", "window_scores"]
 
 #: Share of the stream (its end) over which a run's score is taken.
 TAIL = 0.25

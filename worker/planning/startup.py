@@ -24,7 +24,8 @@ AGE = 100_000
 def unit_warning(settings) -> str | None:
     """One sentence when the all-deletions release is predicted to be mostly noise, else None."""
     rate = settings.expected_deletion_rate
-    if settings.privacy_unit != "all-deletions" or not rate or settings.algorithm not in PLANNED_ALGORITHMS:
+    if (settings.privacy_unit != "all-deletions" or not rate
+            or settings.algorithm not in PLANNED_ALGORITHMS):
         return None
     target = resolve_target(settings)
     model = build_engine(settings, target)
@@ -38,9 +39,7 @@ def unit_warning(settings) -> str | None:
     if ratio <= NOISE_TO_SIGNAL_LIMIT:
         return None
     return (f"under OLU_PRIVACY_UNIT=all-deletions at OLU_EXPECTED_DELETION_RATE={rate:g} the "
-            "noise formula predicts "
-            f"a noise norm of {ratio:.2f} times the radius after {events:,} events (a lower bound "
-            "of the "
-            f"noise-to-signal; above {NOISE_TO_SIGNAL_LIMIT} the release is mostly noise): "
-            "consider "
-            "OLU_PRIVACY_UNIT=per-request, or run olu-worker plan on a sample of your events")
+            f"noise formula predicts a noise norm of {ratio:.2f} times the radius after {events:,} "
+            f"events (a lower bound of the noise-to-signal; above {NOISE_TO_SIGNAL_LIMIT} the "
+            f"release is mostly noise): consider OLU_PRIVACY_UNIT=per-request, or run olu-worker "
+            "plan on a sample of your events")

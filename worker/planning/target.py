@@ -23,8 +23,7 @@ from ..exceptions import ConfigError
 from ..olu.privacy import UNITS, unit_epsilon, unit_rho_for_epsilon
 
 __all__ = ["PLANNED_ALGORITHMS", "Target", "build_engine", "build_rotation", "classes_of",
-           "planned_algorithms",
-           "resolve_target", "with_settings"]
+           "planned_algorithms", "resolve_target", "with_settings"]
 
 #: Algorithms whose noise the planner models (one calibrated Gaussian per deletion).
 PLANNED_ALGORITHMS = ("passive",)

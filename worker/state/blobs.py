@@ -24,7 +24,8 @@ def row_pieces(arrays: dict[str, np.ndarray], max_bytes: int) -> list[dict[str, 
     """``arrays`` cut along their first axis into pieces of at most ``max_bytes`` (at least one
     row each); arrays of different lengths or 0-d stay whole.
 
-    >>> pieces = row_pieces({"k": np.arange(10, dtype=np.uint64), "s": np.arange(10, dtype=np.uint32)}, 48)
+    >>> pieces = row_pieces(
+    ...     {"k": np.arange(10, dtype=np.uint64), "s": np.arange(10, dtype=np.uint32)}, 48)
     >>> [len(p["k"]) for p in pieces]
     [4, 4, 2]
     """

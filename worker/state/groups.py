@@ -37,7 +37,8 @@ _STACKED = "all."
 def pack_group(deltas: list[tuple[int, dict, dict]]) -> tuple[dict, dict, int]:
     """(header, arrays, layout version) of one object holding ``deltas`` [(offset, header, arrays)].
 
-    >>> header, arrays, layout = pack_group([(5, {"t": 1}, {"z": np.zeros(2)}), (7, {"t": 2}, {"z": np.ones(2)})])
+    >>> header, arrays, layout = pack_group(
+    ...     [(5, {"t": 1}, {"z": np.zeros(2)}), (7, {"t": 2}, {"z": np.ones(2)})])
     >>> header["deltas"], {k: a.tolist() for k, a in arrays.items()}, layout
     ([{'t': 1, 'offset': 5}, {'t': 2, 'offset': 7}], {'all.z': [[0.0, 0.0], [1.0, 1.0]]}, 3)
     """
@@ -95,8 +96,8 @@ def unpack_group(first: int, layout: int, header: dict,
                     f"array {name!r} of a stacked delta group is not named all.<name>")
             if stacked.ndim == 0 or stacked.shape[0] != len(members):
                 raise CorruptSnapshot(
-                    f"stacked array {name!r} has shape {stacked.shape}, not one row "
-                    f"per each of the group's {len(members)} deltas")
+                    f"stacked array {name!r} has shape {stacked.shape}, not one row per each of "
+                    f"the group's {len(members)} deltas")
             for j, entry in enumerate(split):
                 # a C-contiguous view (0-d stays an array)
                 entry[name[len(_STACKED):]] = stacked[j, ...]

@@ -25,7 +25,8 @@ def misplaced(stored_envelope, envelope: dict) -> str | None:
 
 def newer_format(blob: bytes) -> bool:
     """A snapshot header this build does not know (e.g. written by a newer build in a rollout)."""
-    return len(blob) > len(MAGIC) and bytes(blob[:len(MAGIC)]) == MAGIC and blob[len(MAGIC)] != FORMAT_VERSION
+    return (len(blob) > len(MAGIC) and bytes(blob[:len(MAGIC)]) == MAGIC
+            and blob[len(MAGIC)] != FORMAT_VERSION)
 
 
 def same_arrays(ours: dict, stored: dict) -> bool:
@@ -34,6 +35,7 @@ def same_arrays(ours: dict, stored: dict) -> bool:
         return False
     for name, theirs in stored.items():
         mine = np.asarray(ours[name])
-        if mine.shape != theirs.shape or mine.dtype != theirs.dtype or mine.tobytes() != theirs.tobytes():
+        if (mine.shape != theirs.shape or mine.dtype != theirs.dtype
+            or mine.tobytes() != theirs.tobytes()):
             return False
     return True

@@ -59,8 +59,8 @@ class SnapshotReader(GroupObjects):
             except _Vanished:  # garbage-collected since the listing: a newer snapshot exists
                 continue
         raise SnapshotConflict(self.directory(topic, partition),
-                               "objects keep vanishing during restore: "
-                               "another writer is still active on this partition")
+                               "objects keep vanishing during restore: another writer is still "
+                               "active on this partition")
 
     def _restore_listed(self, topic, partition, on_corrupt) -> Restored | None:
         refs = self.list(topic, partition)
@@ -81,8 +81,9 @@ class SnapshotReader(GroupObjects):
                             envelope.get("created_at"))
         if fulls:
             raise SnapshotCorrupt(fulls[0].key, f"no valid full snapshot among {len(fulls)} "
-                                  f"({'; '.join(r for _, r in skipped)}); starting fresh would "
-                                  f"reset the deletion counter and redraw deletion noise")
+                                                f"({'; '.join(r for _, r in skipped)}); starting "
+                                                f"fresh would reset the deletion counter and "
+                                                f"redraw deletion noise")
         deltas = self._deltas(refs, -1, topic, partition)
         return Restored(None, None, {}, {}, {}, deltas) if deltas else None
 
@@ -100,15 +101,16 @@ class SnapshotReader(GroupObjects):
                 entries = _delta_entries(ref.offset, envelope["layout"], header, arrays)
             except _Invalid as bad:
                 raise SnapshotCorrupt(ref.key, f"{bad.args[0]}; this deletion's post-noise state "
-                                      "is lost and must not be redrawn (invariant 2)") from None
+                                               "is lost and must not be redrawn (invariant "
+                                               "2)") from None
             for offset, entry, entry_arrays in entries:
                 if offset <= after:
                     continue
                 if offset in out and (out[offset][0] != entry
                                       or not same_arrays(entry_arrays, out[offset][1])):
                     raise SnapshotConflict(ref.key, f"two different post-noise states stored for "
-                                           f"the deletion at offset {offset}: another writer "
-                                           "owned the partition")
+                                                    f"the deletion at offset {offset}: another "
+                                                    f"writer owned the partition")
                 out[offset] = (entry, entry_arrays)
         return [(offset, *out[offset]) for offset in sorted(out)]
 
@@ -178,8 +180,8 @@ class SnapshotReader(GroupObjects):
             return "corrupt: no snapshot envelope in the header"
         layouts = (LAYOUT_VERSION, *GROUP_LAYOUTS) if ref.kind == DELTA else (LAYOUT_VERSION,)
         if env.get("layout") not in layouts:
-            return (f"unknown snapshot layout version {env.get('layout')!r} "
-                    f"(this build reads {layouts})")
+            return (f"unknown snapshot layout version {env.get('layout')!r} (this build reads "
+                    f"{layouts})")
         if (env["layout"] in GROUP_LAYOUTS) != (stored["meta"].get("kind") == GROUP_KIND):
             return f"corrupt: layout {env['layout']} with a {stored['meta'].get('kind')!r} header"
         ours = self._envelope(ref.kind, topic, partition, ref.offset, env["layout"])

@@ -116,7 +116,8 @@ class Worker:
              "logger": client_logger()})
         if s.transactional:
             self.transactions = Transactions(self.producer, settle=self._settle_deltas,
-                                             transaction_timeout_ms=s.kafka.get("transaction.timeout.ms"))
+                                             transaction_timeout_ms=s.kafka.get(
+                                                 "transaction.timeout.ms"))
         self.consumer = Consumer({**s.consumer_config(), "stats_cb": self.metrics.update_from_stats,
                                   "error_cb": self._on_client_error,
                                   "on_commit": Checkpoints.on_commit,
@@ -183,7 +184,9 @@ class Worker:
             return {}
         if not any([m.error() for m in messages]):
             topics, partitions = [m.topic() for m in messages], [m.partition() for m in messages]
-            if topics.count(topics[0]) == len(messages) and partitions.count(partitions[0]) == len(messages):
+            if topics.count(
+                    topics[0]) == len(
+                        messages) and partitions.count(partitions[0]) == len(messages):
                 return {(topics[0], partitions[0]): messages}
         by_partition: dict[tuple[str, int], list] = defaultdict(list)
         for msg in messages:
@@ -416,8 +419,8 @@ class Worker:
             self._delta_writer.shutdown(wait=True)
             # Leave the group; with the brokers down close() never returns either (the group
             # then notices our absence at the session timeout).
-            closed = self.consumer is None or finished_within(self.consumer.close, CLOSE_TIMEOUT_S,
-                                                              "olu-close")
+            closed = self.consumer is None or finished_within(
+                self.consumer.close, CLOSE_TIMEOUT_S, "olu-close")
             if not closed:
                 log.warning("consumer close unanswered; leaving without it",
                             extra={"seconds": CLOSE_TIMEOUT_S})

@@ -70,8 +70,8 @@ class Checkpoints:
         pending = runner.begin_snapshot()
         future = self._writer.submit(runner.write_snapshot, pending, self.bytes_per_second,
                                      self.upload_spread)
-        self._writing[(runner.topic, runner.partition)] = (runner, pending, time.monotonic(),
-                                                           future)
+        self._writing[(runner.topic, runner.partition)] = (
+            runner, pending, time.monotonic(), future)
 
     def collect(self, keys=None, timeout: float = 0.0) -> None:
         """Finish written snapshots (those of ``keys`` only,
@@ -83,8 +83,8 @@ class Checkpoints:
                 continue
             runner, pending, started, future = entry
             try:
-                ref = future.result(timeout=timeout) if timeout else (future.result()
-                                                                      if future.done() else None)
+                ref = future.result(timeout=timeout) if timeout else (
+                    future.result() if future.done() else None)
             except TimeoutError:
                 ref = None
             except StorageUnavailable as exc:

@@ -107,8 +107,10 @@ def dead_letter_headers(
     to the detail rather than raising: raising here would stall the partition on a poison record.
     A negative partition, offset or time is a programming error and raises ``ValueError``.
 
-    >>> dict(dead_letter_headers(source_topic="olu.events", partition=3, offset=1043,
-    ...     reason="not_json", detail="", worker_version="0.1.0", failed_at_ms=1763800000999))["olu.source.offset"]
+    >>> headers = dict(dead_letter_headers(
+    ...     source_topic="olu.events", partition=3, offset=1043, reason="not_json", detail="",
+    ...     worker_version="0.1.0", failed_at_ms=1763800000999))
+    >>> headers["olu.source.offset"]
     b'1043'
     """
     detail = "" if detail is None else str(detail)
@@ -128,9 +130,8 @@ def dead_letter_headers(
     ]
 
 
-def truncated(key: bytes | None, value: bytes | None, detail: str) -> tuple[bytes | None,
-                                                                            bytes | None, str,
-                                                                           tuple[str, bytes]]:
+def truncated(key: bytes | None, value: bytes | None, detail: str
+              ) -> tuple[bytes | None, bytes | None, str, tuple[str, bytes]]:
     """(key prefix, value prefix, detail with a note, the :data:`TRUNCATED_HEADER`) of a record too
     large for the dead-letter topic. The whole record stays in the input topic at the offset the
     headers name; its own headers are dropped (they may be what makes it too large).
@@ -141,9 +142,8 @@ def truncated(key: bytes | None, value: bytes | None, detail: str) -> tuple[byte
     """
     size = len(key or b"") + len(value or b"")
     note = (f"[truncated: the record ({size} bytes of key and value) is too large for the "
-            "dead-letter "
-            f"topic; key and value cut to their first {PREFIX_BYTES} bytes, original headers "
-            "dropped] ")
+            f"dead-letter topic; key and value cut to their first {PREFIX_BYTES} bytes, original "
+            f"headers dropped] ")
     return (None if key is None else key[:PREFIX_BYTES], None if value is None
             else value[:PREFIX_BYTES],
             note + detail, (TRUNCATED_HEADER, _decimal("size", size)))
@@ -154,8 +154,8 @@ def record_bytes(key: bytes | None, value: bytes | None, headers) -> int:
     format v2: the batch header, the record's varints, key, value and headers)."""
     size = 61 + 32 + len(key or b"") + len(value or b"")  # batch header; attributes, varints
     for name, header_value in headers or ():
-        size += 10 + len(name.encode() if isinstance(name, str) else name) + len(header_value
-                                                                                 or b"")
+        size += 10 + len(name.encode() if isinstance(name, str)
+                         else name) + len(header_value or b"")
     return size
 
 

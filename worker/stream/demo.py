@@ -92,7 +92,8 @@ def named_record(spec, rng) -> dict:
             out[f.name] = bool(rng.random() < 0.5)
         elif f.kind == "categorical":
             k = int(rng.integers(len(f.vocabulary) + 1))
-            out[f.name] = f.vocabulary[k] if k < len(f.vocabulary) else f"unlisted-{int(rng.integers(5))}"
+            out[f.name] = (f.vocabulary[k] if k < len(f.vocabulary)
+                           else f"unlisted-{int(rng.integers(5))}")
         else:
             out[f.name] = f"{f.name}-{int(rng.zipf(1.6)) % 500}"
     return out
@@ -226,8 +227,8 @@ def check_format(input_format: str, registry_url: str | None) -> None:
     if input_format != "json" and not registry_url:
         raise ConfigError(
             f"the demo with --input-format {input_format} needs a Schema Registry: pass "
-            "--schema-registry-url (or OLU_SCHEMA_REGISTRY_URL), e.g. the one "
-            "`.venv/bin/python -m worker.devtools.registry_local` starts and prints")
+            "--schema-registry-url (or OLU_SCHEMA_REGISTRY_URL), e.g. the one `.venv/bin/python -m "
+            "worker.devtools.registry_local` starts and prints")
 
 
 def event_encoder(settings):
@@ -245,7 +246,8 @@ def event_encoder(settings):
     except Exception as exc:
         raise ConfigError(
             f"--input-format {settings.input_format}: could not register the event schema under "
-            f"{topic}-value at --schema-registry-url: {type(exc).__name__}: {str(exc)[:300]}") from None
+            f"{topic}-value at --schema-registry-url: {type(exc).__name__}: "
+            f"{str(exc)[:300]}") from None
     return encode
 
 

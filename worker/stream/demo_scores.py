@@ -137,13 +137,16 @@ class DemoScores:
         worst = max((v for v in noise.values() if v is not None), default=None)
         figure = (f"error {released:.3f} against plain OGD's {ogd:.3f}" if self.ridge
                   else f"accuracy {released:.1%} against plain OGD's {ogd:.1%} ({gap * 100:.0f} "
-                  "points)")
+                       "points)")
         why = (f"deletion noise dominates the weights (noise-to-signal up to {worst:.1f})"
                if worst is not None and worst >= 0.5 else "deletion noise costs accuracy here")
         if self.unit == "per-request":  # its noise fades as the stream grows past each deletion
-            tries = "a longer stream (per-request noise fades as later events contract it), a larger --target-epsilon"
+            tries = (
+                "a longer stream (per-request noise fades as later events contract it), a larger "
+                "--target-epsilon")
         else:
-            tries = "--privacy-unit per-request (each request protected alone), a larger --target-epsilon"
+            tries = (
+                "--privacy-unit per-request (each request protected alone), a larger "
+                "--target-epsilon")
         return (f"the released models trail plain OGD: {figure}; {why}. Try {tries}, or "
-                "`olu-worker plan` to "
-                "size the settings for your workload")
+                "`olu-worker plan` to size the settings for your workload")

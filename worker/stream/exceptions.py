@@ -13,8 +13,7 @@ from ..state.exceptions import StorageUnavailable
 from .deadletter import REASONS, truncate_detail
 
 __all__ = ["ClientFailed", "DeadLetter", "DeliveryFailed", "NotAttempted", "PartialRequest",
-           "RegistryStartFailed",
-           "UnreleasableState"]
+           "RegistryStartFailed", "UnreleasableState"]
 
 _REASON_SET = frozenset(REASONS)
 

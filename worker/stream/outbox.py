@@ -63,7 +63,8 @@ def _run_now(fn, *args) -> Future:
     future: Future = Future()
     try:
         future.set_result(fn(*args))
-    except BaseException as exc:  # noqa: BLE001 - delivered through the future like an executor does
+    # delivered through the future, as an executor does
+    except BaseException as exc:  # noqa: BLE001
         future.set_exception(exc)
     return future
 

@@ -219,7 +219,8 @@ class Fence:
             self.lost()
             return None
         answer = self.member(consumer)
-        if answer is None and not self._refused and self.clock() - self.suspended_at > self.fallback_s:
+        if (answer is None and not self._refused
+            and self.clock() - self.suspended_at > self.fallback_s):
             log.warning(
                 "the coordinator gave no answer and no lost callback came: librdkafka's heartbeats "
                 "hold the membership; releases resume",

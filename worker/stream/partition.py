@@ -193,8 +193,8 @@ class PartitionRunner:
         if forgotten.partial:  # records before the refused one were unlearned
             raise PartialRequest(
                 f"{self.topic}/{self.partition}@{msg.offset()}: the budget ran out in the middle "
-                f"of a deletion request of {len(event.ids)} records ({forgotten.refused}); "
-                "raise the budget or split the request, then restart") from forgotten.refused
+                f"of a deletion request of {len(event.ids)} records ({forgotten.refused}); raise "
+                "the budget or split the request, then restart") from forgotten.refused
         if forgotten.refused is not None:
             # the model is unchanged; never crash-loop on it
             self._refuse(msg, forgotten.refused, out)
@@ -364,7 +364,8 @@ class PartitionRunner:
     def tick(self, now: float) -> None:
         """Timer releases: every T seconds when something changed since the last one."""
         every = self.settings.release_every_seconds
-        if every and not self.blocked and self._unreleased() and now - self.last_release_at >= every:
+        if (every and not self.blocked and self._unreleased()
+            and now - self.last_release_at >= every):
             self._emit(TRIGGER_INTERVAL)
 
     def final_release(self) -> None:

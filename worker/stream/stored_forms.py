@@ -45,8 +45,8 @@ def spec_changed(restored, settings, topic: str, partition: int) -> bool:
     """Whether the stored state was trained under another feature spec (every header says which);
     raises :class:`FeatureSpecChanged` unless ``features_reset`` lets a new model start."""
     wanted = None if settings.feature_spec is None else settings.feature_spec.digest
-    headers = ([restored.header] if restored.key is not None else []) + [hdr for _, hdr,
-                                                                         _ in restored.deltas]
+    headers = (([restored.header] if restored.key is not None else [])
+               + [hdr for _, hdr, _ in restored.deltas])
     stored = {hdr.get("features") for hdr in headers}
     if stored <= {wanted}:
         return False
@@ -54,11 +54,9 @@ def spec_changed(restored, settings, topic: str, partition: int) -> bool:
     if not settings.features_reset:
         raise FeatureSpecChanged(
             f"{topic}/{partition}: the stored state (offset {restored.offset}) was trained under "
-            "feature spec "
-            f"{other or 'none'}, the worker is configured with {wanted or 'none'}: a different "
-            "model. Restore "
-            "with the spec it was trained under, or set OLU_FEATURES_RESET=true to start a new "
-            "model from here")
+            f"feature spec {other or 'none'}, the worker is configured with {wanted or 'none'}: a "
+            f"different model. Restore with the spec it was trained under, or set "
+            "OLU_FEATURES_RESET=true to start a new model from here")
     log.warning("feature spec changed: a new model starts at the stored offset", extra={
         "topic": topic, "partition": partition, "offset": restored.offset, "stored": other,
         "configured": wanted})

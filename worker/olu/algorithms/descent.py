@@ -19,7 +19,8 @@ def iterations_for(log_ratio: float, gamma: float) -> int:
     """Smallest I >= 0 with gamma^I <= exp(-log_ratio):
     ceil(log_ratio / ln(1/gamma)), 0 if log_ratio <= 0.
 
-    >>> iterations_for(math.log(100.0), 0.5), iterations_for(math.log(0.5), 0.5), iterations_for(1.0, 0.0)
+    >>> (iterations_for(math.log(100.0), 0.5), iterations_for(math.log(0.5), 0.5),
+    ...  iterations_for(1.0, 0.0))
     (7, 0, 1)
     """
     if not log_ratio > 0.0:

@@ -103,7 +103,8 @@ def zcdp_sigma(sensitivity: float, levels: int, rho: float) -> float:
 def paper_sigma(bound: float, levels: int, epsilon: float, delta: float) -> float:
     """Theorem 3.1, eq. 3.2 for p = 2 (kappa = 1): sqrt(8 m^2 log(m/delta)) (beta D + L) / epsilon.
 
-    >>> round(paper_sigma(1.0, 15, 1.0, 1e-4), 1)  # docs/calibration.md 6.3 worked value: 146.5 (beta D + L)
+    >>> # docs/calibration.md 6.3 worked value: 146.5 (beta D + L)
+    >>> round(paper_sigma(1.0, 15, 1.0, 1e-4), 1)
     146.5
     """
     return math.sqrt(8.0 * levels * levels * math.log(levels / delta)) * bound / epsilon

@@ -92,7 +92,8 @@ class CurvaturePairs:
     zeroed, so no copy of a deleted record's pair lingers in the buffers.
 
     >>> p = CurvaturePairs(dim=2, memory=2, lam=0.1)
-    >>> p.add(7, 1, np.array([1.0, 0.0]), np.array([2.0, 0.0])), p.add(8, 2, np.array([1.0, 0.0]), np.array([0.0, 0.0]))
+    >>> (p.add(7, 1, np.array([1.0, 0.0]), np.array([2.0, 0.0])),
+    ...  p.add(8, 2, np.array([1.0, 0.0]), np.array([0.0, 0.0])))
     (True, False)
     >>> p.direction(np.array([4.0, 0.0])).tolist()  # the exact inverse along the pair: -g / 2
     [-2.0, -0.0]
@@ -182,9 +183,8 @@ class CurvaturePairs:
         S, Y = np.asarray(arrays[prefix + "S"]), np.asarray(arrays[prefix + "Y"])
         keys, steps = np.asarray(arrays[prefix + "keys"]), np.asarray(arrays[prefix + "steps"])
         n = len(keys)
-        if S.dtype != np.float64 or Y.dtype != np.float64 or S.shape != (n,
-                                                                         self.dim) or Y.shape != (n,
-                                                                                                  self.dim) \
+        if S.dtype != np.float64 or Y.dtype != np.float64 or S.shape != (
+                n, self.dim) or Y.shape != (n, self.dim) \
                 or keys.dtype != np.uint64 or steps.shape != (n,) or steps.dtype.kind not in "iu":
             raise InvalidState(
                 f"curvature pairs must be ({n}, {self.dim}) float64 with {n} uint64 keys and steps")
@@ -208,14 +208,17 @@ class MemoryPair(OnlineUnlearner):
     (``retrain``/``refuse``), ``removal`` the deletion step scale (``inverse-n``/``unit``).
 
     >>> m = MemoryPair(dim=2, l2=0.1, radius=5.0, rho=1.0, max_deletions=2)
-    >>> m.learn_many(["a", "b", "c", "d"], [[0.6, 0.8], [0.8, -0.6], [1.0, 0.0], [0.0, 1.0]], [1, -1, 1, -1])
+    >>> m.learn_many(["a", "b", "c", "d"], [[0.6, 0.8], [0.8, -0.6], [1.0, 0.0], [0.0, 1.0]],
+    ...              [1, -1, 1, -1])
     4
     >>> len(m.pairs), len(m.examples)  # one curvature pair and one retained row per insert
     (4, 4)
     >>> d = m.unlearn_one("c")
-    >>> d.outcome, d.index, len(m.pairs), round(d.sigma, 6)  # c's pair purged; Delta / sqrt(2 rho_step) = 10 / 1
+    >>> # c's pair purged; Delta / sqrt(2 rho_step) = 10 / 1
+    >>> d.outcome, d.index, len(m.pairs), round(d.sigma, 6)
     ('noised', 1, 3, 10.0)
-    >>> m.privacy()["deletions_capacity_left"], m.unlearn_one("a").outcome, m.privacy()["deletions_capacity_left"]
+    >>> (m.privacy()["deletions_capacity_left"], m.unlearn_one("a").outcome,
+    ...  m.privacy()["deletions_capacity_left"])
     (1, 'noised', 0)
     >>> r = m.unlearn_one("b")  # over the capacity: retrain on the retained example d, new epoch
     >>> r.outcome, r.changed_model, m.epoch, m.privacy()["deletions_capacity_left"], len(m.examples)
@@ -231,8 +234,8 @@ class MemoryPair(OnlineUnlearner):
     def __init__(self, dim: int, *, max_deletions: int = 20, on_budget: str = "retrain",
                  lbfgs_memory: int = 10,
                  removal: str = "inverse-n", capacity: int | None = None, **kwargs):
-        if isinstance(max_deletions, bool) or not (isinstance(max_deletions, int)
-                                                   and max_deletions >= 1):
+        if (isinstance(max_deletions, bool)
+                or not (isinstance(max_deletions, int) and max_deletions >= 1)):
             raise ConfigError(
                 "max_deletions (the odometer capacity m) must be an integer >= 1, got "
                 f"{max_deletions!r}")
@@ -243,8 +246,8 @@ class MemoryPair(OnlineUnlearner):
             raise ConfigError(f"on_budget must be one of {ON_BUDGET}, got {on_budget!r}")
         if removal not in REMOVALS:
             raise ConfigError(f"removal must be one of {REMOVALS}, got {removal!r}")
-        if isinstance(lbfgs_memory, bool) or not (isinstance(lbfgs_memory, int)
-                                                  and lbfgs_memory >= 1):
+        if (isinstance(lbfgs_memory, bool)
+                or not (isinstance(lbfgs_memory, int) and lbfgs_memory >= 1)):
             raise ConfigError(f"lbfgs_memory (tau) must be an integer >= 1, got {lbfgs_memory!r}")
         super().__init__(dim, capacity=max_deletions, **kwargs)
         self.config.update(max_deletions=max_deletions, on_budget=on_budget,
@@ -310,9 +313,8 @@ class MemoryPair(OnlineUnlearner):
             if self.on_budget == "refuse":
                 raise BudgetExhausted(
                     f"memory-pair: the deletion capacity {self.odometer.capacity} of epoch "
-                    f"{self.epoch} is used up "
-                    f"(rho {self.accountant.spent:.6g} of {self.odometer.rho_total:.6g}); "
-                    "on_budget=refuse")
+                    f"{self.epoch} is used up (rho {self.accountant.spent:.6g} of "
+                    f"{self.odometer.rho_total:.6g}); on_budget=refuse")
             return self._retrain(steps)
         rows = [self.examples.row_of_step(u) for u in steps if self.examples.has_step(u)]
         if len(rows) != len(steps):

@@ -179,8 +179,9 @@ class RidgeNewton(OnlineUnlearner):
     >>> d = m.unlearn_one("b")
     >>> d.outcome, d.sigma, m.accountant.deletions, m.retained
     ('exact', 0.0, 0, 2)
-    >>> bool(np.allclose(m.z, np.linalg.solve(np.outer([.6, .8], [.6, .8]) / 2 + np.outer([1, 0], [1, 0]) / 2
-    ...      + 0.1 * np.eye(2), (0.5 * np.array([.6, .8]) + np.array([1.0, 0.0])) / 2), atol=1e-8))
+    >>> H = np.outer([.6, .8], [.6, .8]) / 2 + np.outer([1, 0], [1, 0]) / 2 + 0.1 * np.eye(2)
+    >>> g = (0.5 * np.array([.6, .8]) + np.array([1.0, 0.0])) / 2
+    >>> bool(np.allclose(m.z, np.linalg.solve(H, g), atol=1e-8))
     True
     """
 
@@ -276,7 +277,8 @@ class RidgeNewton(OnlineUnlearner):
         d = self.dim
         for name, shape, target in (("gram", (d, d), self.gram), ("moment", (d,), self.moment)):
             hi, lo = np.asarray(arrays[name + "_hi"]), np.asarray(arrays[name + "_lo"])
-            if hi.shape != shape or lo.shape != shape or hi.dtype != np.int64 or lo.dtype != np.int64:
+            if (hi.shape != shape or lo.shape != shape or hi.dtype != np.int64
+                or lo.dtype != np.int64):
                 raise InvalidState(f"{name} statistics must be int64 arrays of shape {shape}")
             if np.any(lo < 0) or np.any(lo > _LO_MASK):
                 raise InvalidState(f"{name} statistics are not in canonical form")

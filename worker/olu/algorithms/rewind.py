@@ -107,8 +107,8 @@ plus a replay of the online rows; a replay only the segment rows. ``rewind_fract
 
 >>> rng = np.random.default_rng(0)
 >>> X = rng.normal(size=(201, 2)); X /= np.linalg.norm(X, axis=1, keepdims=True)
->>> m = RewindToDelete(dim=2, l2=0.1, radius=5.0, retrain_every=200, train_steps=20, noise_sigma=0.5,
-...                    max_deletions=2, target_epsilon=1.0, delta=1e-5)
+>>> m = RewindToDelete(dim=2, l2=0.1, radius=5.0, retrain_every=200, train_steps=20,
+...                    noise_sigma=0.5, max_deletions=2, target_epsilon=1.0, delta=1e-5)
 >>> m.learn_many([f"r{i}" for i in range(201)], X, np.where(X[:, 0] > 0, 1, -1))
 201
 >>> m.t_fit, m.fit["n"], m.fit["K"], m.fit["m"]   # retrained at step 200, K/T = 90 %
@@ -174,8 +174,8 @@ class RewindToDelete(OnlineUnlearner):
         if kwargs.get("rho") is not None:
             # R2D calibrates its rewind depth to (epsilon, delta) directly
             raise ConfigError(
-                "rewind is calibrated to an (epsilon, delta) target: give target_epsilon "
-                "(with delta), not rho")
+                "rewind is calibrated to an (epsilon, delta) target: give target_epsilon (with "
+                "delta), not rho")
         if kwargs.get("target_epsilon") is None:
             kwargs["target_epsilon"] = 1.0
         super().__init__(dim, **kwargs)
@@ -187,13 +187,12 @@ class RewindToDelete(OnlineUnlearner):
         limit = 1.0 / (2.0 * beta)
         if train_step is None:
             self.eta_gd = min(limit, 2.0 / (beta * train_steps))
-        elif isinstance(train_step, bool) or not (isinstance(train_step, (int, float))
-                                                  and math.isfinite(train_step)
-                                                  and 0 < train_step <= limit * (1 + 1e-12)):
+        elif isinstance(train_step, bool) or not (
+                isinstance(train_step, (int, float)) and math.isfinite(train_step)
+                and 0 < train_step <= limit * (1 + 1e-12)):
             raise ConfigError(f"train_step must be a number in (0, 1/(2 beta)] = (0, {limit:.6g}] "
                               "(docs/algorithms.md 10.4: eta <= min(1/L, n/(2(n-m)L)) for every "
-                              "m), "
-                              f"got {train_step!r}")
+                              f"m), got {train_step!r}")
         else:
             self.eta_gd = float(train_step)
         self.examples = ExampleStore(dim)
@@ -406,8 +405,8 @@ class RewindToDelete(OnlineUnlearner):
         ratio = 0.0
         if fit is not None and self.m_cum:
             shift = self.shift(self.m_cum)
-            ratio = shift / self.noise_sigma if self.noise_sigma > 0 else (math.inf if shift > 0
-                                                                           else 0.0)
+            ratio = shift / self.noise_sigma if self.noise_sigma > 0 else (
+                math.inf if shift > 0 else 0.0)
         eps = r2d.epsilon_for_ratio(ratio, delta)
         return {
             **self.privacy_unit_facts(),

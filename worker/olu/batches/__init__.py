@@ -6,5 +6,4 @@ from .quality import mean_loss
 from .steps import Applied, Batch, Columns, Forget, Forgotten, Learn, Learned
 
 __all__ = ["Applied", "Batch", "Columns", "Forget", "Forgotten", "Learn", "Learned", "Published",
-           "apply_batch",
-           "mean_loss"]
+           "apply_batch", "mean_loss"]

@@ -170,7 +170,8 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
         try:
             # at most this many records of one key learned in the
             # model's life (docs/accounting.md 13)
-            self.key_cap = None if max_records_per_key is None else ContributionCap(max_records_per_key)
+            self.key_cap = (None if max_records_per_key is None
+                            else ContributionCap(max_records_per_key))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._noise_rng = noise_rng  # tests only: production draws from OS entropy (invariant 1)
@@ -202,8 +203,8 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
             raise ConfigError(f"privacy_unit must be one of {', '.join(UNITS)}, got {unit!r}")
         if unit not in cls.privacy_units:
             raise ConfigError(
-                f"privacy_unit {unit!r} is not available for algorithm {cls.algorithm!r} "
-                f"(it supports {', '.join(cls.privacy_units)}; docs/accounting.md 8)")
+                f"privacy_unit {unit!r} is not available for algorithm {cls.algorithm!r} (it "
+                f"supports {', '.join(cls.privacy_units)}; docs/accounting.md 8)")
         if rho is not None and target_epsilon is not None:
             raise ConfigError("give rho (the Rényi slope) or target_epsilon (with delta), not both")
         try:

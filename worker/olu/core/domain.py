@@ -34,7 +34,8 @@ def row_norms(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     row gets the plain value bit for bit. A finite row whose norm exceeds the largest double gets
     inf, which is still a norm over any bound; a row holding NaN or inf is marked not finite.
 
-    >>> norms, finite = row_norms(np.array([[3.0, 4.0], [1e200, 1e200], [1.5e308, 1.5e308], [np.nan, 0.0]]))
+    >>> norms, finite = row_norms(
+    ...     np.array([[3.0, 4.0], [1e200, 1e200], [1.5e308, 1.5e308], [np.nan, 0.0]]))
     >>> norms[:3].tolist(), finite.tolist()
     ([5.0, 1.414213562373095e+200, inf], [True, True, True, False])
     """

@@ -41,7 +41,8 @@ class OsEntropy:
 
     >>> source = OsEntropy()
     >>> first = source.generator()
-    >>> all(source.generator() is first for _ in range(ENTROPY_DRAWS - 1)), source.generator() is first
+    >>> (all(source.generator() is first for _ in range(ENTROPY_DRAWS - 1)),
+    ...  source.generator() is first)
     (True, False)
     """
 

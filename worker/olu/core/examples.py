@@ -22,7 +22,8 @@ A zeroed row contributes exactly zero to the data gradient of the logistic and s
 appended one, dead ones zero) and skip the compaction copy.
 
 >>> s = ExampleStore(dim=2)
->>> for key, step, x, y in [(11, 1, [0.6, 0.8], 1.0), (12, 2, [0.8, -0.6], -1.0), (13, 4, [1.0, 0.0], 1.0)]:
+>>> rows = [(11, 1, [0.6, 0.8], 1.0), (12, 2, [0.8, -0.6], -1.0), (13, 4, [1.0, 0.0], 1.0)]
+>>> for key, step, x, y in rows:
 ...     s.append(key, step, np.array(x), y)
 >>> s.remove_key(12)
 1
@@ -77,7 +78,8 @@ class ExampleStore:
     @property
     def nbytes(self) -> int:
         """Bytes held by the buffers (the allocated capacity, not only the live rows)."""
-        return self._X.nbytes + self._y.nbytes + self._steps.nbytes + self._keys.nbytes + self._live.nbytes
+        buffers = (self._X, self._y, self._steps, self._keys, self._live)
+        return sum(buffer.nbytes for buffer in buffers)
 
     @property
     def last_step(self) -> int:

@@ -238,10 +238,9 @@ class AppliedIndex:
         self._lookup_list()
         while True:
             out_run, out_pos, out_tail = self._hit_buffers
-            m, count, run0, pos0, tail0 = kernels.find_key(self._lookup_keys, k, self._tail_keys,
-                                                           self._tail_len,
-                                                          self._tail_slots, self._slotted, out_run,
-                                                          out_pos, out_tail)
+            m, count, run0, pos0, tail0 = kernels.find_key(
+                self._lookup_keys, k, self._tail_keys, self._tail_len,
+               self._tail_slots, self._slotted, out_run, out_pos, out_tail)
             self._slotted = self._tail_len
             if m <= len(out_run) and count <= len(out_tail):
                 break
@@ -298,8 +297,8 @@ class AppliedIndex:
             if start is not None:
                 self._merging = PacedMerge(start, runs[start:start + fanin])
             return
-        while len(runs) >= fanin and _same_tier(runs[-fanin:]) and sum(r.live
-                                                                       for r in runs[-fanin:]) <= self._max_run:
+        while (len(runs) >= fanin and _same_tier(runs[-fanin:])
+               and sum(r.live for r in runs[-fanin:]) <= self._max_run):
             group = runs[-fanin:]
             del runs[-fanin:]
             runs.append(merge_all(group))
@@ -321,7 +320,8 @@ class AppliedIndex:
         if merging is not None:
             merged = merging.finish()
             self.runs[
-                merging.start:merging.start + len(merging.sources)] = [merged] if len(merged) else []
+                merging.start:merging.start + len(merging.sources)] = [
+                    merged] if len(merged) else []
 
     def clear(self) -> None:
         self.runs, self._merging = [], None
@@ -401,7 +401,8 @@ class AppliedIndex:
                                         arrays[f"applied_run{i}_dead"]))
         tail_keys = np.asarray(arrays["applied_tail_keys"], np.uint64)
         tail_steps = np.asarray(arrays["applied_tail_steps"], np.uint32)
-        if tail_keys.shape != tail_steps.shape or tail_keys.ndim != 1 or len(tail_keys) > len(idx._tail_keys):
+        if (tail_keys.shape != tail_steps.shape or tail_keys.ndim != 1
+                or len(tail_keys) > len(idx._tail_keys)):
             raise ValueError(
                 "applied index tail arrays must be 1-D, of equal length and fit the tail")
         if not tail_steps.all():

@@ -63,7 +63,8 @@ class ScaledIterate:
         """The iterate as a sparse step leaves it (a new array: readers of ``z`` keep theirs)."""
         if not (math.isfinite(scale) and scale > 0.0):
             raise ValueError(f"the iterate's scale must be finite and > 0, got {scale!r}")
-        self._w, self._scale, self._sqnorm, self._materialised = unscaled, float(scale), sqnorm, None
+        self._w, self._scale, self._sqnorm, self._materialised = (
+            unscaled, float(scale), sqnorm, None)
 
     def fold_scale(self) -> None:
         """Store the iterate with the scale 1 (a deletion does, at its own point in the stream)."""

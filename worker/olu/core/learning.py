@@ -80,8 +80,8 @@ class Learning:
         else:
             Xv = self.features.check_many(X)
         if not (len(keys) == len(Xv) == len(yv)):
-            raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, "
-                              f"{len(yv)} labels")
+            raise ConfigError(f"batch lengths differ: {len(keys)} ids, {len(Xv)} rows, {len(yv)} "
+                              f"labels")
         return keys, Xv, yv
 
     def learn_prepared(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray, subjects=None) -> int:

@@ -215,8 +215,8 @@ class Softmax:
 
     def labels(self, y) -> np.ndarray:
         """:meth:`label` of each item, float64 out; vectorised for numbers under integer classes."""
-        if self._sorted is not None and isinstance(y,
-                                                   np.ndarray) and y.dtype.kind in "fiu" and y.ndim == 1:
+        numeric_vector = isinstance(y, np.ndarray) and y.dtype.kind in "fiu" and y.ndim == 1
+        if self._sorted is not None and numeric_vector:
             arr = y.astype(np.float64)
             at = np.minimum(np.searchsorted(self._sorted, arr), self.k - 1)
             bad = self._sorted[at] != arr  # NaN is bad too

@@ -86,7 +86,8 @@ def keeps_mixed_steps(cls: type) -> bool:
     >>> from worker.olu.algorithms.passive import PassiveOLU, PassiveRestartOLU
     >>> class Hooked(PassiveOLU):
     ...     def _after_learn(self, key, step, x, y): pass
-    >>> keeps_mixed_steps(PassiveOLU), keeps_mixed_steps(PassiveRestartOLU), keeps_mixed_steps(Hooked)
+    >>> (keeps_mixed_steps(PassiveOLU), keeps_mixed_steps(PassiveRestartOLU),
+    ...  keeps_mixed_steps(Hooked))
     (True, False, False)
     """
     if not cls.mixes_deletions:
@@ -130,7 +131,8 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
     applied = int(np.count_nonzero(steps_u))
     earliest = min([model.t + 1] + [steps[0] for steps in popped if steps and steps[0] > 0])
     multipliers = model.accountant.multipliers(applied)
-    if multipliers is None or earliest + 1 < schedule._regular_from or not earliest + schedule.t0 > 0:
+    if (multipliers is None or earliest + 1 < schedule._regular_from
+        or not earliest + schedule.t0 > 0):
         _undo_pops(model, popped)  # a step before the closed form (log_contraction), or a refusal
         return None
     return Pass(model, plan, (keys, X, y, ops), (learned, offered, count_arrivals),
@@ -223,7 +225,8 @@ def _undo_pops(model, popped) -> None:
 def _account(model, popped, tombstoned, ids, steps_u, taus, shifts, sigmas, z_after):
     """Phase 3: charge, ledger and meter of each deletion in row order; the answers, and where
     the model stands after each delete (its ``deletion_state()``)."""
-    accountant, epoch, ledger, meter = model.accountant, model.epoch, model.ledger, model.noise_meter
+    accountant, epoch, ledger, meter = (model.accountant, model.epoch, model.ledger,
+                                        model.noise_meter)
     earlier = accountant.lifetime_deletions - accountant.deletions  # of closed epochs
     facts = zip(steps_u.tolist(), taus.tolist(), shifts.tolist(), sigmas.tolist(), z_after)
     deletions, points = [], []

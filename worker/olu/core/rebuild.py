@@ -84,7 +84,8 @@ def _restore_scaled(model, unscaled: np.ndarray, scale, sqnorm) -> None:
     """The iterate as ``scale * unscaled``, checked against the stored ``z`` it must give."""
     if unscaled.shape != (model.param_dim,) or not np.all(np.isfinite(unscaled)):
         raise InvalidState(
-            f"unscaled iterate has shape {unscaled.shape}, expected ({model.param_dim},) and finite")
+            f"unscaled iterate has shape {unscaled.shape}, expected ({model.param_dim},) and "
+            "finite")
     if not (isinstance(scale, float) and (sqnorm is None or isinstance(sqnorm, float))):
         raise InvalidState(f"iterate scale {scale!r} / kept norm {sqnorm!r} are not numbers")
     expected = model.z

@@ -89,8 +89,8 @@ class StronglyConvex(Schedule):
         super().__init__(_positive("mu", mu), beta)
         if self.beta < self.mu:
             raise ConfigError(f"beta ({beta}) must be >= mu ({mu})")
-        self.t0 = max(0.0, (self.beta / self.mu - 1.0) / 2.0) if t0 is None else _positive("t0", t0,
-                                                                                           True)
+        self.t0 = (max(0.0, (self.beta / self.mu - 1.0) / 2.0) if t0 is None
+                   else _positive("t0", t0, True))
         # From step r on (r + t0 >= (beta/mu + 1)/2) gamma_r = 1 - 1/(r + t0) exactly.
         self._regular_from = max(1, math.ceil((self.beta / self.mu + 1.0) / 2.0 - self.t0))
 

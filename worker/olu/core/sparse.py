@@ -150,8 +150,8 @@ def check_rows(features, rows: SparseRows) -> SparseRows:
         or indptr[0] != 0
             or indptr[-1] != len(indices) or (np.diff(indptr) < 0).any()):
         raise InvalidFeatures(
-            "sparse rows need indptr (n + 1, from 0 to nnz, non-decreasing), and indices "
-            "and values of nnz entries each")
+            "sparse rows need indptr (n + 1, from 0 to nnz, non-decreasing), and indices and "
+            "values of nnz entries each")
     if not (np.issubdtype(indices.dtype, np.integer) and np.issubdtype(values.dtype, np.number)):
         raise InvalidFeatures("sparse rows need integer indices and numeric values")
     indices, values = indices.astype(np.int64), values.astype(np.float64)
@@ -194,11 +194,10 @@ def learn_batch(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray, *, pla
                    k in enumerate(keys))
     kernels = compiled()
     w = np.array(model.unscaled, dtype=np.float64)  # a new array: readers of z keep theirs
-    t, steps, consumed, reason, scale, sq = kernels.run_sparse(plan, w, model.scale,
-                                                               model.unscaled_sqnorm, model.t,
-                                                               model.index, model.tombstones, keys,
-                                                               rows, y,
-                                                               resync_steps(model.dim))
+    t, steps, consumed, reason, scale, sq = kernels.run_sparse(
+        plan, w, model.scale, model.unscaled_sqnorm, model.t,
+        model.index, model.tombstones, keys, rows, y,
+        resync_steps(model.dim))
     model.set_scaled(w, scale, sq)
     applied = model._took_steps(t, consumed)
     if reason == kernels.STEP_OVERFLOW:

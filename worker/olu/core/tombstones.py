@@ -136,9 +136,9 @@ class KeySet:
             stop_at = min(self.recent_keys,
                           len(self.filter) * 64 // FILTER_BITS_PER_KEY + 1 - len(self._base))
             before = j
-            self._n, j = merge_kernels().keyset_insert_many(self._base, self._recent, self._n, keys,
-                                                            j, self.filter,
-                                                            stop_at)
+            self._n, j = merge_kernels().keyset_insert_many(
+                self._base, self._recent, self._n, keys, j, self.filter,
+                stop_at)
             if j == before:  # never expected: the one-key path cannot stall
                 self.add(int(keys[j]))
                 j += 1

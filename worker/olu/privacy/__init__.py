@@ -13,7 +13,5 @@ from .analysis.split import DEFAULT_RESERVE, SPLIT_NAMES, capacity_for_rate
 from .analysis.units import UNITS, per_request_sigma, unit_epsilon, unit_rho_for_epsilon
 
 __all__ = ["DEFAULT_RESERVE", "SPLIT_NAMES", "UNITS", "capacity_for_rate", "noise_multiplier",
-           "per_request_sigma",
-           "plan_deletions", "predicted_noise_growth", "predicted_noise_std", "rho_for_epsilon",
-           "unit_epsilon",
-           "unit_rho_for_epsilon"]
+           "per_request_sigma", "plan_deletions", "predicted_noise_growth", "predicted_noise_std",
+           "rho_for_epsilon", "unit_epsilon", "unit_rho_for_epsilon"]

@@ -82,8 +82,8 @@ class PrivacyAccountant:
 
     deletions = property(lambda self: self._deletions, doc="Deletions charged in this epoch.")
     spent = property(lambda self: self._spent,
-                     doc="Rényi slope spent this epoch (D_alpha <= alpha * spent); "
-                     "the configured one is ``budget``, the rho of the settings and releases.")
+                     doc="Rényi slope spent this epoch (D_alpha <= alpha * spent); the configured "
+                         "one is ``budget``, the rho of the settings and releases.")
     budget_used = property(lambda self: self._spent / self.budget,
                            doc="spent/budget, equals W_i when calibrated.")
     epochs = property(lambda self: len(self._history) + 1,

@@ -166,8 +166,8 @@ def _unseal(segment: dict[str, np.ndarray], count: int) -> list[dict]:
     """The entries of a sealed segment (checked here, not at load: a restore decodes none)."""
     if "entries" in segment:  # state format 3: one JSON array of the entries
         entries = orjson.loads(segment["entries"].tobytes())
-        if not isinstance(entries, list) or len(entries) != count or not all(isinstance(e, dict)
-                                                                             for e in entries):
+        if (not isinstance(entries, list) or len(entries) != count
+                or not all(isinstance(e, dict) for e in entries)):
             raise ValueError(f"a ledger segment is not a JSON list of {count} objects")
         return entries
     try:
@@ -318,7 +318,8 @@ class Ledger(Sequence):
         stored = stored_segment_entries or ledger.segment_entries
         segments = [_checked_group(shared[f"ledger_seg{i}"], stored) for i in range(sealed)]
         columnar = all("entries" not in seg for seg in segments)
-        if columnar and stored == ledger.segment_entries and len(open_entries) < ledger.segment_entries:
+        if (columnar and stored == ledger.segment_entries
+                and len(open_entries) < ledger.segment_entries):
             ledger._segments = segments
         else:
             # another segmentation or format-3 JSON segments: seal

@@ -40,12 +40,12 @@ class Rotation(RotationMixedPass, RotationSnapshots):
                  variant: str = "overlap", noise_rng: np.random.Generator | None = None,
                  **kwargs):
         if not getattr(cls, "rotates", False):
-            raise ConfigError(f"algorithm {cls.algorithm!r} does not rotate "
-                              "(docs/accounting.md 12.5)")
+            raise ConfigError(f"algorithm {cls.algorithm!r} does not rotate (docs/accounting.md "
+                              "12.5)")
         if (isinstance(lifetime_events, bool) or not isinstance(lifetime_events, int)
                 or lifetime_events < 2):
-            raise ConfigError("model_lifetime_events must be an integer >= 2, "
-                              f"got {lifetime_events!r}")
+            raise ConfigError(f"model_lifetime_events must be an integer >= 2, got "
+                              f"{lifetime_events!r}")
         unit = kwargs.get("privacy_unit", "all-deletions")
         rho = cls.resolve_rho(kwargs.get("rho"), kwargs.get("target_epsilon"),
                               kwargs.get("delta", 1e-5), unit)

@@ -57,8 +57,8 @@ class RotationSnapshots:
             events = int(meta["events"])
             generation = max(0, events // rotation.half - 1)
             if int(meta["generation"]) != generation or len(inner) != 1 + (events >= rotation.half):
-                raise InvalidState(f"{len(inner)} models at generation {meta['generation']} "
-                                   f"after {events} events")
+                raise InvalidState(f"{len(inner)} models at generation {meta['generation']} after "
+                                   f"{events} events")
             if any(type(m) is not rotation.cls for m in inner):
                 raise InvalidState("the rotated models are of different algorithms")
             rotation.active, rotation.standby = inner[0], (inner[1] if len(inner) > 1 else None)

@@ -135,8 +135,8 @@ def _tombstone(key, max_bytes: int) -> Delete:
     except UnicodeDecodeError as bad:
         raise DeadLetter("bad_id", f"tombstone key is not valid UTF-8 (byte {bad.start})") from None
     if not 0 < len(record_id) <= MAX_ID_CHARS:
-        raise DeadLetter("bad_id", f"tombstone key has {len(record_id)} characters, "
-                                   f"expected 1 to {MAX_ID_CHARS}")
+        raise DeadLetter("bad_id", f"tombstone key has {len(record_id)} characters, expected 1 to "
+                                   f"{MAX_ID_CHARS}")
     return Delete((record_id,), True)
 
 
@@ -155,11 +155,9 @@ def _check_id(obj: dict) -> str:
 def _check_key(key) -> None:
     if not key:
         raise DeadLetter("key_mismatch",
-                         f"record has {'an empty' if key is not None else 'no'} key; the key "
-                                         "is the partitioning key (e.g. the data subject) that a "
-                                         "record's "
-                                         "insert and delete share, so the delete lands in its "
-                                         "partition")
+                         f"record has {'an empty' if key is not None else 'no'} key; the key is "
+                         "the partitioning key (e.g. the data subject) that a record's insert and "
+                         "delete share, so the delete lands in its partition")
 
 
 def _bad_request_id(ids: list) -> DeadLetter:
@@ -191,16 +189,16 @@ def _delete_ids(obj: dict) -> tuple[str, ...]:
     if n > MAX_REQUEST_IDS:
         raise DeadLetter("too_many_ids",
                          f"'ids' has {n} items, at most {MAX_REQUEST_IDS} per delete")
-    if set(map(type, ids)) != _STRINGS or not 0 < min(map(len, ids)) <= max(map(len,
-                                                                                ids)) <= MAX_ID_CHARS:
+    if set(map(type, ids)) != _STRINGS or not 0 < min(
+            map(len, ids)) <= max(map(len, ids)) <= MAX_ID_CHARS:
         raise _bad_request_id(ids)
     unique = set(ids)
     if len(unique) != n:
         seen: set[str] = set()
         first = next(i for i, rid in enumerate(ids) if rid in seen or seen.add(rid))
         raise DeadLetter("duplicate_ids",
-                         f"'ids' names {n - len(unique)} record id(s) more than once "
-                                          f"(the first repeat is ids[{first}])")
+                         f"'ids' names {n - len(unique)} record id(s) more than once (the first "
+                         f"repeat is ids[{first}])")
     return tuple(ids)
 
 
@@ -293,8 +291,8 @@ def _named_insert(key, obj: dict, features: FeatureSpec, labels: bool) -> Insert
     _check_key(key)
     if "x" in obj:
         raise DeadLetter("bad_features",
-                         "'x' is given, but with a feature spec the features come from its "
-                                         "named fields")
+                         "'x' is given, but with a feature spec the features come from its named "
+                         "fields")
     y = _label(obj, labels)
     ts = _ts(obj["ts"]) if "ts" in obj else None
     try:

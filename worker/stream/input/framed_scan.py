@@ -95,7 +95,8 @@ def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int, features=
     cut = n if stop is None else stop
     kinds[cut:] = DECLINED
     id_chars = spans[:, 1] - spans[:, 0]
-    kinds[klen + _JSON_OVERHEAD + 6 * id_chars + _JSON_PER_NUMBER * (dim + 2) > max_bytes] = DECLINED
+    kinds[klen + _JSON_OVERHEAD + 6 * id_chars + _JSON_PER_NUMBER * (
+        dim + 2) > max_bytes] = DECLINED
     accepted = kinds == INSERT
     keys = np.zeros(n, np.uint64)
     blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
@@ -118,8 +119,8 @@ def prepare_framed(plans, messages: list, *, dim: int, max_bytes: int, features=
         accepted[declined] = again.accepted
         X[declined], y[declined], keys[declined] = again.X, again.y, again.keys
     scan = BatchScan(accepted[:cut], X[:cut], y[:cut], keys[:cut], kafka_stamps(out))
-    return FramedBatch(out, scan, events), (None if cut == n else cut), (None if cut == n
-                                                                         else error)
+    return FramedBatch(out, scan, events), (None if cut == n
+                                            else cut), (None if cut == n else error)
 
 
 def _read(plans, vbuf, voff, klen, dim, max_bytes, X, y, spans, kinds):
@@ -174,6 +175,6 @@ def warm_up_reader(fmt: str) -> None:
         table, _ = avro_plan(EVENT_AVRO_SCHEMA, FieldMapping(complete=True), dim=1)
         avro_kernel(*args, table, False, 1, 64, *out)
     else:
-        table, defaults, op_default, _ = protobuf_plan(event_class().DESCRIPTOR,
-                                                       FieldMapping(complete=True), dim=1)
+        table, defaults, op_default, _ = protobuf_plan(
+            event_class().DESCRIPTOR, FieldMapping(complete=True), dim=1)
         protobuf_kernel(*args, table, defaults, op_default, 1, 64, *out)

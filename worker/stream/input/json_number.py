@@ -74,7 +74,8 @@ def _to_double(man, exp10, neg):
     if man <= _EXACT_INT and -22 <= exp10 <= 22:
         # Clinger's fast path: both operands exact, so one IEEE operation rounds correctly.
         # (Eisel-Lemire cannot settle exactly representable results of negative powers, like 1.0.)
-        value = float(man) * _EXACT_POW10[exp10] if exp10 >= 0 else float(man) / _EXACT_POW10[-exp10]
+        value = (float(man) * _EXACT_POW10[exp10] if exp10 >= 0
+                 else float(man) / _EXACT_POW10[-exp10])
         return (-value if neg else value), True
     return _eisel_lemire(man, exp10, neg)
 

@@ -50,8 +50,8 @@ def _refused(x: dict, dim: int):
     if set(x) != _FIELDS:
         extra, missing = sorted(set(x) - _FIELDS), sorted(_FIELDS - set(x))
         raise DeadLetter("bad_features", "sparse x needs exactly 'indices' and 'values'"
-                         + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}"
-                                                                          if extra else ""))
+                         + (f"; missing {missing}" if missing
+                            else "") + (f"; unknown {extra}" if extra else ""))
     indices, values = x["indices"], x["values"]
     for name, items in (("indices", indices), ("values", values)):
         if type(items) is not list:

@@ -99,7 +99,8 @@ class DeadLetters:
         def delivered_whole(err, _msg):
             # The topic's limit is below this record (lowered since it was read): send the cut copy.
             # Not in a transaction: a refusal there aborts it, and the replay then cuts up front.
-            if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE and not self.transactional:
+            if (err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+                and not self.transactional):
                 self.limit.refused(record_bytes(msg.key(), msg.value(), msg.headers()))
                 self._cut(producer, msg, reason, detail, failed, "refused by the dead-letter topic")
             elif err is not None:

@@ -55,7 +55,8 @@ def encode_metadata(released_version: int | None) -> str:
 def decode_metadata(metadata: str | None) -> tuple[bool, int | None]:
     """(is ours, newest committed release version) of an offset's metadata.
 
-    >>> decode_metadata("olu1:released=120"), decode_metadata("olu1:released=none"), decode_metadata("")
+    >>> (decode_metadata("olu1:released=120"), decode_metadata("olu1:released=none"),
+    ...  decode_metadata(""))
     ((True, 120), (True, None), (False, None))
     """
     if not metadata or not metadata.startswith(METADATA_PREFIX):

@@ -21,11 +21,9 @@ log = get_logger("olu.release")
 COMPACTED_AT_LEAST_ONCE = (
     "the params topic is log-compacted and releases are at-least-once: the worker fences a member "
     "that lost its partitions (queued releases expire first, the loop produces under a lease), but "
-    "a "
-    "produce request already on its way when a worker stops, or delayed in the network past the "
+    "a produce request already on its way when a worker stops, or delayed in the network past the "
     "session timeout, can still land after its successor's; OLU_TRANSACTIONAL=true with "
-    "read_committed "
-    "readers closes that window (docs/worker.md 5.6)")
+    "read_committed readers closes that window (docs/worker.md 5.6)")
 
 
 def cleanup_policy(admin_config: dict, topic: str) -> str | None:

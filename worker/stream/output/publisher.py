@@ -70,7 +70,8 @@ class Publisher:
             elif started is not None:
                 self.metrics.observe_delete_to_release(time.monotonic() - started)
 
-        value = release.value if self.release_encoder is None else self.release_encoder.encode(release.value)
+        value = (release.value if self.release_encoder is None
+                 else self.release_encoder.encode(release.value))
         self.producer.produce(self.params_topic, key=release.key, value=value,
                               headers=release.headers,
                               on_delivery=delivered)

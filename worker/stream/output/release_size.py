@@ -8,11 +8,12 @@ it starts and refuses to run, naming the settings that fix it (a broker that doe
 gets a warning: the limit is unknown, the first release will tell).
 
 >>> from types import SimpleNamespace
->>> s = SimpleNamespace(dim=65_536, loss="logistic", classes=None, release_format="json", feature_spec=None,
-...                     params_topic="olu.params")
->>> release_bytes_bound(s) > 1_048_588, release_bytes_bound(SimpleNamespace(**{**vars(s), "release_format": "avro"}))
+>>> s = SimpleNamespace(dim=65_536, loss="logistic", classes=None, release_format="json",
+...                     feature_spec=None, params_topic="olu.params")
+>>> (release_bytes_bound(s) > 1_048_588,
+...  release_bytes_bound(SimpleNamespace(**{**vars(s), "release_format": "avro"})))
 (True, 532480)
->>> released_weights(SimpleNamespace(dim=1_000, loss="softmax", classes=["a", "b", "c"]))  # the K x d matrix
+>>> released_weights(SimpleNamespace(dim=1_000, loss="softmax", classes=["a", "b", "c"]))  # K x d
 3000
 """
 
@@ -47,7 +48,9 @@ def release_bytes_bound(settings) -> int:
     spec = getattr(settings, "feature_spec", None)
     # the spec's text, escaped, and digest
     spec_bytes = 0 if spec is None else 2 * len(spec.text.encode()) + 128
-    return (BYTES_PER_WEIGHT[settings.release_format] * released_weights(settings) + OTHER_FIELDS_BYTES + spec_bytes
+    return ((
+        BYTES_PER_WEIGHT[
+            settings.release_format] * released_weights(settings) + OTHER_FIELDS_BYTES + spec_bytes)
             + _label_bytes(settings))
 
 
@@ -70,14 +73,14 @@ def check_release_fits(settings, limit_of=topic_limit) -> None:
     limit = limit_of(settings.admin_config(), settings.params_topic)
     if limit is None or bound <= limit:
         return
-    avro = BYTES_PER_WEIGHT["avro"] * released_weights(settings) + OTHER_FIELDS_BYTES + _label_bytes(settings)
+    avro = (BYTES_PER_WEIGHT[
+        "avro"] * released_weights(settings) + OTHER_FIELDS_BYTES + _label_bytes(settings))
     hint = (f"set OLU_RELEASE_FORMAT=avro ({avro:,} bytes at most) or raise"
             if settings.release_format != "avro"
             else "raise")
     shape = (f"OLU_DIM {settings.dim:,}" if released_weights(settings) == settings.dim else
              f"OLU_DIM {settings.dim:,} x {len(settings.classes)} OLU_CLASSES")
     raise ConfigError(
-        f"a release at {shape} can take {bound:,} bytes as {settings.release_format}, "
-        f"more than the params topic {settings.params_topic!r} takes (max.message.bytes "
-        f"{limit:,}): "
-        f"{hint} the topic's max.message.bytes (and the broker's message.max.bytes)")
+        f"a release at {shape} can take {bound:,} bytes as {settings.release_format}, more than "
+        f"the params topic {settings.params_topic!r} takes (max.message.bytes {limit:,}): {hint} "
+        f"the topic's max.message.bytes (and the broker's message.max.bytes)")

@@ -13,8 +13,7 @@ from .sparse_ogd import run_sparse, sparse_rows_pass, sparse_sqnorms
 
 __all__ = ["DONE", "STEP_OVERFLOW", "check_labels", "front", "ogd_steps", "plan_for", "plan_pass",
            "record_keys", "reference_forced", "run_batch", "run_mixed", "run_sparse",
-           "sparse_rows_pass",
-           "sparse_sqnorms"]
+           "sparse_rows_pass", "sparse_sqnorms"]
 
 
 def front(model, record_ids, X, y, keys=None):

@@ -139,8 +139,8 @@ def run_mixed(plan, z, t, index, tombstones, keys, X, y, ops, lipschitz, diamete
     the same way. ``steps_u`` is updated in place. Returns (t, steps, taus, shifts, sigmas, z_after,
     stop reason); on a step overflow the ops from the stopping one on were not applied."""
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y,
-                                                           z), tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent,
+                   tomb_filter) = contiguous(keys, X, y, z), tombstone_arrays(tombstones)
     noise = np.ascontiguousarray(noise, dtype=np.float64)
     k = len(steps_u)
     steps = np.zeros(len(keys), np.int64)

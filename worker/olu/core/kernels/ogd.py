@@ -180,7 +180,8 @@ def plan_for(model):
     reproduce exactly, including subclasses of the known ones (they may override a formula).
     """
     loss, sched = model.loss, model.schedule
-    if type(model.ball) is not Ball or type(model.index) is not AppliedIndex or type(model.tombstones) is not KeySet:
+    if (type(model.ball) is not Ball or type(model.index) is not AppliedIndex
+            or type(model.tombstones) is not KeySet):
         return None
     if type(loss) is Logistic:
         lk = LOSS_LOGISTIC
@@ -240,8 +241,8 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
     rows from ``consumed`` on were not touched (only when the step counter would overflow).
     """
     lk, lam, sk, sa, sb, radius = plan
-    (keys, X, y), (tomb, recent, tomb_filter) = contiguous(keys, X, y,
-                                                           z), tombstone_arrays(tombstones)
+    (keys, X, y), (tomb, recent,
+                   tomb_filter) = contiguous(keys, X, y, z), tombstone_arrays(tombstones)
     n = len(keys)
     steps = np.zeros(n, np.int64)
     j, t, reason = 0, int(t), DONE
@@ -258,8 +259,8 @@ def run_batch(plan, z, t, index, tombstones, keys, X, y):
 def check_labels(loss, y) -> np.ndarray:
     """Vectorised ``loss.label`` for a numeric 1-D array (Logistic or Ridge); float64 out."""
     if type(loss) not in (Logistic, Ridge):
-        return loss.labels(y) if hasattr(loss, "labels") else np.array([loss.label(v) for v in y],
-                                                                       np.float64)
+        return loss.labels(y) if hasattr(loss, "labels") else np.array(
+            [loss.label(v) for v in y], np.float64)
     try:
         arr = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError):

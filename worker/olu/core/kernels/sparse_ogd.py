@@ -70,7 +70,8 @@ def sparse_rows_pass(indptr, indices, values, dim, sq_limit):
     is within n eps of the true sum, so one that passes ``sq_limit`` (1e-12 under the bound) has a
     lane sum (the engine's) under the bound too; only a wider row takes the lanes."""
     n = indptr.shape[0] - 1
-    if n < 0 or indptr[0] != 0 or indptr[n] != indices.shape[0] or indices.shape[0] != values.shape[0]:
+    if (n < 0 or indptr[0] != 0 or indptr[n] != indices.shape[0]
+        or indices.shape[0] != values.shape[0]):
         return False
     lanes = np.empty(LANES)
     for j in range(n):

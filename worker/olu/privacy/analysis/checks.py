@@ -48,8 +48,8 @@ def positive(name: str, x, *, upper: float = math.inf,
 def count(name: str, x, *, minimum: int = 0, maximum: int | None = None,
           error: type[Exception] = ValueError) -> int:
     """An int (not a bool) in [minimum, maximum]."""
-    if isinstance(x, bool) or not isinstance(x, int) or x < minimum or (maximum is not None
-                                                                        and x > maximum):
+    if isinstance(x, bool) or not isinstance(x, int) or x < minimum or (
+            maximum is not None and x > maximum):
         upper = "" if maximum is None else f" and <= {maximum}"
         raise error(f"{name} must be an integer >= {minimum}{upper}, got {x!r}")
     return x

@@ -5,7 +5,8 @@ never report past the edge by rounding: they bracket the edge between a float th
 that fails, and bisect on the integer representation of non-negative floats (ordered like the
 floats themselves) until the two are neighbours.
 
->>> last_passing(lambda x: x * x <= 2.0, 1.0, 2.0)  # 1.4142135623730951 squares to 2.0000000000000004
+>>> # 1.4142135623730951 squares to 2.0000000000000004
+>>> last_passing(lambda x: x * x <= 2.0, 1.0, 2.0)
 1.414213562373095
 >>> first_passing(lambda x: x >= 0.1, 0.0, 1.0), last_passing(lambda x: x < 0.1, 0.0, 1.0) < 0.1
 (0.1, True)

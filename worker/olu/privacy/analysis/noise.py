@@ -78,8 +78,7 @@ from .units import UNITS, per_request_sigma
 from .zcdp import gaussian_sigma
 
 __all__ = ["SPLITS", "contract_variance", "noise_to_signal", "plan_deletions",
-           "predicted_noise_growth",
-           "predicted_noise_std", "release_noise_std"]
+           "predicted_noise_growth", "predicted_noise_std", "release_noise_std"]
 
 SPLITS = ("weighted", "even", "planned")
 
@@ -215,8 +214,8 @@ def _sigma_rule(unit: str, split: str | None, rho: float, omega: float, capacity
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
     if unit == "per-request":
         if split is not None or capacity is not None:
-            raise ValueError("split and capacity apply to the all-deletions unit only, "
-                             f"got {split!r} and {capacity!r}")
+            raise ValueError(f"split and capacity apply to the all-deletions unit only, got "
+                             f"{split!r} and {capacity!r}")
         return lambda j, a: per_request_sigma([a], rho)
     split = "weighted" if split is None else split
     if split not in SPLITS:
@@ -260,9 +259,11 @@ def predicted_noise_std(*, unit: str, L: float, rho: float, deletion_rate: float
     7.071068
     >>> round(predicted_noise_std(unit="all-deletions", split="even", events=10**4, **kw) * 9900, 6)
     70.710678
-    >>> round(predicted_noise_std(unit="all-deletions", split="planned", events=10**4, **kw) * 9900, 6)
+    >>> round(predicted_noise_std(unit="all-deletions", split="planned", events=10**4, **kw) * 9900,
+    ...       6)
     74.535599
-    >>> round(predicted_noise_std(unit="all-deletions", events=10**4, **kw) * 9900, 3)  # sqrt(3 sum j^1.2)
+    >>> # sqrt(3 sum j^1.2)
+    >>> round(predicted_noise_std(unit="all-deletions", events=10**4, **kw) * 9900, 3)
     186.092
     """
     L, rho = positive("L", L), positive("rho", rho)
@@ -287,7 +288,8 @@ def predicted_noise_growth(lengths: Iterable[int], **plan) -> dict[int, float]:
     """:func:`predicted_noise_std` at several stream lengths (same plan otherwise): how it grows.
 
     >>> kw = dict(L=1.0, mu=1.0, t0=0.0, rho=1.0, deletion_rate=0.01)
-    >>> even = predicted_noise_growth([10**3, 10**4, 10**5], unit="all-deletions", split="even", **kw)
+    >>> even = predicted_noise_growth([10**3, 10**4, 10**5], unit="all-deletions", split="even",
+    ...                               **kw)
     >>> [round(v, 4) for v in even.values()]  # constant in T: (L/mu) p / sqrt(2 rho) (1 - p)^-1
     [0.0071, 0.0071, 0.0071]
     """

@@ -139,8 +139,8 @@ def _newton_root(g, dg, x0: float) -> float:
 def _check(rho: float, delta: float, method: str) -> tuple[float, float]:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return real("rho", rho, lo=0.0, allow_inf=True), real("delta", delta, lo=0.0, hi=1.0,
-                                                          lo_open=True, hi_open=True)
+    return real("rho", rho, lo=0.0,
+                allow_inf=True), real("delta", delta, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
 
 
 @functools.lru_cache(maxsize=256)

@@ -134,7 +134,8 @@ def _bisect_up(pred, lo: float, hi: float, iters: int = 200) -> float:
 def max_ratio(eps: float, delta: float, mechanism: str = "auto") -> float:
     """r*(epsilon, delta): the largest Delta/sigma certified at (epsilon, delta).
 
-    >>> round(max_ratio(1.0, 1e-5, "classic"), 6), max_ratio(1.0, 1e-5, "analytic") > max_ratio(1.0, 1e-5, "classic")
+    >>> (round(max_ratio(1.0, 1e-5, "classic"), 6),
+    ...  max_ratio(1.0, 1e-5, "analytic") > max_ratio(1.0, 1e-5, "classic"))
     (0.206407, True)
     """
     if mechanism not in MECHANISMS:
@@ -265,8 +266,8 @@ def deletion_capacity(sigma: float, K: int, *, eps: float, delta: float, n: int,
     """
     if n <= 1:
         return 0
-    limit = math.log(max_ratio(eps, delta, "analytic")) + (math.log(sigma) if sigma > 0
-                                                           else -math.inf)
+    limit = math.log(max_ratio(eps, delta, "analytic")) + (
+        math.log(sigma) if sigma > 0 else -math.inf)
 
     def ok(m: int) -> bool:
         return log_sensitivity(K, n=n, m=m, T=T, eta=eta, smooth=smooth,

@@ -23,7 +23,8 @@ against about ``1.36 k**2.2 / rho`` for the lifetime omega-weighted split.
 0.09
 >>> round(planned_weight(11, capacity=10, reserve=0.1) / budget_weight(1), 12)
 0.1
->>> planned_spent(10, capacity=10, reserve=0.1) < 0.9 + 1e-12 < planned_spent(11, capacity=10, reserve=0.1)
+>>> planned_spent(10, capacity=10,
+...               reserve=0.1) < 0.9 + 1e-12 < planned_spent(11, capacity=10, reserve=0.1)
 True
 """
 
@@ -44,8 +45,7 @@ DEFAULT_RESERVE = 0.1
 
 def _plan(capacity, reserve, omega) -> tuple[int, float, float]:
     return (count("capacity", capacity, minimum=1),
-            real("reserve", reserve, lo=0.0, hi=1.0, lo_open=True,
-                                                         hi_open=True),
+            real("reserve", reserve, lo=0.0, hi=1.0, lo_open=True, hi_open=True),
             real("omega", omega, lo=1.0, lo_open=True))
 
 

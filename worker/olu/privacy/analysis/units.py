@@ -36,7 +36,8 @@ of its records' shifts, each ``sum_u Gamma_{u,tau} Delta_u`` over that record's 
 
 >>> per_request_sigma([0.3, 0.1], rho=0.5)
 0.4
->>> per_request_sigma([], rho=0.5), per_request_charge([], rho=0.5), per_request_charge([0.3], rho=0.5)
+>>> (per_request_sigma([], rho=0.5), per_request_charge([], rho=0.5),
+...  per_request_charge([0.3], rho=0.5))
 (0.0, 0.0, 0.5)
 """
 
@@ -52,8 +53,7 @@ from .gaussian import gaussian_epsilon, gaussian_rho_for_epsilon, mu_for_rho
 from .rdp import rdp_to_dp, rho_for_epsilon
 
 __all__ = ["ACCOUNTING", "UNITS", "per_request_charge", "per_request_sigma", "request_shift",
-           "unit_epsilon",
-           "unit_rho_for_epsilon"]
+           "unit_epsilon", "unit_rho_for_epsilon"]
 
 UNITS = ("all-deletions", "per-request")
 #: How each unit's slope becomes (epsilon, delta) (docs/accounting.md 2.6): a per-request guarantee
@@ -77,7 +77,8 @@ def _conversions(unit: str):
 def unit_epsilon(unit: str, rho: float, delta: float) -> float:
     """The epsilon at ``delta`` a slope ``rho`` certifies under ``unit`` (its :data:`ACCOUNTING`).
 
-    >>> round(unit_epsilon("per-request", 0.030557, 1e-5), 3), round(unit_epsilon("all-deletions", 0.030557, 1e-5), 3)
+    >>> (round(unit_epsilon("per-request", 0.030557, 1e-5), 3),
+    ...  round(unit_epsilon("all-deletions", 0.030557, 1e-5), 3))
     (0.915, 1.0)
     """
     return _conversions(unit)[0](rho, delta)
@@ -86,7 +87,8 @@ def unit_epsilon(unit: str, rho: float, delta: float) -> float:
 def unit_rho_for_epsilon(unit: str, epsilon: float, delta: float) -> float:
     """The largest slope whose :func:`unit_epsilon` at ``delta`` is at most ``epsilon``.
 
-    >>> [round(unit_rho_for_epsilon(unit, 1.0, 1e-5), 6) for unit in ("per-request", "all-deletions")]
+    >>> [round(unit_rho_for_epsilon(unit, 1.0, 1e-5), 6)
+    ...  for unit in ("per-request", "all-deletions")]
     [0.035926, 0.030557]
     """
     return _conversions(unit)[1](epsilon, delta)
