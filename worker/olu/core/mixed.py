@@ -106,8 +106,7 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
         return None
     kernels, plan, schedule = compiled(), model.kernel_plan(), model.schedule
     if (plan is None or type(schedule) is not StronglyConvex or model.noise_share != 1.0
-        or not delete_rows
-            or model.t + len(keys) >= _MAX_STEP):
+            or not delete_rows or model.t + len(keys) >= _MAX_STEP):
         return None
     offered = sum(stop - first for first, stop in spans)
     count_arrivals = None

@@ -147,8 +147,7 @@ def check_rows(features, rows: SparseRows) -> SparseRows:
     indptr, indices, values = (np.asarray(a) for a in (rows.indptr, rows.indices, rows.values))
     n = len(indptr) - 1
     if (indptr.ndim != 1 or n < 0 or indices.shape != values.shape or indices.ndim != 1
-        or indptr[0] != 0
-            or indptr[-1] != len(indices) or (np.diff(indptr) < 0).any()):
+            or indptr[0] != 0 or indptr[-1] != len(indices) or (np.diff(indptr) < 0).any()):
         raise InvalidFeatures(
             "sparse rows need indptr (n + 1, from 0 to nnz, non-decreasing), and indices and "
             "values of nnz entries each")

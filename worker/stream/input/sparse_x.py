@@ -37,7 +37,7 @@ def parse_sparse(x: dict, dim: int) -> tuple[list[int], list]:
     makes the arrays of a whole run at once), or :class:`DeadLetter`."""
     indices, values = x.get("indices"), x.get("values")
     if (len(x) == 2 and type(indices) is list and type(values) is list
-        and len(indices) == len(values)
+            and len(indices) == len(values)
             and set(map(type, indices)) <= _INT and set(map(type, values)) <= _NUMBER
             and (not indices or (0 <= indices[0] and indices[-1] < dim
                                  and all(map(int.__lt__, indices, indices[1:]))))):

@@ -175,8 +175,8 @@ def checked_rows(loss, features, keys, X, y):
     kind = _label_kind(loss, features)
     y = _class_positions(loss, y)
     if (kind is None or y is None or type(X) is not np.ndarray or type(y) is not np.ndarray
-        or X.dtype != np.float64
-            or y.dtype != np.float64 or X.ndim != 2 or not X.flags.c_contiguous):
+            or X.dtype != np.float64 or y.dtype != np.float64 or X.ndim != 2
+            or not X.flags.c_contiguous):
         return None
     n = len(keys)
     if X.shape != (n, features.dim) or y.shape != (n,):

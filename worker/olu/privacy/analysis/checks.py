@@ -31,8 +31,7 @@ def real(name: str, x, *, lo: float = -math.inf, hi: float = math.inf, lo_open: 
     if value == math.inf and allow_inf:
         return value
     if (math.isnan(value) or math.isinf(value) or value < lo or (lo_open and value == lo)
-        or value > hi
-            or (hi_open and value == hi)):
+            or value > hi or (hi_open and value == hi)):
         left = "(" if lo_open or math.isinf(lo) else "["
         right = ")" if hi_open or math.isinf(hi) else "]"
         raise error(f"{name} must be in {left}{lo}, {hi}{right}, got {x!r}")
