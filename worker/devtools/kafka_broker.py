@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from .kafka_jars import DEFAULT_VERSION, resolve_jars
+from .processes import stop_process
 
 # What Kafka's own start script runs the broker with (bin/kafka-run-class.sh,
 # KAFKA_JVM_PERFORMANCE_OPTS): G1 aiming at 20 ms pauses. The JVM's default target is 200 ms,
@@ -231,13 +232,7 @@ class KafkaBroker:
         """SIGTERM (clean shutdown), SIGKILL after ~20 s; drop the temp data dir unless
         ``keep_data``."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, _STOP_GRACE_S)
         if self._stdout is not None:
             self._stdout.close()
             self._stdout = None

@@ -42,6 +42,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from .processes import stop_process
+
 DEFAULT_VERSION = "3.0.9"
 GROUP, ARTIFACT = "io.apicurio", "apicurio-registry-app"
 CCOMPAT_PATH = "/apis/ccompat/v7"
@@ -179,13 +181,7 @@ class SchemaRegistry:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, _STOP_GRACE_S)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .processes import stop_process
+
 HOST = "127.0.0.1"
 DEFAULT_BUCKET = "olu-test"
 DEFAULT_REGION = "us-east-1"
@@ -328,15 +330,7 @@ class SeaweedS3:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)  # a paused process cannot handle SIGTERM
-                proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout)
         # weed leaves some unix sockets behind on exit (the gRPC ones are fixed to /tmp).
         grpc = [v + _GRPC_OFFSET for k, v in self.ports.items() if k != "s3"] + [self._s3_grpc]
         stale = [self.data_dir / "s3.sock", self.data_dir / "filer.sock"]
