@@ -19,7 +19,11 @@ bins, 128 buckets each). Models:
    ``HoeffdingAdaptiveTreeClassifier`` and ``ARFClassifier``, their defaults, one record at a time;
 2. our plain OGD under each spec (``ogd``, l2 1e-4, radius 100: the capacity the planner does not
    search yet; the worker's defaults underfit wide specs);
-3. the planner's certified recommendation under the capacity spec (``olu-worker plan``'s
+3. exact unlearning under the capacity spec (``retrain`` at OGD's l2 and radius, from its checkpoints:
+   no noise, so OGD's accuracy on the stream without the deleted records, at the cost of a replay
+   per deletion), with the same deletions as 4; skipped where its dense rows would pass
+   ``EXACT_MAX_BYTES``;
+4. the planner's certified recommendation under the capacity spec (``olu-worker plan``'s
    per-request configuration at epsilon 1, delta 1e-5, for 0.5 % single-record deletions, half of
    records at most 2,000 events old, half of any age, declared to the planner as such: its sample
    the stream's first 10,000 records), run with those deletions; beside it the planner's predicted
@@ -65,6 +69,7 @@ OGD_L2, OGD_RADIUS = 1e-4, 100.0
 DELETE_SHARE = 0.005
 RECENT_SHARE, RECENT_AGE = 0.5, 2_000  # half of the deletions are of recent records
 SAMPLE_EVENTS = 10_000
+EXACT_MAX_BYTES = 3 << 30  # retrain keeps every row dense: 8 d bytes each
 RIVER_MODELS = ("river_lr", "river_ht", "river_hat", "river_arf")
 WITHIN_BEST = Target("certified_vs_river_best", "the planner's certified model within 2 points of River's best "
                      "(prequential accuracy, second half)", ">=", -0.02, "accuracy", "issue 53")
@@ -169,6 +174,21 @@ def deletion_schedule(n: int, seed: int) -> dict[int, list[int]]:
     return deletions
 
 
+def exact(spec, X, y, seed: int) -> dict:
+    """Exact unlearning (retrain from checkpoints) with the bench's deletions: accuracy, events/s
+    with the replays, and the steps replayed per deletion."""
+    if X.nbytes > EXACT_MAX_BYTES:
+        return {}
+    model = ALGORITHMS["retrain"](dim=spec.dim, feature_bound=spec.norm_bound * (1 + 1e-9), l2=OGD_L2,
+                                  radius=OGD_RADIUS)
+    schedule = deletion_schedule(len(y), seed)
+    started = time.perf_counter()
+    accuracy, _ = chunked(model, X, y, schedule)
+    deletions = max(model.counters["retrains"], 1)
+    return {"exact": accuracy, "exact_events_per_s": len(y) / (time.perf_counter() - started),
+            "exact_replayed_per_deletion": model.counters["replayed_steps"] / deletions}
+
+
 def certified(raw_spec: dict, X, y, seed: int) -> tuple[dict, float, float]:
     """The planner's per-request recommendation at epsilon 1 for the bench's deletions: its
     settings, its predicted accuracy and its accuracy with those deletions."""
@@ -221,14 +241,18 @@ def run(name: str, n: int, seed: int, river_models: tuple[str, ...]) -> dict:
         row[f"ogd_{label}"], learn_rate = ogd(spec, X, y)
         row[f"dim_{label}"] = spec.dim
         row[f"ours_{label}_events_per_s"] = 1.0 / (1.0 / transform_rate + 1.0 / learn_rate)
+    row.update(exact(spec, X, y, seed))
     row["plan_settings"], row["plan_predicted"], row["certified"] = certified(wide, X, y, seed)
     row["river_best"] = max(row[k] for k in river_models)
     row["certified_vs_river_best"] = row["certified"] - row["river_best"]
     row["certified_vs_ogd"] = row["certified"] - row["ogd_capacity"]
+    if "exact" in row:
+        row["exact_vs_river_best"] = row["exact"] - row["river_best"]
     row["predicted_miss"] = row["plan_predicted"] - row["certified"]
     print(f"{name:11s} n={len(y):,} d={row['dim_capacity']}: River best {row['river_best']:.4f} | OGD plain "
           f"{row['ogd_plain']:.4f} capacity {row['ogd_capacity']:.4f} | certified {row['certified']:.4f} "
-          f"(predicted {row['plan_predicted']:.4f}) [{row['plan_settings']}]", flush=True)
+          f"(predicted {row['plan_predicted']:.4f}) [{row['plan_settings']}] | exact "
+          f"{row.get('exact', float('nan')):.4f}", flush=True)
     return row
 
 
@@ -265,11 +289,11 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     series = [("river_best", "River's best"), ("ogd_plain", "OGD, plain spec"), ("ogd_capacity", "OGD, capacity spec"),
-              ("certified", "certified (plan, eps 1, 0.5 % deletions)")]
+              ("exact", "exact unlearning (retrain)"), ("certified", "certified (plan, eps 1, 0.5 % deletions)")]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
     width = 0.8 / len(series)
     for i, (key, label) in enumerate(series):
-        ax.bar([j + i * width for j in range(len(rows))], [r[key] for r in rows], width, label=label)
+        ax.bar([j + i * width for j in range(len(rows))], [r.get(key, 0.0) for r in rows], width, label=label)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))], [r["stream"] for r in rows], rotation=45, ha="right")
     ax.set_ylim(0.4, 1.0)
     ax.set_ylabel("prequential accuracy (second half)")
@@ -280,13 +304,14 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def render(report: dict) -> str:
-    lines = ["| stream | events | River LR | HT | HAT | ARF | OGD plain | OGD capacity (d) | certified | predicted "
-             "| vs River's best |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| stream | events | River LR | HT | HAT | ARF | OGD plain | OGD capacity (d) | exact (events/s) "
+             "| certified | predicted | vs River's best |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in report["rows"]:
         arf = f"{r['river_arf']:.4f}" if "river_arf" in r else "-"
+        exact_cell = f"{r['exact']:.4f} ({r['exact_events_per_s']:,.0f})" if "exact" in r else "-"
         lines.append(f"| {r['stream']} | {r['events']:,} | {r['river_lr']:.4f} | {r['river_ht']:.4f} "
                      f"| {r['river_hat']:.4f} | {arf} | {r['ogd_plain']:.4f} | {r['ogd_capacity']:.4f} "
-                     f"({r['dim_capacity']:,}) | {r['certified']:.4f} | {r['plan_predicted']:.4f} "
+                     f"({r['dim_capacity']:,}) | {exact_cell} | {r['certified']:.4f} | {r['plan_predicted']:.4f} "
                      f"| {r['certified_vs_river_best'] * 100:+.1f} |")
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ are repeated over several schedule draws (noise always from OS entropy, as in pr
 For each run: prequential accuracy (exact test-then-train on the small datasets, worker-style
 micro-batches of 2,000 on the synthetic streams) and ||z_final - z_retrained||, where z_retrained
 is OGD from z = 0 over the retained records in arrival order at their original steps (docs/guarantee.md 2.2;
-computed once per stream at the end with ``worker.olu.algorithms.retrain.replay_ogd``).
+computed once per stream at the end with ``worker.olu.core.replay.replay_ogd``).
 
 Targets (issue 6): at eps = 1 with 1% uniform deletions, passive OLU's prequential accuracy on
 Phishing is within 2 points of plain OGD; the final model of every unlearning algorithm is closer

@@ -222,6 +222,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dp_horizon", number(1, integer=True),
            "dp-tofw: records per tree epoch n, fixed in advance (noise grows with log2 n)",
            "model"),
+    Option("checkpoint_every", number(1, integer=True),
+           "retrain: steps between the iterate checkpoints a deletion replays from (memory: d "
+           "floats each)", "model"),
     Option("retrain_every", number(1, integer=True),
            "rewind: OGD steps between full-batch retrainings of the partition model", "model"),
     Option("train_steps", number(1, integer=True),

@@ -15,7 +15,7 @@ from worker.olu.algorithms.baselines import PlainOGD
 from worker.olu.algorithms.retrain import Retrain
 from worker.olu.core.examples import ExampleStore
 from worker.olu.core.replay import replay_ogd
-from worker.olu.exceptions import InvalidState
+from worker.olu.exceptions import ConfigError, InvalidState
 
 KW = dict(dim=5, loss="logistic", l2=0.01, radius=10.0, feature_bound=1.0, rho=1.0)
 
@@ -170,3 +170,74 @@ def test_replay_of_a_durable_deletion_adopts_the_stored_state():
     d = replayed.unlearn_one(ids[5], post_state=stored)
     assert d.outcome == "exact" and np.array_equal(replayed.z, m.z)
     assert not replayed.examples.has_step(6)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+@pytest.mark.parametrize("reference", [False, True])
+@pytest.mark.parametrize("every", [1, 7, 64])
+def test_a_replay_from_a_checkpoint_gives_the_bits_of_a_replay_from_scratch(reference, every):
+    ids, X, y = synthetic_stream(400, 5, seed=11)
+    ctx = jit.reference() if reference else contextlib.nullcontext()
+    rng = np.random.default_rng(every)
+    with ctx:
+        m = Retrain(**KW, checkpoint_every=every)
+        scratch = Retrain(**KW, checkpoint_every=10**9)  # never a checkpoint: always from 0
+        deleted = set()
+        for lo in range(0, 400, 50):  # batches and single rows, deletions in between
+            for model in (m, scratch):
+                model.learn_many(ids[lo:lo + 45], X[lo:lo + 45], y[lo:lo + 45])
+                for j in range(lo + 45, lo + 50):
+                    model.learn_one(ids[j], X[j], y[j])
+            for k in rng.choice(lo + 50, size=3, replace=False).tolist():
+                for model in (m, scratch):
+                    model.unlearn_one(ids[k])
+                deleted.add(k + 1)
+                assert np.array_equal(m.z, scratch.z)
+        assert np.array_equal(m.z, fresh_masked(KW, ids, X, y, deleted, 400).z)
+        assert m.counters["replayed_steps"] < scratch.counters["replayed_steps"]
+
+
+def test_a_recent_deletion_replays_only_what_follows_its_checkpoint():
+    ids, X, y = synthetic_stream(2_000, 5, seed=12)
+    m = Retrain(**KW, checkpoint_every=100)
+    for lo in range(0, 2_000, 50):
+        m.learn_many(ids[lo:lo + 50], X[lo:lo + 50], y[lo:lo + 50])
+    m.unlearn_one(ids[1_949])  # step 1950: 50 steps old
+    assert m.counters["replayed_steps"] <= 50 + 100
+    before = m.counters["replayed_steps"]
+    m.unlearn_one(ids[0])  # the oldest record: everything after it
+    assert m.counters["replayed_steps"] - before == 1_998
+
+
+def test_every_kept_checkpoint_is_the_iterate_over_the_retained_rows_up_to_its_step():
+    ids, X, y = synthetic_stream(600, 5, seed=13)
+    m = Retrain(**KW, checkpoint_every=40)
+    m.learn_many(ids[:300], X[:300], y[:300])
+    for k in (250, 20, 299):
+        m.unlearn_one(ids[k])
+    for lo in range(300, 600, 20):
+        m.learn_many(ids[lo:lo + 20], X[lo:lo + 20], y[lo:lo + 20])
+    deleted = {251, 21, 300}
+    assert len(m._checkpoint_steps) == 15  # 40, ..., 280 taken by the replays, then 320, ..., 600
+    for step, z in zip(m._checkpoint_steps, m._checkpoints):
+        assert np.array_equal(z, fresh_masked(KW, ids, X, y, deleted, step).z), step
+
+
+def test_a_restored_model_has_no_checkpoints_and_still_deletes_exactly():
+    ids, X, y = synthetic_stream(500, 5, seed=14)
+    m = Retrain(**KW, checkpoint_every=32)
+    m.learn_many(ids, X, y)
+    m2 = load_model(_json_roundtrip(m.export_state()))
+    assert m2.config["checkpoint_every"] == 32 and m2._checkpoint_steps == []
+    for model in (m, m2):
+        model.unlearn_one(ids[480])
+        model.unlearn_one(ids[7])
+    assert np.array_equal(m.z, m2.z)
+    assert np.array_equal(m.z, fresh_masked(KW, ids, X, y, {481, 8}, 500).z)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "64"])
+def test_a_bad_checkpoint_interval_is_refused_by_name(bad):
+    with pytest.raises(ConfigError, match="checkpoint_every"):
+        Retrain(**KW, checkpoint_every=bad)
