@@ -139,8 +139,9 @@ def _setup(variant: Variant, kafka_bootstrap, kafka_topic, s3_server, tmp_path, 
     if variant.classes:
         extra.update(OLU_LOSS="softmax", OLU_CLASSES=",".join(variant.classes))
     if variant.state == "s3":
-        topics, group, env, snapshots = worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, name,
-                                                     partitions=PARTITIONS, stoppable=False, **extra)
+        run = worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, name, root=tmp_path, partitions=PARTITIONS,
+                           stoppable=False, **extra)
+        topics, group, env, snapshots = run.topics, run.group, run.env, run.snapshots
     else:
         topics = topics_for(kafka_topic, partitions=PARTITIONS)
         group = f"{name}-{uuid.uuid4().hex[:8]}"

@@ -75,8 +75,9 @@ def _first_blocked_deletes(settings, produced, outage_from: dict[int, int]) -> d
 
 
 def test_worker_rides_out_a_30s_s3_outage_with_deletes_flowing(kafka_bootstrap, kafka_topic, s3_server, tmp_path):
-    topics, group, env, snapshots = worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, "s3-outage",
-                                                 partitions=PARTITIONS, **TUNING)
+    run = worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, "s3-outage", root=tmp_path, partitions=PARTITIONS,
+                       **TUNING)
+    topics, group, env, snapshots = run.topics, run.group, run.env, run.snapshots
     settings = settings_of(env)
     stream = event_stream(BEFORE + DURING, seed=4242, delete_rate=0.06)
     feeder = BackgroundProducer(kafka_bootstrap, topics.input, stream, chunk=CHUNK, pause=PAUSE, limit=BEFORE,

@@ -47,7 +47,7 @@ from worker.olu.core.sparse import SparseRows
 from worker.olu.exceptions import BudgetExhausted, InvalidExample
 from worker.state.codec import decode
 from worker.state.groups import GROUP_KIND, unpack_group
-from worker.state.store import SnapshotStore
+from worker.state.store import SnapshotStore, open_store
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.decode import Insert, decode_event
 
@@ -807,9 +807,11 @@ def verify_against_oracle(bootstrap: str, topics: Topics, snapshots: SnapshotSto
 
 # --------------------------------------------------------------------------- state on S3
 
-def worker_on_s3(bootstrap: str, kafka_topic, s3_server, name: str, *, partitions: int = 1,
-                 stoppable: bool = True, **extra):
-    """Topics, a fresh group, the worker's env with its state on the S3 server, and a reader of that state.
+def worker_on_s3(bootstrap: str, kafka_topic, s3_server, name: str, *, root: Path, partitions: int = 1,
+                 stoppable: bool = True, **extra) -> KafkaRun:
+    """A :class:`KafkaRun` (workers' logs under ``root``) with its state on the S3 server: topics, a
+    fresh group, the workers' env and a reader of that state. Its workers are the caller's to kill
+    (:meth:`KafkaRun.cleanup`; the ``s3_kafka_run`` fixture of tests/stream/conftest.py does it).
 
     ``stoppable``: the test stops and restarts the server, so it must be the local SeaweedFS (an
     external server is skipped); either way an earlier test may have left it stopped or paused.
@@ -830,7 +832,70 @@ def worker_on_s3(bootstrap: str, kafka_topic, s3_server, name: str, *, partition
     prefix = f"tests/{group}"
     env = worker_env(bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}", **s3_server.env(), **extra)
     snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
-    return topics, group, env, snapshots
+    root.mkdir(parents=True, exist_ok=True)
+    return KafkaRun(bootstrap, topics, group, env, snapshots, root)
+
+
+# --------------------------------------------------------------------------- one test's run
+
+@dataclass
+class KafkaRun:
+    """One test's run against the real broker: its topics, a fresh group, the workers' env and a
+    reader of their state. The ``kafka_run`` fixture (tests/stream/conftest.py) makes them and
+    kills whatever worker a failing test left running."""
+
+    bootstrap: str
+    topics: Topics
+    group: str
+    env: dict[str, str]
+    snapshots: SnapshotStore
+    root: Path
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def worker(self, log_name: str = "worker.log", **extra) -> WorkerProcess:
+        """A worker of this run (not started); ``extra`` settings override the run's for it only."""
+        process = WorkerProcess({**self.env, **{k: str(v) for k, v in extra.items()}},
+                                self.root / log_name)
+        self.workers.append(process)
+        return process
+
+    def produce(self, records) -> list[Produced]:
+        return produce(self.bootstrap, self.topics.input, records)
+
+    def end_offsets(self) -> dict[int, int]:
+        return end_offsets(self.bootstrap, self.topics.input)
+
+    def releases(self) -> list[Record]:
+        return releases(self.bootstrap, self.topics.params)
+
+    def wait_covered(self, ends: dict[int, int] | None = None, timeout: float = 60.0,
+                     what: str = "releases up to the end of the input") -> None:
+        wait_for(covered(self.bootstrap, self.topics, self.end_offsets() if ends is None else ends),
+                 timeout, what, interval=0.3)
+
+    def verify(self, records: list[Record] | None = None) -> dict[int, Replayed]:
+        """:func:`verify_against_oracle` over this run's releases (or ``records``)."""
+        return verify_against_oracle(self.bootstrap, self.topics, self.snapshots, self.env,
+                                     self.releases() if records is None else records)
+
+    def cleanup(self) -> None:
+        for process in self.workers:
+            process.cleanup()
+
+
+def start_run(bootstrap: str, kafka_topic, root: Path, name: str, *, partitions: int = 1,
+              state_url: str | None = None, snapshots: SnapshotStore | None = None,
+              **settings) -> KafkaRun:
+    """Topics from ``kafka_topic``, group ``name-<random>``, state under ``root`` unless
+    ``state_url`` (and its reader ``snapshots``) say otherwise."""
+    topics = topics_for(kafka_topic, partitions=partitions)
+    group = f"{name}-{uuid.uuid4().hex[:8]}"
+    root.mkdir(parents=True, exist_ok=True)
+    if state_url is None:
+        state_url = f"file://{root}/state"
+        snapshots = SnapshotStore(open_store(state_url), prefix="olu", group=group)
+    env = worker_env(bootstrap, topics, group, state_url, **settings)
+    return KafkaRun(bootstrap, topics, group, env, snapshots, root)
 
 
 def latest_version(bootstrap: str, topics: Topics) -> int:

@@ -8,31 +8,21 @@ of a node that a release already used (docs/algorithms.md 11.6, docs/worker.md 4
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import pytest
 
 from tests.stream.kafka_harness import (
-    WorkerProcess,
     assert_identical_duplicates,
     assert_same_state,
-    covered,
-    end_offsets,
     event_stream,
     input_by_partition,
-    produce,
-    releases,
     settings_of,
     stored_objects,
-    topics_for,
     wait_for,
-    worker_env,
 )
 from worker.olu import ALGORITHMS, load_model
 from worker.olu.exceptions import InvalidExample
 from worker.olu.privacy.tree import record_levels
-from worker.state.store import SnapshotStore, open_store
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.decode import Insert, decode_event
 
@@ -64,57 +54,47 @@ def _replay(model, settings, records) -> dict[int, tuple]:
     return trace
 
 
-def test_dp_tofw_worker_releases_its_epsilon_and_replays_bit_identically_after_sigkill(
-        kafka_bootstrap, kafka_topic, tmp_path):
-    topics = topics_for(kafka_topic, partitions=1)
-    group = f"dptofw-{uuid.uuid4().hex[:8]}"
-    env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state", OLU_ALGORITHM="dp-tofw",
-                     OLU_DP_HORIZON=str(HORIZON), OLU_RHO="0.5", OLU_BATCH_SIZE="50",
-                     OLU_SNAPSHOT_EVERY_EVENTS="250", OLU_SNAPSHOT_EVERY_SECONDS="0",
-                     OLU_KAFKA_GROUP_INSTANCE_ID=f"{group}-0")  # the restart takes over at once
-    snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
+def test_dp_tofw_worker_releases_its_epsilon_and_replays_bit_identically_after_sigkill(kafka_run):
+    run = kafka_run("dptofw", OLU_ALGORITHM="dp-tofw", OLU_DP_HORIZON=str(HORIZON), OLU_RHO="0.5",
+                    OLU_BATCH_SIZE="50", OLU_SNAPSHOT_EVERY_EVENTS="250", OLU_SNAPSHOT_EVERY_SECONDS="0")
     stream = event_stream(700, seed=71, delete_rate=0.08)
-    worker = WorkerProcess(env, tmp_path / "worker.log")
-    try:
-        worker.start()
-        worker.wait_assigned({0})
-        produce(kafka_bootstrap, topics.input, stream[:400])
-        first_end = end_offsets(kafka_bootstrap, topics.input)[0]
-        wait_for(covered(kafka_bootstrap, topics, {0: first_end}), 60, "the first part released", interval=0.3)
-        before = {r.json()["version"] for r in releases(kafka_bootstrap, topics.params)}
+    worker = run.worker(OLU_KAFKA_GROUP_INSTANCE_ID=f"{run.group}-0")  # the restart takes over at once
+    worker.start()
+    worker.wait_assigned({0})
+    run.produce(stream[:400])
+    first_end = run.end_offsets()[0]
+    run.wait_covered({0: first_end}, 60, "the first part released")
+    before = {r.json()["version"] for r in run.releases()}
 
-        worker.kill()  # the events after the last full snapshot were released but not snapshotted
-        worker.start()
-        restored = worker.wait_assigned({0})[0]
-        assert restored["snapshot"] is not None and restored["snapshot"] < first_end, restored
+    worker.kill()  # the events after the last full snapshot were released but not snapshotted
+    worker.start()
+    restored = worker.wait_assigned({0})[0]
+    assert restored["snapshot"] is not None and restored["snapshot"] < first_end, restored
 
-        def republished():
-            versions = [r.json()["version"] for r in releases(kafka_bootstrap, topics.params)]
-            return [v for v in set(versions) if versions.count(v) > 1 and v in before]
-        assert wait_for(republished, 60, "a version republished after the replay", interval=0.3)
+    def republished():
+        versions = [r.json()["version"] for r in run.releases()]
+        return [v for v in set(versions) if versions.count(v) > 1 and v in before]
+    assert wait_for(republished, 60, "a version republished after the replay", interval=0.3)
 
-        produce(kafka_bootstrap, topics.input, stream[400:])
-        end = end_offsets(kafka_bootstrap, topics.input)[0]
-        wait_for(covered(kafka_bootstrap, topics, {0: end}), 60, "the whole stream released", interval=0.3)
-        metrics = {name: worker.metric_sum(name, partition="0") for name in (
-            "olu_privacy_epsilon", "olu_dp_noise_sigma", "olu_dp_horizon_remaining")}
-        covered_deletes = worker.metric_sum("olu_deletions_noop_total", reason="dp_covered")
-        changed_deletes = worker.metric_sum("olu_deletions_total")
-        assert worker.terminate() == 0, worker.log_text(all_runs=False)[-3000:]
-    finally:
-        worker.cleanup()
+    run.produce(stream[400:])
+    run.wait_covered(what="the whole stream released")
+    metrics = {name: worker.metric_sum(name, partition="0") for name in (
+        "olu_privacy_epsilon", "olu_dp_noise_sigma", "olu_dp_horizon_remaining")}
+    covered_deletes = worker.metric_sum("olu_deletions_noop_total", reason="dp_covered")
+    changed_deletes = worker.metric_sum("olu_deletions_total")
+    assert worker.terminate() == 0, worker.log_text(all_runs=False)[-3000:]
 
-    records = releases(kafka_bootstrap, topics.params)
+    records = run.releases()
     assert_identical_duplicates(records)  # the replay re-formed every noisy node bit for bit
     assert all(r.headers.get("olu.trigger") != b"deletion" for r in records)  # covered: nothing to publish
-    objects = stored_objects(snapshots, topics.input, 0)
+    objects = stored_objects(run.snapshots, run.topics.input, 0)
     assert objects and all(o.kind == "full" for o in objects)  # no deletion needed a durable delta
     keys = {o.header["model"]["extra"]["noise_key"] for o in objects}
     assert len(keys) == 1  # one key for the model's life, carried through the restore
 
-    settings = settings_of(env)
+    settings = settings_of(worker.env)
     oracle = _oracle(settings, keys.pop())
-    trace = _replay(oracle, settings, input_by_partition(kafka_bootstrap, topics.input)[0])
+    trace = _replay(oracle, settings, input_by_partition(run.bootstrap, run.topics.input)[0])
     values = [r.json() for r in records]
     for v in values:
         t, epoch, weights, privacy = trace[v["version"]]

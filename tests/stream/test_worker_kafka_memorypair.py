@@ -12,29 +12,12 @@ Either way every release, snapshot and delta equals the in-process oracle bit fo
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import orjson
 import pytest
 
 from tests.infra.schema_samples import decode_headers, validate
-from tests.stream.kafka_harness import (
-    WorkerProcess,
-    covered,
-    delete,
-    end_offsets,
-    event_stream,
-    produce,
-    read_topic,
-    releases,
-    stored_objects,
-    topics_for,
-    verify_against_oracle,
-    wait_for,
-    worker_env,
-)
-from worker.state.store import SnapshotStore, open_store
+from tests.stream.kafka_harness import delete, event_stream, read_topic, stored_objects
 
 pytestmark = pytest.mark.kafka
 
@@ -49,35 +32,29 @@ def _stream():
 
 
 @pytest.mark.parametrize("policy", ["retrain", "refuse"])
-def test_memory_pair_budget_policy(policy, kafka_bootstrap, kafka_topic, tmp_path):
-    topics = topics_for(kafka_topic, partitions=1)
-    group = f"mp-{policy}-{uuid.uuid4().hex[:8]}"
-    env = worker_env(kafka_bootstrap, topics, group, f"file://{tmp_path}/state", OLU_ALGORITHM="memory-pair",
-                     OLU_MAX_DELETIONS=str(CAPACITY), OLU_ON_BUDGET=policy, OLU_L2="0.1", OLU_RADIUS="5",
-                     OLU_DELETION_RELEASES="each")  # the three deletions in a row: a release each
-    snapshots = SnapshotStore(open_store(f"file://{tmp_path}/state"), prefix="olu", group=group)
+def test_memory_pair_budget_policy(policy, kafka_run):
+    run = kafka_run(f"mp-{policy}", OLU_ALGORITHM="memory-pair", OLU_MAX_DELETIONS=str(CAPACITY),
+                    OLU_ON_BUDGET=policy, OLU_L2="0.1", OLU_RADIUS="5",
+                    OLU_DELETION_RELEASES="each")  # the three deletions in a row: a release each
     records, victims = _stream()
-    produced = produce(kafka_bootstrap, topics.input, records)
+    produced = run.produce(records)
     deletes = [p for p in produced if p.kind == "delete"]
-    worker = WorkerProcess(env, tmp_path / "worker.log")
-    try:
-        worker.start()
-        worker.wait_assigned({0})
-        end = end_offsets(kafka_bootstrap, topics.input)[0]
-        wait_for(covered(kafka_bootstrap, topics, {0: end}), 90, "releases up to the end of the input", interval=0.3)
-        worker.check_alive()  # a refused deletion must not stop the worker
-        metrics = {name: worker.metric_sum(name, partition="0") for name in
-                   ("olu_deletions_total", "olu_deletion_capacity_left", "olu_deletions_refused_total")}
-        dead_metric = worker.metric_sum("olu_dead_letters_total", reason="budget_exhausted")
-        assert worker.terminate() == 0, worker.log_text()[-3000:]
-    finally:
-        worker.cleanup()
+    worker = run.worker()
+    worker.start()
+    worker.wait_assigned({0})
+    end = run.end_offsets()[0]
+    run.wait_covered({0: end}, 90)
+    worker.check_alive()  # a refused deletion must not stop the worker
+    metrics = {name: worker.metric_sum(name, partition="0") for name in
+               ("olu_deletions_total", "olu_deletion_capacity_left", "olu_deletions_refused_total")}
+    dead_metric = worker.metric_sum("olu_dead_letters_total", reason="budget_exhausted")
+    assert worker.terminate() == 0, worker.log_text()[-3000:]
 
-    records_out = releases(kafka_bootstrap, topics.params)
+    records_out = run.releases()
     for rec in records_out:
         validate("release", rec.json())
     by_delete = {rec.json()["version"]: rec for rec in records_out if rec.headers.get("olu.trigger") == b"deletion"}
-    dead = read_topic(kafka_bootstrap, topics.dlq)
+    dead = read_topic(run.bootstrap, run.topics.dlq)
     first, second, third = (d.offset + 1 for d in deletes)
     for version, left in ((first, 1), (second, 0)):  # two noised deletions spend the budget
         value = by_delete[version].json()
@@ -117,11 +94,11 @@ def test_memory_pair_budget_policy(policy, kafka_bootstrap, kafka_topic, tmp_pat
     features = {rid: np.array(orjson.loads(value)["x"], np.float64).tobytes()
                 for key, value, kind in records if kind == "insert" for rid in [key.decode()]}
     forgotten = victims if policy == "retrain" else victims[:2]
-    blobs = [o.blob for o in stored_objects(snapshots, topics.input, 0)]
+    blobs = [o.blob for o in stored_objects(run.snapshots, run.topics.input, 0)]
     assert blobs and not any(features[v] in b for v in forgotten for b in blobs)
     if policy == "refuse":
         assert features[victims[2]] in blobs[-1]  # refused: the model still holds the record
 
-    replayed = verify_against_oracle(kafka_bootstrap, topics, snapshots, env, records_out)
+    replayed = run.verify(records_out)
     assert replayed[0].dead == (1 if policy == "refuse" else 0)
     assert len(replayed[0].noised_deletes) == (3 if policy == "retrain" else 2)

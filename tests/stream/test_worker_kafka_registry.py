@@ -27,14 +27,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from tests.infra.schema_samples import decode_headers
 from tests.stream.kafka_harness import (
     DIM,
-    Topics,
+    KafkaRun,
     WorkerProcess,
-    end_offsets,
     event_stream,
     read_topic,
-    topics_for,
     wait_for,
-    worker_env,
 )
 from tests.stream.subjects import subject_stream
 from worker.client import ParamsSubscriber
@@ -48,12 +45,11 @@ RELEASE_FORMAT = {"avro": "avro", "json-schema": "json-schema", "protobuf": "avr
 SAME = ("version", "offset", "t", "deletions", "epoch", "algorithm", "loss", "dim", "weights", "privacy", "model")
 
 
-def _env(kafka_bootstrap, topics: Topics, tmp_path, name: str, **extra) -> dict[str, str]:
-    return worker_env(kafka_bootstrap, topics, f"g-{name}-{uuid.uuid4().hex[:6]}", f"file://{tmp_path / name}",
-                      OLU_ALGORITHM="retrain", OLU_MODEL_NAME="m", OLU_RELEASE_EVERY_SECONDS="0.5",
-                      # one release per deletion: the formats batch differently, and the test
-                      # compares every deletion's own release across them
-                      OLU_RELEASE_EVERY_EVENTS="100", OLU_DELETION_RELEASES="each", **extra)
+def _new_run(kafka_run, name: str, **extra) -> KafkaRun:
+    return kafka_run(f"g-{name}", OLU_ALGORITHM="retrain", OLU_MODEL_NAME="m", OLU_RELEASE_EVERY_SECONDS="0.5",
+                     # one release per deletion: the formats batch differently, and the test
+                     # compares every deletion's own release across them
+                     OLU_RELEASE_EVERY_EVENTS="100", OLU_DELETION_RELEASES="each", **extra)
 
 
 def _framed(records, serialize, topic: str) -> list:
@@ -83,31 +79,26 @@ def _releases(bootstrap: str, topic: str, registry_url: str, end: int, timeout: 
         return seen
 
 
-def _run_each_format(kafka_bootstrap, kafka_topic, registry_url: str, tmp_path, records, name: str):
+def _run_each_format(kafka_run, registry_url: str, records, name: str):
     """Each format's worker on ``records`` (re-encoded), and the releases of each up to the end:
     ``(topics by format, releases by format, end offset)``; no dead letters in any format."""
     client = SchemaRegistryClient({"url": registry_url})
-    runs: dict[str, tuple[Topics, WorkerProcess]] = {}
+    runs: dict[str, tuple[KafkaRun, WorkerProcess]] = {}
     for fmt in ("json", *FORMATS):
-        topics = topics_for(kafka_topic, 1)
-        framed = records if fmt == "json" else _framed(records, event_serializer(fmt, client), topics.input)
-        _produce(kafka_bootstrap, topics.input, framed)
         extra = {} if fmt == "json" else {"OLU_INPUT_FORMAT": fmt, "OLU_RELEASE_FORMAT": RELEASE_FORMAT[fmt],
                                           "OLU_SCHEMA_REGISTRY_URL": registry_url}
-        env = _env(kafka_bootstrap, topics, tmp_path, f"{name}-{fmt.replace('-', '')}", **extra)
-        runs[fmt] = (topics, WorkerProcess(env, tmp_path / f"{name}-{fmt}.log").start())
-    try:
-        end = end_offsets(kafka_bootstrap, runs["json"][0].input)[0]
-        assert end == len(records)
-        got = {fmt: _releases(kafka_bootstrap, topics.params, registry_url, end) for fmt, (topics, _) in runs.items()}
-        for _, proc in runs.values():
-            assert proc.terminate() == 0
-    finally:
-        for _, proc in runs.values():
-            proc.cleanup()
-    for fmt, (topics, _) in runs.items():
-        assert not read_topic(kafka_bootstrap, topics.dlq), f"{fmt}: dead letters"
-    return {fmt: topics for fmt, (topics, _) in runs.items()}, got, end
+        run = _new_run(kafka_run, f"{name}-{fmt.replace('-', '')}", **extra)
+        framed = records if fmt == "json" else _framed(records, event_serializer(fmt, client), run.topics.input)
+        _produce(run.bootstrap, run.topics.input, framed)
+        runs[fmt] = (run, run.worker(f"{name}-{fmt}.log").start())
+    end = runs["json"][0].end_offsets()[0]
+    assert end == len(records)
+    got = {fmt: _releases(run.bootstrap, run.topics.params, registry_url, end) for fmt, (run, _) in runs.items()}
+    for _, proc in runs.values():
+        assert proc.terminate() == 0
+    for fmt, (run, _) in runs.items():
+        assert not read_topic(run.bootstrap, run.topics.dlq), f"{fmt}: dead letters"
+    return {fmt: run.topics for fmt, (run, _) in runs.items()}, got, end
 
 
 def _assert_same_releases(got: dict, end: int, keys=SAME) -> list[int]:
@@ -127,10 +118,10 @@ def _assert_same_releases(got: dict, end: int, keys=SAME) -> list[int]:
     return deletions
 
 
-def test_every_format_gives_the_json_streams_releases(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path):
+def test_every_format_gives_the_json_streams_releases(kafka_bootstrap, kafka_run, schema_registry_url):
     client = SchemaRegistryClient({"url": schema_registry_url})
     records = event_stream(400, seed=24, delete_rate=0.1)
-    topics_of, got, end = _run_each_format(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path, records, "one")
+    topics_of, got, end = _run_each_format(kafka_run, schema_registry_url, records, "one")
     deletions = _assert_same_releases(got, end)
     assert got["json"][end]["deletions"] > 10 and len(deletions) > 10 and got["json"][end]["t"] > 300
 
@@ -151,13 +142,12 @@ def test_every_format_gives_the_json_streams_releases(kafka_bootstrap, kafka_top
         consumer.close()
 
 
-def test_requests_naming_several_records_are_honoured_in_every_format(kafka_bootstrap, kafka_topic,
-                                                                     schema_registry_url, tmp_path):
+def test_requests_naming_several_records_are_honoured_in_every_format(kafka_run, schema_registry_url):
     """Deletes with ``ids`` (keyed by data subject) in Avro, JSON Schema and Protobuf: the JSON
     stream's releases, ``request`` object (ids, applied, not_applied, duplicates) included."""
     records = subject_stream(400, seed=25, subjects=6, delete_rate=0.12)
     assert sum(1 for _, v, _ in records if len(orjson.loads(v).get("ids", ())) > 1) > 5
-    _, got, end = _run_each_format(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path, records, "ids")
+    _, got, end = _run_each_format(kafka_run, schema_registry_url, records, "ids")
     deletions = _assert_same_releases(got, end, keys=(*SAME, "request"))
     requests = [got["json"][v]["request"] for v in deletions]
     assert len(requests) > 5 and max(r["applied"] for r in requests) > 1
@@ -168,10 +158,10 @@ OTHER_SCHEMA = '{"type":"record","name":"Other","namespace":"olu.test","fields":
                '{"name":"id","type":"string"},{"name":"x","type":{"type":"array","items":"double"}}]}'
 
 
-def test_bad_framed_records_are_dead_lettered_with_their_reason(kafka_bootstrap, kafka_topic, schema_registry_url,
-                                                                 tmp_path):
+def test_bad_framed_records_are_dead_lettered_with_their_reason(kafka_bootstrap, kafka_run, schema_registry_url):
     client = SchemaRegistryClient({"url": schema_registry_url})
-    topics = topics_for(kafka_topic, 1)
+    run = _new_run(kafka_run, "bad", OLU_INPUT_FORMAT="avro", OLU_SCHEMA_REGISTRY_URL=schema_registry_url)
+    topics = run.topics
     serialize = event_serializer("avro", client)
     good = [(f"g-{i}".encode(), serialize({"op": "insert", "id": f"g-{i}", "x": [0.1] * DIM, "y": 1.0},
                                            topics.input), "insert") for i in range(20)]
@@ -192,14 +182,9 @@ def test_bad_framed_records_are_dead_lettered_with_their_reason(kafka_bootstrap,
         stream += good[3 * i:3 * i + 3] + [(f"p-{i}".encode(), value, reason)]
     stream += good[3 * len(poison):]
     _produce(kafka_bootstrap, topics.input, stream)
-    env = _env(kafka_bootstrap, topics, tmp_path, "bad", OLU_INPUT_FORMAT="avro",
-               OLU_SCHEMA_REGISTRY_URL=schema_registry_url)
-    proc = WorkerProcess(env, tmp_path / "bad.log").start()
-    try:
-        releases = _releases(kafka_bootstrap, topics.params, schema_registry_url, len(stream))
-        assert proc.terminate() == 0
-    finally:
-        proc.cleanup()
+    proc = run.worker("bad.log").start()
+    releases = _releases(kafka_bootstrap, topics.params, schema_registry_url, len(stream))
+    assert proc.terminate() == 0
     assert releases[len(stream)]["t"] == len(good)  # every valid record learned
     dead = read_topic(kafka_bootstrap, topics.dlq)
     by_reason = {decode_headers(list(r.headers.items()))["olu.error.reason"]: r for r in dead}
@@ -208,16 +193,14 @@ def test_bad_framed_records_are_dead_lettered_with_their_reason(kafka_bootstrap,
         assert by_reason[reason].value == value, reason  # the original bytes, whole
 
 
-def test_a_registry_outage_pauses_and_loses_nothing(kafka_bootstrap, kafka_topic, schema_registry_url,
-                                                     registry_proxy, tmp_path):
+def test_a_registry_outage_pauses_and_loses_nothing(kafka_bootstrap, kafka_run, schema_registry_url, registry_proxy):
     client = SchemaRegistryClient({"url": schema_registry_url})
-    topics = topics_for(kafka_topic, 1)
+    run = _new_run(kafka_run, "outage", OLU_INPUT_FORMAT="avro", OLU_SCHEMA_REGISTRY_URL=registry_proxy.url)
+    topics = run.topics
     serialize = event_serializer("avro", client)
     first = [r for r in event_stream(100, seed=7, prefix="a") if r[1] is not None]
     _produce(kafka_bootstrap, topics.input, _framed(first, serialize, topics.input))
-    env = _env(kafka_bootstrap, topics, tmp_path, "outage", OLU_INPUT_FORMAT="avro",
-               OLU_SCHEMA_REGISTRY_URL=registry_proxy.url)
-    proc = WorkerProcess(env, tmp_path / "outage.log").start()
+    proc = run.worker("outage.log").start()
     try:
         _releases(kafka_bootstrap, topics.params, schema_registry_url, len(first))
         registry_proxy.cut()
@@ -241,7 +224,6 @@ def test_a_registry_outage_pauses_and_loses_nothing(kafka_bootstrap, kafka_topic
         assert proc.terminate() == 0
     finally:
         registry_proxy.restore()
-        proc.cleanup()
     inserts = sum(1 for r in first + second if r[2] == "insert")
     assert releases[end]["t"] + releases[end]["deletions"] >= inserts - 20  # learned, some later deleted
     assert not read_topic(kafka_bootstrap, topics.dlq)

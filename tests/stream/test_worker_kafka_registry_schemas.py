@@ -23,34 +23,29 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message_factory import GetMessageClass
 
-from tests.stream.kafka_harness import (
-    WorkerProcess,
-    end_offsets,
-    event_stream,
-    read_topic,
-    topics_for,
-)
-from tests.stream.test_worker_kafka_registry import SAME, _env, _framed, _produce, _releases
+from tests.stream.kafka_harness import KafkaRun, event_stream, read_topic
+from tests.stream.test_worker_kafka_registry import SAME, _framed, _new_run, _produce, _releases
 from worker.formats.events import EVENT_AVRO_SCHEMA, EVENT_JSON_SCHEMA, event_serializer
 from worker.formats.protobuf import event_file
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
 
-def _run(kafka_bootstrap, topics, tmp_path, name, registry_url, fmt, records):
+def _runs(kafka_run, prefix: str, name: str, registry_url: str, fmt: str) -> tuple[KafkaRun, KafkaRun]:
+    """The JSON stream's run (``{prefix}-json-{name}``) and the ``fmt`` stream's (``{prefix}-{name}``)."""
+    return (_new_run(kafka_run, f"{prefix}-json-{name}"),
+            _new_run(kafka_run, f"{prefix}-{name}", OLU_INPUT_FORMAT=fmt, OLU_RELEASE_FORMAT="avro",
+                     OLU_SCHEMA_REGISTRY_URL=registry_url))
+
+
+def _run(run: KafkaRun, registry_url, records):
     """One worker over ``records`` (already produced); its releases up to the end."""
-    env = _env(kafka_bootstrap, topics, tmp_path, name,
-               **({} if fmt == "json" else {"OLU_INPUT_FORMAT": fmt, "OLU_RELEASE_FORMAT": "avro",
-                                            "OLU_SCHEMA_REGISTRY_URL": registry_url}))
-    proc = WorkerProcess(env, tmp_path / f"{name}.log").start()
-    try:
-        end = end_offsets(kafka_bootstrap, topics.input)[0]
-        assert end == len(records)
-        releases = _releases(kafka_bootstrap, topics.params, registry_url, end)
-        assert proc.terminate() == 0
-    finally:
-        proc.cleanup()
-    assert not read_topic(kafka_bootstrap, topics.dlq), f"{name}: dead letters"
+    proc = run.worker().start()
+    end = run.end_offsets()[0]
+    assert end == len(records)
+    releases = _releases(run.bootstrap, run.topics.params, registry_url, end)
+    assert proc.terminate() == 0
+    assert not read_topic(run.bootstrap, run.topics.dlq), f"{run.group}: dead letters"
     return releases, end
 
 
@@ -88,20 +83,19 @@ def _second_version(fmt: str, client):
 
 
 @pytest.mark.parametrize("fmt", ["avro", "json-schema", "protobuf"])
-def test_a_field_added_with_a_default_is_read_without_a_restart(kafka_bootstrap, kafka_topic, schema_registry_url,
-                                                                 tmp_path, fmt):
+def test_a_field_added_with_a_default_is_read_without_a_restart(kafka_bootstrap, kafka_run, schema_registry_url, fmt):
     client = SchemaRegistryClient({"url": schema_registry_url})
     records = event_stream(300, seed=31, delete_rate=0.1)
-    json_topics, framed_topics = topics_for(kafka_topic, 1), topics_for(kafka_topic, 1)
+    json_run, framed_run = _runs(kafka_run, "evo", fmt, schema_registry_url, fmt)
+    json_topics, framed_topics = json_run.topics, framed_run.topics
     _produce(kafka_bootstrap, json_topics.input, records)
     half = len(records) // 2
     first = _framed(records[:half], event_serializer(fmt, client), framed_topics.input)
     second = _framed(records[half:], _second_version(fmt, client), framed_topics.input)
     assert first[0][1][1:5] != second[-1][1][1:5]  # two schema ids in one topic
     _produce(kafka_bootstrap, framed_topics.input, first + second)
-    expected, end = _run(kafka_bootstrap, json_topics, tmp_path, f"evo-json-{fmt}", schema_registry_url, "json",
-                         records)
-    got, _ = _run(kafka_bootstrap, framed_topics, tmp_path, f"evo-{fmt}", schema_registry_url, fmt, records)
+    expected, end = _run(json_run, schema_registry_url, records)
+    got, _ = _run(framed_run, schema_registry_url, records)
     _same(got, expected, end)
     assert expected[end]["t"] > 200 and expected[end]["deletions"] > 10
 
@@ -148,7 +142,7 @@ def _with_reference():
 
 
 @pytest.mark.parametrize("kind", ["well-known type", "registry reference"])
-def test_protobuf_schemas_that_import_other_files(kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path, kind):
+def test_protobuf_schemas_that_import_other_files(kafka_bootstrap, kafka_run, schema_registry_url, kind):
     client = SchemaRegistryClient({"url": schema_registry_url})
     cls = _with_timestamp() if kind == "well-known type" else _with_reference()
     inner = ProtobufSerializer(cls, client, {"use.deprecated.format": False})
@@ -162,13 +156,13 @@ def test_protobuf_schemas_that_import_other_files(kafka_bootstrap, kafka_topic, 
         return inner(msg, SerializationContext(topic, MessageField.VALUE))
 
     records = event_stream(200, seed=32, delete_rate=0.1)
-    json_topics, framed_topics = topics_for(kafka_topic, 1), topics_for(kafka_topic, 1)
+    name = "wkt" if kind == "well-known type" else "ref"
+    json_run, framed_run = _runs(kafka_run, "imp", name, schema_registry_url, "protobuf")
+    json_topics, framed_topics = json_run.topics, framed_run.topics
     _produce(kafka_bootstrap, json_topics.input, records)
     _produce(kafka_bootstrap, framed_topics.input, _framed(records, serialize, framed_topics.input))
     registered = client.get_latest_version(f"{framed_topics.input}-value").schema
     assert bool(registered.references) == (kind == "registry reference")
-    name = "wkt" if kind == "well-known type" else "ref"
-    expected, end = _run(kafka_bootstrap, json_topics, tmp_path, f"imp-json-{name}", schema_registry_url, "json",
-                         records)
-    got, _ = _run(kafka_bootstrap, framed_topics, tmp_path, f"imp-{name}", schema_registry_url, "protobuf", records)
+    expected, end = _run(json_run, schema_registry_url, records)
+    got, _ = _run(framed_run, schema_registry_url, records)
     _same(got, expected, end)

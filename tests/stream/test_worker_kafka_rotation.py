@@ -80,9 +80,10 @@ def test_sigkill_around_promotions_restarts_to_bit_identical_state(store, kafka_
                                                                    request):
     variant = "disjoint" if store == "file" else "overlap"
     if store == "s3":
-        topics, group, env, snapshots = worker_on_s3(
-            kafka_bootstrap, kafka_topic, request.getfixturevalue("s3_server"), "rot", stoppable=False,
+        run = worker_on_s3(
+            kafka_bootstrap, kafka_topic, request.getfixturevalue("s3_server"), "rot", root=tmp_path, stoppable=False,
             OLU_ROTATION_VARIANT=variant, **ROTATING)
+        topics, group, env, snapshots = run.topics, run.group, run.env, run.snapshots
         env["OLU_KAFKA_GROUP_INSTANCE_ID"] = f"{group}-0"
     else:
         topics = topics_for(kafka_topic, partitions=1)

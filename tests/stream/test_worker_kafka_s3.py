@@ -16,20 +16,13 @@ import pytest
 
 from tests.infra.schema_samples import validate
 from tests.stream.kafka_harness import (
-    WorkerProcess,
     committed_offsets,
-    covered,
     delete,
-    end_offsets,
     event_stream,
     insert,
-    produce,
-    releases,
     releases_by_partition,
     stored_objects,
-    verify_against_oracle,
     wait_for,
-    worker_on_s3,
 )
 from tests.stream.kafka_harness import latest_version as _latest_version
 
@@ -38,22 +31,18 @@ pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 OUTAGE_S = 4.0  # how long the partition must stay stalled while S3 is down
 
 
-def _worker_on_s3(bootstrap, kafka_topic, s3_server, name: str, snapshot_every: int):
-    """A one-partition topic set, a fresh group and the worker's env with its state on SeaweedFS."""
-    return worker_on_s3(bootstrap, kafka_topic, s3_server, name, OLU_SNAPSHOT_EVERY_EVENTS=str(snapshot_every))
-
-
-def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_topic, s3_server, tmp_path):
-    topics, group, env, snapshots = _worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, "durable", 100)
+def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, s3_kafka_run, s3_server):
+    run = s3_kafka_run("durable", OLU_SNAPSHOT_EVERY_EVENTS="100")
+    topics, group, snapshots = run.topics, run.group, run.snapshots
     first = [ev for ev in event_stream(200, seed=51, delete_rate=0.0) if ev[2] == "insert"][:150]
     victim = first[5][0].decode()
-    worker = WorkerProcess(env, tmp_path / "worker.log")
+    worker = run.worker()
     try:
         worker.start()
         worker.wait_assigned({0})
-        produce(kafka_bootstrap, topics.input, first)
-        end = end_offsets(kafka_bootstrap, topics.input)[0]
-        wait_for(covered(kafka_bootstrap, topics, {0: end}), 60, "the inserts released", interval=0.3)
+        run.produce(first)
+        end = run.end_offsets()[0]
+        run.wait_covered({0: end}, what="the inserts released")
         wait_for(lambda: any(o.kind == "full" and o.offset == end for o in stored_objects(snapshots, topics.input, 0)),
                  30, "a full snapshot of the inserts")
         wait_for(lambda: committed_offsets(kafka_bootstrap, group, topics.input, 1)[0] == end, 30,
@@ -62,10 +51,10 @@ def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_top
         s3_server.stop()
         failures_before = worker.metric_sum("olu_snapshot_failures_total", kind="delta")
         tail = [insert(f"after-{j}", [0.1 * j % 0.9, -0.2, 0.3, 0.05], j % 2) for j in range(20)]
-        placed = produce(kafka_bootstrap, topics.input, [delete(victim)] + tail)
+        placed = run.produce([delete(victim)] + tail)
         delete_offset = placed[0].offset
         assert delete_offset == end
-        final_end = end_offsets(kafka_bootstrap, topics.input)[0]
+        final_end = run.end_offsets()[0]
 
         # Stalled: failures are counted and retried, nothing past the delete is published or committed.
         wait_for(lambda: worker.metric_sum("olu_snapshot_failures_total", kind="delta") >= failures_before + 2,
@@ -81,14 +70,13 @@ def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_top
         assert worker.metric_sum("olu_snapshot_failures_total", kind="delta") > failures_before + 2
 
         s3_server.start()
-        wait_for(covered(kafka_bootstrap, topics, {0: final_end}), 60, "releases after S3 came back", interval=0.3)
+        run.wait_covered({0: final_end}, what="releases after S3 came back")
         assert worker.terminate() == 0, worker.log_text()[-3000:]
     finally:
-        worker.cleanup()
         if not s3_server.running:
             s3_server.start()
 
-    records = releases(kafka_bootstrap, topics.params)
+    records = run.releases()
     values = releases_by_partition(records)[0]
     for v in values:
         validate("release", v)
@@ -105,30 +93,31 @@ def test_deletion_delta_is_durable_before_its_release(kafka_bootstrap, kafka_top
     versions = [v["version"] for v in values]
     assert versions == sorted(set(versions))
     assert min(v for v in versions if v > end) == delete_offset + 1
-    verify_against_oracle(kafka_bootstrap, topics, snapshots, env, records)
+    run.verify(records)
 
 
-def test_shutdown_during_an_outage_publishes_nothing_of_the_unstored_deletion(kafka_bootstrap, kafka_topic,
-                                                                             s3_server, tmp_path):
+def test_shutdown_during_an_outage_publishes_nothing_of_the_unstored_deletion(kafka_bootstrap, s3_kafka_run,
+                                                                             s3_server):
     """SIGTERM while a deletion waits for storage: a clean exit that publishes and commits nothing
     past the delete; the next run draws the deletion's noise afresh (its first view was never
     published) and releases it once, after storing it, at its replay floor."""
-    topics, group, env, snapshots = _worker_on_s3(kafka_bootstrap, kafka_topic, s3_server, "durable-stop", 50)
+    run = s3_kafka_run("durable-stop", OLU_SNAPSHOT_EVERY_EVENTS="50")
+    topics, group, snapshots = run.topics, run.group, run.snapshots
     first = [ev for ev in event_stream(150, seed=52, delete_rate=0.0) if ev[2] == "insert"][:100]
-    worker = WorkerProcess(env, tmp_path / "worker.log")
+    worker = run.worker()
     try:
         worker.start()
         worker.wait_assigned({0})
-        produce(kafka_bootstrap, topics.input, first)
-        end = end_offsets(kafka_bootstrap, topics.input)[0]
-        wait_for(covered(kafka_bootstrap, topics, {0: end}), 60, "the inserts released", interval=0.3)
+        run.produce(first)
+        end = run.end_offsets()[0]
+        run.wait_covered({0: end}, what="the inserts released")
         wait_for(lambda: committed_offsets(kafka_bootstrap, group, topics.input, 1)[0] == end, 30,
                  "the committed offset at the snapshot")
 
         s3_server.stop()
         later = [ev for ev in event_stream(20, seed=53, delete_rate=0.0, prefix="late") if ev[2] == "insert"][:10]
-        produce(kafka_bootstrap, topics.input, [delete(first[3][0].decode())] + later)
-        final_end = end_offsets(kafka_bootstrap, topics.input)[0]
+        run.produce([delete(first[3][0].decode())] + later)
+        final_end = run.end_offsets()[0]
         wait_for(lambda: worker.metric_sum("olu_snapshot_failures_total", kind="delta") >= 1, 30,
                  "a delta write failure")
         assert worker.terminate(timeout=60) == 0, worker.log_text()[-3000:]
@@ -140,20 +129,18 @@ def test_shutdown_during_an_outage_publishes_nothing_of_the_unstored_deletion(ka
         assert all(o.offset <= end for o in stored_objects(snapshots, topics.input, 0))  # nothing stored past it
         worker.start()
         assert worker.wait_assigned({0})[0]["snapshot"] == end
-        wait_for(covered(kafka_bootstrap, topics, {0: final_end}), 60, "the restarted worker caught up",
-                 interval=0.3)
+        run.wait_covered({0: final_end}, what="the restarted worker caught up")
         assert worker.terminate() == 0
     finally:
-        worker.cleanup()
         if not s3_server.running:
             s3_server.start()
 
-    records = releases(kafka_bootstrap, topics.params)
+    records = run.releases()
     # The restarted run replays the deletion below its floor (the input's end when it was assigned):
     # its release is held and made once, with the state at the floor (docs/worker.md 5.4).
     after = [r for r in records if r.json()["version"] > end]
     assert after and after[0].headers.get("olu.trigger") == b"deletion"
     assert after[0].json()["version"] == final_end and after[0].json()["deletions"] == 1
     assert len({r.json()["version"] for r in after}) == len(after)  # once
-    verify_against_oracle(kafka_bootstrap, topics, snapshots, env, records)
+    run.verify(records)
 

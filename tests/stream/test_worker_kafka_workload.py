@@ -4,25 +4,11 @@ exported as set, and a per-key cap's refusals are counted (docs/accounting.md 13
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import orjson
 import pytest
 
-from tests.stream.kafka_harness import (
-    DIM,
-    Topics,
-    WorkerProcess,
-    covered,
-    create_topics,
-    delete_topics,
-    end_offsets,
-    insert,
-    produce,
-    wait_for,
-    worker_env,
-)
+from tests.stream.kafka_harness import DIM, insert
 
 pytestmark = pytest.mark.kafka
 SUBJECTS, CAP = 12, 6
@@ -80,40 +66,33 @@ def _histogram(text: str, name: str, topic: str) -> tuple[float, float, dict[flo
     return count, total, buckets
 
 
-def test_the_observed_workload_is_exported_as_produced(kafka_bootstrap, tmp_path):
-    name = f"workload-{uuid.uuid4().hex[:8]}"
-    topics = Topics(f"{name}.events", f"{name}.params", f"{name}.dlq", 1)
-    create_topics(kafka_bootstrap, {topics.input: 1, topics.params: 1, topics.dlq: 1})
+def test_the_observed_workload_is_exported_as_produced(kafka_run):
     # one poll batch per few events, so an age is measured at most a handful of steps late
-    env = worker_env(kafka_bootstrap, topics, name, f"file://{tmp_path}/state", OLU_PRIVACY_UNIT="per-request",
-                     OLU_MAX_RECORDS_PER_KEY=str(CAP), OLU_EXPECTED_DELETION_RATE="0.02",
-                     OLU_PLANNED_RECORDS_PER_REQUEST="1.5", OLU_PLANNED_DELETION_AGE_EVENTS="300",
-                     OLU_BATCH_SIZE="1")
+    run = kafka_run("workload", OLU_PRIVACY_UNIT="per-request", OLU_MAX_RECORDS_PER_KEY=str(CAP),
+                    OLU_EXPECTED_DELETION_RATE="0.02", OLU_PLANNED_RECORDS_PER_REQUEST="1.5",
+                    OLU_PLANNED_DELETION_AGE_EVENTS="300", OLU_BATCH_SIZE="1")
+    topic = run.topics.input
     events, sizes, ages = _workload()
-    worker = WorkerProcess(env, tmp_path / "worker.log")
-    try:
-        worker.start()
-        worker.wait_assigned({0})
-        produce(kafka_bootstrap, topics.input, events)
-        end = end_offsets(kafka_bootstrap, topics.input)[0]
-        wait_for(covered(kafka_bootstrap, topics, {0: end}), 90, "the input consumed and released", interval=0.3)
-        text = worker.metrics()
-        count, total, _ = _histogram(text, "olu_deletion_request_records", topics.input)
-        assert (count, total) == (len(sizes), sum(sizes))
-        count, total, buckets = _histogram(text, "olu_deleted_record_age_events", topics.input)
-        assert count == len(ages) > 10
-        for le, n in buckets.items():  # each age counted in its bucket, as the independent count has it
-            assert n == sum(a <= le for a in ages), (le, n)
-        assert total == sum(ages)
-        for metric, value in (("olu_plan_deletion_rate", 0.02), ("olu_plan_records_per_request", 1.5),
-                              ("olu_plan_deletion_age_events", 300), ("olu_max_records_per_key", CAP)):
-            assert worker.metric_sum(metric, topic=topics.input) == value, metric
-        refused = 600 - sum(min(CAP, n) for n in _arrivals(events).values())
-        assert worker.metric_sum("olu_records_over_key_cap", topic=topics.input) == refused > 0
-        assert worker.terminate() == 0, worker.log_text()[-3000:]
-    finally:
-        worker.cleanup()
-        delete_topics(kafka_bootstrap, [topics.input, topics.params, topics.dlq])
+    worker = run.worker()
+    worker.start()
+    worker.wait_assigned({0})
+    run.produce(events)
+    end = run.end_offsets()[0]
+    run.wait_covered({0: end}, 90, "the input consumed and released")
+    text = worker.metrics()
+    count, total, _ = _histogram(text, "olu_deletion_request_records", topic)
+    assert (count, total) == (len(sizes), sum(sizes))
+    count, total, buckets = _histogram(text, "olu_deleted_record_age_events", topic)
+    assert count == len(ages) > 10
+    for le, n in buckets.items():  # each age counted in its bucket, as the independent count has it
+        assert n == sum(a <= le for a in ages), (le, n)
+    assert total == sum(ages)
+    for metric, value in (("olu_plan_deletion_rate", 0.02), ("olu_plan_records_per_request", 1.5),
+                          ("olu_plan_deletion_age_events", 300), ("olu_max_records_per_key", CAP)):
+        assert worker.metric_sum(metric, topic=topic) == value, metric
+    refused = 600 - sum(min(CAP, n) for n in _arrivals(events).values())
+    assert worker.metric_sum("olu_records_over_key_cap", topic=topic) == refused > 0
+    assert worker.terminate() == 0, worker.log_text()[-3000:]
 
 
 def _arrivals(events) -> dict[bytes, int]:
