@@ -110,6 +110,9 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
             f"{theirs['score']:.4g}"
             + (" (it protects each deletion request on its own, not all deleted records together)"
                if theirs["unit"] == "per-request" else ""))
+    exact = found.get("exact")
+    if exact and falls_short(metric, mine["score"], exact["score"]):
+        text.append(exact_advice(exact, metric, events=plan["events"]))
     watch = _watch(plan["workload"])
     if watch:  # right after the settings it goes with
         text.insert(
@@ -121,6 +124,18 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
     return warnings, {"unit": unit, "settings": mine["settings"], "predicted": mine["score"],
                       "ogd": ogd,
                       "l2": mine["l2"], "target_useful": not short, "watch": watch, "text": text}
+
+
+def exact_advice(exact: dict, metric: str, *, events: int) -> str:
+    """The sentence that offers exact unlearning where the noised units fall short of it."""
+    ceiling = exact["events_per_s_ceiling"]
+    ms, gib = 1e3 * exact["seconds_per_deletion"], exact["memory_bytes"] / 2**30
+    return (f"exact unlearning keeps plain OGD's {metric}: {exact['settings']}, predicted "
+            f"{exact['score']:.4g} with no noise at any epsilon; each deletion replays "
+            f"~{exact['replayed_per_deletion']:,.0f} rows (~{ms:.3g} ms), every retained row stays "
+            f"in memory (~{gib:.3g} GiB at {events:,} events)"
+            + (f", and the replays alone cap a partition at ~{ceiling:,.0f} events/s" if ceiling
+               else ""))
 
 
 def _watch(workload: dict | None) -> str | None:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from ..olu.privacy import UNITS
 from .advice import assess
+from .exact import exact_option
 from .predict import noise_std, predict, renewal
 from .search import scaled, search
 from .target import PLANNED_ALGORITHMS, build_engine
@@ -74,5 +75,9 @@ def make_plan(settings, target, *, shape: Shape, events: int, sample=None,
                             else asdict(shape)}
         units = [target.unit] + ([other["unit"]] if other else [])
         plan["search"] = search(settings, target, workload, units=units, seed=seed)
+        found = plan["search"]
+        found["exact"] = exact_option(found["ogd_by_l2"], metric=found["metric"],
+                                      workload=workload, dim=model.param_dim, events=events,
+                                      every=settings.checkpoint_every)
     plan["warnings"], plan["recommendation"] = assess(plan)
     return plan

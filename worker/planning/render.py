@@ -38,7 +38,9 @@ Fields of the JSON object (``olu-worker plan --json``)
   ``rmse``), ``events``, ``inserts``, ``seed``, ``ogd`` (plain OGD at the configured l2, over the
   last quarter), ``ogd_by_l2``, ``ogd_curve``; ``runs``: every candidate ``{unit, rotation,
   lifetime, l2, cap, capacity, settings, score, curve}`` (``records_over_key_cap`` with a cap);
-  ``best``: ``{unit: run}``.
+  ``best``: ``{unit: run}``; ``exact``: exact unlearning instead (worker/planning/exact.py):
+  ``{l2, score (plain OGD's at that l2), settings, replayed_per_deletion, seconds_per_deletion,
+  memory_bytes (retained rows after events), events_per_s_ceiling}``.
 * ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, settings
   (the OLU_* line of the best configuration), predicted (its score), ogd, l2, target_useful, watch
   (the workload's OLU_EXPECTED_DELETION_RATE, OLU_PLANNED_RECORDS_PER_REQUEST and
@@ -160,6 +162,11 @@ def _search_lines(found: dict) -> list[str]:
         f"{found['ogd']:.4f}"]
     for unit, best in found["best"].items():
         lines.append(f"  best under {unit}: {best['settings']}: {best['score']:.4f}")
+    exact = found.get("exact")
+    if exact:
+        lines.append(f"  exact unlearning: {exact['settings']}: {exact['score']:.4f} (no noise; "
+                     f"~{exact['replayed_per_deletion']:,.0f} rows replayed a deletion, "
+                     f"~{exact['memory_bytes'] / 2**30:.3g} GiB of retained rows)")
     for unit in found["best"]:
         ranked = sorted((r for r in found["runs"] if r["unit"] == unit), key=lambda r: r["score"],
                         reverse=metric == "accuracy")

@@ -64,13 +64,18 @@ class Workload:
         sizes = [len(r) for r in self.requests]
         return bool(sizes) and float(np.mean(sizes)) > 1.2
 
+    def ages(self) -> np.ndarray:
+        """The age in events of every record a request names, at its request."""
+        where = {r: j for j, r in enumerate(self.ids)}
+        per_event = self.events / max(1, len(self.ids))  # events per insert: ages in events
+        return np.array([(self.at[j] - where[r]) * per_event for j, req in enumerate(self.requests)
+                         for r in req if r in where and where[r] < self.at[j]], np.float64)
+
     def stats(self) -> dict:
         """The three dimensions as measured on the workload (JSON-able)."""
         where = {r: j for j, r in enumerate(self.ids)}
         sizes = np.array([sum(r in where for r in req) for req in self.requests], np.float64)
-        per_event = self.events / max(1, len(self.ids))  # events per insert: ages in events
-        ages = np.array([(self.at[j] - where[r]) * per_event for j, req in enumerate(self.requests)
-                         for r in req if r in where and where[r] < self.at[j]], np.float64)
+        ages = self.ages()
         _, counts = np.unique(self.subjects, return_counts=True)
         top = np.sort(counts)[::-1][:max(1, len(counts) // 100)]
 
