@@ -827,13 +827,13 @@ def worker_on_s3(bootstrap: str, kafka_topic, s3_server, name: str, *, root: Pat
     if local:
         s3_server.resume()
         s3_server.start()
-    topics = topics_for(kafka_topic, partitions=partitions)
-    group = f"{name}-{uuid.uuid4().hex[:8]}"
-    prefix = f"tests/{group}"
-    env = worker_env(bootstrap, topics, group, f"s3://{s3_server.bucket}/{prefix}", **s3_server.env(), **extra)
-    snapshots = SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group)
-    root.mkdir(parents=True, exist_ok=True)
-    return KafkaRun(bootstrap, topics, group, env, snapshots, root)
+    def on_s3(group: str) -> tuple[str, SnapshotStore]:
+        prefix = f"tests/{group}"
+        return (f"s3://{s3_server.bucket}/{prefix}",
+                SnapshotStore(make_s3_store(s3_server, prefix=prefix), prefix="olu", group=group))
+
+    return start_run(bootstrap, kafka_topic, root, name, partitions=partitions, state=on_s3,
+                     **s3_server.env(), **extra)
 
 
 # --------------------------------------------------------------------------- one test's run
@@ -884,18 +884,20 @@ class KafkaRun:
 
 
 def start_run(bootstrap: str, kafka_topic, root: Path, name: str, *, partitions: int = 1,
-              state_url: str | None = None, snapshots: SnapshotStore | None = None,
-              **settings) -> KafkaRun:
-    """Topics from ``kafka_topic``, group ``name-<random>``, state under ``root`` unless
-    ``state_url`` (and its reader ``snapshots``) say otherwise."""
+              state=None, **settings) -> KafkaRun:
+    """Topics from ``kafka_topic``, group ``name-<random>``, logs under ``root``; the state where
+    ``state(group)`` says (its URL and a reader of it), files under ``root`` by default."""
     topics = topics_for(kafka_topic, partitions=partitions)
     group = f"{name}-{uuid.uuid4().hex[:8]}"
     root.mkdir(parents=True, exist_ok=True)
-    if state_url is None:
-        state_url = f"file://{root}/state"
-        snapshots = SnapshotStore(open_store(state_url), prefix="olu", group=group)
+    state_url, snapshots = (state or (lambda g: _on_files(root, g)))(group)
     env = worker_env(bootstrap, topics, group, state_url, **settings)
     return KafkaRun(bootstrap, topics, group, env, snapshots, root)
+
+
+def _on_files(root: Path, group: str) -> tuple[str, SnapshotStore]:
+    url = f"file://{root}/state"
+    return url, SnapshotStore(open_store(url), prefix="olu", group=group)
 
 
 def latest_version(bootstrap: str, topics: Topics) -> int:

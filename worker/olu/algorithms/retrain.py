@@ -77,12 +77,17 @@ class Retrain(OnlineUnlearner):
         self._maybe_checkpoint()
 
     def _maybe_checkpoint(self) -> None:
-        """Keep the iterate at step t when t is a checkpoint's distance past the last one (the
-        hooks run with ``z`` and ``t`` those after the rows just applied)."""
-        last = self._checkpoint_steps[-1] if self._checkpoint_steps else 0
-        if self.t - last >= self.config["checkpoint_every"]:
-            self._checkpoint_steps.append(self.t)
-            self._checkpoints.append(np.array(self.z, dtype=np.float64))
+        # the hooks run with z and t those after the rows just applied
+        self._checkpoint_if_due(self.t, self.z)
+
+    def _last_checkpoint(self) -> int:
+        return self._checkpoint_steps[-1] if self._checkpoint_steps else 0
+
+    def _checkpoint_if_due(self, step: int, z: np.ndarray) -> None:
+        """Keep ``z``, the iterate at ``step``, when that is an interval past the last one."""
+        if step - self._last_checkpoint() >= self.config["checkpoint_every"]:
+            self._checkpoint_steps.append(step)
+            self._checkpoints.append(np.array(z, dtype=np.float64))
 
     # ------------------------------------------------------------------ unlearning
     def _delete(self, key: int, steps: list[int]) -> Deletion:
@@ -97,22 +102,17 @@ class Retrain(OnlineUnlearner):
         the checkpoints it passes again; the iterate at step t."""
         keep = bisect.bisect_left(self._checkpoint_steps, first)
         del self._checkpoint_steps[keep:], self._checkpoints[keep:]
-        start = self._checkpoint_steps[-1] if keep else 0
         z = self._checkpoints[-1] if keep else np.zeros(self.param_dim)
         X, y, steps = self.examples.live_rows()
-        lo = int(np.searchsorted(steps, start, side="right"))
+        lo = int(np.searchsorted(steps, self._last_checkpoint(), side="right"))
         every = self.config["checkpoint_every"]
         while lo < len(steps):
-            # rows up to the next checkpoint's step, then the checkpoint
-            hi = int(np.searchsorted(steps, self._checkpoint_steps[-1] + every
-                                     if self._checkpoint_steps else every, side="right"))
-            hi = max(hi, lo + 1)
+            # the rows up to the next checkpoint's step (at least one), then that checkpoint
+            target = self._last_checkpoint() + every
+            hi = max(int(np.searchsorted(steps, target, side="right")), lo + 1)
             z = replay_rows(self, z, X[lo:hi], y[lo:hi], steps[lo:hi])
             self.counters["replayed_steps"] += hi - lo
-            last = self._checkpoint_steps[-1] if self._checkpoint_steps else 0
-            if int(steps[hi - 1]) - last >= every:
-                self._checkpoint_steps.append(int(steps[hi - 1]))
-                self._checkpoints.append(np.array(z, dtype=np.float64))
+            self._checkpoint_if_due(int(steps[hi - 1]), z)
             lo = hi
         return np.array(z, dtype=np.float64)
 
