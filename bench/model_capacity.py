@@ -51,6 +51,7 @@ import _harness as h  # noqa: E402
 from _targets import Checks, Target  # noqa: E402
 from feature_spec import AGRAWAL_CATEGORICAL, AGRAWAL_NUMERIC, _settings  # noqa: E402
 
+from worker.features.derived import MAX_FOURIER_FIELDS  # noqa: E402
 from worker.features.spec import parse_spec  # noqa: E402
 from worker.features.transform import vectorize  # noqa: E402
 from worker.olu import ALGORITHMS  # noqa: E402
@@ -110,15 +111,15 @@ def capacity_spec(plain: dict, bins: int = BINS, buckets: int = CROSS_BUCKETS) -
     Fourier features over the numeric fields (weight 1 each: scaling the blocks down to keep the norm
     bound near the plain spec's scored worse, certified and not, on agrawal-1 at 10,000 records)."""
     fields = plain["features"]
-    derived = [{"type": "bins", "field": f["name"], "range": f["range"], "count": bins}
-               for f in fields if f["type"] == "numeric"]
+    numeric = [f for f in fields if f["type"] == "numeric"]
+    derived = [{"type": "bins", "field": f["name"], "range": f["range"], "count": bins} for f in numeric]
     names = [f["name"] for f in fields]
     derived += [{"type": "cross", "fields": [a, b], "buckets": buckets}
                 for i, a in enumerate(names) for b in names[i + 1:]]
-    numeric = [f["name"] for f in fields if f["type"] == "numeric"][:8]
-    if numeric:
-        derived.append({"type": "fourier", "fields": numeric, "components": FOURIER_COMPONENTS,
-                        "bandwidth": FOURIER_BANDWIDTH * (len(numeric) / 2) ** 0.5,
+    curved = [f["name"] for f in numeric][:MAX_FOURIER_FIELDS]
+    if curved:
+        derived.append({"type": "fourier", "fields": curved, "components": FOURIER_COMPONENTS,
+                        "bandwidth": FOURIER_BANDWIDTH * (len(curved) / 2) ** 0.5,
                         "seed": FOURIER_SEED})
     return {**plain, "derived": derived}
 

@@ -46,7 +46,7 @@ def exact_option(ogd_by_l2: dict, *, metric: str, workload, dim: int, events: in
     """The exact alternative: the best plain OGD l2, its score and settings, and its cost."""
     better = max if metric == "accuracy" else min
     l2 = better(ogd_by_l2, key=lambda k: ogd_by_l2[k])
-    rate = len(workload.requests) / workload.events
     return {"l2": float(l2), "score": ogd_by_l2[l2],
             "settings": f"OLU_ALGORITHM=retrain OLU_L2={float(l2):g}",
-            **replay_cost(ages=workload.ages(), dim=dim, rate=rate, events=events, every=every)}
+            **replay_cost(ages=workload.ages(), dim=dim, rate=workload.rate, events=events,
+                          every=every)}

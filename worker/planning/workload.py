@@ -59,6 +59,11 @@ class Workload:
     def events(self) -> int:
         return len(self.ids) + len(self.requests)
 
+    @property
+    def rate(self) -> float:
+        """Deletion requests per event."""
+        return len(self.requests) / self.events
+
     def multi_record(self) -> bool:
         """Requests name several records of a key on average: a per-key cap can pay."""
         sizes = [len(r) for r in self.requests]
@@ -83,7 +88,7 @@ class Workload:
             return float(np.quantile(values, p)) if len(values) else None
 
         return {"source": self.source, "events": self.events, "inserts": len(self.ids),
-                "requests": len(self.requests), "rate": len(self.requests) / self.events,
+                "requests": len(self.requests), "rate": self.rate,
                 "records_per_request": {"mean": float(sizes.mean()) if len(sizes) else None,
                                         "p50": q(sizes, 0.5), "p90": q(sizes, 0.9),
                                         "max": int(sizes.max()) if len(sizes) else None},
