@@ -163,8 +163,11 @@ def test_a_deletion_requests_release_carries_and_shows_its_request():
     model = _model(delete=True)
     # what the engine reports for a request naming 4 ids: 1 applied, 2 never seen, 1 deleted before
     deletion = SimpleNamespace(records=1, not_applied=("r-9", "r-8"), duplicates=("r-0",))
-    request = request_report(("r-1", "r-9", "r-0", "r-8"), deletion)
-    assert request == {"ids": 4, "applied": 1, "not_applied": ["r-9", "r-8"], "duplicates": 1}
+    from worker.stream.input.decode import Delete
+
+    request = request_report(Delete(("r-1", "r-9", "r-0", "r-8")), deletion, "DSR-1")
+    assert request == {"request_id": "DSR-1", "ids": 4, "applied": 1, "not_applied": ["r-9", "r-8"],
+                       "duplicates": 1}
     value = release_value(model_name="ctr", topic=INPUT, partition=0, offset=8, event_time_ms=0, model=model,
                           request=request)
     validate("release", orjson.loads(value))

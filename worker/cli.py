@@ -1,5 +1,6 @@
 """The ``olu-worker`` command line: ``run`` (the streaming worker), ``demo`` (embedded defaults),
-``follow`` (the released versions) and ``plan`` (what deletions will cost, before deploying)."""
+``follow`` (the released versions), ``plan`` (what deletions will cost, before deploying) and
+``receipts`` (what became of each deletion request)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import time  # noqa: E402
 import orjson  # noqa: E402
 
 from . import __version__  # noqa: E402
+from .audit import AUDIT_OPTIONS  # noqa: E402
+from .audit import add_parser as add_receipts_parser  # noqa: E402
 from .config import add_arguments, load_settings  # noqa: E402
 from .exceptions import ConfigError  # noqa: E402
 from .follow import add_parser as add_follow_parser  # noqa: E402
@@ -299,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_follow_parser(sub)
     add_plan_parser(sub)
     add_produce_parser(sub)
+    add_receipts_parser(sub)
     return parser
 
 
@@ -312,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     args.__dict__.pop("command", None)
     opts = argparse.Namespace(
         **{k: args.__dict__.pop(k) for k in DEMO_OPTIONS + PLAN_OPTIONS + PRODUCE_OPTIONS
-           if k in args.__dict__})
+           + AUDIT_OPTIONS if k in args.__dict__})
     try:
         try:
             return func(args, opts)

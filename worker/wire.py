@@ -1,4 +1,4 @@
-"""The names a reader of the worker's output depends on: releases and dead letters on the wire.
+"""The names a reader of the worker's output depends on: releases, receipts and dead letters.
 
 The parameter topic's default name, the release schema version, the release key, the Kafka header
 names and their closed sets of values live here once, so the worker (``worker/stream``), the
@@ -16,6 +16,17 @@ from __future__ import annotations
 PARAMS_TOPIC = "olu.params"
 #: ``schema_version`` of a release value.
 RELEASE_SCHEMA_VERSION = 1
+
+#: Default receipts topic: one receipt per deletion request, keyed by its request id.
+RECEIPTS_TOPIC = "olu.receipts"
+#: ``schema_version`` of a receipt value.
+RECEIPT_SCHEMA_VERSION = 1
+#: A receipt's ``status``: the request was unlearned; it named nothing the model learned (or only
+#: records an earlier request had unlearned); it could not be honoured (``reason`` says why).
+STATUS_HONOURED = "honoured"
+STATUS_NOTHING = "nothing_to_unlearn"
+STATUS_REFUSED = "refused"
+RECEIPT_STATUSES = (STATUS_HONOURED, STATUS_NOTHING, STATUS_REFUSED)
 
 #: Every header the worker sets is in this namespace; a dead letter carries exactly
 #: :data:`DEAD_LETTER_HEADERS` of it and drops the original record's ``olu.*`` headers.
@@ -60,7 +71,17 @@ DEAD_LETTER_HEADERS: tuple[str, ...] = (
 TRUNCATED_HEADER = "olu.truncated"
 
 
-# ------------------------------------------------------------------ the release key
+# ------------------------------------------------------------------ keys
+def derived_request_id(topic: str, partition: int, offset: int) -> str:
+    """The id of a deletion request that carries none: its record's position, stable on replay.
+
+    >>> derived_request_id("olu.events", 3, 1234)
+    'olu.events/3@1234'
+    """
+    return f"{topic}/{partition}@{offset}"
+
+
+
 def release_key_text(topic: str, partition: int) -> str:
     """The key of a release of input partition ``(topic, partition)``, as text.
 

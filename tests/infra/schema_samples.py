@@ -16,7 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-KINDS = ("insert", "delete", "release", "dead-letter")
+KINDS = ("insert", "delete", "release", "dead-letter", "receipt")
 
 
 @cache
@@ -99,6 +99,30 @@ RELEASE_SOFTMAX = copy.deepcopy(RELEASE) | {"loss": "softmax", "classes": ["cat"
 RELEASE_SOFTMAX_INT = copy.deepcopy(RELEASE) | {"loss": "softmax", "classes": [3, -1], "dim": 2,
                                                 "weights": [0.5, -0.25, -0.5, 0.25]}
 
+DELETE_SUBJECT = {"op": "delete", "subject": "user-7", "request_id": "DSR-2291"}
+RELEASE_SUBJECT_REQUEST = copy.deepcopy(RELEASE) | {
+    "request": {"request_id": "DSR-2291", "ids": 12, "applied": 11, "not_applied": [], "duplicates": 1,
+                "subject": True},
+}
+RECEIPT = {
+    "schema_version": 1, "request_id": "DSR-2291", "model": "ctr", "topic": "olu.events", "partition": 3,
+    "offset": 1234, "subject": "user-7", "status": "honoured",
+    "records": {"named": 12, "applied": 11, "not_applied": 0, "duplicates": 1}, "version": 1235,
+    "released_at": 1763800000.123,
+    "guarantee": {"outcome": "noised", "unit": "per-request", "delta": 1e-5, "epsilon": 1.0, "sigma": 0.042,
+                  "epoch": 0},
+}
+RECEIPT_ROTATION = copy.deepcopy(RECEIPT) | {"guarantee": RECEIPT["guarantee"] | {"generation": 4,
+                                                                                  "retired_by_event": 1200000}}
+RECEIPT_NOTHING = {
+    "schema_version": 1, "request_id": "olu.events/3@1300", "model": "ctr", "topic": "olu.events", "partition": 3,
+    "offset": 1300, "ids": ["r-404"], "status": "nothing_to_unlearn",
+    "records": {"named": 1, "applied": 0, "not_applied": 1, "duplicates": 0}, "version": None, "released_at": None,
+    "guarantee": None,
+}
+RECEIPT_REFUSED = RECEIPT_NOTHING | {"status": "refused", "reason": "budget_exhausted",
+                                     "records": {"named": 1, "applied": 0, "not_applied": 0, "duplicates": 0}}
+
 DEAD_LETTER = {
     "olu.source.topic": "olu.events",
     "olu.source.partition": "3",
@@ -113,10 +137,11 @@ DEAD_LETTER_TRUNCATED = DEAD_LETTER | {"olu.error.reason": "oversized", "olu.tru
 
 VALID: dict[str, list[dict[str, Any]]] = {
     "insert": [INSERT, INSERT_RIDGE, INSERT_LOGISTIC_01, INSERT_SPARSE],
-    "delete": [DELETE, DELETE_TS, DELETE_IDS, DELETE_ONE_OF_IDS],
+    "delete": [DELETE, DELETE_TS, DELETE_IDS, DELETE_ONE_OF_IDS, DELETE_SUBJECT, DELETE_IDS | {"request_id": "DSR-1"}],
     "release": [RELEASE, RELEASE_ACTIVE, RELEASE_NO_CAPACITY_KEY, RELEASE_REQUEST, RELEASE_SOFTMAX,
-                RELEASE_SOFTMAX_INT],
+                RELEASE_SOFTMAX_INT, RELEASE_SUBJECT_REQUEST],
     "dead-letter": [DEAD_LETTER, DEAD_LETTER_WITH_FOREIGN_HEADER, DEAD_LETTER_TRUNCATED],
+    "receipt": [RECEIPT, RECEIPT_ROTATION, RECEIPT_NOTHING, RECEIPT_REFUSED],
 }
 
 
@@ -156,6 +181,18 @@ INVALID: list[tuple[str, str, Any]] = [
     ("insert-unknown-op", "insert", INSERT | {"op": "upsert"}),
     ("insert-op-as-delete", "insert", INSERT | {"op": "delete"}),
     ("delete-missing-id", "delete", {"op": "delete"}),
+    ("delete-subject-and-ids", "delete", DELETE_SUBJECT | {"ids": ["r-1"]}),
+    ("delete-subject-and-id", "delete", DELETE_SUBJECT | {"id": "r-1"}),
+    ("delete-subject-empty", "delete", DELETE_SUBJECT | {"subject": ""}),
+    ("delete-request-id-empty", "delete", DELETE | {"request_id": ""}),
+    ("delete-request-id-long", "delete", DELETE | {"request_id": "D" * 257}),
+    ("delete-request-id-control", "delete", DELETE | {"request_id": "DSR\n1"}),
+    ("receipt-both-subject-and-ids", "receipt", RECEIPT | {"ids": ["r-1"]}),
+    ("receipt-neither-subject-nor-ids", "receipt", {k: v for k, v in RECEIPT.items() if k != "subject"}),
+    ("receipt-unknown-status", "receipt", RECEIPT | {"status": "done"}),
+    ("receipt-unknown-reason", "receipt", RECEIPT_REFUSED | {"reason": "tired"}),
+    ("receipt-unknown-outcome", "receipt", RECEIPT | {"guarantee": RECEIPT["guarantee"] | {"outcome": "ignored"}}),
+    ("receipt-extra-field", "receipt", RECEIPT | {"note": "x"}),
     ("delete-empty-id", "delete", {"op": "delete", "id": ""}),
     ("delete-unknown-op", "delete", {"op": "remove", "id": "r-42"}),
     ("delete-with-features", "delete", DELETE | {"x": [0.1]}),

@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 import obstore
 import orjson
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from worker.config import load_settings
-from worker.olu import ALGORITHMS, load_model
+from worker.olu import ALGORITHMS, load_model, record_key
 from worker.olu.core.sparse import SparseRows
 from worker.olu.exceptions import BudgetExhausted, InvalidExample
 from worker.state.codec import decode
@@ -50,6 +50,7 @@ from worker.state.groups import GROUP_KIND, unpack_group
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.decode import Insert, decode_event
+from worker.stream.input.keys import partitioning_keys
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 4
@@ -680,17 +681,29 @@ def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas
         out.dead += 1
         return
     if isinstance(event, Insert):
+        subject = _subject_key(key)  # the Kafka key: the subject the worker maps the record to
         try:
             if settings.sparse_input:  # one row of learn_many: the sparse step, as the worker takes it
-                applied = model.learn_many([event.id], SparseRows.from_rows([event.x]), [event.y])
+                applied = model.learn_many([event.id], SparseRows.from_rows([event.x]), [event.y],
+                                           subjects=[subject])
             else:
-                applied = model.learn_one(event.id, event.x, event.y)
+                applied = model.learn_one(event.id, event.x, event.y, subject=subject)
         except InvalidExample:
             out.dead += 1
             return
         out.inserts_applied += applied
         out.inserts_skipped += not applied
         return
+    ids, keys = list(event.ids), None
+    if event.subject is not None:  # forget the subject: every record the model learned under its key
+        if not model.forgets_by_key:
+            out.dead += 1  # forget_by_key_off
+            return
+        keys = model.subject_records(record_key(event.subject)).tolist()
+        if not keys:
+            out.noop_deletes.append(offset)
+            return
+        ids = [f"{k:016x}" for k in keys]
     after = offset + 1
     delta, release = deltas.get(after), released.get(after)
     if delta is not None and release is not None:
@@ -701,11 +714,11 @@ def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas
     if offset in pre_noise_at:  # the iterate the noise is added to, on a throw-away copy
         twin = load_model(model.export_state())
         twin._noise = lambda sigma, d=model.dim: np.zeros(d)
-        twin.unlearn_request(list(event.ids))
+        twin.unlearn_request(ids, keys=keys)
         out.pre_noise[offset] = twin.z.copy()
     post = delta if delta is not None else release
     try:
-        deletion = model.unlearn_request(list(event.ids), post_state=post)
+        deletion = model.unlearn_request(ids, post_state=post, keys=keys)
     except BudgetExhausted:  # refused (on_budget=refuse): the worker dead-letters it, the model is unchanged
         assert delta is None and release is None, f"a refused deletion at offset {offset} has a stored state"
         out.dead += 1
@@ -726,6 +739,11 @@ def _apply(model, settings, out: Replayed, used: set, offset, key, value, deltas
     else:
         assert delta is None, f"a delta exists for the no-op deletion at offset {offset}"
         out.noop_deletes.append(offset)
+
+
+def _subject_key(key: bytes | None) -> int:
+    """The 64-bit key of a record's subject, as the worker hashes a Kafka key (its bytes)."""
+    return int(partitioning_keys([Message(key=key)])[0])
 
 
 def input_by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes, bytes]]]:

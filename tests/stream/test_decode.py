@@ -164,7 +164,21 @@ REASON_CASES: list[tuple[str, bytes | None, bytes | None, str]] = [
     ("bad-id-in-ids-empty", b"s-1", dumps(REQUEST | {"ids": ["r-1", ""]}), "bad_id"),
     ("bad-id-in-ids-too-long", b"s-1", dumps(REQUEST | {"ids": ["r-1", "r" * 257]}), "bad_id"),
     ("bad-id-in-ids-too-long-unicode", b"s-1", dumps(REQUEST | {"ids": ["\U0001F600" * 257]}), "bad_id"),
-    ("schema-request-extra-field", b"s-1", dumps(REQUEST | {"subject": "s-1"}), "schema_violation"),
+    ("schema-request-extra-field", b"s-1", dumps(REQUEST | {"user": "s-1"}), "schema_violation"),
+    # deletion requests naming their data subject, and request ids
+    ("subject-and-ids", b"s-1", dumps(REQUEST | {"subject": "s-1"}), "subject_and_ids"),
+    ("subject-and-id", b"s-1", dumps(DELETE | {"subject": "s-1"}), "subject_and_ids"),
+    ("bad-subject-number", b"7", dumps({"op": "delete", "subject": 7}), "bad_subject"),
+    ("bad-subject-empty", b"s-1", dumps({"op": "delete", "subject": ""}), "bad_subject"),
+    ("bad-subject-null", b"s-1", dumps({"op": "delete", "subject": None}), "bad_subject"),
+    ("key-mismatch-subject-not-the-key", b"s-1", dumps({"op": "delete", "subject": "s-2"}), "key_mismatch"),
+    ("key-mismatch-subject-key-not-utf8", b"s-\xff", dumps({"op": "delete", "subject": "s-"}), "key_mismatch"),
+    ("key-mismatch-subject-unkeyed", None, dumps({"op": "delete", "subject": "s-1"}), "key_mismatch"),
+    ("bad-request-id-number", b"r-1", dumps(DELETE | {"request_id": 2291}), "bad_request_id"),
+    ("bad-request-id-empty", b"s-1", dumps(REQUEST | {"request_id": ""}), "bad_request_id"),
+    ("bad-request-id-too-long", b"r-1", dumps(DELETE | {"request_id": "D" * 257}), "bad_request_id"),
+    ("bad-request-id-control", b"r-1", dumps(DELETE | {"request_id": "DSR\n1"}), "bad_request_id"),
+    ("schema-subject-extra-field", b"s-1", dumps({"op": "delete", "subject": "s-1", "x": [1]}), "schema_violation"),
     ("schema-request-ts-string", b"s-1", dumps(REQUEST | {"ts": "now"}), "schema_violation"),
     ("oversized-request (max_bytes=100)", b"s-1", dumps(REQUEST | {"ids": [f"r-{i}" for i in range(30)]}),
      "oversized"),
@@ -237,7 +251,8 @@ def test_every_reason_code_is_produced():
     # (tests/stream/test_worker_kafka_memorypair.py); the registry formats' own reasons are
     # produced by worker/formats (tests/stream/test_formats.py).
     registry = {"not_framed", "unknown_schema", "not_decodable", "schema_mismatch"}
-    assert produced | {"budget_exhausted"} | registry == set(REASONS)
+    # forget_by_key_off is the runner's too (tests/stream/test_partition_receipts.py)
+    assert produced | {"budget_exhausted", "forget_by_key_off"} | registry == set(REASONS)
 
 
 # ------------------------------------------------------------------ accepted records
@@ -741,3 +756,15 @@ def test_decode_inserts_respects_max_bytes():
     size = len(record[0]) + len(record[1])
     assert decode_mod.decode_inserts(_messages([record]), 0, dim=2, max_bytes=size).end == 1
     assert decode_mod.decode_inserts(_messages([record]), 0, dim=2, max_bytes=size - 1).end == 0
+
+
+def test_a_delete_may_name_its_subject_and_carry_a_request_id():
+    forget = decode_event(b"user-7", dumps({"op": "delete", "subject": "user-7", "request_id": "DSR-2291",
+                                            "ts": 5}), dim=2, max_bytes=4096)
+    assert (forget.ids, forget.subject, forget.request_id, forget.tombstone) == ((), "user-7", "DSR-2291", False)
+    named = decode_event(b"user-7", dumps(REQUEST | {"request_id": "DSR-2292"}), dim=2, max_bytes=4096)
+    assert (named.ids, named.subject, named.request_id) == (("r-1", "r-2"), None, "DSR-2292")
+    plain = decode_event(b"r-1", dumps(DELETE), dim=2, max_bytes=4096)
+    assert (plain.subject, plain.request_id) == (None, None)
+    unicode = decode_event("ü-7".encode(), dumps({"op": "delete", "subject": "ü-7"}), dim=2, max_bytes=4096)
+    assert unicode.subject == "ü-7"

@@ -47,8 +47,8 @@ def _records() -> tuple[list, dict]:
 
     def req(subject, ids, report):
         records.append(_request(subject, ids))
-        if report is not None:
-            expected[len(records)] = report  # release version = the request's offset + 1
+        if report is not None:  # release version = the request's offset + 1; the id: its position
+            expected[len(records)] = {"request_id": f"t/0@{len(records) - 1}", **report}
 
     req("s-0", ["r-0"], {"ids": 1, "applied": 1, "not_applied": [], "duplicates": 0})
     req("s-1", ["r-1", "r-7"], {"ids": 2, "applied": 2, "not_applied": [], "duplicates": 0})
@@ -58,7 +58,8 @@ def _records() -> tuple[list, dict]:
         {"ids": 5, "applied": 3, "not_applied": ["ghost-1"], "duplicates": 1})
     req("s-3", ["ghost-2", "r-1"], None)  # changes nothing: no release
     records.append((b"r-3", None))  # a tombstone still deletes the record its key names
-    expected[len(records)] = {"ids": 1, "applied": 1, "not_applied": [], "duplicates": 0}
+    expected[len(records)] = {"request_id": f"t/0@{len(records) - 1}", "ids": 1, "applied": 1,
+                              "not_applied": [], "duplicates": 0}
     records += [_insert(f"r-{i}", f"s-{i % 6}", rng) for i in range(61, 80)]
     return records, expected
 
@@ -180,8 +181,8 @@ def test_a_request_naming_10000_records_is_one_noise_draw():
     runner = _runner(SnapshotStore(open_store("memory://"), prefix="p", group="g", keep=3), seed=1)
     outs = [runner.process(msgs[j:j + 2000]) for j in range(0, len(msgs), 2000)]
     (release,) = _deletion_releases(outs)
-    assert orjson.loads(release.value)["request"] == {"ids": 10_000, "applied": 10_000, "not_applied": [],
-                                                      "duplicates": 0}
+    assert orjson.loads(release.value)["request"] == {"request_id": "t/0@10001", "ids": 10_000, "applied": 10_000,
+                                                      "not_applied": [], "duplicates": 0}
     assert len(list(runner.model.ledger)) == runner.model.accountant.lifetime_deletions == 1
 
 

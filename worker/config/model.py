@@ -21,7 +21,7 @@ ALGORITHMS = tuple(_REGISTRY)
 BASE_MODEL_SETTINGS = ("dim", "loss", "classes", "l2", "label_bound", "radius", "feature_bound",
                        "feature_policy", "schedule", "t0", "step", "privacy_unit", "rho",
                        "target_epsilon", "omega", "delta", "budget_split", "budget_reserve",
-                       "max_records_per_key")
+                       "max_records_per_key", "forget_by_key")
 
 
 def engine_default(setting: str) -> Any:

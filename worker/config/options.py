@@ -99,6 +99,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("input_topics", topics, "input topics, comma-separated", "kafka"),
     Option("params_topic", topic, "topic of released parameters", "kafka"),
     Option("dlq_topic", topic, "dead-letter topic", "kafka"),
+    Option("receipts_topic", topic, "topic of deletion receipts, one per request keyed by its id "
+           "(compact it; it names the subjects and ids deleted: restrict who reads it)", "kafka"),
     Option("transactional", boolean, "publish releases and commit offsets in Kafka transactions",
            "kafka"),
     Option("transactional_id", text, "transactional.id (default {group_id}-{hostname}; must be "
@@ -209,6 +211,10 @@ OPTIONS: tuple[Option, ...] = (
            "request naming a subject's records costs at most this many records' noise (default: no "
            "cap)",
            "model"),
+    Option("forget_by_key", boolean,
+           "keep which records each partitioning key (data subject) gave a new model, 16 bytes a "
+           "record, so a delete naming the subject forgets all of them in one request",
+           "model"),
     Option("max_deletions", number(1, integer=True),
            "deletion capacity (per epoch; k for the restart and active algorithms)", "model"),
     Option("restart_c", positive, "passive-restart: constant c of the restart test", "model"),
@@ -256,6 +262,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("state_prefix", state_prefix, "key prefix in the object store", "state"),
     Option("on_corrupt_snapshot", choice(CORRUPT_POLICIES),
            "corrupt newest snapshot: fallback to an older one, or fail", "state"),
+    Option("deletion_deadline_seconds", positive,
+           "the promised bound from a delete's arrival to the release that reflects it: a request "
+           "pending longer is late (olu_deletion_requests_late, the chart's alert, olu-worker "
+           "receipts --late)", "state"),
     Option("purge_bound_seconds", positive, "max seconds until stored objects holding a deleted "
                                             "record's raw features are deleted (active "
                                             "algorithms)", "state"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..wire import PARAMS_TOPIC
+from ..wire import PARAMS_TOPIC, RECEIPTS_TOPIC
 from . import model
 from .kafka import (
     CONSUMER_ONLY_KEYS,
@@ -50,6 +50,7 @@ class Settings:
     input_topics: tuple[str, ...] = ("olu.events",)
     params_topic: str = PARAMS_TOPIC
     dlq_topic: str = "olu.events.dlq"
+    receipts_topic: str = RECEIPTS_TOPIC
     transactional: bool = False
     transactional_id: str | None = None  # None: f"{group_id}-{hostname}"
     group_protocol: str = "classic"
@@ -99,6 +100,7 @@ class Settings:
     rotation_variant: str = "overlap"
     model_lifetime_events: int = 400_000
     max_records_per_key: int | None = None  # None: no per-key contribution bound
+    forget_by_key: bool = True  # a subject map in every new model (core/subjects.py)
     max_deletions: int | None = None
     # an algorithm's own settings: the default is the algorithm class's (written there, once)
     restart_c: float = model.engine_default("restart_c")
@@ -124,6 +126,7 @@ class Settings:
     state_prefix: str = "olu"
     on_corrupt_snapshot: str = "fallback"
     purge_bound_seconds: float = 60.0
+    deletion_deadline_seconds: float = 300.0  # delete to release, promised (receipts, alert)
     max_record_bytes: int = 1_048_576
     revoke_budget_fraction: float = 0.5
     batch_size: int = 2000

@@ -242,6 +242,8 @@ class Worker:
         self.metrics.record_outcome(runner, outcome)
         for dead in outcome.dead_letters:
             self.publisher.dead_letter(runner, dead)
+        if outcome.receipts:
+            self.publisher.receipts(runner, outcome.receipts)
         for release in outcome.releases:
             self.publisher.release(runner, release)
         consumed = outcome.inserts + outcome.deletes + outcome.skipped + len(outcome.dead_letters)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..olu import Forget, Learn, SparseRows
+from ..olu import Forget, Learn, SparseRows, record_key
 from .input.batch import DecodedBatch
 from .input.decode import Delete, Insert
 from .stored_forms import post_state
@@ -33,9 +33,10 @@ def engine_steps(batch: DecodedBatch, replay_deltas: dict, settings) -> list:
                 steps.append(Learn(j, j + 1, row, label, [event.id]))
             elif isinstance(event, Delete):
                 stored = replay_deltas.pop(batch.messages[j].offset() + 1, None)
+                subject = None if event.subject is None else record_key(event.subject)
                 steps.append(Forget(j, tuple(event.ids), batch.keys.get(j),
                                     None if stored is None else post_state(stored),
-                                    publish=each or j >= batch.last_candidate))
+                                    publish=each or j >= batch.last_candidate, subject=subject))
     return steps
 
 

@@ -49,6 +49,10 @@ REASONS: tuple[str, ...] = (
     "unknown_schema",
     "not_decodable",
     "schema_mismatch",
+    "subject_and_ids",
+    "bad_subject",
+    "bad_request_id",
+    "forget_by_key_off",
 )
 _REASON_SET = frozenset(REASONS)
 

@@ -19,6 +19,9 @@ class Release:
     # The quality figure as of this release (OLU_QUALITY_METRIC): exported when the release is
     # published, so the gauge never shows a state whose deletion is not yet durable.
     prequential_loss: float | None = None
+    # the receipts of the requests this release is the first to reflect (output/receipts.py):
+    # produced after it, never before
+    receipts: list = field(default_factory=list)
 
 
 @dataclass
@@ -44,6 +47,8 @@ class Outcome:
     refused: int = 0  # deletes refused for an exhausted privacy budget (also in ``dead_letters``)
     # feature spec field name -> inserts whose value was clipped
     clipped: dict = field(default_factory=dict)
+    # receipts that wait for no release: requests with nothing to unlearn, refused ones
+    receipts: list = field(default_factory=list)
 
 
 @dataclass

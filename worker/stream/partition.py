@@ -46,7 +46,9 @@ from .input.decode import Delete, Insert
 from .input.framed_scan import FramedBatch
 from .outbox import MAX_GROUP, Outbox
 from .outcome import DeadLetterOut, Outcome, PendingSnapshot, Release
+from .output.receipts import Receipt, receipt, request_id
 from .output.releases import budget_header, release_headers, release_value, request_report
+from .receipt_book import ReceiptBook
 from .replay_floor import ReplayFloor
 from .stored_forms import delta_payload, features_header, spec_changed
 
@@ -92,6 +94,7 @@ class PartitionRunner:
         # them was handled, whether one of them retrained). Both are settled before any release.
         self._batch_deltas: list[tuple[int, dict, dict]] = []
         self._owed: tuple[float, bool] | None = None
+        self.receipts = ReceiptBook()  # every receipt until it is delivered (receipt_book.py)
 
     # ----------------------------------------------------------------- restore
     @classmethod
@@ -117,6 +120,7 @@ class PartitionRunner:
                      **common)
         if restored.header.get("request") is not None:  # the snapshot directly follows a request
             runner.request_at = (restored.offset, restored.header["request"])
+        runner.receipts = ReceiptBook.restored(restored.header.get("receipts", ()))
         return runner, restored
 
     # ----------------------------------------------------------------- processing
@@ -126,11 +130,13 @@ class PartitionRunner:
         After a deletion whose delta could not be stored, ``blocked`` and ``resume_at`` are set.
         """
         out = Outcome()
+        out.receipts = self.receipts.take_due()  # restored ones that wait for no release
         # the input stage chooses the decoder; each message's subject (its Kafka key) is hashed
         # for a model that caps what one key contributes
         batch = decode_batch(self._unseen(messages), dim=self.model.dim,
                              max_bytes=self.settings.max_record_bytes,
-                             subjects=self.model.key_cap is not None,
+                             subjects=(self.model.key_cap is not None
+                                       or self.model.forgets_by_key),
                              features=self.settings.feature_spec,
                              sparse=self.settings.sparse_input,
                              labels=names_labels(self.model.loss))
@@ -197,7 +203,7 @@ class PartitionRunner:
                 "the budget or split the request, then restart") from forgotten.refused
         if forgotten.refused is not None:
             # the model is unchanged; never crash-loop on it
-            self._refuse(msg, forgotten.refused, out)
+            self._refuse(msg, event, forgotten.refused, out)
             return
         self._honoured(msg, event, forgotten, out, started, step.publish)
 
@@ -245,8 +251,9 @@ class PartitionRunner:
         out.deletes += 1
         out.tombstones += event.tombstone
         out.deletions.append(deletion)
-        request = request_report(event.ids, deletion)
+        request = request_report(event, deletion, self._request_id(msg, event))
         if not deletion.changed_model:
+            self._receipt(out, receipt(**self._receipt_of(msg, event), deletion=deletion))
             if len(event.ids) > 1:  # counts only: ids never go to the log
                 log.info("deletion request changed nothing", extra={
                     "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
@@ -258,6 +265,9 @@ class PartitionRunner:
             # Snapshot at half the bound, leaving the other half for the write and the purge.
             self.purge_due_at = started + self.settings.purge_bound_seconds / 2
         self.request_at = (after, request)
+        self._receipt(None, receipt(**self._receipt_of(msg, event), deletion=deletion,
+                                    guarantee=forgotten.guarantee,
+                                    event_time_ms=self.event_time_ms))
         retrained = deletion.outcome == "retrained"
         if retrained:  # the budget ran out: said in a header, the value stays pure
             log.warning("deletion budget exhausted; model retrained on the retained data", extra={
@@ -300,14 +310,32 @@ class PartitionRunner:
     def _write_deltas(self, deltas: list[tuple[int, dict, dict]]) -> None:
         self.snapshots.write_deltas(self.topic, self.partition, deltas)
 
-    def _refuse(self, msg, exc: BudgetExhausted, out: Outcome) -> None:
-        """A delete the budget cannot cover (on_budget=refuse): dead-letter it so it is not lost."""
-        log.error("deletion refused: privacy budget exhausted", extra={
+    def _refuse(self, msg, event: Delete, exc: Exception, out: Outcome) -> None:
+        """A delete the model cannot honour, unchanged: the budget cannot cover it (on_budget=
+        refuse), or it names a subject and the model keeps no records by subject. Dead-lettered
+        so it is not lost, with a receipt that says why."""
+        reason = "budget_exhausted" if isinstance(exc, BudgetExhausted) else "forget_by_key_off"
+        log.error("deletion refused", extra={
             "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
-            "algorithm": self.settings.algorithm, "reason": "budget_exhausted", "detail": str(exc)})
-        out.dead_letters.append(DeadLetterOut(msg, "budget_exhausted", str(exc)))
+            "algorithm": self.settings.algorithm, "reason": reason, "detail": str(exc)})
+        out.dead_letters.append(DeadLetterOut(msg, reason, str(exc)))
         out.refused += 1
         self._advance(msg)
+        self._receipt(out, receipt(**self._receipt_of(msg, event), refused=reason))
+
+    # ----------------------------------------------------------------- receipts
+    def _request_id(self, msg, event: Delete) -> str:
+        return request_id(event, self.topic, self.partition, msg.offset())
+
+    def _receipt_of(self, msg, event: Delete) -> dict:
+        return {"model_name": self.model_name, "topic": self.topic, "partition": self.partition,
+                "offset": msg.offset(), "event": event}
+
+    def _receipt(self, out: Outcome | None, made: Receipt) -> None:
+        """Keep ``made`` until it is delivered; to ``out`` now, or (None) behind its release."""
+        self.receipts.keep(made, waits=out is None)
+        if out is not None:
+            out.receipts.append(made)
 
     def ready_releases(self) -> list[Release]:
         """Releases whose deltas have become durable since the last call, in order."""
@@ -337,9 +365,10 @@ class PartitionRunner:
         self.released_version = self.next_offset
         self.events_since_release = 0
         self.last_release_at = time.monotonic()
+        answered = self.receipts.answered_by(self.next_offset)
         return Release(release_key(self.topic, self.partition), value, release_headers(trigger),
                        self.next_offset, trigger, deletion_started, *noise,
-                       prequential_loss=self.prequential_loss)
+                       prequential_loss=self.prequential_loss, receipts=answered)
 
     def _emit(self, trigger: str, deletion_started: float | None = None, retrained: bool = False,
               published: Published | None = None) -> None:
@@ -403,6 +432,8 @@ class PartitionRunner:
         if (request := self._request_here()) is not None:
             # a release at this offset after a restore
             header["request"] = request  # must carry it too (docs/worker.md 5.2)
+        if self.receipts.unconfirmed:  # a restore from this copy never meets their deletes again
+            header["receipts"] = self.receipts.stored()
         # Deletions after this point may need their own purge: they are not in this copy's past.
         pending = PendingSnapshot(self.next_offset, header, state["arrays"],
                                   state.get("shared", {}),

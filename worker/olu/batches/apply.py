@@ -19,9 +19,11 @@ import math
 
 import numpy as np
 
+from ..core.deletion import Deletion
 from ..core.mixed import learn_and_unlearn
 from ..core.record_keys import record_keys
-from ..exceptions import BudgetExhausted, InvalidExample
+from ..exceptions import BudgetExhausted, ConfigError, InvalidExample
+from .guarantee import request_guarantee
 from .published import Published
 from .quality import ALL_ROWS, mean_loss
 from .steps import Applied, Batch, Forget, Forgotten, Learn, Learned
@@ -116,15 +118,29 @@ def _learn(model, batch: Batch, step: Learn, checked, out: Applied) -> Learned:
 
 
 def _forget(model, step: Forget) -> Forgotten:
-    """One deletion request: one engine call for all its ids."""
+    """One deletion request: one engine call for all its ids (a subject's: the records the model
+    learned under it; none, and nothing to unlearn, for a subject it never saw)."""
+    ids, keys = list(step.ids), step.keys
+    if step.subject is not None:
+        if not model.forgets_by_key:
+            return Forgotten(refused=ConfigError(
+                "a request to forget a subject, but this model keeps no records by subject "
+                "(forget_by_key off when it was created)"))
+        found = model.subject_records(step.subject)
+        if not len(found):
+            return Forgotten(Deletion("not_applied"))
+        keys = found.tolist()
+        ids = [f"{k:016x}" for k in keys]  # stand-ins: the engine reports by id, never stores them
     z_before = model.z  # the engine replaces z on every change, never writes into it
     try:
-        deletion = model.unlearn_request(list(step.ids), post_state=step.post_state, keys=step.keys)
+        deletion = model.unlearn_request(ids, post_state=step.post_state, keys=keys)
     except BudgetExhausted as exc:
         return Forgotten(refused=exc, partial=model.z is not z_before)
-    fresh = step.post_state is None and deletion.changed_model
-    published = Published.of(model) if step.publish and deletion.changed_model else None
-    return Forgotten(deletion, model.deletion_state() if fresh else None, published)
+    if not deletion.changed_model:
+        return Forgotten(deletion)
+    published = Published.of(model) if step.publish else None
+    return Forgotten(deletion, model.deletion_state() if step.post_state is None else None,
+                     published, guarantee=request_guarantee(model, deletion))
 
 
 def _prefetch(model, steps: list) -> None:
@@ -167,6 +183,10 @@ def _one_pass(model, batch: Batch, checked, out: Applied) -> int:
             out.outcomes.append(Learned())
             continue
         deletion, state = next(answers)
-        published = Published.of(model) if step.publish and deletion.changed_model else None
-        out.outcomes.append(Forgotten(deletion, state, published))
+        if not deletion.changed_model:
+            out.outcomes.append(Forgotten(deletion, state))
+            continue
+        published = Published.of(model) if step.publish else None
+        out.outcomes.append(Forgotten(deletion, state, published,
+                                      guarantee=request_guarantee(model, deletion)))
     return len(taken)

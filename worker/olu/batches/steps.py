@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.deletion import Deletion
-from ..exceptions import BudgetExhausted
+from ..exceptions import BudgetExhausted, ConfigError
 from .published import Published
 
 
@@ -35,13 +35,17 @@ class Forget:
     """One deletion request at ``position``: every id in one engine call (one noise draw, one
     charge). ``post_state``: the post-noise state an earlier process stored for it (a replay
     adopts it instead of drawing noise again). ``publish``: the caller releases right after it,
-    so the engine captures the state it would release (:class:`Forgotten.published`)."""
+    so the engine captures the state it would release (:class:`Forgotten.published`).
+    ``subject``: a request that names the data subject, not its records (core/subjects.py)."""
 
     position: int
     ids: tuple
     keys: list | None = None
     post_state: dict | None = None
     publish: bool = False
+    #: set: forget this data subject (its 64-bit key) instead: every record the model learned
+    #: under it, in one request (``ids`` is then empty)
+    subject: int | None = None
 
 
 @dataclass(slots=True)
@@ -79,14 +83,17 @@ class Learned:
 class Forgotten:
     """A :class:`Forget` step's answer. ``state``: the model's deletion state right after it, to
     make durable (None when it changed nothing or adopted a stored one). ``refused``: the budget
-    could not cover it and nothing changed; ``partial``: the budget ran out inside it, after some
+    could not cover it, or the model cannot forget by subject (``ConfigError``), and nothing
+    changed; ``partial``: the budget ran out inside it, after some
     of its records were unlearned (the batch stops there)."""
 
     deletion: Deletion | None = None
     state: dict | None = None
     published: Published | None = None
-    refused: BudgetExhausted | None = None
+    refused: BudgetExhausted | ConfigError | None = None
     partial: bool = False
+    #: for a request that changed the model: what it got (batches/guarantee.py)
+    guarantee: dict | None = None
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ from .learning import Learning
 from .losses import make_loss
 from .rebuild import exported, rebuild, subclass_named
 from .schedules import Constant, Convex, Schedule, StronglyConvex
+from .subjects import SubjectIndex
 from .tombstones import KeySet
 from .unlearning import Unlearning
 
@@ -134,6 +135,7 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
         deletion_capacity: int | None = None,
         budget_reserve: float = DEFAULT_RESERVE,
         max_records_per_key: int | None = None,
+        forget_by_key: bool = False,
         noise_rng: np.random.Generator | None = None,
         eps: object = _REMOVED,
     ):
@@ -153,6 +155,8 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
             delta=delta, capacity=capacity, budget_split=budget_split,
             deletion_capacity=deletion_capacity,
             budget_reserve=budget_reserve, max_records_per_key=max_records_per_key,
+            # stored only when on, so the configs (and digests) of older states are unchanged
+            **({"forget_by_key": True} if forget_by_key else {}),
         )
         self.features = FeatureBound(dim, feature_bound, feature_policy)
         self.ball = Ball(radius)
@@ -174,6 +178,10 @@ class OnlineUnlearner(Learning, Unlearning, ScaledIterate, MeteredNoise):
                             else ContributionCap(max_records_per_key))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if not isinstance(forget_by_key, bool):
+            raise ConfigError(f"forget_by_key must be true or false, got {forget_by_key!r}")
+        # subject key -> the records learned under it, to forget a data subject by key
+        self.subject_index = SubjectIndex() if forget_by_key else None
         self._noise_rng = noise_rng  # tests only: production draws from OS entropy (invariant 1)
         self._os_entropy = OsEntropy()
         self._replaying = False

@@ -32,10 +32,11 @@ class Learning:
         """
         key = record_key(record_id)
         xv, yv = self.features.check(x), self.loss.label(y)
-        if self.key_cap is not None:
-            subjects = subject_keys(None if subject is None else [subject], [key])
-            if not self.key_cap.admit(subjects)[0]:
-                return False
+        owners = subject_keys(None if subject is None else [subject], [key])
+        if self.key_cap is not None and not self.key_cap.admit(owners)[0]:
+            return False
+        if self.subject_index is not None:
+            self.subject_index.add(owners, np.array([key], np.uint64))
         plan = self.kernel_plan()
         if plan is not None:  # the compiled path of learn_many, so the two agree bit for bit
             keys = np.array([key], np.uint64)
@@ -87,11 +88,17 @@ class Learning:
     def learn_prepared(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray, subjects=None) -> int:
         """Apply a batch :meth:`prepare_batch` returned (of this model or one with the same
         checks)."""
+        if self.key_cap is None and self.subject_index is None:
+            return self._learn_batch(keys, X, y)
+        owners = subject_keys(subjects, keys)
         if self.key_cap is not None:  # rows of a key past its cap are consumed, not learned
-            admitted = self.key_cap.admit(subject_keys(subjects, keys))
+            admitted = self.key_cap.admit(owners)
             if not admitted.all():
-                keys, X, y = keys[admitted], X[admitted], y[admitted]
-        return self._learn_batch(keys, X, y)
+                keys, X, y, owners = keys[admitted], X[admitted], y[admitted], owners[admitted]
+        applied = self._learn_batch(keys, X, y)
+        if self.subject_index is not None:
+            self.subject_index.add(owners, keys)
+        return applied
 
     def _learn_batch(self, keys: np.ndarray, X: np.ndarray, y: np.ndarray) -> int:
         """Apply validated rows (keys uint64): the compiled kernel, or ``_learn`` in a loop."""

@@ -110,8 +110,10 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
         return None
     offered = sum(stop - first for first, stop in spans)
     count_arrivals = None
+    owners = (None if model.key_cap is None and model.subject_index is None
+              else subject_keys(subjects, keys))
     if model.key_cap is not None:
-        spans, count_arrivals = _admitted_spans(model.key_cap, subject_keys(subjects, keys), spans)
+        spans, count_arrivals = _admitted_spans(model.key_cap, owners, spans)
     learned = sum(stop - first for first, stop in spans)
     if learned >= model.index.tail_room():  # a merge inside the pass would see the pops early
         return None
@@ -134,16 +136,26 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
         or not earliest + schedule.t0 > 0):
         _undo_pops(model, popped)  # a step before the closed form (log_contraction), or a refusal
         return None
-    return Pass(model, plan, (keys, X, y, ops), (learned, offered, count_arrivals),
-                (dkeys, delete_keys, delete_ids),
-                tombstoned, in_batch.tolist(), popped, steps_u, multipliers)
+    checked = Pass(model, plan, (keys, X, y, ops), (learned, offered, count_arrivals),
+                   (dkeys, delete_keys, delete_ids),
+                   tombstoned, in_batch.tolist(), popped, steps_u, multipliers)
+    if model.subject_index is not None:  # the learned rows' pairs, added when the pass runs
+        checked.owners = owners
+        checked.learned_rows = _span_rows(spans)
+    return checked
+
+
+def _span_rows(spans) -> np.ndarray:
+    """The rows of ``spans`` ((first, stop) pairs), in order."""
+    if not spans:
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.arange(first, stop) for first, stop in spans])
 
 
 def _admitted_spans(cap, subjects: np.ndarray, spans) -> tuple[list, object]:
     """``spans`` without the rows ``cap`` refuses (maximal runs of the admitted rows), and the
     function that counts the spans' rows as arrived."""
-    rows = np.concatenate(
-        [np.arange(first, stop) for first, stop in spans]) if spans else np.zeros(0, np.int64)
+    rows = _span_rows(spans)
     admitted, count_arrivals = cap.plan(subjects[rows])
     kept = rows[admitted]
     if len(kept) == 0:
@@ -192,6 +204,9 @@ class Pass:
         model.counters["skipped_deleted"] += learned - n_applied
         if self.count_arrivals is not None:
             self.count_arrivals()
+        if model.subject_index is not None:
+            rows = self.learned_rows
+            model.subject_index.add(self.owners[rows], keys[rows])
         deletions, points = _account(model, popped, tombstoned, delete_ids, steps_u, taus, shifts,
                                      sigmas, z_after)
         states = [p if d.changed_model else None for d, p in zip(deletions, points)]

@@ -11,6 +11,7 @@ from ..privacy.accountant import load_accountant
 from ..privacy.ledger import Ledger
 from .contribution import ContributionCap
 from .index import AppliedIndex
+from .subjects import SubjectIndex
 from .tombstones import KeySet
 
 READABLE_FORMATS = (1, 2, 3, 4)
@@ -36,6 +37,10 @@ def exported(model, state_format: int) -> dict:
         # a sparse step's iterate and kept norm (core/iterate.py), exactly
         arrays["z_unscaled"] = model.unscaled.copy()
         meta["z_scale"], meta["z_sqnorm"] = model.scale, model.unscaled_sqnorm
+    if model.subject_index is not None:
+        subject_arrays, subject_shared = model.subject_index.export()
+        arrays.update(subject_arrays)
+        shared.update(subject_shared)
     if model.key_cap is not None:
         arrays["key_cap_keys"], arrays["key_cap_counts"] = model.key_cap.export()
         meta["key_cap_refused"] = model.key_cap.refused
@@ -132,6 +137,10 @@ def rebuild(cls: type, state: dict, noise_rng):
                                                  arrays.get("key_cap_keys", empty),
                                                  arrays.get("key_cap_counts", empty),
                                                  meta.get("key_cap_refused", 0))
+        if model.subject_index is not None:
+            if "subjects_open" not in arrays:
+                raise InvalidState("forget_by_key is on but the state holds no subject index")
+            model.subject_index = SubjectIndex.load(arrays, state.get("shared"))
         model._import(meta, arrays)
         model.noise_meter.restore(model.ledger, model.epoch, model.t)
         model.deletions_applied = _deletions_applied(model, meta.get("deletions_applied"))

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..exceptions import InvalidState
+from ..exceptions import ConfigError, InvalidState
 from ..formulas import sensitivity
 from .deletion import Deletion, charge_noised, exact_deletion, request_ids
 from .index import AppliedIndex
@@ -35,6 +35,19 @@ class Unlearning:
             self.index.prefetch(keys)
         if type(self.tombstones) is KeySet:
             self.tombstones.prefetch(keys)
+
+    @property
+    def forgets_by_key(self) -> bool:
+        """True when the model keeps which records each subject gave it (``forget_by_key``)."""
+        return self.subject_index is not None
+
+    def subject_records(self, subject: int) -> np.ndarray:
+        """The record keys (uint64) the model learned under ``subject`` (the subject's 64-bit key,
+        ``record_key`` of the Kafka key's text), in the order first learned; the ids a deletion
+        request forgetting the subject names (``unlearn_request(..., keys=...)``)."""
+        if self.subject_index is None:
+            raise ConfigError("this model does not keep records by subject (forget_by_key off)")
+        return self.subject_index.records(subject)
 
     def unlearn_one(self, record_id: str, *, post_state: dict | None = None) -> Deletion:
         """Honour the deletion of ``record_id``: ``unlearn_request([record_id])``."""

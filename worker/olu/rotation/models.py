@@ -13,6 +13,7 @@ from ..core.base import OnlineUnlearner
 from ..core.contribution import subject_keys
 from ..core.deletion import Deletion
 from ..core.record_keys import record_key
+from ..core.subjects import first_seen
 from ..exceptions import BudgetExhausted, ConfigError, InvalidState
 from ..privacy.analysis.units import unit_epsilon
 from .budget import model_budget
@@ -181,6 +182,15 @@ class Rotation(RotationMixedPass, RotationSnapshots):
                 "deletions": acc.lifetime_deletions, "ledger_entries": len(model.ledger)}
 
     # --------------------------------------------------------------- unlearning
+    @property
+    def forgets_by_key(self) -> bool:
+        return self.active.forgets_by_key
+
+    def subject_records(self, subject: int) -> np.ndarray:
+        """The record keys any of the models learned under ``subject`` (each generation keeps its
+        own; the active model's first, then the standby's newer ones)."""
+        return first_seen(np.concatenate([m.subject_records(subject) for m in self.models]))
+
     def unlearn_one(self, record_id: str, *, post_state: dict | None = None) -> Deletion:
         return self.unlearn_request([record_id], post_state=post_state)
 

@@ -36,7 +36,12 @@ Order of checks (the first failing one names the reason):
    Integer items are converted to float; one too large for a double (not produced by orjson,
    which reads integers over 64 bits as float and rejects overflowing ones, but kept for a
    lenient parser) -> ``non_finite``.
-8. ``ts`` (optional) not a non-negative integer -> ``schema_violation`` (an integral float such
+8. a delete may name its data subject instead of records: ``subject`` (the record's key as text;
+   every record the partition learned under that key is unlearned in one request). ``subject``
+   with ``id`` or ``ids`` -> ``subject_and_ids``; not a non-empty string -> ``bad_subject``; not
+   equal to the key -> ``key_mismatch``. ``request_id`` (optional, on any delete): not a string
+   of 1 to 256 characters without a control character -> ``bad_request_id``.
+9. ``ts`` (optional) not a non-negative integer -> ``schema_violation`` (an integral float such
    as ``1.0`` is an integer for JSON Schema, so it is accepted and converted); any field
    outside the schema -> ``schema_violation``.
 
@@ -68,23 +73,18 @@ from ...features.spec import FeatureSpec
 from ...features.transform import vectorize
 from ...olu import SparseRows
 from ..exceptions import DeadLetter
+from .deletes import MAX_REQUEST_IDS, Delete, decode_delete, decode_tombstone
+from .fields import MAX_ID_CHARS, MISSING, check_id, check_key, check_ts, ts_value, type_name
 from .sparse_x import from_dense, parse_sparse, to_dense
 
 __all__ = ["Delete", "Insert", "InsertRun", "MAX_ID_CHARS", "MAX_REQUEST_IDS", "decode_event",
            "decode_inserts"]
 
-MAX_ID_CHARS = 256
-#: The most record ids one delete event (one deletion request) may name in ``ids``.
-MAX_REQUEST_IDS = 10_000
-
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-_MISSING = object()
 _FLOATS = {float}
-_STRINGS = {str}
 _NUMBERS = frozenset((int, float))
 _INSERT_FIELDS = ("op", "id", "x", "y", "ts")
-_DELETE_FIELDS = ("op", "id", "ids", "ts")
 
 
 @dataclass(slots=True)
@@ -95,21 +95,6 @@ class Insert:
     ts: int | None = None
     # under a feature spec: the fields clipped, a bit each
     clipped: int = field(default=0, repr=False)
-
-
-@dataclass(slots=True)
-class Delete:
-    """One deletion request: the records ``ids`` (one for ``id`` and tombstones), distinct."""
-
-    ids: tuple[str, ...]
-    tombstone: bool = False
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
-            list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def _parse_error(value, exc: ValueError) -> DeadLetter:
@@ -124,115 +109,10 @@ def _parse_error(value, exc: ValueError) -> DeadLetter:
                       f"value is not JSON: {msg}" + ("" if pos is None else f" (char {pos})"))
 
 
-def _tombstone(key, max_bytes: int) -> Delete:
-    if key is None:
-        raise DeadLetter("missing_id",
-                         "tombstone (null value) without a key: no record id to delete")
-    if len(key) > max_bytes:
-        raise DeadLetter("oversized", f"tombstone key is {len(key)} bytes, more than {max_bytes}")
-    try:
-        record_id = bytes(key).decode("utf-8")
-    except UnicodeDecodeError as bad:
-        raise DeadLetter("bad_id", f"tombstone key is not valid UTF-8 (byte {bad.start})") from None
-    if not 0 < len(record_id) <= MAX_ID_CHARS:
-        raise DeadLetter("bad_id", f"tombstone key has {len(record_id)} characters, expected 1 to "
-                                   f"{MAX_ID_CHARS}")
-    return Delete((record_id,), True)
-
-
-def _check_id(obj: dict) -> str:
-    record_id = obj.get("id", _MISSING)
-    if type(record_id) is not str or not 0 < len(record_id) <= MAX_ID_CHARS:
-        if record_id is _MISSING:
-            raise DeadLetter("missing_id", "no 'id' field")
-        if type(record_id) is not str:
-            raise DeadLetter("bad_id", f"'id' is a {_type_name(record_id)}, expected a string")
-        raise DeadLetter("bad_id",
-                         f"'id' has {len(record_id)} characters, expected 1 to {MAX_ID_CHARS}")
-    return record_id
-
-
-def _check_key(key) -> None:
-    if not key:
-        raise DeadLetter("key_mismatch",
-                         f"record has {'an empty' if key is not None else 'no'} key; the key is "
-                         "the partitioning key (e.g. the data subject) that a record's insert and "
-                         "delete share, so the delete lands in its partition")
-
-
-def _bad_request_id(ids: list) -> DeadLetter:
-    for i, rid in enumerate(ids):
-        if type(rid) is not str:
-            return DeadLetter("bad_id", f"ids[{i}] is a {_type_name(rid)}, expected a string")
-        if not 0 < len(rid) <= MAX_ID_CHARS:
-            return DeadLetter("bad_id",
-                              f"ids[{i}] has {len(rid)} characters, expected 1 to {MAX_ID_CHARS}")
-    return DeadLetter("bad_id", "ids holds a bad id")  # pragma: no cover (caller checked)
-
-
-def _delete_ids(obj: dict) -> tuple[str, ...]:
-    """The record ids a delete names: ``id`` or ``ids`` (module doc, step 5)."""
-    ids = obj.get("ids", _MISSING)
-    if ids is _MISSING:
-        if "id" not in obj:
-            raise DeadLetter("missing_id", "no 'id' or 'ids' field")
-        return (_check_id(obj),)
-    if "id" in obj:
-        raise DeadLetter("id_and_ids",
-                         "both 'id' and 'ids': a delete names its records in one of them")
-    if type(ids) is not list or not ids:
-        if type(ids) is not list:
-            raise DeadLetter("bad_ids",
-                             f"'ids' is a {_type_name(ids)}, expected an array of record ids")
-        raise DeadLetter("bad_ids", "'ids' is empty")
-    n = len(ids)
-    if n > MAX_REQUEST_IDS:
-        raise DeadLetter("too_many_ids",
-                         f"'ids' has {n} items, at most {MAX_REQUEST_IDS} per delete")
-    if set(map(type, ids)) != _STRINGS or not 0 < min(
-            map(len, ids)) <= max(map(len, ids)) <= MAX_ID_CHARS:
-        raise _bad_request_id(ids)
-    unique = set(ids)
-    if len(unique) != n:
-        seen: set[str] = set()
-        first = next(i for i, rid in enumerate(ids) if rid in seen or seen.add(rid))
-        raise DeadLetter("duplicate_ids",
-                         f"'ids' names {n - len(unique)} record id(s) more than once (the first "
-                         f"repeat is ids[{first}])")
-    return tuple(ids)
-
-
-def _extra_fields(obj: dict, allowed: tuple[str, ...]) -> DeadLetter:
-    extra = [k for k in obj if k not in allowed]
-    names = ", ".join(repr(k[:40]) for k in extra[:5]) + (", ..." if len(extra) > 5 else "")
-    return DeadLetter("schema_violation", f"{len(extra)} unknown field(s): {names}")
-
-
-def _check_ts(obj: dict, allowed: tuple[str, ...], base: int) -> int:
-    """``ts`` of an object that has ``base`` known fields plus more: ts must be the only extra."""
-    if len(obj) != base + 1 or "ts" not in obj:
-        raise _extra_fields(obj, allowed)
-    return _ts(obj["ts"])
-
-
-def _ts(ts) -> int:
-    """A ``ts`` value: a non-negative integer (an integral float is one for JSON Schema)."""
-    kind = type(ts)
-    if kind is int and ts >= 0:
-        return ts
-    if kind is float and ts >= 0 and ts.is_integer():
-        return int(ts)
-    if kind is int or kind is float:
-        raise DeadLetter("schema_violation",
-                         "'ts' must be a non-negative integer (epoch milliseconds)")
-    raise DeadLetter("schema_violation",
-                     f"'ts' is a {_type_name(ts)}, expected an integer (epoch milliseconds)")
-
-
 def _bad_item(x: list) -> DeadLetter:
     for i, v in enumerate(x):
         if type(v) not in _NUMBERS:
-            return DeadLetter("bad_features", f"x[{i}] is a {_type_name(v)}, expected a number")
+            return DeadLetter("bad_features", f"x[{i}] is a {type_name(v)}, expected a number")
     return DeadLetter("bad_features", "x holds a non-number")  # pragma: no cover (caller checked)
 
 
@@ -243,7 +123,7 @@ def _dense_x(obj: dict, x, dim: int) -> list[float]:
             raise DeadLetter("bad_features", "no 'x' field")
         if type(x) is not list:
             raise DeadLetter("bad_features",
-                             f"'x' is a {_type_name(x)}, expected an array of numbers")
+                             f"'x' is a {type_name(x)}, expected an array of numbers")
         raise DeadLetter("bad_features", "'x' is empty")
     if len(x) != dim:
         raise DeadLetter("wrong_dimension", f"x has {len(x)} features, model dim is {dim}")
@@ -260,7 +140,7 @@ def _dense_x(obj: dict, x, dim: int) -> list[float]:
 
 def _label(obj: dict, labels: bool = False) -> float | str:
     """``y``: a number, or with string classes (``labels``) a class name, which the model checks."""
-    y = obj.get("y", _MISSING)
+    y = obj.get("y", MISSING)
     kind = type(y)
     if labels:
         if kind is str and 0 < len(y) <= MAX_ID_CHARS:
@@ -268,16 +148,16 @@ def _label(obj: dict, labels: bool = False) -> float | str:
         if kind is str:
             raise DeadLetter("bad_label",
                              f"'y' has {len(y)} characters, expected 1 to {MAX_ID_CHARS}")
-        if y is _MISSING:
+        if y is MISSING:
             raise DeadLetter("bad_label", "no 'y' field")
         raise DeadLetter("bad_label",
-                         f"'y' is a {_type_name(y)}, expected a class label (a string)")
+                         f"'y' is a {type_name(y)}, expected a class label (a string)")
     if kind is float:
         return y
     if kind is not int:
-        if y is _MISSING:
+        if y is MISSING:
             raise DeadLetter("bad_label", "no 'y' field")
-        raise DeadLetter("bad_label", f"'y' is a {_type_name(y)}, expected a number")
+        raise DeadLetter("bad_label", f"'y' is a {type_name(y)}, expected a number")
     try:
         return float(y)
     except OverflowError:
@@ -287,14 +167,14 @@ def _label(obj: dict, labels: bool = False) -> float | str:
 def _named_insert(key, obj: dict, features: FeatureSpec, labels: bool) -> Insert:
     """An insert whose features are named fields, turned into the vector by the feature spec
     (worker/features/transform.py). Fields the spec does not name are ignored."""
-    record_id = _check_id(obj)
-    _check_key(key)
+    record_id = check_id(obj)
+    check_key(key)
     if "x" in obj:
         raise DeadLetter("bad_features",
                          "'x' is given, but with a feature spec the features come from its named "
                          "fields")
     y = _label(obj, labels)
-    ts = _ts(obj["ts"]) if "ts" in obj else None
+    ts = ts_value(obj["ts"]) if "ts" in obj else None
     try:
         x, clipped = vectorize(features, obj)
     except BadFeature as bad:
@@ -322,7 +202,7 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
     key_mismatch
     """
     if value is None:
-        return _tombstone(key, max_bytes)
+        return decode_tombstone(key, max_bytes)
     size = len(value) if key is None else len(key) + len(value)
     if size > max_bytes:
         raise DeadLetter("oversized",
@@ -332,7 +212,7 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
     except _JSONDecodeError as exc:
         raise _parse_error(value, exc) from None
     if type(obj) is not dict:
-        raise DeadLetter("not_object", f"value is a JSON {_type_name(obj)}, expected an object")
+        raise DeadLetter("not_object", f"value is a JSON {type_name(obj)}, expected an object")
     op = obj.get("op")
 
     if op == "insert" and features is not None:
@@ -341,8 +221,8 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
             event.x = from_dense(event.x)
         return event
     if op == "insert":
-        record_id = _check_id(obj)
-        _check_key(key)
+        record_id = check_id(obj)
+        check_key(key)
         x = obj.get("x")
         if type(x) is dict:  # the sparse form (sparse_x.py)
             x = parse_sparse(x, dim) if sparse else to_dense(x, dim)
@@ -350,22 +230,18 @@ def decode_event(key: bytes | None, value: bytes | None, *, dim: int, max_bytes:
             x = _dense_x(obj, x, dim)
             x = from_dense(x) if sparse else x
         y = _label(obj, labels)
-        ts = None if len(obj) == 4 else _check_ts(obj, _INSERT_FIELDS, 4)
+        ts = None if len(obj) == 4 else check_ts(obj, _INSERT_FIELDS, 4)
         return Insert(record_id, x, y, ts)
 
     if op == "delete":
-        ids = _delete_ids(obj)
-        _check_key(key)
-        if len(obj) != 2:
-            _check_ts(obj, _DELETE_FIELDS, 2)
-        return Delete(ids, False)
+        return decode_delete(key, obj)
 
     if "op" not in obj:
         raise DeadLetter("unknown_op", "no 'op' field")
     if type(op) is str:
         shown = repr(op[:32]) + ("..." if len(op) > 32 else "")
         raise DeadLetter("unknown_op", f"'op' is {shown}, expected 'insert' or 'delete'")
-    raise DeadLetter("unknown_op", f"'op' is a {_type_name(op)}, expected 'insert' or 'delete'")
+    raise DeadLetter("unknown_op", f"'op' is a {type_name(op)}, expected 'insert' or 'delete'")
 
 
 @dataclass(slots=True)

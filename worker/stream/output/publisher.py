@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+from ... import __version__
 from ...kafka_log import client_logger
+from ...wire import WORKER_VERSION_HEADER
 from ..exceptions import DeliveryFailed
 from ..input.framed import original
 from .dlq import DeadLetters, TopicLimit
@@ -23,6 +25,8 @@ class Publisher:
 
     def __init__(self, settings, metrics, fence, summary: defaultdict):
         self.params_topic = settings.params_topic
+        self.receipts_topic = settings.receipts_topic
+        self.transactional = settings.transactional
         self.metrics, self.fence, self.summary = metrics, fence, summary
         self.producer = None
         self.release_encoder = None  # OLU_RELEASE_FORMAT avro / json-schema; None: JSON releases
@@ -58,17 +62,24 @@ class Publisher:
         if self._fenced(runner, lambda: self.release(runner, release)):
             return
         committed = runner.committed_output
+        receipts = release.receipts
         if committed is not None and committed.has_release(release.version):
             self.summary["releases_already_committed"] += 1  # replay after a crash: published once
+            for made in receipts:  # committed in the release's transaction, right after it
+                runner.receipts.delivered(made)
             return
         started = release.deletion_started
+        behind = receipts and not self.transactional  # produced once the release is delivered
 
         def delivered(err, _msg):
             if err is not None:
                 self._failed(runner,
                              f"release {runner.topic}/{runner.partition}@{release.version}: {err}")
-            elif started is not None:
+                return
+            if started is not None:
                 self.metrics.observe_delete_to_release(time.monotonic() - started)
+            if behind:
+                self._produce_receipts(runner, receipts)
 
         value = (release.value if self.release_encoder is None
                  else self.release_encoder.encode(release.value))
@@ -76,9 +87,36 @@ class Publisher:
                               headers=release.headers,
                               on_delivery=delivered)
         runner.published_version = release.version
+        if receipts and self.transactional:  # one transaction: never visible before the release
+            self._produce_receipts(runner, receipts)
         self.metrics.record_release(runner, release)
         self.summary["releases"] += 1
         self.latest_release[(runner.topic, runner.partition)] = release
+
+    def receipts(self, runner, receipts: list) -> None:
+        """Receipts that wait for no release (nothing to unlearn, refused), in input order."""
+        if self._fenced(runner, lambda: self.receipts(runner, receipts)):
+            return
+        committed = runner.committed_output
+        if committed is not None:  # a replay after a crash: those at committed offsets were sent
+            for made in [r for r in receipts if committed.has_dead_letter(r.offset)]:
+                runner.receipts.delivered(made)
+            receipts = [r for r in receipts if not committed.has_dead_letter(r.offset)]
+        self._produce_receipts(runner, receipts)
+
+    def _produce_receipts(self, runner, receipts: list) -> None:
+        for made in receipts:
+            def delivered(err, _msg, made=made):
+                if err is not None:
+                    self._failed(runner, f"receipt {made.key.decode()!r} of {runner.topic}/"
+                                         f"{runner.partition}@{made.offset}: {err}")
+                else:
+                    runner.receipts.delivered(made)
+
+            self.producer.produce(self.receipts_topic, key=made.key, value=made.value,
+                                  headers=[(WORKER_VERSION_HEADER, __version__.encode())],
+                                  on_delivery=delivered)
+        self.summary["receipts"] += len(receipts)
 
     def dead_letter(self, runner, dead) -> None:
         if self._fenced(runner, lambda: self.dead_letter(runner, dead)):

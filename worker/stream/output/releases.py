@@ -36,13 +36,19 @@ def _json_number(value: float | None) -> float | None:
     return value if value is None or math.isfinite(value) else _MAX_DOUBLE
 
 
-def request_report(ids, deletion) -> dict:
-    """The release's ``request`` object for a deletion request naming ``ids`` (schemas/README.md):
-    how many ids it named, how many the model applied, the ids it never applied (in request order)
-    and how many an earlier request had already deleted (no-ops)."""
-    return {"ids": len(ids), "applied": int(deletion.records),
-            "not_applied": list(deletion.not_applied),
-            "duplicates": len(deletion.duplicates)}
+def request_report(event, deletion, request_id: str) -> dict:
+    """The release's ``request`` object for the deletion request ``event`` (schemas/README.md):
+    its id, how many ids it named, how many the model applied, the ids it never applied (in
+    request order) and how many an earlier request had already deleted (no-ops). A request that
+    names its subject names no ids: ``ids`` counts the subject's records the model still held or
+    an earlier request had unlearned, and none is listed (a release never carries the subject, nor
+    stand-ins for its records; the receipt counts the rest)."""
+    named = event.subject is None
+    not_applied = list(deletion.not_applied) if named else []
+    count = len(event.ids) if named else deletion.records + len(deletion.duplicates)
+    return {"request_id": request_id, "ids": count, "applied": int(deletion.records),
+            "not_applied": not_applied, "duplicates": len(deletion.duplicates),
+            **({} if named else {"subject": True})}
 
 
 def _classes(loss) -> dict:
