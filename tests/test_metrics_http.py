@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ from worker.http import HealthServer
 from worker.metrics import LABEL_NAMES, Metrics
 from worker.olu.core.deletion import Deletion
 from worker.stream.outcome import Outcome, Release
+from worker.stream.receipt_book import ReceiptBook
 
 # A consumer's statistics as librdkafka emits them (STATISTICS.md: top level, brokers, topics ->
 # partitions, cgrp), cut down to the fields that matter and a few that do not.
@@ -106,7 +108,7 @@ class FakeModel:
 def runner(partition=0, capacity_left=None, released_version=4_000, next_offset=4_000):
     """A RunnerView (worker/metrics/loop.py): what the metrics read of a PartitionRunner."""
     return SimpleNamespace(topic="olu.events", partition=partition, model=FakeModel(capacity_left), settings=None,
-                           released_version=released_version, next_offset=next_offset)
+                           released_version=released_version, next_offset=next_offset, receipts=ReceiptBook())
 
 
 def deletion(outcome, sigma=0.0):
@@ -386,3 +388,23 @@ def test_stop_releases_the_port():
 def test_liveness_window_must_be_positive():
     with pytest.raises(ValueError):
         HealthServer(Metrics(), liveness_window=0)
+
+
+def test_pending_requests_and_the_oldest_ones_age_are_read_at_scrape_time():
+    from worker.stream.output.receipts import Receipt
+
+    m = Metrics()
+    r = runner(0)
+    m.record_restore(r, 0.1)
+    assert "olu_deletion_requests_pending{partition=\"0\",topic=\"olu.events\"} 0.0" in m.render().decode()
+    asked = int(time.time() * 1000) - 90_000  # a request made 90 s ago, answered, not yet released
+    r.receipts.keep(Receipt(b"DSR-1", b"{}", 7, 8, "honoured", asked), waits=True)
+    text = m.render().decode()
+    assert "olu_deletion_requests_pending{partition=\"0\",topic=\"olu.events\"} 1.0" in text
+    age = float(next(line.split()[-1] for line in text.splitlines()
+                     if line.startswith("olu_deletion_request_oldest_pending_seconds{")))
+    assert 89.0 <= age <= 120.0
+    m.count_receipt("olu.events", 0, "honoured")
+    assert "olu_receipts_total{partition=\"0\",status=\"honoured\",topic=\"olu.events\"} 1.0" in m.render().decode()
+    r.receipts.delivered(Receipt(b"DSR-1", b"{}", 7, 8))
+    assert "olu_deletion_request_oldest_pending_seconds{partition=\"0\",topic=\"olu.events\"} 0.0" in m.render().decode()

@@ -196,7 +196,7 @@ def test_pod_disruption_budget(chart):
 ALL_SETTINGS = {
     "bootstrap_servers": "k1:9092,k2:9092", "group_id": "olu-prod", "input_topics": ["clicks", "views"],
     "params_topic": "olu.params.prod", "dlq_topic": "olu.dlq.prod", "receipts_topic": "olu.receipts.prod",
-    "transactional": True, "forget_by_key": False,
+    "transactional": True, "forget_by_key": False, "deletion_deadline_seconds": 120.0,
     "group_protocol": "consumer", "algorithm": "passive", "dim": 16, "loss": "logistic", "l2": 0.05,
     "label_bound": 2.0, "radius": 5.0, "feature_bound": 1.5, "feature_policy": "clip",
     "schedule": "strongly-convex", "t0": 10.0, "step": 0.125, "rho": 2.5, "privacy_unit": "per-request", "omega": 1.5, "delta": 1e-6,

@@ -125,8 +125,8 @@ class Settings:
     state_url: str = "file://./olu-state"
     state_prefix: str = "olu"
     on_corrupt_snapshot: str = "fallback"
-    purge_bound_seconds: float = 60.0
     deletion_deadline_seconds: float = 300.0  # delete to release, promised (receipts, alert)
+    purge_bound_seconds: float = 60.0
     max_record_bytes: int = 1_048_576
     revoke_budget_fraction: float = 0.5
     batch_size: int = 2000

@@ -16,7 +16,8 @@ from prometheus_client import (
 )
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-LABEL_NAMES = frozenset({"topic", "partition", "op", "reason", "type", "kind", "trigger", "unit"})
+LABEL_NAMES = frozenset({"topic", "partition", "op", "reason", "type", "kind", "trigger", "unit",
+                         "status"})
 
 DELETE_TO_RELEASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                              2.5, 5.0, 10.0)
@@ -216,6 +217,21 @@ class MetricFamilies:
                                                             "each)", tp, registry=r)
         self.model_steps = Gauge("olu_model_steps", "Steps t applied in the model's current epoch",
                                  tp, registry=r)
+        self.receipts = Counter("olu_receipts", "Deletion receipts produced, by status (honoured, "
+                                                "nothing_to_unlearn, refused)",
+                                tp + ("status",), registry=r)
+        self.requests_pending = Gauge("olu_deletion_requests_pending", "Deletion requests the "
+                                      "partition has answered whose receipt is not yet delivered "
+                                      "(waiting for the release that reflects them, or in "
+                                      "flight)", tp, registry=r)
+        self.oldest_pending = Gauge("olu_deletion_request_oldest_pending_seconds", "Age of the "
+                                    "oldest pending deletion request: now minus its delete "
+                                    "record's Kafka timestamp (0 when none is pending); read at "
+                                    "scrape time, so it grows while the worker is stuck",
+                                    tp, registry=r)
+        self.deletion_deadline = Gauge("olu_deletion_deadline_seconds", "The promised bound from "
+                                       "a delete to the release that reflects it "
+                                       "(OLU_DELETION_DEADLINE_SECONDS)", registry=r)
 
     def _state_families(self, r: CollectorRegistry) -> None:
         tp = BY_PARTITION

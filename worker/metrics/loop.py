@@ -2,14 +2,15 @@
 off the partition's runner (:class:`RunnerView`); :class:`Metrics` joins this to the other parts.
 
 These methods read only the runner's ``topic``, ``partition``, ``model`` (``privacy()``, ``t``,
-``release_noise_std()``, ``noise_to_signal()``), ``settings``, ``released_version`` and
-``next_offset``, and of a release its ``trigger``, ``version``, ``noise_std``,
-``noise_to_signal`` and ``prequential_loss`` (the quality figure as of that release: outside the
-certificate, docs/guarantee.md 2.4).
+``release_noise_std()``, ``noise_to_signal()``), ``settings``, ``released_version``,
+``next_offset`` and ``receipts`` (its pending requests, at each scrape), and of a release its
+``trigger``, ``version``, ``noise_std``, ``noise_to_signal`` and ``prequential_loss`` (the quality
+figure as of that release: outside the certificate, docs/guarantee.md 2.4).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -33,6 +34,7 @@ class RunnerView(Protocol):
     settings: Any  # worker.config.settings.Settings, or None
     released_version: int | None
     next_offset: int | None
+    receipts: Any  # worker.stream.receipt_book.ReceiptBook: pending and oldest
 
 
 class Metrics(PrivacyGauges, WorkCounters, ConsumerLag, MetricFamilies):
@@ -83,6 +85,7 @@ class Metrics(PrivacyGauges, WorkCounters, ConsumerLag, MetricFamilies):
         """A partition was assigned and restored: its privacy spend and model are exported at
         once, so a worker with nothing left to consume still shows them."""
         self.observe_restore(seconds)
+        self.watch_receipts(runner)
         self._update_model(runner, privacy=True)
         self.set_plan(runner.topic, runner.partition, runner.settings)
         model = runner.model
@@ -91,6 +94,16 @@ class Metrics(PrivacyGauges, WorkCounters, ConsumerLag, MetricFamilies):
         if runner.released_version is None and runner.next_offset is not None:
             version = self.series.child(self.model_version, runner.topic, runner.partition)
             version.set(runner.next_offset)
+
+    def watch_receipts(self, runner: RunnerView) -> None:
+        """The partition's pending requests, read off its receipt book at each scrape."""
+        book = runner.receipts
+        self.series.child(self.requests_pending, runner.topic, runner.partition).set_function(
+            lambda: book.pending)
+        self.series.child(self.oldest_pending, runner.topic, runner.partition).set_function(
+            lambda: book.oldest_age(time.time() * 1000.0))
+        if runner.settings is not None:
+            self.deletion_deadline.set(runner.settings.deletion_deadline_seconds)
 
     def _update_model(self, runner: RunnerView, *, privacy: bool) -> None:
         topic, partition, model = runner.topic, runner.partition, runner.model

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ..wire import TRIGGERS
+from ..wire import RECEIPT_STATUSES, TRIGGERS
 from .labels import KINDS, OPS, REBALANCE_TYPES, code
 
 
@@ -31,6 +31,9 @@ class WorkCounters:
         self.series.child(self.releases, topic, partition, code(trigger, TRIGGERS)).inc()
         if version is not None:
             self.series.child(self.model_version, topic, partition).set(version)
+
+    def count_receipt(self, topic: str, partition: int, status: str) -> None:
+        self.series.child(self.receipts, topic, partition, code(status, RECEIPT_STATUSES)).inc()
 
     def observe_delete_to_release(self, seconds: float) -> None:
         self.delete_to_release.observe(max(0.0, seconds))

@@ -328,8 +328,10 @@ class PartitionRunner:
         return request_id(event, self.topic, self.partition, msg.offset())
 
     def _receipt_of(self, msg, event: Delete) -> dict:
+        kind, ts = msg.timestamp()
         return {"model_name": self.model_name, "topic": self.topic, "partition": self.partition,
-                "offset": msg.offset(), "event": event}
+                "offset": msg.offset(), "event": event,
+                "asked_ms": ts if kind else int(time.time() * 1000)}
 
     def _receipt(self, out: Outcome | None, made: Receipt) -> None:
         """Keep ``made`` until it is delivered; to ``out`` now, or (None) behind its release."""

@@ -16,7 +16,9 @@ before its offset), so it sends them once more, byte-identical, behind its first
 >>> [r.key for r in again.take_due()], [r.key for r in again.answered_by(20)]
 ([b'r-2'], [b'r-1'])
 >>> book.delivered(Receipt(b"r-1", b"{}", 10, 11)); book.stored()
-[[12, None, 'r-2', '{}']]
+[[12, None, 'r-2', '{}', 'honoured', 0]]
+>>> book.pending, book.oldest_age(now_ms=2500.0)
+(1, 2.5)
 """
 
 from __future__ import annotations
@@ -49,18 +51,30 @@ class ReceiptBook:
     def delivered(self, made: Receipt) -> None:
         self.unconfirmed.pop(made.offset, None)
 
+    @property
+    def pending(self) -> int:
+        """Requests answered whose receipt is not yet delivered."""
+        return len(self.unconfirmed)
+
+    def oldest_age(self, now_ms: float) -> float:
+        """Seconds since the oldest pending request was made (0 when none is pending). Safe from
+        another thread (a metrics scrape): the values are copied in one step."""
+        asked = [r.asked_ms for r in list(self.unconfirmed.values())]
+        return max(0.0, (now_ms - min(asked)) / 1000.0) if asked else 0.0
+
     def stored(self) -> list[list]:
-        """What a snapshot header keeps: [offset, version, key, value] of each undelivered one."""
-        return [[r.offset, r.version, r.key.decode(), r.value.decode()]
+        """What a snapshot header keeps of each undelivered one: [offset, version, key, value,
+        status, asked_ms]."""
+        return [[r.offset, r.version, r.key.decode(), r.value.decode(), r.status, r.asked_ms]
                 for r in self.unconfirmed.values()]
 
     @classmethod
     def restored(cls, stored) -> ReceiptBook:
         """The book of a snapshot's :meth:`stored` receipts: each waits again."""
         book = cls()
-        for offset, version, key, value in stored:
+        for offset, version, key, value, status, asked_ms in stored:
             made = Receipt(key.encode(), value.encode(), int(offset),
-                           None if version is None else int(version))
+                           None if version is None else int(version), status, int(asked_ms))
             book.keep(made, waits=made.version is not None)
             if made.version is None:
                 book._due.append(made)

@@ -116,6 +116,7 @@ class Publisher:
             self.producer.produce(self.receipts_topic, key=made.key, value=made.value,
                                   headers=[(WORKER_VERSION_HEADER, __version__.encode())],
                                   on_delivery=delivered)
+            self.metrics.count_receipt(runner.topic, runner.partition, made.status)
         self.summary["receipts"] += len(receipts)
 
     def dead_letter(self, runner, dead) -> None:

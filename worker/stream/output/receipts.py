@@ -35,12 +35,16 @@ _MAX_DOUBLE = 1.7976931348623157e308  # JSON has no infinity: the largest double
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """A receipt to produce: ``key`` (the request id), ``value`` (JSON), the delete's input
-    ``offset``, and ``version`` (the params version it waits for; None: it waits for none)."""
+    ``offset``, ``version`` (the params version it waits for; None: it waits for none), its
+    ``status`` and ``asked_ms``, when the request was made (its record's Kafka timestamp): what the
+    deadline counts from."""
 
     key: bytes
     value: bytes
     offset: int
     version: int | None
+    status: str = STATUS_HONOURED
+    asked_ms: int = 0
 
 
 def request_id(event: Delete, topic: str, partition: int, offset: int) -> str:
@@ -71,7 +75,7 @@ def _finite(guarantee: dict) -> dict:
 
 def receipt(*, model_name: str, topic: str, partition: int, offset: int, event: Delete,
             deletion=None, guarantee: dict | None = None, event_time_ms: int = 0,
-            refused: str | None = None) -> Receipt:
+            refused: str | None = None, asked_ms: int = 0) -> Receipt:
     """The receipt of the delete at ``offset``: honoured (``guarantee`` given: it changed the
     model), nothing to unlearn (``deletion`` changed nothing) or refused (``refused``: the reason
     code, the dead letter's)."""
@@ -99,7 +103,8 @@ def receipt(*, model_name: str, topic: str, partition: int, offset: int, event: 
     }
     if refused is not None:
         value["reason"] = refused
-    return Receipt(rid.encode(), orjson.dumps(value), offset, offset + 1 if honoured else None)
+    return Receipt(rid.encode(), orjson.dumps(value), offset, offset + 1 if honoured else None,
+                   status, asked_ms)
 
 
 def pending_until(receipts: list[Receipt], version: int) -> tuple[list[Receipt], list[Receipt]]:
