@@ -43,7 +43,9 @@ def test_each_format_decodes_to_the_json_event(client, fmt):
     serialize = event_serializer(fmt, client)
     decoder = InputDecoder(fmt, client)
     assert orjson.loads(decoder.decode(TOPIC, b"r-1", serialize(INSERT, TOPIC))) == INSERT
-    for delete in ({"op": "delete", "id": "r-1"}, {"op": "delete", "ids": ["r-1", "r-2"], "ts": 7}):
+    for delete in ({"op": "delete", "id": "r-1"}, {"op": "delete", "ids": ["r-1", "r-2"], "ts": 7},
+                   {"op": "delete", "subject": "s-1", "request_id": "DSR-1"},
+                   {"op": "delete", "id": "r-1", "request_id": "DSR-2"}):
         assert orjson.loads(decoder.decode(TOPIC, b"s-1", serialize(delete, TOPIC))) == delete
 
 
@@ -71,12 +73,14 @@ def test_payload_and_schema_verdicts(client):
         assert caught.value.reason == reason
     with pytest.raises(UndecodableRecord, match="oversized"):
         InputDecoder("avro", client, max_bytes=10).decode(TOPIC, b"r-1", good)
-    json_form = len(b"r-1") + len(orjson.dumps(INSERT))
-    assert len(b"r-1") + len(good) < json_form - 1  # Avro is smaller than the JSON it becomes
+    wide = {**INSERT, "x": [0.1234567890123456, -0.9876543210987654] * 4}  # 8 bytes a double, 19 in JSON
+    framed = serialize(wide, TOPIC)
+    json_form = len(b"r-1") + len(orjson.dumps(wide))
+    assert len(b"r-1") + len(framed) < json_form - 1  # Avro is smaller than the JSON it becomes
     with pytest.raises(UndecodableRecord) as caught:  # framed under the limit, its JSON form over it
-        InputDecoder("avro", client, max_bytes=json_form - 1).decode(TOPIC, b"r-1", good)
+        InputDecoder("avro", client, max_bytes=json_form - 1).decode(TOPIC, b"r-1", framed)
     assert caught.value.reason == "oversized" and "JSON form" in caught.value.detail
-    assert InputDecoder("avro", client, max_bytes=json_form).decode(TOPIC, b"r-1", good) == orjson.dumps(INSERT)
+    assert InputDecoder("avro", client, max_bytes=json_form).decode(TOPIC, b"r-1", framed) == orjson.dumps(wide)
 
 
 def test_json_schema_violation_names_no_value(client):

@@ -13,7 +13,7 @@ reader converts those, to a ``datetime`` for instance), a field mapped by two ro
 >>> from worker.formats.mapping import FieldMapping
 >>> plan, why = avro_plan(EVENT_AVRO_SCHEMA, FieldMapping(complete=True), dim=3)
 >>> plan.shape, why
-((6, 26), '')
+((8, 26), '')
 >>> avro_plan('{"type": "record", "name": "E", "fields": [{"name": "op", "type": "string"}]}',
 ...           FieldMapping(complete=True), dim=3)[1]
 'no field for id, y, x'

@@ -4,9 +4,11 @@ One schema describes both events (a subject holds one schema): ``op``; ``id`` fo
 delete of one record; ``ids`` (optional) for a deletion request naming several records, with no
 ``id`` (null in Avro, unset "" in Protobuf, absent in JSON Schema), as in
 schemas/delete.schema.json; ``x`` and ``y`` only for inserts (null, or empty for Protobuf's repeated
-fields, in deletes); ``ts`` optional. The schemas only type the fields: the worker checks the values
-(how many ids, distinct, each id's length, ``x``'s dimension) with the JSON checks, so each mistake
-gets the dead-letter reason it gets in JSON.
+fields, in deletes); ``ts`` optional; ``subject`` (a delete forgetting the record's key) and
+``request_id`` optional (null in Avro, unset "" in Protobuf, absent in JSON Schema). The schemas
+only type the fields: the worker checks the values (how many ids, distinct, each id's length,
+``x``'s dimension) with the JSON checks, so each mistake gets the dead-letter reason it gets in
+JSON.
 :func:`event_serializer` returns ``serialize(event dict, topic) -> framed bytes`` with
 confluent-kafka's serializer, registering the schema under ``{topic}-value`` on first use.
 """
@@ -28,6 +30,8 @@ EVENT_AVRO_SCHEMA = json.dumps({
         {"name": "y", "type": ["null", "double"], "default": None},
         {"name": "ts", "type": ["null", "long"], "default": None},
         {"name": "ids", "type": ["null", {"type": "array", "items": "string"}], "default": None},
+        {"name": "subject", "type": ["null", "string"], "default": None},
+        {"name": "request_id", "type": ["null", "string"], "default": None},
     ],
 })
 
@@ -42,6 +46,8 @@ EVENT_JSON_SCHEMA = json.dumps({
         "y": {"type": "number"},
         "ts": {"type": "integer", "minimum": 0},
         "ids": {"type": "array", "items": {"type": "string"}},
+        "subject": {"type": "string"},
+        "request_id": {"type": "string"},
     },
 })
 
@@ -53,7 +59,7 @@ def event_serializer(fmt: str, client):
 
         inner = AvroSerializer(client, EVENT_AVRO_SCHEMA)
         convert = lambda e: {"id": None, "x": None, "y": None, "ts": None, "ids": None,
-                             **e}  # noqa: E731
+                             "subject": None, "request_id": None, **e}  # noqa: E731
     elif fmt == "json-schema":
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
 

@@ -6,7 +6,9 @@ out of it: ``op``, ``id``, ``y``, ``ts`` and the features, either one array fiel
 numeric fields in a fixed order (``OLU_INPUT_FEATURE_FIELDS``); each role's field is the role's
 own name unless ``OLU_INPUT_FIELDS`` maps it (``id=user_id,y=clicked``). Other fields are ignored,
 and a delete ignores every field but ``op``, ``id``, ``ids`` (optional: a request naming several
-records, as in schemas/delete.schema.json) and ``ts`` (one schema describes both events).
+records, as in schemas/delete.schema.json), ``subject`` and ``request_id`` (optional: unset or
+empty is absent, as Protobuf cannot tell them apart) and ``ts`` (one schema describes both
+events).
 
 The result is the documented JSON object, which the worker then checks exactly as it checks a
 JSON record (worker/stream/input/decode.py), so a field's meaning, its checks and its dead-letter
@@ -27,7 +29,7 @@ from .exceptions import UndecodableRecord
 
 __all__ = ["FieldMapping", "message_dict"]
 
-ROLES = ("op", "id", "x", "y", "ts", "ids")
+ROLES = ("op", "id", "x", "y", "ts", "ids", "subject", "request_id")
 
 
 class FieldMapping:
@@ -50,7 +52,8 @@ class FieldMapping:
                  feature_fields: Sequence[str] = (), *, complete: bool, named: Sequence[str] = ()):
         names = {role: role for role in ROLES}
         names.update(dict(fields))
-        self.op, self.id, self.x, self.y, self.ts, self.ids = (names[r] for r in ROLES)
+        (self.op, self.id, self.x, self.y, self.ts, self.ids, self.subject,
+         self.request_id) = (names[r] for r in ROLES)
         self.features = tuple(feature_fields)
         #: a feature spec's fields (worker/features): passed on by name, for the spec to read
         self.named = tuple(named)
@@ -86,6 +89,12 @@ class FieldMapping:
             out["ids"] = list(ids)
             if record_id == "":
                 record_id = None
+        if op == "delete":  # optional: unset ("" in Protobuf, null elsewhere) is absent
+            for role, name in (("subject", self.subject), ("request_id", self.request_id)):
+                if (value := record.get(name)) not in (None, ""):
+                    out[role] = value
+            if "subject" in out and record_id == "":
+                record_id = None  # Protobuf's unset id beside a subject: no id
         if record_id is not None:
             out["id"] = record_id
         if op == "insert" and self.named:  # missing ones stay missing: the spec fills or names them
@@ -127,7 +136,9 @@ def message_dict(msg) -> dict:
 
     >>> from worker.formats.protobuf import event_class
     >>> message_dict(event_class()(op="insert", id="r-1", x=[0.5]))
-    {'op': 'insert', 'id': 'r-1', 'x': [0.5], 'y': None, 'ts': None, 'ids': ()}
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'op': 'insert', 'id': 'r-1', 'x': [0.5], 'y': None, 'ts': None, 'ids': (), 'subject': '',
+     'request_id': ''}
     """
     descriptor = msg.DESCRIPTOR
     template = _TEMPLATES.get(descriptor)

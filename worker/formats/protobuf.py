@@ -6,7 +6,8 @@ holds (:func:`message_class`: the base64 ``FileDescriptorProto`` that ``format=s
 returns), picking the message the record's framing names (its message indexes).
 
 :func:`event_class` builds the documented event as a Protobuf message (``olu.v1.Event``: op, id,
-repeated double x, optional double y, optional int64 ts, repeated string ids), for producers,
+repeated double x, optional double y, optional int64 ts, repeated string ids, subject,
+request_id), for producers,
 tests and benches.
 A registered schema may import Google's well-known types (from the runtime's own pool) and files
 registered as its references (fetched from the registry by subject and version, recursively); any
@@ -34,6 +35,8 @@ message Event {
   optional double y = 4;
   optional int64 ts = 5;
   repeated string ids = 6;
+  string subject = 7;
+  string request_id = 8;
 }
 """
 
@@ -164,6 +167,8 @@ def event_file(name: str = "olu/v1/event.proto",
                       oneof_index=len(msg.oneof_decl), proto3_optional=True)
         msg.oneof_decl.add(name=f"_{field}")
     msg.field.add(name="ids", number=6, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
+    msg.field.add(name="subject", number=7, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="request_id", number=8, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     return fdp
 
 

@@ -23,7 +23,7 @@ field number of 65,536 or more.
 >>> plan, defaults, op_default, why = protobuf_plan(
 ...     event_class().DESCRIPTOR, FieldMapping(complete=True), dim=3)
 >>> plan.shape, defaults.tolist(), op_default, why
-((7, 5), [nan], 0, '')
+((9, 5), [nan], 0, '')
 """
 
 from __future__ import annotations

@@ -58,6 +58,8 @@ def _avro_type(name: str, spec: dict, required: bool):
         avro = "long"
     elif kinds == ["number"]:
         avro = "double"
+    elif kinds == ["boolean"]:
+        avro = "boolean"
     elif kinds == ["array"]:
         avro = {"type": "array", "items": _avro_type(name, spec["items"], True)}
     elif kinds == ["object"]:

@@ -116,6 +116,11 @@ def sample_from_records(records: Iterable[tuple[str, bytes, dict | None]], model
             requests.append((len(ids), (key.decode(errors="replace"),)))
             continue
         op = value.get("op")
+        if op == "delete" and "subject" in value:  # every record the subject gave so far
+            mine = tuple(i for i, s in zip(ids, subjects) if s == value["subject"])
+            if mine:
+                requests.append((len(ids), mine))
+            continue
         if op == "delete":
             requests.append((len(ids), _delete_ids(where, value)))
             continue

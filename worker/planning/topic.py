@@ -108,6 +108,8 @@ def _decoded(settings, messages: list) -> tuple[list[tuple[str, bytes, dict | No
                 (where, msg.key(), {"op": "insert", "id": event.id, "x": event.x, "y": event.y}))
         elif event.tombstone:
             records.append((where, msg.key(), None))
+        elif event.subject is not None:
+            records.append((where, msg.key(), {"op": "delete", "subject": event.subject}))
         else:
             records.append((where, msg.key(), {"op": "delete", "ids": list(event.ids)}))
     return records, left_out
