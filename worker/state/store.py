@@ -2,10 +2,11 @@
 
 :class:`SnapshotStore` is what the worker uses, one per consumer group. Each of its jobs is a
 module of its own: layout.py (names, envelopes, listing), writer.py (full snapshots, deltas and
-delta groups, write conflicts), restore.py (the newest valid snapshot and the deltas after it)
-and garbage.py (gc, purge_before); under them blobs.py (shared blobs), groups.py (delta groups)
-and codec.py (the bytes). docs/worker.md 5.2 describes the objects, their conflicts and
-outages, 5.3 delta groups, 5.4 restore and 5.7 what a corrupt object does.
+delta groups, write conflicts), restore.py (the newest valid snapshot and the deltas after it),
+garbage.py (gc, purge_before) and marks.py (how far releases may have gone); under them blobs.py
+(shared blobs), groups.py (delta groups) and codec.py (the bytes). docs/worker.md 5.2 describes
+the objects, their conflicts and outages, 5.3 delta groups, 5.4 restore and 5.7 what a corrupt
+object does.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from .groups import (  # noqa: F401  (the state API)
     GROUP_LAYOUT_VERSION,
     STACKED_GROUP_LAYOUT_VERSION,
 )
+from .marks import ReleaseMarks
 from .writer import SnapshotWriter
 
 
-class SnapshotStore(SnapshotWriter, GarbageCollector):
+class SnapshotStore(SnapshotWriter, GarbageCollector, ReleaseMarks):
     """Full snapshots and deletion deltas of every partition of one consumer group.
 
     >>> import numpy as np

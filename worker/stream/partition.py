@@ -54,6 +54,12 @@ from .stored_forms import delta_payload, features_header, spec_changed
 
 log = get_logger("olu.partition")
 
+#: How far past the release that stores it a release mark reaches (state/marks.py): one mark per
+#: this many events of progress, and a successor's replay holds releases for at most this many
+#: events past the last one its predecessor could have published.
+MARK_STRETCH = 50_000
+_MARK_KEY = "release_mark"  # an outbox entry that stores a mark, not a delta
+
 
 class PartitionRunner:
     def __init__(self, topic: str, partition: int, model, *, snapshots, settings, model_name: str,
@@ -95,6 +101,7 @@ class PartitionRunner:
         self._batch_deltas: list[tuple[int, dict, dict]] = []
         self._owed: tuple[float, bool] | None = None
         self.receipts = ReceiptBook()  # every receipt until it is delivered (receipt_book.py)
+        self.marked: int | None = None  # the newest release mark, stored or queued (marks.py)
 
     # ----------------------------------------------------------------- restore
     @classmethod
@@ -102,17 +109,23 @@ class PartitionRunner:
                 on_corrupt,
                 delta_writer=None):
         restored = snapshots.restore(topic, partition, on_corrupt=on_corrupt)
+        marked = snapshots.newest_mark(topic, partition)
         common = dict(snapshots=snapshots, settings=settings, model_name=model_name,
                       delta_writer=delta_writer)
         if restored is None:
-            return cls(topic, partition, model_factory(), **common), None
+            runner = cls(topic, partition, model_factory(), **common)
+            runner.marked = marked
+            return runner, None
         if spec_changed(restored, settings, topic, partition):
             # OLU_FEATURES_RESET: a new model from here
-            return cls(topic, partition, model_factory(), next_offset=restored.offset,
-                       **common), None
+            runner = cls(topic, partition, model_factory(), next_offset=restored.offset, **common)
+            runner.marked = marked
+            return runner, None
         deltas = {off: (hdr, arrs) for off, hdr, arrs in restored.deltas}
         if restored.key is None:  # deletions before the first full snapshot: replay from the start
-            return cls(topic, partition, model_factory(), replay_deltas=deltas, **common), restored
+            runner = cls(topic, partition, model_factory(), replay_deltas=deltas, **common)
+            runner.marked = marked
+            return runner, restored
         model = load_model({"meta": restored.header["model"], "arrays": restored.arrays,
                             "shared": restored.shared})
         runner = cls(topic, partition, model, next_offset=restored.offset,
@@ -121,6 +134,7 @@ class PartitionRunner:
         if restored.header.get("request") is not None:  # the snapshot directly follows a request
             runner.request_at = (restored.offset, restored.header["request"])
         runner.receipts = ReceiptBook.restored(restored.header.get("receipts", ()))
+        runner.marked = marked
         return runner, restored
 
     # ----------------------------------------------------------------- processing
@@ -307,8 +321,20 @@ class PartitionRunner:
         if self._batch_deltas or self._owed is not None:
             self._release_owed()
 
-    def _write_deltas(self, deltas: list[tuple[int, dict, dict]]) -> None:
-        self.snapshots.write_deltas(self.topic, self.partition, deltas)
+    def _write_deltas(self, entries: list[tuple[int, dict, dict]]) -> None:
+        """Store the outbox's entries in order: deltas (consecutive ones in one object) and
+        release marks."""
+        run: list = []
+        for entry in entries:
+            if _MARK_KEY not in entry[1]:
+                run.append(entry)
+                continue
+            if run:
+                self.snapshots.write_deltas(self.topic, self.partition, run)
+                run = []
+            self.snapshots.write_mark(self.topic, self.partition, entry[1][_MARK_KEY])
+        if run:
+            self.snapshots.write_deltas(self.topic, self.partition, run)
 
     def _refuse(self, msg, event: Delete, exc: Exception, out: Outcome) -> None:
         """A delete the model cannot honour, unchanged: the budget cannot cover it (on_budget=
@@ -382,6 +408,10 @@ class PartitionRunner:
         release = self._release(trigger, deletion_started, published)
         if retrained:  # the budget ran out: said in a header, the value stays pure
             release.headers.append(budget_header(BUDGET_RETRAINED))
+        if self.marked is None or release.version > self.marked:
+            # durable before the release: nothing published ever passes the newest mark
+            self.marked = release.version + MARK_STRETCH
+            self.outbox.deltas([(release.version, {_MARK_KEY: self.marked}, {})])
         self.outbox.release(release)
 
     def _release_if_due(self) -> None:

@@ -21,7 +21,9 @@ key's partition of the parameter topic (any partitioner), a decoder for every re
 bounded scan back over other partitions' releases; the end offset is one metadata request, exact
 in every delivery mode. What it costs: until the position reaches the floor nothing is published
 (those releases would repeat or go back), backlog included, and the deletions met on the way are
-released together there.
+released together there. So the floor is the lower of the input's end and the predecessor's
+newest release mark (worker/state/marks.py: no release ever passes it), which stops a backlog's
+deletions from waiting for the whole catch-up (worker/stream/assignment.py).
 
 A partition with no stored state starts without a floor: a first start on a backlog publishes as
 it goes. Its predecessor, if any, died before storing anything of the partition, so each of its
