@@ -14,7 +14,8 @@ MAX_LINES = 500
 MAX_COLUMNS = 100
 # The package's tiers (docs/layout.md), each allowed to import only the tiers after it; a module
 # imports freely inside its own package. ``worker`` alone is the package's __init__ (its version).
-TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow", "worker.http", "worker.devtools"),
+TIERS = (("worker.cli",), ("worker.planning", "worker.produce", "worker.follow", "worker.audit", "worker.http",
+                          "worker.devtools"),
          ("worker.metrics",), ("worker.stream", "worker.client"),
          ("worker.config", "worker.state", "worker.formats", "worker.kafka_log", "worker.logs", "worker.memory"),
          ("worker.features",), ("worker.olu",), ("worker.compiled",),

@@ -110,31 +110,38 @@ def read_to_end(settings, topic: str, timeout: float) -> list:
         consumer.close()
 
 
-def latest_receipts(messages) -> dict[str, tuple[dict, int]]:
-    """request id -> (its receipt, the receipt record's timestamp in ms): each one's newest."""
+def latest_receipts(messages, reader=None) -> dict[str, tuple[dict, int]]:
+    """request id -> (its receipt, the receipt record's timestamp in ms): each one's newest (a
+    framed one read through ``reader``, a ReleaseReader)."""
     found = {}
     for msg in messages:
-        if msg.value() is None:
+        value = msg.value()
+        if value is None:
             continue
         try:
-            receipt = orjson.loads(msg.value())
-        except orjson.JSONDecodeError:
+            framed = value[:1] == b"\0" and reader is not None
+            receipt = orjson.loads(reader.read(msg.topic(), value, "receipt") if framed else value)
+        except Exception:  # noqa: BLE001 - not a receipt this tool can read
             continue
         if isinstance(receipt, dict) and isinstance(receipt.get("request_id"), str):
             found[receipt["request_id"]] = (receipt, msg.timestamp()[1])
     return found
 
 
-def releases_by_partition(settings, messages) -> dict[tuple[str, int], list[dict]]:
+def registry_reader(settings):
+    """A reader of framed releases and receipts, when OLU_SCHEMA_REGISTRY_URL names a registry."""
+    if not settings.schema_registry_url:
+        return None
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from .formats.release import ReleaseReader
+
+    return ReleaseReader(SchemaRegistryClient({"url": settings.schema_registry_url}))
+
+
+def releases_by_partition(messages, reader=None) -> dict[tuple[str, int], list[dict]]:
     """(input topic, partition) -> its releases in params-topic order, as JSON records (a framed
-    one read through the Schema Registry, when OLU_SCHEMA_REGISTRY_URL names one)."""
-    reader = None
-    if settings.schema_registry_url:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
-        from .formats.release import ReleaseReader
-
-        reader = ReleaseReader(SchemaRegistryClient({"url": settings.schema_registry_url}))
+    one read through ``reader``)."""
     out: dict[tuple[str, int], list[dict]] = {}
     for msg in messages:
         value = msg.value()
@@ -189,18 +196,28 @@ def check_receipt(receipt: dict, releases: dict[tuple[str, int], list[dict]]) ->
 def pending_deletes(settings, messages, receipts: dict) -> list[dict]:
     """The deletes of the input topic that have no receipt: (request id, where, its timestamp)."""
     from .stream.exceptions import DeadLetter
-    from .stream.input.decode import Delete, decode_event
+    from .stream.input.decode import Delete
+    from .stream.input.framed import RegistryInput, decode_message, original
     from .stream.output.receipts import request_id
 
+    registry = RegistryInput.from_settings(settings)
+    if registry is not None:  # framed input: as the worker reads it, through the registry
+        from .formats.input import transcode
+
+        messages, _, error = transcode(registry.decoder, messages)
+        if error is not None:
+            raise TimeoutError(f"the Schema Registry could not decode the input ({error})")
     out = []
     for msg in messages:
-        if msg.value() is not None and b'"delete"' not in msg.value():
+        if registry is None and msg.value() is not None and b'"delete"' not in msg.value():
             continue  # not a delete: no JSON parse for each insert
         try:
-            event = decode_event(msg.key(), msg.value(), dim=1, max_bytes=settings.max_record_bytes)
+            event = decode_message(msg, dim=settings.dim, max_bytes=settings.max_record_bytes,
+                                   features=settings.feature_spec, labels=True)
         except DeadLetter:
-            continue  # dead-lettered: the dead-letter topic holds it, with its reason
+            continue  # dead-lettered (or an insert this check need not read): not a request
         if isinstance(event, Delete):
+            msg = original(msg)
             rid = request_id(event, msg.topic(), msg.partition(), msg.offset())
             if rid not in receipts:
                 out.append({"request_id": rid, "topic": msg.topic(), "partition": msg.partition(),
@@ -232,14 +249,15 @@ def receipts(args, opts) -> int:
 
     settings = load_settings(args, command="produce")  # the connection is required
     out = sys.stdout
+    reader = registry_reader(settings)
     try:
-        found = latest_receipts(read_to_end(settings, settings.receipts_topic, opts.timeout))
+        found = latest_receipts(read_to_end(settings, settings.receipts_topic, opts.timeout),
+                                reader)
         needs_input = opts.pending or opts.late
         inputs = [m for t in settings.input_topics
                   for m in read_to_end(settings, t, opts.timeout)] if needs_input else []
-        releases = (releases_by_partition(settings,
-                                          read_to_end(settings, settings.params_topic,
-                                                      opts.timeout))
+        releases = (releases_by_partition(read_to_end(settings, settings.params_topic,
+                                                      opts.timeout), reader)
                     if opts.verify else {})
     except TimeoutError as exc:
         print(f"olu-worker receipts: {exc}", file=sys.stderr)

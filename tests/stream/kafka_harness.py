@@ -531,6 +531,8 @@ def worker_env(bootstrap: str, topics: Topics, group: str, state_url: str, **ext
         "OLU_INPUT_TOPICS": topics.input,
         "OLU_PARAMS_TOPIC": topics.params,
         "OLU_DLQ_TOPIC": topics.dlq,
+        # each run's own: a receipt schema registered in one format must not meet another's
+        "OLU_RECEIPTS_TOPIC": f"{topics.input}.receipts",
         "OLU_DIM": str(DIM),
         "OLU_STATE_URL": state_url,
         "OLU_PRIVACY_UNIT": "all-deletions",  # run requires one; these tests were written for it
@@ -568,6 +570,11 @@ class Stored:
     arrays: dict
     shared: dict = field(default_factory=dict)  # full snapshots: group -> arrays, from the blobs named
     shared_blobs: dict = field(default_factory=dict)  # blob key -> its bytes
+
+
+def stored_model(full: Stored):
+    """The engine model a full snapshot holds."""
+    return load_model({"meta": full.header["model"], "arrays": full.arrays, "shared": full.shared})
 
 
 def stored_objects(snapshots: SnapshotStore, topic: str, partition: int) -> list[Stored]:

@@ -327,10 +327,12 @@ def dim_of(record: dict) -> int:
 def test_schema_samples_are_accepted(kind):
     for record in VALID[kind]:
         validate(kind, record)
-        key = b"subject-7"  # the partitioning key, not necessarily an id
+        key = _key_of(record)
         event = decode_event(key, dumps(record), dim=dim_of(record), max_bytes=BIG)
         if kind == "insert":
             assert event.id == record["id"]
+        elif "subject" in record:
+            assert (event.ids, event.subject) == ((), record["subject"])
         else:
             assert event.ids == (tuple(record["ids"]) if "ids" in record else (record["id"],))
         assert isinstance(event, Insert if kind == "insert" else Delete)
@@ -386,6 +388,8 @@ def contract_accepts(key: bytes | None, value: bytes, dim: int, labels: bool = F
         return False, "dimension"
     if kind == "insert" and isinstance(obj["y"], str) != labels:  # the loss is configuration
         return False, "label kind"
+    if kind == "delete" and "subject" in obj and obj["subject"].encode() != key:  # worker-only
+        return False, "subject is not the key"
     return True, ""
 
 
@@ -421,8 +425,11 @@ def check_agreement(key: bytes | None, value: bytes, dim: int, labels: bool = Fa
         else:
             assert event.y == float(obj["y"]) and type(event.y) is float
         assert event.ts == (int(obj["ts"]) if "ts" in obj else None)
+    elif "subject" in obj:
+        assert event == Delete((), False, obj["subject"], obj.get("request_id"))
     else:
-        assert event == Delete(tuple(obj["ids"]) if "ids" in obj else (obj["id"],), False)
+        assert event == Delete(tuple(obj["ids"]) if "ids" in obj else (obj["id"],), False, None,
+                               obj.get("request_id"))
 
 
 def mostly(good, bad, one_in: int = 8):
@@ -519,10 +526,16 @@ def test_agrees_with_schema(record):
     check_agreement(*record, labels=True)  # string classes: y is a class name
 
 
+def _key_of(record: dict) -> bytes:
+    """The partitioning key a sample is sent under: its subject's, when it names one (the schema
+    cannot say that the two must be equal; the decoder checks it)."""
+    return record["subject"].encode() if "subject" in record else b"subject-7"
+
+
 @pytest.mark.parametrize("kind", ["insert", "delete"])
 def test_agrees_with_schema_on_samples(kind):
     for record in VALID[kind]:
-        check_agreement(b"subject-7", dumps(record), dim_of(record))
+        check_agreement(_key_of(record), dumps(record), dim_of(record))
 
 
 @settings(max_examples=40, deadline=None)

@@ -148,3 +148,10 @@ def test_packaged_release_schema_is_the_repository_one():
     assert [f["name"] for f in avro["fields"]] == list(spec["properties"])
     privacy = next(f for f in avro["fields"] if f["name"] == "privacy")["type"]
     assert [f["name"] for f in privacy["fields"]] == list(spec["properties"]["privacy"]["properties"])
+
+
+def test_packaged_receipt_schema_is_the_repository_one():
+    from worker.formats.release import json_schema
+
+    assert json.loads(json_schema("receipt")) == json.loads((ROOT / "schemas/receipt.schema.json").read_text()), \
+        "copy schemas/receipt.schema.json to worker/formats/receipt.schema.json"

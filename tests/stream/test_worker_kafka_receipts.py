@@ -35,12 +35,13 @@ from tests.stream.kafka_harness import (
     produce,
     read_topic,
     releases,
+    stored_model,
     verify_against_oracle,
     wait_for,
     worker_env,
 )
 from worker.cli import main
-from worker.olu import load_model, record_key
+from worker.olu import record_key
 from worker.state.store import open_store
 
 pytestmark = pytest.mark.kafka
@@ -169,7 +170,7 @@ def test_the_forgotten_subjects_records_are_out_of_the_model(run):
     seen = 0
     for p in (0, 1):
         full = newest_full(run.snapshots, run.topics.input, p)
-        model = load_model({"meta": full.header["model"], "arrays": full.arrays, "shared": full.shared})
+        model = stored_model(full)
         for k in range(SUBJECTS):
             subject = f"u-{k}"
             if model.subject_records(record_key(subject)).size == 0:

@@ -73,7 +73,7 @@ def _second_version(fmt: str, client):
         inner = JSONSerializer(json.dumps(schema), client)
         return lambda e, topic: inner({**e, "source": "app"}, ctx(topic))
     cls = _event_message("olu/v2/event.proto", extra=lambda msg, F: msg.field.add(
-        name="source", number=7, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL))
+        name="source", number=9, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL))
     # Apicurio 3.0.9 cannot check a second serialized descriptor against the first under one subject
     # (its .proto parser reads the stored base64): the second version goes under a subject of its
     # own. For the worker it is the same: a second writer schema id in the topic.
@@ -122,7 +122,7 @@ def _with_timestamp():
     timestamp_pb2.DESCRIPTOR.CopyToProto(known)
     pool.Add(known)
     return _event_message("olu/wkt/event.proto", imports=["google/protobuf/timestamp.proto"], pool=pool,
-                          extra=lambda msg, F: msg.field.add(name="at", number=7, type=F.TYPE_MESSAGE,
+                          extra=lambda msg, F: msg.field.add(name="at", number=9, type=F.TYPE_MESSAGE,
                                                              label=F.LABEL_OPTIONAL,
                                                              type_name=".google.protobuf.Timestamp"))
 
@@ -136,7 +136,7 @@ def _with_reference():
         enum.value.add(name=value, number=number)
     pool.Add(common)
     return _event_message("olu/ref/event.proto", imports=["olu/common/channel.proto"], pool=pool,
-                          extra=lambda msg, F: msg.field.add(name="channel", number=7, type=F.TYPE_ENUM,
+                          extra=lambda msg, F: msg.field.add(name="channel", number=9, type=F.TYPE_ENUM,
                                                              label=F.LABEL_OPTIONAL,
                                                              type_name=".olu.common.Channel"))
 

@@ -1,4 +1,6 @@
-"""Releases framed by a Schema Registry: written as Avro or JSON Schema, read in any format.
+"""Releases (and receipts) framed by a Schema Registry: written as Avro or JSON Schema, read in
+any format. A receipt (schemas/receipt.schema.json) goes the same way, ``kind="receipt"``, under
+``{receipts topic}-value``.
 
 With ``OLU_RELEASE_FORMAT`` = avro or json-schema the worker publishes each release (the record
 of schemas/release.schema.json) with confluent-kafka's ``AvroSerializer`` / ``JSONSerializer``
@@ -26,17 +28,29 @@ import orjson
 from confluent_kafka.schema_registry import topic_subject_name_strategy
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-__all__ = ["RELEASE_FORMATS", "ReleaseEncoder", "ReleaseReader", "avro_schema",
-           "release_json_schema"]
+__all__ = ["KINDS", "RELEASE_FORMATS", "ReleaseEncoder", "ReleaseReader", "avro_schema",
+           "json_schema", "release_json_schema"]
 
 RELEASE_FORMATS = ("avro", "json-schema")
 _CONF = {"subject.name.strategy": topic_subject_name_strategy}
 
 
+#: The worker's output records a registry format carries: releases and receipts (the JSON Schema
+#: of each is packaged with the worker, a copy of schemas/{kind}.schema.json).
+KINDS = ("release", "receipt")
+
+
 @functools.cache
+def json_schema(kind: str = "release") -> str:
+    """schemas/{kind}.schema.json, as packaged with the worker."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return resources.files(__package__).joinpath(f"{kind}.schema.json").read_text(encoding="utf-8")
+
+
 def release_json_schema() -> str:
     """schemas/release.schema.json, as packaged with the worker."""
-    return resources.files(__package__).joinpath("release.schema.json").read_text(encoding="utf-8")
+    return json_schema("release")
 
 
 def _avro_type(name: str, spec: dict, required: bool):
@@ -80,29 +94,31 @@ def _record(name: str, spec: dict) -> dict:
 
 
 @functools.cache
-def avro_schema() -> str:
-    """The release's Avro schema (record ``olu.Release``), derived from the JSON Schema."""
-    record = _record("Release", json.loads(release_json_schema()))
+def avro_schema(kind: str = "release") -> str:
+    """The Avro schema of a release (record ``olu.Release``) or a receipt (``olu.Receipt``),
+    derived from its JSON Schema."""
+    record = _record(kind.capitalize(), json.loads(json_schema(kind)))
     record["namespace"] = "olu"
     return json.dumps(record, separators=(",", ":"))
 
 
 class ReleaseEncoder:
-    """``encode(json_value) -> framed value`` for ``fmt`` on ``topic``."""
+    """``encode(json_value) -> framed value`` for ``fmt`` on ``topic``: of a release, or with
+    ``kind="receipt"`` of a receipt."""
 
-    def __init__(self, fmt: str, client, topic: str):
+    def __init__(self, fmt: str, client, topic: str, kind: str = "release"):
         if fmt not in RELEASE_FORMATS:
             raise ValueError(f"release format must be one of {RELEASE_FORMATS}, got {fmt!r}")
-        self.format, self.topic = fmt, topic
+        self.format, self.topic, self.kind = fmt, topic, kind
         self._ctx = SerializationContext(topic, MessageField.VALUE)
         if fmt == "avro":
             from confluent_kafka.schema_registry.avro import AvroSerializer
 
-            self._serialize = AvroSerializer(client, avro_schema(), conf=_CONF)
+            self._serialize = AvroSerializer(client, avro_schema(kind), conf=_CONF)
         else:
             from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
-            self._serialize = JSONSerializer(release_json_schema(), client, conf=_CONF)
+            self._serialize = JSONSerializer(json_schema(kind), client, conf=_CONF)
 
     def encode(self, value: bytes) -> bytes:
         return self._serialize(orjson.loads(value), self._ctx)
@@ -113,31 +129,32 @@ class ReleaseEncoder:
 
 
 class ReleaseReader:
-    """``read(topic, framed value) -> JSON value`` of a release in any registry format."""
+    """``read(topic, framed value, kind) -> JSON value`` of a release (or receipt) in any registry
+    format."""
 
     def __init__(self, client):
         self.client = client
         self._by_type: dict[str, object] = {}
 
-    def read(self, topic: str, value: bytes) -> bytes:
+    def read(self, topic: str, value: bytes, kind: str = "release") -> bytes:
         schema_id = int.from_bytes(value[1:5], "big")
-        kind = self.client.get_schema(schema_id).schema_type or "AVRO"
-        deserializer = self._by_type.get(kind)
+        schema_type = self.client.get_schema(schema_id).schema_type or "AVRO"
+        deserializer = self._by_type.get(schema_type)
         if deserializer is None:
-            if kind == "AVRO":
+            if schema_type == "AVRO":
                 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
                 deserializer = AvroDeserializer(self.client, conf=_CONF)
-            elif kind == "JSON":
+            elif schema_type == "JSON":
                 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
                 deserializer = JSONDeserializer(None, schema_registry_client=self.client,
                                                 conf=_CONF)
             else:
-                raise ValueError(f"releases are never {kind}: schema {schema_id}")
-            self._by_type[kind] = deserializer
+                raise ValueError(f"releases are never {schema_type}: schema {schema_id}")
+            self._by_type[schema_type] = deserializer
         record = deserializer(value, SerializationContext(topic, MessageField.VALUE))
-        return orjson.dumps(_without_absent(record, json.loads(release_json_schema())))
+        return orjson.dumps(_without_absent(record, json.loads(json_schema(kind))))
 
 
 def _without_absent(record, schema: dict):

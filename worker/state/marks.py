@@ -30,6 +30,13 @@ from obstore.exceptions import AlreadyExistsError
 from .layout import GroupObjects, call_store
 
 _MARK = re.compile(r"mark-(\d{20})\.mark")
+_MARK_KEY = "release_mark"  # an outbox entry (offset, header, arrays) that stores a mark
+
+
+def mark_entry(version: int, mark: int) -> tuple[int, dict, dict]:
+    """The outbox entry that stores ``mark`` ahead of the release at ``version``: it is written
+    in order with the deltas before it (:meth:`ReleaseMarks.write_entries`)."""
+    return version, {_MARK_KEY: mark}, {}
 
 
 class ReleaseMarks(GroupObjects):
@@ -37,6 +44,21 @@ class ReleaseMarks(GroupObjects):
         where = self.directory(topic, partition)
         return {int(m[1]): meta["path"] for meta in self._list_objects(where)
                 if (m := _MARK.fullmatch(meta["path"][len(where):]))}
+
+    def write_entries(self, topic: str, partition: int, entries: list) -> None:
+        """Store an outbox's entries in order: deltas (consecutive ones in one object, as
+        ``write_deltas``) and marks."""
+        run: list = []
+        for entry in entries:
+            if _MARK_KEY not in entry[1]:
+                run.append(entry)
+                continue
+            if run:
+                self.write_deltas(topic, partition, run)
+                run = []
+            self.write_mark(topic, partition, entry[1][_MARK_KEY])
+        if run:
+            self.write_deltas(topic, partition, run)
 
     def newest_mark(self, topic: str, partition: int) -> int | None:
         """The largest version the partition's releases may have reached (None: no mark)."""

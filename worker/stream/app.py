@@ -41,7 +41,7 @@ from .lag import export_lag
 from .output.exactly_once import Transactions
 from .output.params_policy import warn_if_compacted_at_least_once
 from .output.publisher import Publisher
-from .output.registry_releases import release_encoder
+from .output.registry_releases import receipt_encoder, release_encoder
 from .output.release_size import check_release_fits
 from .ownership import Fence
 from .partition import PartitionRunner
@@ -108,6 +108,7 @@ class Worker:
         switch_interval = prepare_process(self.settings)
         # None: JSON releases
         self.publisher.release_encoder = release_encoder(s, self._new_model())
+        self.publisher.receipt_encoder = receipt_encoder(s)
         # at large d a release may outgrow the params topic: refuse now, not mid-stream
         check_release_fits(s)
         warn_if_compacted_at_least_once(s)

@@ -18,6 +18,7 @@ are bit-identical, so how the broker batches messages cannot change the result.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from ..logs import get_logger
 from ..olu import (
@@ -31,6 +32,7 @@ from ..olu import (
     apply_batch,
     load_model,
 )
+from ..state.marks import mark_entry
 from ..wire import (
     BUDGET_RETRAINED,
     TRIGGER_DELETION,
@@ -58,7 +60,6 @@ log = get_logger("olu.partition")
 #: this many events of progress, and a successor's replay holds releases for at most this many
 #: events past the last one its predecessor could have published.
 MARK_STRETCH = 50_000
-_MARK_KEY = "release_mark"  # an outbox entry that stores a mark, not a delta
 
 
 class PartitionRunner:
@@ -88,8 +89,8 @@ class PartitionRunner:
         self.last_release_at = self.last_snapshot_at = now
         self.purge_due_at: float | None = None  # active algorithms: raw features to purge by then
         self.snapshot_in_flight = False
-        # delta_writer: a single-thread executor's submit (None: write deltas on this thread).
-        self.outbox = Outbox(self._write_deltas, delta_writer)
+        # deltas and release marks, in order (delta_writer: a 1-thread executor's submit, or None)
+        self.outbox = Outbox(partial(snapshots.write_entries, topic, partition), delta_writer)
         self.prequential_loss: float | None = None
         # (offset after it, report) of the newest deletion request that changed the model: every
         # release at exactly that offset carries the report, so all of them are byte-identical.
@@ -105,27 +106,28 @@ class PartitionRunner:
 
     # ----------------------------------------------------------------- restore
     @classmethod
-    def restore(cls, topic, partition, *, snapshots, settings, model_factory, model_name,
-                on_corrupt,
-                delta_writer=None):
+    def restore(cls, topic, partition, *, snapshots, **kwargs):
+        """The partition's runner from its stored state, and what was restored (None: nothing).
+        It knows its predecessor's newest release mark (state/marks.py)."""
+        runner, restored = cls._restored(topic, partition, snapshots=snapshots, **kwargs)
+        runner.marked = snapshots.newest_mark(topic, partition)
+        return runner, restored
+
+    @classmethod
+    def _restored(cls, topic, partition, *, snapshots, settings, model_factory, model_name,
+                  on_corrupt, delta_writer=None):
         restored = snapshots.restore(topic, partition, on_corrupt=on_corrupt)
-        marked = snapshots.newest_mark(topic, partition)
         common = dict(snapshots=snapshots, settings=settings, model_name=model_name,
                       delta_writer=delta_writer)
         if restored is None:
-            runner = cls(topic, partition, model_factory(), **common)
-            runner.marked = marked
-            return runner, None
+            return cls(topic, partition, model_factory(), **common), None
         if spec_changed(restored, settings, topic, partition):
             # OLU_FEATURES_RESET: a new model from here
-            runner = cls(topic, partition, model_factory(), next_offset=restored.offset, **common)
-            runner.marked = marked
-            return runner, None
+            return cls(topic, partition, model_factory(), next_offset=restored.offset,
+                       **common), None
         deltas = {off: (hdr, arrs) for off, hdr, arrs in restored.deltas}
         if restored.key is None:  # deletions before the first full snapshot: replay from the start
-            runner = cls(topic, partition, model_factory(), replay_deltas=deltas, **common)
-            runner.marked = marked
-            return runner, restored
+            return cls(topic, partition, model_factory(), replay_deltas=deltas, **common), restored
         model = load_model({"meta": restored.header["model"], "arrays": restored.arrays,
                             "shared": restored.shared})
         runner = cls(topic, partition, model, next_offset=restored.offset,
@@ -134,7 +136,6 @@ class PartitionRunner:
         if restored.header.get("request") is not None:  # the snapshot directly follows a request
             runner.request_at = (restored.offset, restored.header["request"])
         runner.receipts = ReceiptBook.restored(restored.header.get("receipts", ()))
-        runner.marked = marked
         return runner, restored
 
     # ----------------------------------------------------------------- processing
@@ -321,27 +322,13 @@ class PartitionRunner:
         if self._batch_deltas or self._owed is not None:
             self._release_owed()
 
-    def _write_deltas(self, entries: list[tuple[int, dict, dict]]) -> None:
-        """Store the outbox's entries in order: deltas (consecutive ones in one object) and
-        release marks."""
-        run: list = []
-        for entry in entries:
-            if _MARK_KEY not in entry[1]:
-                run.append(entry)
-                continue
-            if run:
-                self.snapshots.write_deltas(self.topic, self.partition, run)
-                run = []
-            self.snapshots.write_mark(self.topic, self.partition, entry[1][_MARK_KEY])
-        if run:
-            self.snapshots.write_deltas(self.topic, self.partition, run)
-
     def _refuse(self, msg, event: Delete, exc: Exception, out: Outcome) -> None:
-        """A delete the model cannot honour, unchanged: the budget cannot cover it (on_budget=
-        refuse), or it names a subject and the model keeps no records by subject. Dead-lettered
-        so it is not lost, with a receipt that says why."""
-        reason = "budget_exhausted" if isinstance(exc, BudgetExhausted) else "forget_by_key_off"
-        log.error("deletion refused", extra={
+        """A delete the model cannot honour (the budget cannot cover it, on_budget=refuse; or it
+        names a subject, the model keeps no records by subject): a dead letter and a receipt."""
+        reason, why = (("budget_exhausted", "privacy budget exhausted")
+                       if isinstance(exc, BudgetExhausted)
+                       else ("forget_by_key_off", "the model keeps no records by subject"))
+        log.error(f"deletion refused: {why}", extra={
             "topic": self.topic, "partition": self.partition, "offset": msg.offset(),
             "algorithm": self.settings.algorithm, "reason": reason, "detail": str(exc)})
         out.dead_letters.append(DeadLetterOut(msg, reason, str(exc)))
@@ -411,7 +398,7 @@ class PartitionRunner:
         if self.marked is None or release.version > self.marked:
             # durable before the release: nothing published ever passes the newest mark
             self.marked = release.version + MARK_STRETCH
-            self.outbox.deltas([(release.version, {_MARK_KEY: self.marked}, {})])
+            self.outbox.deltas([mark_entry(release.version, self.marked)])
         self.outbox.release(release)
 
     def _release_if_due(self) -> None:

@@ -35,6 +35,7 @@ from .runs import frozen
 __all__ = ["CHUNK", "SubjectIndex", "first_seen"]
 
 CHUNK = 1 << 16  # pairs in a chunk before it is frozen (1 MB)
+_FIRST = 1 << 10  # the open chunk's first capacity, doubled up to CHUNK: small models stay small
 _CHUNK_GROUP = re.compile(r"subjects_chunk(\d+)")
 
 
@@ -53,8 +54,8 @@ class SubjectIndex:
     def __init__(self, *, chunk: int = CHUNK):
         self.chunk = chunk
         self._frozen: list[tuple[np.ndarray, np.ndarray]] = []  # (subjects, records), full
-        self._subjects = np.zeros(chunk, np.uint64)  # the open chunk: its first _n pairs
-        self._records = np.zeros(chunk, np.uint64)
+        self._subjects = np.zeros(min(_FIRST, chunk), np.uint64)  # the open chunk: its first _n
+        self._records = np.zeros(min(_FIRST, chunk), np.uint64)
         self._n = 0
 
     def __len__(self) -> int:
@@ -62,8 +63,8 @@ class SubjectIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the pairs take (frozen and open chunks)."""
-        return (len(self._frozen) + 1) * self.chunk * 16
+        """Bytes the pairs take (frozen chunks and the open one's capacity)."""
+        return len(self._frozen) * self.chunk * 16 + len(self._subjects) * 16
 
     def add(self, subjects: np.ndarray, records: np.ndarray) -> None:
         """Pair each of ``records`` (record keys, learning order) with its row's subject key."""
@@ -71,6 +72,8 @@ class SubjectIndex:
         records = np.asarray(records, np.uint64)
         at, total = 0, len(records)
         while at < total:
+            if self._n + (total - at) > len(self._subjects) < self.chunk:
+                self._grow(self._n + total - at)
             take = min(total - at, self.chunk - self._n)
             self._subjects[self._n:self._n + take] = subjects[at:at + take]
             self._records[self._n:self._n + take] = records[at:at + take]
@@ -78,9 +81,20 @@ class SubjectIndex:
             at += take
             if self._n == self.chunk:
                 self._frozen.append((frozen(self._subjects), frozen(self._records)))
-                self._subjects = np.zeros(self.chunk, np.uint64)
-                self._records = np.zeros(self.chunk, np.uint64)
+                self._subjects = np.zeros(min(_FIRST, self.chunk), np.uint64)
+                self._records = np.zeros(min(_FIRST, self.chunk), np.uint64)
                 self._n = 0
+
+    def _grow(self, wanted: int) -> None:
+        """Double the open chunk's capacity until it holds ``wanted`` pairs (at most CHUNK)."""
+        size = len(self._subjects)
+        while size < min(wanted, self.chunk):
+            size *= 2
+        size = min(size, self.chunk)
+        for name in ("_subjects", "_records"):
+            grown = np.zeros(size, np.uint64)
+            grown[:self._n] = getattr(self, name)[:self._n]
+            setattr(self, name, grown)
 
     def records(self, subject: int) -> np.ndarray:
         """The distinct record keys learned under ``subject``, in the order first learned."""
@@ -115,6 +129,7 @@ class SubjectIndex:
                 for name in ("subjects_open", "subject_records_open"))
         if s.shape != r.shape or s.ndim != 1 or len(s) >= chunk:
             raise ValueError(f"open subject chunk holds {s.shape} and {r.shape} pairs (< {chunk})")
+        index._grow(len(s))
         index._subjects[:len(s)], index._records[:len(r)] = s, r
         index._n = len(s)
         return index

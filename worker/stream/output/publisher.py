@@ -30,6 +30,7 @@ class Publisher:
         self.metrics, self.fence, self.summary = metrics, fence, summary
         self.producer = None
         self.release_encoder = None  # OLU_RELEASE_FORMAT avro / json-schema; None: JSON releases
+        self.receipt_encoder = None  # receipts in the releases' format; None: JSON
         self.delivery_error: str | None = None
         self.latest_release: dict[tuple[str, int], object] = {}  # for the demo's terminal view
         limit = TopicLimit({**settings.admin_config(), "logger": client_logger()},
@@ -63,10 +64,15 @@ class Publisher:
             return
         committed = runner.committed_output
         receipts = release.receipts
+        if committed is not None:
+            # A receipt rides with the first release at or above its version, in its transaction:
+            # one whose version a committed release covers was committed with that release.
+            sent = [r for r in receipts if committed.has_release(r.version)]
+            for made in sent:
+                runner.receipts.delivered(made)
+            receipts = [r for r in receipts if not committed.has_release(r.version)]
         if committed is not None and committed.has_release(release.version):
             self.summary["releases_already_committed"] += 1  # replay after a crash: published once
-            for made in receipts:  # committed in the release's transaction, right after it
-                runner.receipts.delivered(made)
             return
         started = release.deletion_started
         behind = receipts and not self.transactional  # produced once the release is delivered
@@ -113,7 +119,9 @@ class Publisher:
                 else:
                     runner.receipts.delivered(made)
 
-            self.producer.produce(self.receipts_topic, key=made.key, value=made.value,
+            value = (made.value if self.receipt_encoder is None
+                     else self.receipt_encoder.encode(made.value))
+            self.producer.produce(self.receipts_topic, key=made.key, value=value,
                                   headers=[(WORKER_VERSION_HEADER, __version__.encode())],
                                   on_delivery=delivered)
             self.metrics.count_receipt(runner.topic, runner.partition, made.status)

@@ -13,9 +13,11 @@ from ...formats.registry import new_client
 from ...formats.release import ReleaseEncoder
 from ...logs import get_logger
 from ..exceptions import RegistryStartFailed
+from ..input.deletes import Delete
+from .receipts import receipt
 from .releases import release_value
 
-__all__ = ["release_encoder"]
+__all__ = ["receipt_encoder", "release_encoder"]
 
 log = get_logger("olu.registry")
 
@@ -36,5 +38,27 @@ def release_encoder(settings, model) -> ReleaseEncoder | None:
             f"register the release schema under {settings.params_topic}-value at "
             f"OLU_SCHEMA_REGISTRY_URL: {type(exc).__name__}: {str(exc)[:300]}") from None
     log.info("release schema registered", extra={"subject": f"{settings.params_topic}-value",
+                                                  "format": settings.release_format})
+    return encoder
+
+
+def receipt_encoder(settings) -> ReleaseEncoder | None:
+    """The encoder of receipts, in the releases' format (None: JSON), its schema registered under
+    ``{receipts topic}-value`` now, with a receipt as the sample."""
+    if settings.release_format == "json":
+        return None
+    encoder = ReleaseEncoder(settings.release_format, new_client(settings),
+                             settings.receipts_topic, kind="receipt")
+    sample = receipt(model_name=settings.model_name or settings.group_id,
+                     topic=settings.input_topics[0], partition=0, offset=0,
+                     event=Delete(("sample",)))
+    try:
+        encoder.register(sample.value)
+    except Exception as exc:
+        raise RegistryStartFailed(
+            f"OLU_RELEASE_FORMAT (--release-format) = {settings.release_format}: could not "
+            f"register the receipt schema under {settings.receipts_topic}-value at "
+            f"OLU_SCHEMA_REGISTRY_URL: {type(exc).__name__}: {str(exc)[:300]}") from None
+    log.info("receipt schema registered", extra={"subject": f"{settings.receipts_topic}-value",
                                                   "format": settings.release_format})
     return encoder
