@@ -8,8 +8,8 @@ object, create-only) with M a stretch ahead of that release's version, behind th
 it and ahead of the release (the outbox orders the three). So every version the partition ever
 published is at most its newest mark, and its successor holds releases only below the smaller of
 the input's end and that mark. Marks are written once per stretch of progress
-(``worker.stream.partition.MARK_STRETCH`` events); older ones are deleted after a new one is
-durable.
+(``worker.stream.partition.MARK_STRETCH`` events), one PUT each; the older ones go with the
+snapshots' garbage collection.
 
 >>> from obstore.store import MemoryStore
 >>> marks = ReleaseMarks(MemoryStore(), "olu", "g")
@@ -18,6 +18,8 @@ True
 >>> marks.write_mark("t", 0, 50_000); marks.write_mark("t", 0, 100_000)
 >>> marks.newest_mark("t", 0), len(marks.list("t", 0))  # marks are not snapshots
 (100000, 0)
+>>> marks.drop_old_marks("t", 0), marks.drop_old_marks("t", 0)
+(1, 0)
 """
 
 from __future__ import annotations
@@ -65,13 +67,18 @@ class ReleaseMarks(GroupObjects):
         return max(self._marks(topic, partition), default=None)
 
     def write_mark(self, topic: str, partition: int, version: int) -> None:
-        """Store the mark ``version`` (durable on return), then drop the older ones."""
+        """Store the mark ``version``, durable on return: one create-only PUT (on the delta
+        writer's thread, so deltas queued behind it wait no longer than that)."""
         key = f"{self.directory(topic, partition)}mark-{version:020d}.mark"
         try:
             call_store("put", key, obstore.put, self.store, key, b"", mode="create")
         except AlreadyExistsError:
             pass  # a replay writing the same mark again: it holds what we meant
         self._sync(key)
-        older = [k for v, k in self._marks(topic, partition).items() if v < version]
-        if older:
-            self._delete_keys(older)
+
+    def drop_old_marks(self, topic: str, partition: int) -> int:
+        """Delete every mark but the newest (with the snapshots' gc: a LIST and a DELETE once per
+        full snapshot, not per mark); the number deleted."""
+        marks = self._marks(topic, partition)
+        older = [k for v, k in marks.items() if v < max(marks, default=0)]
+        return self._delete_keys(older) if older else 0

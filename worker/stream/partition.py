@@ -455,8 +455,7 @@ class PartitionRunner:
             header["receipts"] = self.receipts.stored()
         # Deletions after this point may need their own purge: they are not in this copy's past.
         pending = PendingSnapshot(self.next_offset, header, state["arrays"],
-                                  state.get("shared", {}),
-                                  purge_due_at=self.purge_due_at)
+                                  state.get("shared", {}), purge_due_at=self.purge_due_at)
         self.purge_due_at = None
         self.events_since_snapshot = 0
         now = time.monotonic()
@@ -476,8 +475,9 @@ class PartitionRunner:
         if pending.purge_due_at is not None:
             # Older objects may still hold a deleted record's raw features (invariant 6).
             self.snapshots.purge_before(self.topic, self.partition, pending.offset)
-        else:
+        else:  # with the release marks but the newest
             self.snapshots.gc(self.topic, self.partition)
+            self.snapshots.drop_old_marks(self.topic, self.partition)
         return ref
 
     def finish_snapshot(self, pending: PendingSnapshot, durable: bool) -> None:
