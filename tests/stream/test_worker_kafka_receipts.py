@@ -162,6 +162,13 @@ def test_every_receipt_verifies_against_the_params_topic(run, kafka_bootstrap, c
     assert main(["receipts", "--id", "no-such-request"]) == 3
     assert main(["receipts", "--pending", "--timeout", "60"]) == 0
     assert "0 pending" in capsys.readouterr().out
+    assert main(["receipts", "--late", "--timeout", "60"]) == 0  # within the 300 s default
+    assert "0 late (deadline 300 s)" in capsys.readouterr().out
+    # a deadline no release can meet: every answered request is late, and the exit code says so
+    assert main(["receipts", "--late", "--json", "--deletion-deadline-seconds", "0.000001"]) == 3
+    late = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {row["request_id"] for row in late} == set(_receipts(run))
+    assert {row["status"] for row in late} == {"answered_late"}
 
 
 def test_the_forgotten_subjects_records_are_out_of_the_model(run):

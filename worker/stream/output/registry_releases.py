@@ -26,20 +26,10 @@ def release_encoder(settings, model) -> ReleaseEncoder | None:
     """The encoder of releases (None: JSON), its schema registered; ``model``: a fresh model."""
     if settings.release_format == "json":
         return None
-    encoder = ReleaseEncoder(settings.release_format, new_client(settings), settings.params_topic)
     sample = release_value(model_name=settings.model_name or settings.group_id,
                            topic=settings.input_topics[0],
                            partition=0, offset=0, event_time_ms=0, model=model)
-    try:
-        encoder.register(sample)
-    except Exception as exc:
-        raise RegistryStartFailed(
-            f"OLU_RELEASE_FORMAT (--release-format) = {settings.release_format}: could not "
-            f"register the release schema under {settings.params_topic}-value at "
-            f"OLU_SCHEMA_REGISTRY_URL: {type(exc).__name__}: {str(exc)[:300]}") from None
-    log.info("release schema registered", extra={"subject": f"{settings.params_topic}-value",
-                                                  "format": settings.release_format})
-    return encoder
+    return _registered(settings, settings.params_topic, "release", sample)
 
 
 def receipt_encoder(settings) -> ReleaseEncoder | None:
@@ -47,18 +37,22 @@ def receipt_encoder(settings) -> ReleaseEncoder | None:
     ``{receipts topic}-value`` now, with a receipt as the sample."""
     if settings.release_format == "json":
         return None
-    encoder = ReleaseEncoder(settings.release_format, new_client(settings),
-                             settings.receipts_topic, kind="receipt")
     sample = receipt(model_name=settings.model_name or settings.group_id,
                      topic=settings.input_topics[0], partition=0, offset=0,
                      event=Delete(("sample",)))
+    return _registered(settings, settings.receipts_topic, "receipt", sample.value)
+
+
+def _registered(settings, topic: str, kind: str, sample: bytes) -> ReleaseEncoder:
+    """An encoder of ``kind`` records on ``topic``, its schema registered now with ``sample``."""
+    encoder = ReleaseEncoder(settings.release_format, new_client(settings), topic, kind=kind)
     try:
-        encoder.register(sample.value)
+        encoder.register(sample)
     except Exception as exc:
         raise RegistryStartFailed(
             f"OLU_RELEASE_FORMAT (--release-format) = {settings.release_format}: could not "
-            f"register the receipt schema under {settings.receipts_topic}-value at "
+            f"register the {kind} schema under {topic}-value at "
             f"OLU_SCHEMA_REGISTRY_URL: {type(exc).__name__}: {str(exc)[:300]}") from None
-    log.info("receipt schema registered", extra={"subject": f"{settings.receipts_topic}-value",
-                                                  "format": settings.release_format})
+    log.info(f"{kind} schema registered", extra={"subject": f"{topic}-value",
+                                                 "format": settings.release_format})
     return encoder
