@@ -144,3 +144,39 @@ def test_shutdown_during_an_outage_publishes_nothing_of_the_unstored_deletion(ka
     assert len({r.json()["version"] for r in after}) == len(after)  # once
     run.verify(records)
 
+
+
+def test_the_deadline_alert_condition_holds_on_a_stalled_worker_and_not_on_a_healthy_one(s3_kafka_run,
+                                                                                        s3_server):
+    """OluDeletionRequestLate's condition (helm/olu-worker/files/alerts.yaml), read off the live
+    worker's /metrics: oldest pending request older than olu_deletion_deadline_seconds. A healthy
+    worker releases its deletions at once (never past the 3 s deadline); with storage down a
+    deletion's delta cannot be stored, its release and receipt wait, and the age passes the
+    deadline; when storage is back the request is released and nothing is pending."""
+    run = s3_kafka_run("deadline", OLU_DELETION_DEADLINE_SECONDS="3")
+    first = [ev for ev in event_stream(200, seed=54, delete_rate=0.0) if ev[2] == "insert"][:120]
+    worker = run.worker()
+
+    def late() -> tuple[float, float]:
+        return (worker.metric_sum("olu_deletion_request_oldest_pending_seconds"),
+                worker.metric_sum("olu_deletion_deadline_seconds"))
+
+    try:
+        worker.start()
+        worker.wait_assigned({0})
+        run.produce(first + [delete(first[4][0].decode())])
+        run.wait_covered(what="the healthy deletion released")
+        wait_for(lambda: worker.metric_sum("olu_deletion_requests_pending") == 0, 30, "its receipt delivered")
+        age, deadline = late()
+        assert deadline == 3.0 and age <= deadline  # healthy: silent
+
+        s3_server.stop()
+        run.produce([delete(first[7][0].decode())])
+        wait_for(lambda: worker.metric_sum("olu_deletion_requests_pending") == 1, 30, "the stalled request pending")
+        wait_for(lambda: late()[0] > late()[1], 30, "the pending request past the deadline")  # fires
+        s3_server.start()
+        wait_for(lambda: worker.metric_sum("olu_deletion_requests_pending") == 0, 90, "released once storage is back")
+        assert late()[0] == 0.0
+        assert worker.terminate() == 0, worker.log_text()[-3000:]
+    finally:
+        worker.cleanup()
