@@ -63,7 +63,23 @@ def _restart_stopped(*workers) -> bool:
             failed = w.log_lines("worker failed")
             assert failed and failed[-1]["error"].startswith("KafkaError{"), failed  # the transaction's
             w.start()
+            # SIGTERM before the worker's handler is installed would kill it outright (exit -15)
+            wait_for(lambda: w.check_alive() or w.log_lines("worker started"), HANG_GUARD_S,
+                     "the restarted worker running")
     return False
+
+
+def _caught_up_or_why(caught_up, bootstrap: str, topics: Topics, ends: dict[int, int], *workers):
+    """``caught_up``, whose timeout names what was missing: each partition's newest version
+    against its end, and each worker's last log lines."""
+    def check():
+        if caught_up():
+            return True
+        check.why = (f"newest versions {latest_versions(bootstrap, topics)} against ends {ends}\n"
+                     + "\n".join(f"--- worker {i}:\n{w.log_text(True)[-2500:]}" for i, w in enumerate(workers)))
+        return False
+    check.why = ""
+    return check
 
 
 @pytest.mark.parametrize("transactional", [False, True], ids=["at-least-once", "transactional"])
@@ -103,9 +119,13 @@ def test_a_paused_member_publishes_nothing_after_its_successor(kafka_bootstrap, 
         wait_for(lambda: a.log_lines("partitions lost; dropped without a commit") or a.log_lines("worker failed"),
                  HANG_GUARD_S, "A learning it lost its partitions", interval=0.2)
         feeder.result(timeout=HANG_GUARD_S)
-        caught_up = covered(kafka_bootstrap, topics, end_offsets(kafka_bootstrap, topics.input))
-        wait_for(lambda: (transactional and _restart_stopped(a, b)) or caught_up(), HANG_GUARD_S,
-                 "the group caught up", interval=0.5)
+        ends = end_offsets(kafka_bootstrap, topics.input)
+        caught_up = _caught_up_or_why(covered(kafka_bootstrap, topics, ends), kafka_bootstrap, topics, ends, a, b)
+        try:
+            wait_for(lambda: (transactional and _restart_stopped(a, b)) or caught_up(), HANG_GUARD_S,
+                     "the group caught up", interval=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{caught_up.why}") from None
         assert b.terminate() == 0, b.log_text()[-3000:]
         if not transactional:
             a.check_alive()  # the fenced member carries on: it rejoined the group

@@ -111,6 +111,15 @@ def test_delivery_failures_while_suspended_are_decided_by_the_coordinator():
     assert f.deferred == [] and f.held == [] and not f.suspended and f.fenced == 2
 
 
+def test_a_timeout_served_before_the_next_check_in_is_the_fences_to_decide():
+    """The pause fell after a round's produces, before its delivery reports were served: the
+    expired release is reported first, with the lease not yet found broken."""
+    f, clock = fence()
+    clock.now += 10.0  # the process was stopped; no check-in since
+    assert f.undelivered(False, "release t/0@9: timed out") and f.suspended
+    assert f.deferred == ["release t/0@9: timed out"] and not f.check_in()
+
+
 def test_when_every_partition_is_gone_the_fence_has_nothing_left_to_protect():
     f, clock = fence()
     clock.now += 10.0

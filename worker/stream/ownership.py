@@ -120,10 +120,14 @@ class Fence:
     def undelivered(self, lost: bool, failure: str) -> bool:
         """An output was not delivered: True if that is not (yet) a reason to stop. After a loss it
         is the successor's to publish; while suspended (queued releases time out on purpose, rule
-        1) it is decided by the coordinator's answer: still the owner means it was lost."""
+        1) it is decided by the coordinator's answer: still the owner means it was lost. A failure
+        served after a gap (the delivery reports of the round the pause fell in come before the next
+        check-in) breaks the lease here: it is the expiry rule 1 intends."""
         if lost:
             self.fenced += 1
             return True
+        if self.suspended_at is None and not self.lease.holds():
+            self.suspended_at = self.clock()
         if self.suspended_at is not None:
             self.deferred.append(failure)
             return True
