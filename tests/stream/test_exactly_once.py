@@ -55,3 +55,19 @@ def test_a_replay_never_moves_the_committed_position_back():
     assert output_position(from_scratch) == 900
     fresh = SimpleNamespace(committed_output=None, next_offset=None)
     assert output_position(fresh) is None
+
+
+def test_the_last_flush_does_not_mask_the_error_the_worker_stops_on(caplog):
+    """A fenced producer's flush raises too (confluent-kafka: a SystemError): logged, not raised,
+    so the fencing error an operator needs is the one the worker reports."""
+    from types import SimpleNamespace
+
+    from worker.stream.app import Worker
+
+    class Fenced:
+        def flush(self, timeout):
+            raise SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL")
+
+    with caplog.at_level("WARNING"):
+        Worker._flush_at_exit(SimpleNamespace(producer=Fenced()))
+    assert any(r.getMessage() == "producer flush at exit failed" for r in caplog.records)

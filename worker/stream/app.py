@@ -407,6 +407,16 @@ class Worker:
         self.metrics.set_assigned(len(self.runners))
         return dropped
 
+    def _flush_at_exit(self) -> None:
+        """The last flush, which must not mask the error the worker stops on: a fenced or failed
+        producer's flush raises too (confluent-kafka: a SystemError), and the first error is the
+        one an operator needs."""
+        try:
+            self.producer.flush(10)
+        except Exception as exc:  # noqa: BLE001 - logged; the stop's own error, if any, goes on
+            log.warning("producer flush at exit failed", extra={"error": str(exc),
+                                                                "error_type": type(exc).__name__})
+
     def _shutdown(self) -> None:
         try:
             if self.consumer is not None and self.publisher.delivery_error is None:
@@ -428,5 +438,5 @@ class Worker:
                 log.warning("consumer close unanswered; leaving without it",
                             extra={"seconds": CLOSE_TIMEOUT_S})
             if self.producer is not None:
-                self.producer.flush(10)
+                self._flush_at_exit()
             log.info("worker stopped", extra=dict(self.summary))
