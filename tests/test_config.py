@@ -587,3 +587,17 @@ def test_an_algorithm_setting_has_one_default_the_classes():
                 init = next(k.__init__ for k in cls.__mro__ if "__init__" in vars(k)
                             and keyword in inspect.signature(k.__init__).parameters)
                 assert inspect.signature(init).parameters[keyword].default == DEFAULTS[name], (cls, name)
+
+
+def test_retained_rows_reach_retrain_and_name_the_engines_choices():
+    from worker.config.options import RETAINED_ROWS
+    from worker.olu import ALGORITHMS
+    from worker.olu.algorithms.retrain import RETAINED_ROWS as ENGINE_CHOICES
+
+    assert RETAINED_ROWS == ENGINE_CHOICES
+    s = load(["--algorithm", "retrain", "--retained-rows", "sparse"])
+    model = ALGORITHMS["retrain"](**s.model_kwargs())
+    assert model.sparse_steps and model.config["retained_rows"] == "sparse"
+    assert "retained_rows" not in load(["--algorithm", "passive"]).model_kwargs()
+    with pytest.raises(ConfigError, match="retained_rows|OLU_RETAINED_ROWS|retained-rows"):
+        load(["--algorithm", "retrain", "--retained-rows", "csr"])

@@ -204,7 +204,7 @@ ALL_SETTINGS = {
     "planned_records_per_request": 2.5, "planned_deletion_age_events": 20000,
     "rotation": "on", "rotation_variant": "disjoint", "model_lifetime_events": 200000,
     "max_records_per_key": 50, "max_deletions": 1048576, "dp_horizon": 65536, "restart_c": 2.0, "order_fallback": "restart", "on_budget": "refuse",
-    "lbfgs_memory": 20, "checkpoint_every": 512, "retrain_every": 5000, "train_steps": 60, "noise_sigma": 0.02, "model_name": "ctr",
+    "lbfgs_memory": 20, "checkpoint_every": 512, "retained_rows": "sparse", "retrain_every": 5000, "train_steps": 60, "noise_sigma": 0.02, "model_name": "ctr",
     "deletion_releases": "each", "release_every_events": 50000, "release_every_seconds": 2.5, "snapshot_every_events": 200000,
     "snapshot_every_seconds": 60, "snapshot_keep": 3, "snapshot_max_bytes_per_second": 67108864,
     "snapshot_upload_spread": 0.25,

@@ -60,3 +60,26 @@ def test_exact_unlearning_is_offered_when_the_noised_units_fall_short_of_it(nois
         assert "~2,128 rows" in said[0] and "GiB at 1,000,000 events" in said[0]
         assert "cap a partition at ~" in said[0]
     assert rec["settings"] == "OLU_PRIVACY_UNIT=per-request OLU_L2=0.01"  # the unit's, as before
+
+
+def _rows_workload(X: np.ndarray) -> Workload:
+    n = len(X)
+    return Workload([f"r{j}" for j in range(n)], X, np.ones(n), np.zeros(n, np.uint64),
+                    np.array([n - 1]), [(f"r{n - 11}",)], "flags")
+
+
+def test_rows_of_few_non_zeros_are_kept_sparse_and_costed_by_their_non_zeros():
+    rng = np.random.default_rng(0)
+    sparse_rows = np.zeros((500, 400))
+    for row in sparse_rows:
+        row[rng.choice(400, 10, replace=False)] = 0.3
+    option = exact_option({"0.01": 0.8}, metric="accuracy", workload=_rows_workload(sparse_rows),
+                          dim=400, events=10_000, every=256)
+    assert option["retained_rows"] == "sparse"
+    assert option["settings"] == "OLU_ALGORITHM=retrain OLU_L2=0.01 OLU_RETAINED_ROWS=sparse"
+    dense = exact_option({"0.01": 0.8}, metric="accuracy",
+                         workload=_rows_workload(rng.uniform(0.1, 1.0, (500, 400))), dim=400,
+                         events=10_000, every=256)
+    assert dense["retained_rows"] == "dense" and "RETAINED_ROWS" not in dense["settings"]
+    assert option["seconds_per_deletion"] < dense["seconds_per_deletion"] / 10
+    assert option["memory_bytes"] < dense["memory_bytes"] / 10

@@ -42,6 +42,7 @@ LOSSES = ("logistic", "ridge", "softmax")
 FEATURE_POLICIES = ("reject", "clip")
 SCHEDULES = ("auto", "strongly-convex", "convex", "constant")
 ORDER_FALLBACKS = ("retrain", "restart", "passive")
+RETAINED_ROWS = ("dense", "sparse")  # retrain's (tests/test_config_classes.py keeps them equal)
 BUDGET_POLICIES = ("retrain", "refuse")
 GROUP_PROTOCOLS = ("classic", "consumer")
 CORRUPT_POLICIES = ("fallback", "fail")
@@ -231,6 +232,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("checkpoint_every", number(1, integer=True),
            "retrain: steps between the iterate checkpoints a deletion replays from (memory: d "
            "floats each)", "model"),
+    Option("retained_rows", choice(RETAINED_ROWS),
+           "retrain: dense, or sparse (rows of few non-zeros: every step the sparse one, the rows "
+           "kept in 16 bytes a non-zero, a replay O(non-zeros) a step)", "model"),
     Option("retrain_every", number(1, integer=True),
            "rewind: OGD steps between full-batch retrainings of the partition model", "model"),
     Option("train_steps", number(1, integer=True),

@@ -109,6 +109,7 @@ class Settings:
     lbfgs_memory: int = model.engine_default("lbfgs_memory")
     dp_horizon: int = model.engine_default("dp_horizon")
     checkpoint_every: int = model.engine_default("checkpoint_every")
+    retained_rows: str = model.engine_default("retained_rows")
     retrain_every: int = model.engine_default("retrain_every")
     train_steps: int = model.engine_default("train_steps")
     noise_sigma: float = model.engine_default("noise_sigma")

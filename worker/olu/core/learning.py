@@ -24,6 +24,10 @@ class Learning:
     """The learning paths of a model (its ``features``, ``loss``, ``schedule``, ``ball``, ``index``,
     ``tombstones``, ``key_cap``, ``z``, ``t`` and ``counters`` are the estimator's)."""
 
+    #: True for a model whose every step is the sparse one (core/sparse.py), dense rows included:
+    #: its ``_learn_batch`` takes single rows too (exact retraining over sparse retained rows).
+    sparse_steps = False
+
     def learn_one(self, record_id: str, x, y, *, subject=None) -> bool:
         """Apply one example; False if its id was already deleted (the insert is skipped), or its
         ``subject`` (the partitioning key; default: the id) is at ``max_records_per_key``.
@@ -37,6 +41,8 @@ class Learning:
             return False
         if self.subject_index is not None:
             self.subject_index.add(owners, np.array([key], np.uint64))
+        if self.sparse_steps:
+            return self._learn_batch(np.array([key], np.uint64), xv[None, :], np.array([yv])) == 1
         plan = self.kernel_plan()
         if plan is not None:  # the compiled path of learn_many, so the two agree bit for bit
             keys = np.array([key], np.uint64)

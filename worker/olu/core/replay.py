@@ -16,6 +16,7 @@ from ..exceptions import InvalidState
 from .base import OnlineUnlearner
 from .examples import ExampleStore
 from .kernels.loader import compiled
+from .sparse import SparseRows, reference_step, resync_steps
 from .tombstones import KeySet
 
 _STORE_PREFIX = "examples_"
@@ -59,6 +60,44 @@ def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndar
         if reason != kernels.DONE or j != e - s or t != int(steps[e - 1]):
             raise RuntimeError(f"replay kernel stopped early (reason {reason})")
     return z
+
+
+def replay_sparse_rows(model: OnlineUnlearner, state: tuple, rows: SparseRows, y: np.ndarray,
+                       steps: np.ndarray, live: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, float, float | None]:
+    """The sparse step (core/sparse.py) from ``state`` = (w, scale, ||w||^2 or None) over rows
+    at their own steps (increasing), skipping those ``live`` marks False: the state after the
+    last, ``w`` a new array. The model's own path operation for operation, as
+    :func:`replay_rows` is for dense rows."""
+    w, scale, sq = np.array(state[0], dtype=np.float64), float(state[1]), state[2]
+    at = np.arange(len(steps)) if live is None else np.flatnonzero(live)
+    if not len(at):
+        return w, scale, sq
+    plan = model.kernel_plan()
+    if plan is None:
+        for j in at.tolist():
+            w, scale, sq = reference_step(model, (w, scale, sq), int(steps[j]), *rows.row(j),
+                                          float(y[j]))
+        return w, scale, sq
+    kernels = compiled()
+    lk, lam, sk, sa, sb, radius = plan
+    # runs of rows next to each other at consecutive steps: one compiled call each
+    cut = np.flatnonzero((np.diff(at) != 1) | (np.diff(steps[at]) != 1))
+    starts, ends = at[np.concatenate(([0], cut + 1))], at[np.append(cut, len(at) - 1)] + 1
+    n = len(steps)
+    keys, steps_out = np.zeros(n, np.uint64), np.zeros(n, np.int64)
+    no_tombstones = KeySet()
+    tail_keys, tail_steps = np.zeros(n, np.uint64), np.zeros(n, np.uint32)
+    sq = np.nan if sq is None else float(sq)
+    resync = resync_steps(model.dim)
+    for s, e in zip(starts.tolist(), ends.tolist()):  # rows s to e: keys[:e] ends the run
+        j, t, _, _, reason, scale, sq = kernels.sparse_steps(
+            lk, lam, sk, sa, sb, radius, w, scale, sq, resync, rows.indptr, rows.indices,
+            rows.values, y, keys[:e], no_tombstones.base, no_tombstones.recent,
+            no_tombstones.filter, tail_keys, tail_steps, 0, int(steps[s]) - 1, steps_out, s)
+        if reason != kernels.DONE or j != e or t != int(steps[e - 1]):
+            raise RuntimeError(f"sparse replay kernel stopped early (reason {reason})")
+    return w, scale, (None if not sq == sq else sq)
 
 
 def record_outcome(model: OnlineUnlearner, outcome: str, steps, **extra) -> None:

@@ -80,6 +80,19 @@ class SparseRows:
         values = np.fromiter(chain.from_iterable(v for _, v in rows), np.float64, total)
         return cls(indptr, indices, values)
 
+    @classmethod
+    def from_dense(cls, X) -> SparseRows:
+        """The non-zeros of a dense matrix's rows (a -0.0 is a zero: it moves no sparse step).
+
+        >>> SparseRows.from_dense([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]]).indices.tolist()
+        [1, 0, 2]
+        """
+        X = np.asarray(X, np.float64)
+        rows, cols = np.nonzero(X)
+        indptr = np.zeros(len(X) + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(X)), out=indptr[1:])
+        return cls(indptr, cols.astype(np.int64), X[rows, cols])
+
     def __len__(self) -> int:
         return len(self.indptr) - 1
 
@@ -99,7 +112,11 @@ class SparseRows:
             return SparseRows(self.indptr[start:stop + 1] - lo, self.indices[lo:hi],
                               self.values[lo:hi])
         positions = np.arange(len(self))[which]
-        return SparseRows.from_rows([self.row(int(j)) for j in positions])
+        starts, lengths = self.indptr[positions], np.diff(self.indptr)[positions]
+        indptr = np.zeros(len(positions) + 1, np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        take = np.repeat(starts - indptr[:-1], lengths) + np.arange(int(indptr[-1]))
+        return SparseRows(indptr, self.indices[take], self.values[take])
 
     def to_dense(self, dim: int) -> np.ndarray:
         X = np.zeros((len(self), dim))
@@ -185,12 +202,26 @@ def learn_batch(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray, *, pla
     """``OnlineUnlearner._learn_batch`` for checked sparse rows: the compiled sparse step or its
     reference where the model's step is the ``plain`` OGD step (no override, no rows kept) of a
     logistic or ridge loss on a ball; the dense rows for any other model."""
-    if not (plain and type(model.loss) in (Logistic, Ridge) and type(model.ball) is Ball):
+    if not (plain and takes_sparse_steps(model)):
         return model._learn_batch(keys, rows.to_dense(model.dim), y)
+    return learn_rows(model, keys, rows, y)[0]
+
+
+def takes_sparse_steps(model) -> bool:
+    """Whether the sparse step is ``model``'s OGD step: a logistic or ridge loss on a ball."""
+    return type(model.loss) in (Logistic, Ridge) and type(model.ball) is Ball
+
+
+def learn_rows(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray):
+    """The sparse step over checked rows, the compiled kernel or its reference: (rows applied,
+    each row's step, 0 where it was skipped as deleted)."""
     plan = model.kernel_plan()
     if plan is None:
-        return sum(learn_reference(model, int(k), *rows.row(j), float(y[j])) for j,
-                   k in enumerate(keys))
+        steps = np.zeros(len(keys), np.int64)
+        for j, k in enumerate(keys):
+            if learn_reference(model, int(k), *rows.row(j), float(y[j])):
+                steps[j] = model.t
+        return int(np.count_nonzero(steps)), steps
     kernels = compiled()
     w = np.array(model.unscaled, dtype=np.float64)  # a new array: readers of z keep theirs
     t, steps, consumed, reason, scale, sq = kernels.run_sparse(
@@ -201,7 +232,7 @@ def learn_batch(model, keys: np.ndarray, rows: SparseRows, y: np.ndarray, *, pla
     applied = model._took_steps(t, consumed)
     if reason == kernels.STEP_OVERFLOW:
         raise step_overflow(t + 1)
-    return applied
+    return applied, steps
 
 
 def _typed(rows) -> bool:
@@ -217,9 +248,20 @@ def learn_reference(model, key: int, indices: np.ndarray, values: np.ndarray, y:
         model.counters["skipped_deleted"] += 1
         return False
     model.t += 1
-    t, lam, radius = model.t, model.loss.lam, model.ball.radius
+    state = (model.unscaled.copy(), model.scale, model.unscaled_sqnorm)
+    model.set_scaled(*reference_step(model, state, model.t, indices, values, y))
+    model.index.add(key, model.t)
+    model.counters["applied"] += 1
+    return True
+
+
+def reference_step(model, state: tuple, t: int, indices: np.ndarray, values: np.ndarray,
+                   y: float) -> tuple[np.ndarray, float, float]:
+    """One sparse step at step ``t`` from ``state`` = (w, scale, ||w||^2 or None): the next
+    state (``w`` is written in place unless the scale is folded in)."""
+    lam, radius = model.loss.lam, model.ball.radius
     eta = model.schedule.eta(t)
-    w, a, sq = model.unscaled.copy(), model.scale, model.unscaled_sqnorm
+    w, a, sq = state
     if sq is None:
         sq = sqnorm(w)
     s = model.loss.derivative(a * sparse_dot(w, indices, values, model.dim), y)  # x.z = a (x.w)
@@ -238,7 +280,4 @@ def learn_reference(model, key: int, indices: np.ndarray, values: np.ndarray, y:
     norm = a_next * math.sqrt(max(sq, 0.0))
     if not norm <= radius:
         a_next = a_next * (radius / norm)
-    model.set_scaled(w, a_next, sq)
-    model.index.add(key, t)
-    model.counters["applied"] += 1
-    return True
+    return w, a_next, sq

@@ -9,11 +9,11 @@ from ..record_keys import record_keys
 from .ingest import checked_rows, ingest_batch
 from .mixed_pass import plan_pass, run_mixed
 from .ogd import DONE, STEP_OVERFLOW, check_labels, ogd_steps, plan_for, run_batch
-from .sparse_ogd import run_sparse, sparse_rows_pass, sparse_sqnorms
+from .sparse_ogd import run_sparse, sparse_rows_pass, sparse_sqnorms, sparse_steps
 
 __all__ = ["DONE", "STEP_OVERFLOW", "check_labels", "front", "ogd_steps", "plan_for", "plan_pass",
            "record_keys", "reference_forced", "run_batch", "run_mixed", "run_sparse",
-           "sparse_rows_pass", "sparse_sqnorms"]
+           "sparse_rows_pass", "sparse_sqnorms", "sparse_steps"]
 
 
 def front(model, record_ids, X, y, keys=None):
