@@ -71,3 +71,37 @@ def test_the_last_flush_does_not_mask_the_error_the_worker_stops_on(caplog):
     with caplog.at_level("WARNING"):
         Worker._flush_at_exit(SimpleNamespace(producer=Fenced()))
     assert any(r.getMessage() == "producer flush at exit failed" for r in caplog.records)
+
+
+def test_a_stop_whose_last_commit_meets_a_rebalance_aborts_it_instead_of_failing(caplog):
+    """The last transaction of a stop, its offsets' generation gone (a member joined as this one
+    left): aborted, the successor replays it; mid-stream the same error still stops the worker."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from worker.stream.output.exactly_once import Transactions
+
+    class Producer:
+        def __init__(self):
+            self.calls = []
+
+        def __getattr__(self, name):
+            return lambda *a, **k: self.calls.append(name)
+
+        def send_offsets_to_transaction(self, *a):
+            raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION, "generation gone",
+                                            txn_requires_abort=True))
+
+    runner = SimpleNamespace(outbox=SimpleNamespace(holding=False), topic="t", partition=0,
+                             next_offset=5, published_version=5, committed_output=None)
+    consumer = SimpleNamespace(consumer_group_metadata=lambda: None)
+    mid = Transactions(Producer(), settle=lambda r, t: None)
+    with pytest.raises(KafkaException):
+        mid.end_round([runner], consumer, force=True)
+    producer = Producer()
+    last = Transactions(producer, settle=lambda r, t: None)
+    with caplog.at_level("WARNING"):
+        assert last.end_round([runner], consumer, force=True, last=True) is False
+    assert producer.calls[-1] == "abort_transaction" and last.done
+    assert any("last transaction was aborted" in r.getMessage() for r in caplog.records)

@@ -16,16 +16,16 @@ rows (a compaction moves every non-zero: once per deletion it would cost more th
 
 >>> from worker.olu.core.sparse import SparseRows
 >>> s = SparseExampleStore(dim=4)
->>> s.extend([11, 12, 13], [1, 2, 4], SparseRows.from_rows([([0, 3], [0.6, 0.8]),
-...                                                        ([1], [1.0]), ([2], [-1.0])]),
-...          [1.0, -1.0, 1.0])
+>>> rows = SparseRows.from_rows([([0, 3], [0.6, 0.8]), ([1], [1.0]), ([2], [-1.0]),
+...                              ([3], [0.5]), ([0], [0.25])])
+>>> s.extend([11, 12, 13, 14, 15], [1, 2, 4, 5, 7], rows, [1.0, -1.0, 1.0, 1.0, -1.0])
 >>> s.remove_steps([2])
 1
->>> s.raw_buffers()[1][:4].tolist()  # the row's value is zeroed at once, before any compaction
-[0.6, 0.8, 0.0, -1.0]
+>>> s.raw_buffers()[1][:6].tolist()  # the row's value is zeroed at once, before any compaction
+[0.6, 0.8, 0.0, -1.0, 0.5, 0.25]
 >>> rows, y, steps = s.live_rows()
->>> len(s), steps.tolist(), rows.to_dense(4).tolist()
-(2, [1, 4], [[0.6, 0.0, 0.0, 0.8], [0.0, 0.0, -1.0, 0.0]])
+>>> len(s), steps.tolist(), rows.to_dense(4)[:2].tolist()
+(4, [1, 4, 5, 7], [[0.6, 0.0, 0.0, 0.8], [0.0, 0.0, -1.0, 0.0]])
 >>> t = SparseExampleStore.from_arrays(s.to_arrays(), dim=4)
 >>> all(np.array_equal(a, b) for a, b in zip(t.to_arrays().values(), s.to_arrays().values()))
 True

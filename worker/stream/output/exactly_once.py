@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ...logs import get_logger
 
@@ -117,6 +117,18 @@ def output_position(runner) -> int | None:
     return max(committed.offset, runner.next_offset or 0)
 
 
+#: What the last commit of a stop meets when the group rebalances as the worker leaves (another
+#: member joining, say): the offsets' generation is gone. The transaction is aborted, not failed:
+#: the successor replays its input from the committed offsets, as after any abort.
+REBALANCED = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+                        KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID})
+
+
+def _rebalanced(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.code() in REBALANCED and err.txn_requires_abort()
+
+
 class Transactions:
     """The producer's open transaction: begun at start, committed round by round with each
     partition's output position, and read back when partitions are assigned.
@@ -143,7 +155,16 @@ class Transactions:
         when ``force``d) the deltas are waited for. ``last``: begin no new transaction."""
         if self.done:
             return True
-        committed = self._commit(runners, consumer, force)
+        try:
+            committed = self._commit(runners, consumer, force)
+        except KafkaException as exc:
+            if not (last and _rebalanced(exc)):
+                raise  # mid-stream: the worker stops and replays (restarted, as designed)
+            self.producer.abort_transaction(30)
+            log.warning("the group rebalanced as the worker stopped: its last transaction was "
+                        "aborted, the successor replays it", extra={"error": str(exc)})
+            self.done = True
+            return False
         if last:
             # No transaction after this one; one left open (a delta not durable) is aborted by the
             # next process with this transactional.id, and its input replayed.
