@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from worker.compiled import blake2b, jit
+from worker.olu.arith import row_sqnorms
 from worker.olu import MAX_ID_BYTES, record_key, record_keys
 from worker.olu.algorithms.passive import PassiveOLU
 from worker.olu.core.domain import FeatureBound
@@ -193,3 +194,33 @@ def test_checked_rows_gives_what_the_general_checks_give_or_leaves_the_batch_to_
     assert ingest.checked_rows(loss, features, keys, X.tolist(), y) is None  # not an array
     assert ingest.checked_rows(loss, features, keys, np.asfortranarray(X), y) is None
     assert ingest.checked_rows(loss, features, keys[:3], X, y) is None
+
+
+@pytest.mark.parametrize(("d", "bound", "over"), [(257, 1.0, 1.0), (3, 0.3, 1 + 1e-15),
+                                                  (17, 7.21, 1 + 1e-15)])
+def test_rows_a_normaliser_wrote_are_clipped_as_feature_bound_clips_them(d, bound, over):
+    """Rows normalised to the bound (np.linalg.norm: a share land an ulp or more over it in the
+    engine's order of addition; or a hair over on purpose, where one rescaling often leaves them
+    over and the ulp steps run), with negatives, zeros, subnormals and -0.0 among them: the
+    compiled front's copy, clipped where it is over, is FeatureBound's bit for bit, and the
+    caller's array is untouched."""
+    rng = np.random.default_rng(d)
+    X = rng.standard_normal((2_000, d))
+    if d > 8:
+        X[:, :1] = 0.0
+        X[::7, 1] = -0.0
+        X[::11, 2] = 5e-320
+        X[::13, -1] = -5e-320
+    X *= bound * over / np.linalg.norm(X, axis=1, keepdims=True)
+    before = X.copy()
+    features = FeatureBound(d, bound)
+    general = features.check_many(X)
+    norms = np.sqrt(row_sqnorms(X))
+    once = X[norms > bound] * (bound / norms[norms > bound])[:, None]
+    assert not np.array_equal(general, X)  # some rows were over: the case under test
+    if over > 1.0:  # and for some one rescaling was not enough: the ulp steps ran
+        assert (np.sqrt(row_sqnorms(once)) > bound).any()
+    got = fast([f"r{i}" for i in range(2_000)], X, np.ones(2_000), features=features, dim=d)
+    assert got is not None and got[1] is not X
+    assert got[1].tobytes() == general.tobytes()
+    assert X.tobytes() == before.tobytes()

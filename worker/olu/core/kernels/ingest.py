@@ -26,6 +26,7 @@ from ..record_keys import MAX_ID_BYTES
 # batch takes the general path
 INGEST_OK, INGEST_IDS, INGEST_ROWS, INGEST_CLIP = 0, 1, 2, 3
 _TINY, _MAX = np.finfo(np.float64).tiny, np.finfo(np.float64).max
+_SIGN_BIT = np.int64(-(2**63))  # the bits of -0.0
 
 
 @jit
@@ -65,26 +66,33 @@ def check_rows(X, y, logistic, label_bound, bound, sq_limit, far, over, labels):
 
 
 @jit
-def clip_rows(X, over, bound):
-    """``FeatureBound._clip`` on the rows marked ``over``, in place, bit for bit: x * (R / ||x||),
-    then one ulp towards zero, coordinate by coordinate, while the norm is still over R. False
-    (X partly written: the caller's copy is dropped) where the general path must decide."""
+def clip_rows(X, over, bound, out):
+    """``out`` = ``X`` with the rows marked ``over`` as ``FeatureBound._clip`` makes them, bit for
+    bit: x * (R / ||x||), then one ulp towards zero, coordinate by coordinate, while the norm is
+    still over R. One pass: a row is copied or clipped where it is read. False (``out`` partly
+    written: dropped) where the general path must decide."""
     n, d = X.shape
-    xp = data_pointer(X)
+    xp, op = data_pointer(X), data_pointer(out)
+    bits = out.reshape(n * d).view(np.int64)
     for j in range(n):
         if not over[j]:
+            for i in range(d):
+                out[j, i] = X[j, i]
             continue
         factor = bound / math.sqrt(lane_sqnorm(xp, j * d, d))
         for i in range(d):
-            X[j, i] = X[j, i] * factor
+            out[j, i] = X[j, i] * factor
         for _ in range(64):
-            sq = lane_sqnorm(xp, j * d, d)
+            sq = lane_sqnorm(op, j * d, d)
             if not _TINY <= sq <= _MAX:
                 return False
             if math.sqrt(sq) <= bound:
                 break
-            for i in range(d):
-                X[j, i] = np.nextafter(X[j, i], 0.0)
+            for p in range(j * d, (j + 1) * d):
+                # nextafter(v, 0.0) of a finite double: its bit pattern less one (either sign,
+                # subnormals too), a zero stays +0.0
+                b = bits[p]
+                bits[p] = 0 if (b == 0 or b == _SIGN_BIT) else b - 1
         else:
             return False
     return True
@@ -161,8 +169,8 @@ def _clipped(status, X, over, bound):
     if status == INGEST_OK:
         return X
     if status == INGEST_CLIP:
-        X = X.copy()
-        return X if clip_rows(X, over, bound) else None
+        out = np.empty_like(X)
+        return out if clip_rows(X, over, bound, out) else None
     return None
 
 
