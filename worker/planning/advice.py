@@ -113,6 +113,9 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
     exact = found.get("exact")
     if exact and falls_short(metric, mine["score"], exact["score"]):
         text.append(exact_advice(exact, metric, events=plan["events"]))
+    fourier = found.get("fourier")
+    if fourier and fourier["best"]:
+        text.append(fourier_advice(fourier, metric))
     watch = _watch(plan["workload"])
     if watch:  # right after the settings it goes with
         text.insert(
@@ -124,6 +127,16 @@ def _searched(plan: dict) -> tuple[list[str], dict]:
     return warnings, {"unit": unit, "settings": mine["settings"], "predicted": mine["score"],
                       "ogd": ogd,
                       "l2": mine["l2"], "target_useful": not short, "watch": watch, "text": text}
+
+
+def fourier_advice(fourier: dict, metric: str) -> str:
+    """The sentence that proposes another bandwidth for a spec's Fourier block."""
+    best = fourier["best"]
+    return (f"the spec's fourier block over {', '.join(best['fields'])} scores better at bandwidth "
+            f"{best['bandwidth']:.4g} than at the declared {best['declared']:.4g}: plain OGD "
+            f"{best['score']:.4g} against {fourier['declared_score']:.4g} ({metric}, l2 "
+            f"{fourier['l2']:g}); the norm bound and the noise are unchanged, but it is a new spec "
+            "(a new model): write it into the spec and plan again")
 
 
 def exact_advice(exact: dict, metric: str, *, events: int) -> str:

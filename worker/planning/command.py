@@ -171,12 +171,19 @@ def _plan(options: dict) -> int:
         raise PlanError("give --sample FILE or --from-topic N, not both")
     settings = _settings(options, sample_path, from_topic)
     target = resolve_target(settings)
-    sample, where = _sample(settings, build_engine(settings, target), sample_path, from_topic)
+    engine = build_engine(settings, target)
+    sample, where = _sample(settings, engine, sample_path, from_topic)
     shape = _shape(options, sample, events)
+    resample = None
+    if sample_path is not None and settings.feature_spec is not None:
+        from .sample import read_sample
+
+        def resample(spec):  # the sample under a spec of other Fourier bandwidths (fourier.py)
+            return read_sample(sample_path, engine, spec)
     try:
         result = make_plan(settings, target, shape=shape, events=events, sample=sample,
                            sample_path=where,
-                           sim_events=sim_events, seed=seed)
+                           sim_events=sim_events, seed=seed, resample=resample)
     except ValueError as exc:  # a plan the analysis refuses (e.g. no insert left to simulate)
         raise PlanError(str(exc)) from None
     if options.get("plot"):

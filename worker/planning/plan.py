@@ -9,6 +9,7 @@ from dataclasses import asdict
 from ..olu.privacy import UNITS
 from .advice import assess
 from .exact import exact_option
+from .fourier import bandwidth_search
 from .predict import noise_std, predict, renewal
 from .search import scaled, search
 from .target import PLANNED_ALGORITHMS, build_engine
@@ -28,16 +29,21 @@ def _l2_values(l2: float) -> list[float]:
 
 def make_plan(settings, target, *, shape: Shape, events: int, sample=None,
               sample_path: str | None = None,
-              sim_events: int | None = None, seed: int = 0) -> dict:
+              sim_events: int | None = None, seed: int = 0, resample=None) -> dict:
     """The plan of ``settings`` for ``target`` on the workload ``shape`` describes (see the module
     doc). With a ``sample`` that holds deletes, its own requests are the workload (``shape`` then
-    only gives the formula its rate and age, measured on the sample)."""
+    only gives the formula its rate and age, measured on the sample). ``resample(spec)``: the same
+    sample read under another feature spec (the Fourier bandwidth search, fourier.py)."""
     model = build_engine(settings, target)
-    workload = stats = None
+    workload = stats = rebuild = None
     if sample is not None:
         length = min(events, SIM_EVENTS) if sim_events is None else sim_events
-        workload = from_sample(
-            sample, length) if sample.requests else from_shape(sample, shape, length, seed)
+        drawn = shape
+
+        def rebuild(read):  # the workload of a sample, drawn as the sample's was
+            return from_sample(read, length) if read.requests else from_shape(read, drawn,
+                                                                             length, seed)
+        workload = rebuild(sample)
         stats = workload.stats()
         if sample.requests:  # the formula's figures from the sample's own rate and median age
             shape = Shape(rate=stats["rate"], age=max(1, round(stats["age_events"]["p50"] or 1)),
@@ -79,5 +85,9 @@ def make_plan(settings, target, *, shape: Shape, events: int, sample=None,
         found["exact"] = exact_option(found["ogd_by_l2"], metric=found["metric"],
                                       workload=workload, dim=model.param_dim, events=events,
                                       every=settings.checkpoint_every)
+        found["fourier"] = None if resample is None else bandwidth_search(
+            settings, target, workload, rebuild=lambda spec: rebuild(resample(spec)),
+            l2=found["exact"]["l2"], declared_score=found["exact"]["score"],
+            metric=found["metric"])
     plan["warnings"], plan["recommendation"] = assess(plan)
     return plan

@@ -40,7 +40,10 @@ Fields of the JSON object (``olu-worker plan --json``)
   lifetime, l2, cap, capacity, settings, score, curve}`` (``records_over_key_cap`` with a cap);
   ``best``: ``{unit: run}``; ``exact``: exact unlearning instead (worker/planning/exact.py):
   ``{l2, score (plain OGD's at that l2), settings, replayed_per_deletion, seconds_per_deletion,
-  memory_bytes (retained rows after events), events_per_s_ceiling}``.
+  memory_bytes (retained rows after events), retained_rows, events_per_s_ceiling}``; ``fourier``
+  (null without a spec's ``fourier`` block or a ``--sample`` file): the bandwidth search
+  (worker/planning/fourier.py) ``{l2, declared_score, tried: [{block, fields, declared, bandwidth,
+  score}], best (one of tried, or null when none gains MIN_GAIN)}``.
 * ``warnings``: sentences (empty when the target is useful); ``recommendation``: ``{unit, settings
   (the OLU_* line of the best configuration), predicted (its score), ogd, l2, target_useful, watch
   (the workload's OLU_EXPECTED_DELETION_RATE, OLU_PLANNED_RECORDS_PER_REQUEST and
