@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from worker.compiled import blake2b, jit
-from worker.olu.arith import row_sqnorms
 from worker.olu import MAX_ID_BYTES, record_key, record_keys
 from worker.olu.algorithms.passive import PassiveOLU
+from worker.olu.arith import row_sqnorms
 from worker.olu.core.domain import FeatureBound
 from worker.olu.core.kernels import ingest, ogd
 from worker.olu.core.losses import Logistic, Ridge
