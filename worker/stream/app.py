@@ -341,6 +341,10 @@ class Worker:
         if self.transactions is not None and restored_runners:
             committed = self.transactions.restore_committed(self.consumer, restored_runners)
         consumer.incremental_assign(assignment)
+        # A partition this member paused (the fence, a blocked runner) keeps librdkafka's pause
+        # flag through a loss and a reassignment: a fresh assignment fetches (the fence pauses it
+        # again if it is still waiting).
+        consumer.resume(assignment)
         export_lag(self.metrics, consumer, restored_runners, committed)
         self.metrics.set_assigned(len(self.runners))
         if self.health is not None:
