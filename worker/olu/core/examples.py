@@ -44,6 +44,17 @@ _MIN_CAPACITY = 64
 _ARRAY_NAMES = ("X", "y", "steps", "keys")
 
 
+def step_positions(used: np.ndarray, steps) -> np.ndarray:
+    """The positions in ``used`` (increasing steps) of those of ``steps`` it holds."""
+    want = np.unique(np.asarray(list(steps), np.int64))
+    if not len(want) or not len(used):
+        return np.zeros(0, np.int64)
+    pos = np.searchsorted(used, want)
+    ok = pos < len(used)
+    pos, want = pos[ok], want[ok]
+    return pos[used[pos] == want]
+
+
 class ExampleStore:
     """Retained examples (x, y, step u, key) in increasing step order; deleted rows are zeroed."""
 
@@ -142,14 +153,7 @@ class ExampleStore:
 
     def remove_steps(self, steps) -> int:
         """Zero and drop the live rows applied at ``steps``; returns how many were removed."""
-        want = np.unique(np.asarray(list(steps), np.int64))
-        if not len(want) or not self._n:
-            return 0
-        used = self._steps[:self._n]
-        pos = np.searchsorted(used, want)
-        ok = pos < self._n
-        pos, want = pos[ok], want[ok]
-        return self._kill(pos[used[pos] == want])
+        return self._kill(step_positions(self._steps[:self._n], steps))
 
     def remove_key(self, key: int) -> int:
         """Zero and drop every live row of record ``key``; returns how many were removed."""

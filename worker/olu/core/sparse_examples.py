@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .examples import step_positions
 from .sparse import SparseRows
 
 _MIN_ROWS, _MIN_NONZEROS = 64, 1024
@@ -141,13 +142,7 @@ class SparseExampleStore:
     # ----------------------------------------------------------------- remove
     def remove_steps(self, steps) -> int:
         """Zero and drop the live rows applied at ``steps``; returns how many were removed."""
-        want = np.unique(np.asarray(list(steps), np.int64))
-        if not len(want) or not self._n:
-            return 0
-        used = self._steps[:self._n]
-        pos = np.searchsorted(used, want)
-        pos = pos[pos < self._n]
-        pos = pos[np.isin(used[pos], want)]
+        pos = step_positions(self._steps[:self._n], steps)
         pos = pos[self._live[pos]]
         for j in pos.tolist():  # invariant 6: the raw features leave memory now
             lo, hi = self._ptr[j], self._ptr[j + 1]
