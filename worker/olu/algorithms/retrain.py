@@ -133,15 +133,20 @@ class Retrain(OnlineUnlearner):
         return self.z
 
     def _maybe_checkpoint(self) -> None:
-        # the hooks run with z and t those after the rows just applied
-        self._checkpoint_if_due(self.t, self._state())
+        # the hooks run with z and t those after the rows just applied; the state (a copy of w
+        # under sparse steps) is taken only when a checkpoint is due
+        if self._due(self.t):
+            self._checkpoint_if_due(self.t, self._state())
 
     def _last_checkpoint(self) -> int:
         return self._checkpoint_steps[-1] if self._checkpoint_steps else 0
 
+    def _due(self, step: int) -> bool:
+        return step - self._last_checkpoint() >= self.config["checkpoint_every"]
+
     def _checkpoint_if_due(self, step: int, state) -> None:
         """Keep ``state``, the iterate at ``step``, when that is an interval past the last one."""
-        if step - self._last_checkpoint() >= self.config["checkpoint_every"]:
+        if self._due(step):
             self._checkpoint_steps.append(step)
             self._checkpoints.append(state if self.sparse_steps
                                      else np.array(state, dtype=np.float64))
@@ -199,11 +204,10 @@ class Retrain(OnlineUnlearner):
         super()._adopt(post_state)  # checks the counters, sets z
         if scaled is None:
             return
-        # the replay's own state, which must give the stored iterate
-        w, scale, sq = scaled
-        if not np.array_equal(w * scale if scale != 1.0 else w, self.z):
+        stored = self.z
+        self.set_scaled(*scaled)  # the replay's own state, which must give the stored iterate
+        if not np.array_equal(self.z, stored):
             raise InvalidState("the replayed deletion does not give the stored iterate")
-        self.set_scaled(w, scale, sq)
 
     # ------------------------------------------------------------------ state
     def _export_arrays(self) -> dict[str, np.ndarray]:

@@ -55,6 +55,13 @@ def step_positions(used: np.ndarray, steps) -> np.ndarray:
     return pos[used[pos] == want]
 
 
+def check_new_steps(steps: np.ndarray, last_step: int) -> None:
+    """Rows appended at ``steps`` (non-empty) must come after ``last_step``, in increasing order."""
+    if steps[0] <= last_step or (len(steps) > 1
+                                 and not np.all(steps[1:] > steps[:-1])) or steps[0] < 1:
+        raise ValueError("steps must be >= 1 and strictly increase after the last stored step")
+
+
 class ExampleStore:
     """Retained examples (x, y, step u, key) in increasing step order; deleted rows are zeroed."""
 
@@ -132,9 +139,7 @@ class ExampleStore:
                 f"rows must be ({m}, {self.dim}) with {m} keys and labels, got {X.shape}")
         if m == 0:
             return
-        if steps[0] <= self.last_step or (m > 1
-                                          and not np.all(steps[1:] > steps[:-1])) or steps[0] < 1:
-            raise ValueError("steps must be >= 1 and strictly increase after the last stored step")
+        check_new_steps(steps, self.last_step)
         self._reserve(m)
         n = self._n
         self._X[n:n + m], self._y[n:n + m], self._steps[n:n + m] = X, y, steps

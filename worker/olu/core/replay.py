@@ -28,6 +28,13 @@ def replay_ogd(model: OnlineUnlearner, store: ExampleStore) -> np.ndarray:
     return replay_rows(model, np.zeros(model.param_dim), X, y, steps)
 
 
+def _runs(at: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the runs of rows ``at`` (increasing positions, non-empty) that sit next
+    to each other at consecutive steps."""
+    cut = np.flatnonzero((np.diff(at) != 1) | (np.diff(steps[at]) != 1))
+    return at[np.concatenate(([0], cut + 1))], at[np.append(cut, len(at) - 1)] + 1
+
+
 def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndarray,
                 steps: np.ndarray) -> np.ndarray:
     """Projected OGD from ``z`` over rows (writeable, increasing ``steps``) at their own steps."""
@@ -45,8 +52,7 @@ def replay_rows(model: OnlineUnlearner, z: np.ndarray, X: np.ndarray, y: np.ndar
     kernels = compiled()
     lk, lam, sk, sa, sb, radius = plan
     # One compiled call per run of consecutive steps; t is set to the step before each run.
-    starts = np.concatenate(([0], np.flatnonzero(np.diff(steps) != 1) + 1))
-    ends = np.append(starts[1:], n)
+    starts, ends = _runs(np.arange(n), steps)
     keys = np.zeros(n, np.uint64)
     # an empty one, so the call types match learn_many's (one compiled version)
     no_tombstones = KeySet()
@@ -81,9 +87,7 @@ def replay_sparse_rows(model: OnlineUnlearner, state: tuple, rows: SparseRows, y
         return w, scale, sq
     kernels = compiled()
     lk, lam, sk, sa, sb, radius = plan
-    # runs of rows next to each other at consecutive steps: one compiled call each
-    cut = np.flatnonzero((np.diff(at) != 1) | (np.diff(steps[at]) != 1))
-    starts, ends = at[np.concatenate(([0], cut + 1))], at[np.append(cut, len(at) - 1)] + 1
+    starts, ends = _runs(at, steps)  # one compiled call each
     n = len(steps)
     keys, steps_out = np.zeros(n, np.uint64), np.zeros(n, np.int64)
     no_tombstones = KeySet()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .examples import step_positions
+from .examples import check_new_steps, step_positions
 from .sparse import SparseRows
 
 _MIN_ROWS, _MIN_NONZEROS = 64, 1024
@@ -46,8 +46,6 @@ ARRAY_NAMES = ("indptr", "indices", "values", "y", "steps", "keys")
 class SparseExampleStore:
     """Retained sparse examples (row, y, step u, key) in increasing step order; deleted rows are
     zeroed. ``live_rows`` gives them as :class:`~worker.olu.core.sparse.SparseRows`."""
-
-    sparse = True
 
     def __init__(self, dim: int, rows: int = 0, nonzeros: int = 0):
         if not (isinstance(dim, int) and dim >= 1):
@@ -126,9 +124,7 @@ class SparseExampleStore:
             raise ValueError(f"{m} steps need {m} rows, keys and labels, got {len(rows)} rows")
         if m == 0:
             return
-        if steps[0] <= self.last_step or (m > 1
-                                          and not np.all(steps[1:] > steps[:-1])) or steps[0] < 1:
-            raise ValueError("steps must be >= 1 and strictly increase after the last stored step")
+        check_new_steps(steps, self.last_step)
         lo, hi = int(rows.indptr[0]), int(rows.indptr[-1])
         self._reserve(m, hi - lo)
         n, nnz = self._n, self._nnz
@@ -166,16 +162,11 @@ class SparseExampleStore:
             return
         n, nnz = self._n, self._nnz
         keep = np.flatnonzero(self._live[:n])
-        lengths = np.diff(self._ptr[:n + 1])[keep]
-        starts = self._ptr[keep]
-        # the kept non-zeros' positions, row after row
-        take = (np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-                + np.arange(int(lengths.sum())))
-        m, kept = len(keep), int(lengths.sum())
-        self._indices[:kept] = self._indices[take]
-        self._values[:kept] = self._values[take]
+        rows = self.replay_rows()[0][keep]  # the kept rows, gathered (copies)
+        m, kept = len(keep), int(rows.indptr[-1])
+        self._indices[:kept], self._values[:kept] = rows.indices, rows.values
         self._indices[kept:nnz], self._values[kept:nnz] = 0, 0.0
-        self._ptr[1:m + 1] = np.cumsum(lengths)
+        self._ptr[:m + 1] = rows.indptr
         self._ptr[m + 1:n + 1] = 0
         for arr in (self._y, self._steps, self._keys):
             arr[:m] = arr[keep]
