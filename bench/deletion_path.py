@@ -121,12 +121,14 @@ class Timers:
 
 
 DELETION_RELEASES = "batch"  # --deletion-releases
+SETS: dict = {}  # --set NAME=VALUE
 
 
 def settings_for(state_dir: str):
     return h.worker_settings("127.0.0.1:9", topic=TOPIC, params="params", dlq="dlq", group="bench",
-                             state_url=Path(state_dir).as_uri(), release_every_events=10_000,
-                             deletion_releases=DELETION_RELEASES)
+                             state_url=Path(state_dir).as_uri(), **{
+                                 "release_every_events": 10_000,
+                                 "deletion_releases": DELETION_RELEASES, **SETS})
 
 
 def wire_messages(plan, records: h.Records) -> list:
@@ -183,7 +185,8 @@ class Loop:
 def instrument(loop: Loop, timers: Timers) -> list:
     """Wrap the steps of :data:`STEPS`; returns what to undo (module-level functions)."""
     runner, model = loop.runner, loop.runner.model
-    owners = {"runner": runner, "model": model, "index": model.index, "tombstones": model.tombstones,
+    owners = {"runner": runner, "model": model, "index": model.index,
+              "tombstones": getattr(model, "tombstones", None),  # a rotation's are its models'
               "outbox": runner.outbox, "metrics": loop.metrics}
     undo = []
     modules = {"input stage": batch_module, "runner module": partition_module, "engine module": engine_module}
@@ -191,7 +194,7 @@ def instrument(loop: Loop, timers: Timers) -> list:
         if where in modules:
             undo.append((modules[where], attr, getattr(modules[where], attr)))
             timers.wrap(modules[where], attr, label)
-        elif hasattr(owners[where], attr):
+        elif owners[where] is not None and hasattr(owners[where], attr):
             timers.wrap(owners[where], attr, label)
     return undo
 
@@ -224,8 +227,11 @@ def run_stream(msgs: list, *, timed_steps: bool = False, profile: cProfile.Profi
 
 def measure_shares(args, records: h.Records) -> tuple[list[dict], dict | None, str | None]:
     rows, best = [], {}
-    streams = {share: wire_messages(h.stream_plan(args.events, share, args.seed), records)
-               for share in args.delete_fracs}
+    plans = {share: h.stream_plan(args.events, share, args.seed) for share in args.delete_fracs}
+    streams = {share: wire_messages(plan, records) for share, plan in plans.items()}
+    # per delete request, as worker_throughput.py counts: under rotation many name a record that
+    # left with a retired model (nothing to unlearn), and each of them costs the loop too
+    requests = {share: sum(op == "d" for op, _ in plan) for share, plan in plans.items()}
     # the shares take turns (0, 0.001, 0.01, 0, ...): a slow spell of a shared machine then hits
     # each of them, not the inserts-only baseline alone, which every in-place cost is taken against
     runs = {share: [] for share in args.delete_fracs}
@@ -234,26 +240,27 @@ def measure_shares(args, records: h.Records) -> tuple[list[dict], dict | None, s
             runs[share].append(run_stream(msgs))
     for share, msgs in streams.items():
         run = min(runs[share], key=lambda r: r["seconds"])
-        run["delete_frac"] = share
+        run["delete_frac"], run["deletes"] = share, requests[share]
         best[share] = (msgs, run)
         rows.append(run)
-        print(f"share {share:<6g}: {run['events']:,} events, {run['deletions']:,} deletions, {run['releases']:,} "
+        print(f"share {share:<6g}: {run['events']:,} events, {run['deletes']:,} deletes ({run['deletions']:,} "
+              f"changed the model), {run['releases']:,} "
               f"releases, {run['delta_entries']:,} delta entries in {run['seconds']:.2f} s = "
               f"{run['events_per_s']:,.0f} events/s (best of {args.repeat})")
     base = best.get(0.0)
     for row in rows:
-        if base is not None and row["deletions"]:
-            row["in_place_us"] = (row["seconds"] - base[1]["seconds"]) / row["deletions"] * 1e6
+        if base is not None and row["deletes"]:
+            row["in_place_us"] = (row["seconds"] - base[1]["seconds"]) / row["deletes"] * 1e6
             row["x_inserts_only"] = row["events_per_s"] / base[1]["events_per_s"]
-            print(f"  share {row['delete_frac']:g}: each deletion costs the loop {row['in_place_us']:.1f} us in place; "
+            print(f"  share {row['delete_frac']:g}: each delete request costs the loop {row['in_place_us']:.1f} us in place; "
                   f"{row['x_inserts_only']:.2f}x the inserts-only rate")
     heaviest = max(best, default=None)
-    if heaviest is None or not best[heaviest][1]["deletions"]:
+    if heaviest is None or not best[heaviest][1]["deletes"]:
         return rows, None, None
     msgs = best[heaviest][0]
     timed = run_stream(msgs, timed_steps=True)
-    n = timed["deletions"]
-    print(f"\nbreakdown (share {heaviest:g}, wall clock, inclusive, per deletion; timers add ~0.3 us a call):")
+    n = requests[heaviest]
+    print(f"\nbreakdown (share {heaviest:g}, wall clock, inclusive, per delete request; timers add ~0.3 us a call):")
     breakdown = {"delete_frac": heaviest, "deletions": n, "seconds": timed["seconds"], "steps": []}
     for label in dict.fromkeys(label for label, _, _ in STEPS):  # a label may time several steps
         step = timed["steps"].get(label)
@@ -328,7 +335,10 @@ def main(argv=None) -> int:
     p.add_argument("--profile", action="store_true", help="also profile the deletion-heaviest stream")
     p.add_argument("--deletion-releases", choices=("batch", "each"), default="batch",
                    help="the worker's OLU_DELETION_RELEASES (each: one release per deletion, as before issue 23)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a worker setting (repeatable), e.g. --set privacy_unit=per-request")
     args = h.arguments(p, argv, "20,000 events, a burst of 2,000")
+    SETS.update(h.parse_sets(args.set))
     args.delete_fracs = [float(v) for v in args.delete_fracs.split(",") if v.strip()]
     global DELETION_RELEASES
     DELETION_RELEASES = args.deletion_releases
@@ -351,6 +361,7 @@ def main(argv=None) -> int:
     report = {"machine": info, "config": {"events": args.events, "delete_fracs": args.delete_fracs,
                                           "repeat": args.repeat, "batch_size": 2000, "state": "file://",
                                           "deletion_releases": args.deletion_releases,
+                                          "settings": dict(SETS),
                                           "seed": args.seed},
               "streams": rows, "breakdown": breakdown, "burst": burst, "targets": checks.results,
               "wall_s": time.perf_counter() - started}

@@ -7,8 +7,9 @@ to the same state (each bit-identical to learning and unlearning record by recor
    compiled scan) is checked by the model once, not stretch by stretch (a check per stretch cost
    ~30 us, once per deletion at 1% deletes), and its test-then-train loss is measured once;
 2. **one compiled pass** (core/mixed.py) over its inserts and single-record deletes up to the
-   last delete, where that pass applies; the inserts after the last delete are left to route 1,
-   so a release right after the last deletion shows the state there;
+   last delete, where that pass applies (one pass per stretch between a rotation's renewal
+   points); the inserts after the last delete are left to route 1, so a release right after the
+   last deletion shows the state there;
 3. **step by step**: ``learn_many`` per stretch (a refused row found one by one, the rest
    learned), ``unlearn_request`` per deletion request, the deletes looked up together first.
 """
@@ -33,21 +34,34 @@ def apply_batch(model, batch: Batch) -> Applied:
     """Apply ``batch`` (its inserts and deletion requests in order) to ``model``; module doc."""
     out = Applied()
     checked = _checked(model, batch)
-    begin = 0
+    rest = batch.steps
     if checked is not None:
         _observe(out, batch, model, checked[1], checked[2], batch.columns.accepted, positions=True)
-        begin = _one_pass(model, batch, checked, out)
-    rest = batch.steps[begin:]
+        rest = _passes(model, batch, checked, out)
     _prefetch(model, rest)
     for step in rest:
         if isinstance(step, Learn):
-            out.outcomes.append(_learn(model, batch, step, checked, out))
+            _add_learned(out, step, _learn(model, batch, step, checked, out))
             continue
         forgotten = _forget(model, step)
         out.outcomes.append(forgotten)
         if forgotten.partial:
             break
     return out
+
+
+class _Piece(Learn):
+    """The part of a :class:`Learn` step after a renewal point (its outcome joins the part
+    before it: one outcome per step of the batch)."""
+
+    __slots__ = ()
+
+
+def _add_learned(out: Applied, step, learned: Learned) -> None:
+    if isinstance(step, _Piece):
+        out.outcomes[-1].rejected.extend(learned.rejected)
+    else:
+        out.outcomes.append(learned)
 
 
 def _observe(out: Applied, batch: Batch, model, X, y, rows=ALL_ROWS,
@@ -151,36 +165,70 @@ def _prefetch(model, steps: list) -> None:
         model.prefetch_deletes(np.array(wanted, np.uint64))
 
 
-def _one_pass(model, batch: Batch, checked, out: Applied) -> int:
-    """The steps up to the batch's last delete in one compiled pass (core/mixed.py); how many
-    steps it took (0, the model unchanged, where that pass does not apply: requests of several
-    ids, a stored post-noise state to adopt, a release wanted before the last delete, rows of
-    their own)."""
-    steps = batch.steps
-    forgets = [k for k, step in enumerate(steps) if isinstance(step, Forget)]
-    if not forgets:
-        return 0
-    taken = steps[:forgets[-1] + 1]
-    deletes = [steps[k] for k in forgets]
+def _passes(model, batch: Batch, checked, out: Applied) -> list:
+    """The steps up to the batch's last delete in compiled passes (core/mixed.py), one per
+    stretch between the model's renewal points (a rotation renews between two rows, which one
+    pass cannot do); the steps left for the step-by-step route (all of them from the first
+    stretch the pass does not apply to, the model as that stretch found it)."""
+    rest = batch.steps
+    while any(isinstance(step, Forget) for step in rest):
+        taken, after = _stretch(model, rest)
+        if any(isinstance(step, Forget) for step in taken):
+            if not _one_pass(model, batch, checked, taken, out):
+                return rest
+        else:  # inserts up to a renewal, no delete among them
+            for step in taken:
+                _add_learned(out, step, _learn(model, batch, step, checked, out))
+        rest = after
+    return rest
+
+
+def _stretch(model, steps: list) -> tuple[list, list]:
+    """``steps`` up to their last delete, or to the model's next renewal point if that comes
+    first (the Learn step it falls in split there: the rows before it, and a :class:`_Piece`
+    after); and the steps after."""
+    last = max(k for k, step in enumerate(steps) if isinstance(step, Forget))
+    room = getattr(model, "events_to_renewal", None)
+    if room is not None:
+        for k, step in enumerate(steps[:last + 1]):
+            if not isinstance(step, Learn):
+                continue
+            rows = step.stop - step.start
+            if rows >= room:
+                cut = step.start + room
+                head = Learn(step.start, cut) if not isinstance(step, _Piece) else _Piece(
+                    step.start, cut)
+                tail = [_Piece(cut, step.stop)] if cut < step.stop else []
+                return steps[:k] + [head], tail + steps[k + 1:]
+            room -= rows
+    return steps[:last + 1], steps[last + 1:]
+
+
+def _one_pass(model, batch: Batch, checked, taken: list, out: Applied) -> bool:
+    """``taken`` (steps with at least one delete, inside one renewal stretch) in one compiled
+    pass; False, the model unchanged, where that pass does not apply: requests of several ids, a
+    stored post-noise state to adopt, a release wanted before the last delete, rows of their
+    own."""
+    deletes = [step for step in taken if isinstance(step, Forget)]
     if (any(isinstance(s, Learn) and s.X is not None for s in taken)
             or any(d.post_state is not None or len(d.ids) != 1 for d in deletes)
             or any(d.publish for d in deletes[:-1])):
-        return 0
+        return False
     try:
         deleted = [d.keys[0] if d.keys else int(record_keys([d.ids[0]])[0]) for d in deletes]
     except InvalidExample:
-        return 0
+        return False
     spans = [(s.start, s.stop) for s in taken if isinstance(s, Learn)]
     done = learn_and_unlearn(model, *checked, spans, [d.position for d in deletes], deleted,
                              [d.ids[0] for d in deletes], batch.subjects)
     if done is None:
-        return 0
+        return False
     out.applied += done.applied
     out.skipped += done.skipped
     answers = iter(zip(done.deletions, done.states))
     for step in taken:
         if isinstance(step, Learn):
-            out.outcomes.append(Learned())
+            _add_learned(out, step, Learned())
             continue
         deletion, state = next(answers)
         if not deletion.changed_model:
@@ -189,4 +237,4 @@ def _one_pass(model, batch: Batch, checked, out: Applied) -> int:
         published = Published.of(model) if step.publish else None
         out.outcomes.append(Forgotten(deletion, state, published,
                                       guarantee=request_guarantee(model, deletion)))
-    return len(taken)
+    return True

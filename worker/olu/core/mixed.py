@@ -108,19 +108,20 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
     if (plan is None or type(schedule) is not StronglyConvex or model.noise_share != 1.0
             or not delete_rows or model.t + len(keys) >= _MAX_STEP):
         return None
-    offered = sum(stop - first for first, stop in spans)
+    spans = np.ascontiguousarray(np.reshape(spans, (-1, 2)), np.int64)  # many under parity
+    offered = int(np.sum(spans[:, 1] - spans[:, 0]))
     count_arrivals = None
     owners = (None if model.key_cap is None and model.subject_index is None
               else subject_keys(subjects, keys))
     if model.key_cap is not None:
         spans, count_arrivals = _admitted_spans(model.key_cap, owners, spans)
-    learned = sum(stop - first for first, stop in spans)
+    learned = int(np.sum(spans[:, 1] - spans[:, 0]))
     if learned >= model.index.tail_room():  # a merge inside the pass would see the pops early
         return None
     keys, dkeys = np.ascontiguousarray(keys, np.uint64), np.asarray(delete_keys, np.uint64)
     ops = np.empty((len(spans) + len(delete_rows), 3), np.int64)
     in_batch = np.empty(len(delete_rows), np.int64)
-    if not kernels.plan_pass(keys, np.array(spans, np.int64).reshape(-1, 2),
+    if not kernels.plan_pass(keys, spans,
                              np.array(delete_rows, np.int64),
                              dkeys, ops, in_batch):
         return None
@@ -145,24 +146,28 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
     return checked
 
 
-def _span_rows(spans) -> np.ndarray:
-    """The rows of ``spans`` ((first, stop) pairs), in order."""
-    if not spans:
-        return np.zeros(0, np.int64)
-    return np.concatenate([np.arange(first, stop) for first, stop in spans])
+def _span_rows(spans: np.ndarray) -> np.ndarray:
+    """The rows of ``spans`` ((n, 2) array of (first, stop)), in order.
+
+    >>> _span_rows(np.array([[2, 4], [7, 8]])).tolist()
+    [2, 3, 7]
+    """
+    lengths = spans[:, 1] - spans[:, 0]
+    before = np.cumsum(lengths) - lengths  # rows of the earlier spans
+    return np.repeat(spans[:, 0] - before, lengths) + np.arange(int(lengths.sum()))
 
 
-def _admitted_spans(cap, subjects: np.ndarray, spans) -> tuple[list, object]:
+def _admitted_spans(cap, subjects: np.ndarray, spans: np.ndarray) -> tuple[np.ndarray, object]:
     """``spans`` without the rows ``cap`` refuses (maximal runs of the admitted rows), and the
     function that counts the spans' rows as arrived."""
     rows = _span_rows(spans)
     admitted, count_arrivals = cap.plan(subjects[rows])
     kept = rows[admitted]
     if len(kept) == 0:
-        return [], count_arrivals
+        return np.zeros((0, 2), np.int64), count_arrivals
     cuts = np.flatnonzero(np.diff(kept) != 1) + 1
     starts, stops = kept[np.r_[0, cuts]], kept[np.r_[cuts - 1, len(kept) - 1]] + 1
-    return list(zip(starts.tolist(), stops.tolist())), count_arrivals
+    return np.stack([starts, stops], axis=1), count_arrivals
 
 
 class Pass:

@@ -100,6 +100,11 @@ class Rotation(RotationMixedPass, RotationSnapshots):
         return self.active.key_cap
 
     @property
+    def events_to_renewal(self) -> int:
+        """Events until the next promotion (>= 1: it happens right after the event reaching it)."""
+        return self.half - self.events % self.half
+
+    @property
     def model_age(self) -> int:
         """Events since the active model was born."""
         return self.events - (self.generation * self.half if self.generation else 0)

@@ -9,6 +9,7 @@ from ...compiled.blake2b import blake2b64_many
 from ...olu import record_keys
 from ...olu.exceptions import InvalidExample
 from .decode import Delete
+from .scan import joined
 
 __all__ = ["delete_keys", "partitioning_keys"]
 
@@ -40,7 +41,4 @@ def partitioning_keys(messages: list) -> np.ndarray:
     >>> int(keys[0]) == record_key("user-7"), len(keys)
     (True, 2)
     """
-    parts = [k if isinstance(k, (bytes, bytearray)) else b"" for k in (m.key() for m in messages)]
-    offsets = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=offsets[1:])
-    return blake2b64_many(np.frombuffer(b"".join(parts), np.uint8), offsets)
+    return blake2b64_many(*joined([m.key() for m in messages]))
