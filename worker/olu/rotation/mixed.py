@@ -23,9 +23,9 @@ class RotationMixedPass:
         rows), each delete answered and its state given as :meth:`unlearn_request` and
         :meth:`deletion_state` would; a batch whose last row reaches a promotion is promoted
         after it, as :meth:`learn_prepared` does. None, nothing changed, for a batch that passes
-        a promotion (or has a delete after the row reaching it), a per-request delete both disjoint models hold (each then takes half the noise
-        share), or where a pass does not apply to one of the models (the others' pops are
-        undone)."""
+        a promotion (or has a delete after the row reaching it), a per-request delete both
+        disjoint models hold (each then takes half the noise share), or where a pass does not
+        apply to one of the models (the others' pops are undone)."""
         spans = np.asarray(spans, np.int64).reshape(-1, 2)
         learned = int(np.sum(spans[:, 1] - spans[:, 0]))
         room = self.events_to_renewal

@@ -95,13 +95,14 @@ def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = F
     scan writes dense columns of the whole batch, d numbers a record, so the Python decoder reads
     these); ``labels``: an insert's ``y`` is a class name (softmax with string classes: the scan
     reads numbers only), the runs' ``y`` an object array of them."""
-    found = partitioning_keys(messages) if subjects else None
+    raw_keys = [m.key() for m in messages] if subjects else None  # read once: scan and subjects
+    found = partitioning_keys(messages, raw_keys) if subjects else None
     # a framed batch the compiled readers read (framed_scan.py)
     prepared = getattr(messages, "scan", None)
     # a spec's derived blocks: the Python decoder's
     readable = features is None or features.compiled
     if not sparse and not labels and readable and (prepared is not None or compiled_decoder()):
-        return _scanned(messages, dim, max_bytes, found, prepared, features)
+        return _scanned(messages, dim, max_bytes, found, prepared, features, raw_keys)
     return _python(messages, dim, max_bytes, found, features, sparse, labels)
 
 
@@ -116,9 +117,9 @@ def decoded_event(msg, dim: int, max_bytes: int, features=None, sparse: bool = F
 
 
 def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan | None,
-             features) -> DecodedBatch:
+             features, keys: list | None = None) -> DecodedBatch:
     scan = scan if scan is not None else scan_batch(messages, dim=dim, max_bytes=max_bytes,
-                                                    features=features)
+                                                    features=features, keys=keys)
     stretches = scan.stretches()
     known = getattr(messages, "events", {})  # deletes a framed reader decoded already
     events = {j: known.get(j) or decoded_event(messages[j], dim, max_bytes, features)

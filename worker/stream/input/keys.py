@@ -30,10 +30,11 @@ def delete_keys(events: dict) -> dict[int, list[int]]:
     return by_event
 
 
-def partitioning_keys(messages: list) -> np.ndarray:
+def partitioning_keys(messages: list, keys: list | None = None) -> np.ndarray:
     """BLAKE2b-64 of each message's Kafka key bytes: the engine's key of the record's subject (the
     same value as ``record_key`` of the key's UTF-8 text). A missing key hashes as empty: such a
-    record is a dead letter (``key_mismatch``) and is never learned.
+    record is a dead letter (``key_mismatch``) and is never learned. ``keys``: the messages' keys
+    when the caller read them already (each read is a call into librdkafka's message).
 
     >>> from confluent_kafka import Message
     >>> from worker.olu import record_key
@@ -41,4 +42,4 @@ def partitioning_keys(messages: list) -> np.ndarray:
     >>> int(keys[0]) == record_key("user-7"), len(keys)
     (True, 2)
     """
-    return blake2b64_many(*joined([m.key() for m in messages]))
+    return blake2b64_many(*joined(keys if keys is not None else [m.key() for m in messages]))
