@@ -18,6 +18,7 @@ from worker.features.transform import vectorize
 from worker.olu import ALGORITHMS, PassiveOLU
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.input.batch import decode_batch
+from worker.stream.input.scan import python_decoder
 from worker.stream.partition import PartitionRunner
 
 FIELDS = [{"name": "age", "type": "numeric", "range": [0, 100]},
@@ -82,9 +83,8 @@ def test_the_vector_stays_within_the_declared_norm_bound(age, score, plan, vip, 
 
 def test_a_spec_without_derived_blocks_keeps_its_digest():
     plain = parse_spec({"features": FIELDS})
-    assert "derived" not in plain.source and plain.compiled
+    assert "derived" not in plain.source
     assert parse_spec({"features": FIELDS, "derived": []}).digest == plain.digest
-    assert not spec().compiled
 
 
 @pytest.mark.parametrize(("derived", "message"), [
@@ -122,19 +122,24 @@ def _records(n, seed=3):
 
 
 def test_the_worker_learns_the_derived_vector_of_each_record(tmp_path):
-    """A spec with derived blocks: the runner's decoded rows are the transform's, the model the one
-    learn_many makes of those rows (every reader shares the reference arithmetic)."""
+    """A spec with derived blocks: the compiled reader takes every record, its rows are the
+    transform's and the Python decoder's bit for bit, the model the one learn_many makes of those
+    rows (every reader shares the reference arithmetic)."""
     path = tmp_path / "spec.json"
-    path.write_bytes(orjson.dumps({"features": FIELDS, "derived": DERIVED}))
+    fourier = {"type": "fourier", "fields": ["age", "score"], "components": 64, "bandwidth": 0.7, "seed": 3}
+    path.write_bytes(orjson.dumps({"features": FIELDS, "derived": DERIVED + [fourier], "bound": 2.0}))
     env = {"OLU_FEATURES_FILE": str(path), "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1", "OLU_RELEASE_EVERY_EVENTS": "50"}
     s = load_settings([], env=env)
     records = _records(300)
     msgs = [Message(topic="t", partition=0, offset=i, key=r["id"].encode(), value=orjson.dumps(r), timestamp=(1, i))
             for i, r in enumerate(records)]
     decoded = decode_batch(msgs, dim=s.dim, max_bytes=4096, features=s.feature_spec)
-    assert decoded.scan is None and [(a, b, ok) for a, b, ok in decoded.stretches] == [(0, 300, True)]
+    assert decoded.scan is not None and [(a, b, ok) for a, b, ok in decoded.stretches] == [(0, 300, True)]
     expected = np.array([vectorize(s.feature_spec, r)[0] for r in records])
-    assert decoded.runs[0].X.tobytes() == expected.tobytes()
+    assert decoded.scan.X.tobytes() == expected.tobytes()
+    with python_decoder():
+        assert decode_batch(msgs, dim=s.dim, max_bytes=4096, features=s.feature_spec).runs[0].X.tobytes() == \
+            expected.tobytes()
     model = PassiveOLU(dim=s.dim, feature_bound=s.feature_bound, noise_rng=np.random.default_rng(1))
     runner = PartitionRunner("t", 0, model, snapshots=SnapshotStore(open_store("memory://"), prefix="p", group="g"),
                              settings=s, model_name="m")
@@ -235,4 +240,19 @@ def test_the_choosing_features_example_of_the_docs_is_a_valid_spec():
     block = re.search(r"### Choosing features.*?```yaml\n(.*?)```", text, re.S)
     assert block, "docs/features.md's Choosing features example moved"
     s = parse_spec(yaml.safe_load(block.group(1)))
-    assert {d.kind for d in s.derived} == {"bins", "cross", "fourier"} and not s.compiled
+    assert {d.kind for d in s.derived} == {"bins", "cross", "fourier"}
+
+
+def test_the_compiled_cos_is_portable_cos_bit_for_bit():
+    """derived_kernel.portable_cos: the same operations as portable.cos, so the same bits, over its
+    whole domain, the quadrant edges and the ties of its rounding included."""
+    from worker.features import portable
+    from worker.stream.input.derived_kernel import portable_cos
+
+    rng = np.random.default_rng(11)
+    xs = np.concatenate([rng.uniform(-1e6 + 1, 1e6 - 1, 4000), rng.uniform(-10, 10, 4000),
+                         np.arange(-40, 41) * (math.pi / 4), (np.arange(-40, 41) + 0.5) / portable._TWO_OVER_PI,
+                         [0.0, -0.0, 1e-300, math.pi, -math.pi]])
+    got = np.array([portable_cos(float(x)) for x in xs])
+    want = np.array([portable.cos(float(x)) for x in xs])
+    assert got.view(np.uint64).tolist() == want.view(np.uint64).tolist()

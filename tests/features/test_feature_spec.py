@@ -119,12 +119,45 @@ def field_specs(draw, k: int):
 
 
 @st.composite
+def derived_specs(draw, fields: list[dict]) -> list[dict]:
+    """Derived blocks over ``fields``: bins of numeric fields, crosses (a numeric field by its
+    bins), Fourier features of numeric fields (a bandwidth the spec accepts for them)."""
+    numeric = [f["name"] for f in fields if f["type"] == "numeric"]
+    out, binned = [], []
+    for name in numeric:
+        if draw(st.booleans()):
+            block = {"type": "bins", "field": name,
+                     "encoding": draw(st.sampled_from(["onehot", "cumulative"]))}
+            if draw(st.booleans()):
+                block["edges"] = sorted(set(draw(st.lists(st.floats(-150, 150), min_size=1, max_size=5))))
+            else:
+                low = draw(st.floats(-150, 100))
+                block.update(range=[low, low + draw(st.floats(1, 100))], count=draw(st.integers(2, 6)))
+            if draw(st.booleans()):
+                block["weight"] = draw(st.floats(0.1, 2))
+            out.append(block)
+            binned.append(name)
+    crossable = [f["name"] for f in fields if f["type"] != "numeric"] + binned
+    if len(crossable) >= 2 and draw(st.booleans()):
+        names = draw(st.lists(st.sampled_from(crossable), min_size=2, max_size=3, unique=True))
+        out.append({"type": "cross", "fields": names, "buckets": draw(st.integers(2, 40))})
+    if numeric and draw(st.booleans()):
+        names = draw(st.lists(st.sampled_from(numeric), min_size=1, max_size=3, unique=True))
+        out.append({"type": "fourier", "fields": names, "components": draw(st.integers(1, 12)),
+                    "bandwidth": draw(st.sampled_from([0.05, 0.5, 1.0, 4.0])),
+                    "seed": draw(st.integers(0, 2**63 - 1))})
+    return out
+
+
+@st.composite
 def specs(draw):
     n = draw(st.integers(1, 5))
     raw = {"features": [draw(field_specs(k)) for k in range(n)],
            "intercept": draw(st.sampled_from([1.0, 0.0, 0.5]))}
     if draw(st.booleans()):
         raw["bound"] = draw(st.floats(0.3, 4))
+    if draw(st.booleans()):
+        raw["derived"] = draw(derived_specs(raw["features"]))
     return parse_spec(raw)
 
 

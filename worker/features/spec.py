@@ -117,12 +117,6 @@ class FeatureSpec:
         return (1 if self.intercept
                 else 0) + sum(f.width for f in self.fields) + sum(d.width for d in self.derived)
 
-    @property
-    def compiled(self) -> bool:
-        """Does the compiled reader compute this spec? (Not yet its derived coordinates: the Python
-        decoder reads those records.)"""
-        return not self.derived
-
     @functools.cached_property
     def names(self) -> tuple[str, ...]:
         return tuple((["(intercept)"] if self.intercept else [])

@@ -24,9 +24,16 @@ NUMERIC_RANGE, NUMERIC_SCALE, BOOLEAN, CATEGORICAL, HASHED = range(5)
 KIND_CODES = ("numeric-range", "numeric-scale", "boolean", "categorical", "hashed")
 #: Columns of ``ints``: kind, first slot, width, optional, indicator, the fill's slot offset
 #: (categorical, hashed), the vocabulary table's start and size (categorical) or buckets (hashed),
-#: the field's first vocabulary entry.
+#: the field's first vocabulary entry, the fill's 64-bit hash (hashed; its bits as int64).
 (I_KIND, I_SLOT, I_WIDTH, I_OPTIONAL, I_INDICATOR, I_FILL_SLOT, I_TABLE, I_TABLE_SIZE,
- I_VOCAB) = range(9)
+ I_VOCAB, I_FILL_HASH) = range(10)
+#: Derived blocks (derived.py), one row of ``blocks`` each: kind, first slot, width (bins: the
+#: edges; cross: buckets; fourier: components), where its fields start in ``block_fields`` and how
+#: many, where its numbers start in ``block_data`` (bins: the edges; fourier: w row by row, then
+#: b), the encoding (bins: 1 cumulative); ``block_floats``: the weight, and the step (cumulative
+#: bins: weight / sqrt(edges)) or scale (fourier: weight sqrt(2 / components)).
+BINS, CROSS, FOURIER = range(3)
+B_KIND, B_SLOT, B_WIDTH, B_FIELDS, B_NFIELDS, B_DATA, B_ENCODING = range(7)
 #: Columns of ``floats``: low, high, center, scale, weight, the fill (numeric value, boolean 0/1,
 #: hashed sign).
 F_LOW, F_HIGH, F_CENTER, F_SCALE, F_WEIGHT, F_FILL = range(6)
@@ -45,6 +52,12 @@ class SpecTables:
     intercept: float
     bound: float  # inf: none declared
     dim: int
+    blocks: np.ndarray  # int64 (blocks, 7): the derived blocks (B_* columns); (0, 7) for none
+    block_fields: np.ndarray  # int64: each block's field indices, block after block
+    # int64, beside block_fields: a numeric field's bins block (a cross reads its bin), else -1
+    block_bins: np.ndarray
+    block_data: np.ndarray  # float64: the bins' edges, the Fourier maps' w and b
+    block_floats: np.ndarray  # float64 (blocks, 2): weight, and step or scale
 
 
 def _joined(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +70,7 @@ def _joined(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 def spec_tables(spec: FeatureSpec) -> SpecTables:
     """The kernel's arrays of ``spec``."""
     names, name_offsets = _joined([f.name for f in spec.fields])
-    ints = np.zeros((len(spec.fields), 9), np.int64)
+    ints = np.zeros((len(spec.fields), 10), np.int64)
     floats = np.zeros((len(spec.fields), 6), np.float64)
     tables: list[int] = []
     vocab: list[str] = []
@@ -89,9 +102,46 @@ def spec_tables(spec: FeatureSpec) -> SpecTables:
             if f.optional:
                 h = category_hash(f.fill.encode("utf-8", "surrogatepass"))
                 ints[k, I_FILL_SLOT] = h % f.buckets
+                ints[k, I_FILL_HASH] = h - (1 << 64) if h >> 63 else h
                 floats[k, F_FILL] = 1.0 if h >> 63 == 0 else -1.0
     vocab_bytes, vocab_offsets = _joined(vocab)
     return SpecTables(names, name_offsets, ints, floats, np.array(tables or [-1], np.int64),
                       vocab_bytes,
                       vocab_offsets, spec.intercept, math.inf if spec.bound is None else spec.bound,
-                      spec.dim)
+                      spec.dim, *_derived_tables(spec))
+
+
+def _derived_tables(spec: FeatureSpec) -> tuple:
+    """``blocks``, ``block_fields``, ``block_bins``, ``block_data``, ``block_floats`` of the
+    spec's derived blocks: their declared constants, the map's draws as derived.py made them."""
+    index = {f.name: k for k, f in enumerate(spec.fields)}
+    order = {id(d): j for j, d in enumerate(spec.derived)}
+    blocks = np.zeros((len(spec.derived), 7), np.int64)
+    block_floats = np.zeros((len(spec.derived), 2), np.float64)
+    fields: list[int] = []
+    bins: list[int] = []
+    data: list[float] = []
+    for j, d in enumerate(spec.derived):
+        names = (d.field,) if d.kind == "bins" else d.fields
+        blocks[j] = (_KINDS[d.kind], d.slot, d.width if d.kind != "bins" else len(d.edges),
+                     len(fields), len(names), len(data),
+                     d.kind == "bins" and d.encoding == "cumulative")
+        fields += [index[n] for n in names]
+        if d.kind == "cross":
+            bins += [-1 if b is None else order[id(b)] for b in d.bins]
+        else:
+            bins += [-1] * len(names)
+        if d.kind == "bins":
+            data += d.edges
+            step = d.weight / math.sqrt(len(d.edges)) if d.encoding == "cumulative" else 0.0
+            block_floats[j] = d.weight, step
+        elif d.kind == "fourier":
+            data += [wi for wj in d.w for wi in wj] + list(d.b)
+            block_floats[j] = d.weight, d.weight * math.sqrt(2.0 / d.components)
+        else:
+            block_floats[j] = d.weight, 0.0
+    return (blocks, np.array(fields, np.int64), np.array(bins, np.int64),
+            np.array(data, np.float64), block_floats)
+
+
+_KINDS = {"bins": BINS, "cross": CROSS, "fourier": FOURIER}

@@ -509,11 +509,14 @@ NO_FUSED_OPS = textwrap.dedent("""
     from worker.compiled import blake2b, sorted_keys
     from worker.olu.core.kernels import ingest, merge, mixed_pass, ogd, sparse_ogd, warmup
     from worker.olu.batches import quality as loss_kernel
-    from worker.stream.input import framed_scan, insert_kernel, json_number, scan
+    from worker.stream.input import derived_kernel, framed_scan, insert_kernel, json_number, scan
 
     warmup.warm_up()
     spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}], "bound": 0.5})
     scan.warm_up(features=spec)
+    scan.warm_up(features=parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}],
+                                      "derived": [{"type": "fourier", "fields": ["a"], "components": 4,
+                                                   "bandwidth": 1.0, "seed": 1}]}))
     framed_scan.warm_up_reader("avro")
     framed_scan.warm_up_reader("protobuf")
     from worker.olu.algorithms.passive import PassiveOLU
@@ -523,7 +526,7 @@ NO_FUSED_OPS = textwrap.dedent("""
     fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
     found, versions = [], 0
     for module in (blake2b, ingest, merge, ogd, sparse_ogd, mixed_pass, sorted_keys, loss_kernel, insert_kernel,
-                   json_number, framed_kernel):
+                   json_number, framed_kernel, derived_kernel):
         for name, d in vars(module).items():
             if isinstance(d, numba.core.registry.CPUDispatcher):
                 for asm in d.inspect_asm().values():

@@ -99,9 +99,7 @@ def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = F
     found = partitioning_keys(messages, raw_keys) if subjects else None
     # a framed batch the compiled readers read (framed_scan.py)
     prepared = getattr(messages, "scan", None)
-    # a spec's derived blocks: the Python decoder's
-    readable = features is None or features.compiled
-    if not sparse and not labels and readable and (prepared is not None or compiled_decoder()):
+    if not sparse and not labels and (prepared is not None or compiled_decoder()):
         return _scanned(messages, dim, max_bytes, found, prepared, features, raw_keys)
     return _python(messages, dim, max_bytes, found, features, sparse, labels)
 

@@ -30,7 +30,7 @@ from .json_number import is_digit, read_number
 __all__ = ["parse_kernel", "parse_named_kernel", "read_number"]
 
 # uint64 constants: numba would mix uint64 and int64 into float64
-_U0, _U63 = np.uint64(0), np.uint64(63)
+_U0, _U1, _U63 = np.uint64(0), np.uint64(1), np.uint64(63)
 # plain compiled functions on scalars and raw pointers (LLVM inlines them)
 _helper = numba.njit(nogil=True)
 
@@ -267,9 +267,11 @@ def _scaled(v, kind, par):
 
 
 @_helper
-def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base):
+def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base, vals, toks, at_k):
     """Parse the value of a spec field at ``p`` into its coordinates: (position after it, 1 when
-    set, 0 when null, -1 when not certain; clipped)."""
+    set, 0 when null, -1 when not certain; clipped). What derived blocks read of it goes to
+    ``vals[at_k]`` (a number, before its clipping) or ``toks[at_k]`` (a boolean's 0 or 1, a
+    category's slot, a hashed value's hash), transform.py's ``tokens``."""
     kind, slot = row[0], base + row[1]
     if buf[p] == 110:  # null: missing
         q = _literal(buf, p, end, _NULL)
@@ -280,13 +282,16 @@ def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base):
             return q, -1, False
         z, clipped = _scaled(value, kind, par)
         x[slot] = z * par[4]
+        vals[at_k] = value
         return q, 1, clipped
     if kind == _K_BOOL:
         q = _literal(buf, p, end, _TRUE)
         if q >= 0:
             x[slot] = par[4]
+            toks[at_k] = _U1
             return q, 1, False
         q = _literal(buf, p, end, _FALSE)
+        toks[at_k] = _U0
         return q, (1 if q >= 0 else -1), False
     if buf[p] != _QUOTE:
         return p, -1, False
@@ -294,10 +299,13 @@ def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base):
     if stop < 0:
         return p, -1, False
     if kind == _K_CAT:
-        x[slot + _vocabulary_slot(buf, p + 1, stop, row, table, vocab, vocab_offsets)] = par[4]
+        at = _vocabulary_slot(buf, p + 1, stop, row, table, vocab, vocab_offsets)
+        x[slot + at] = par[4]
+        toks[at_k] = np.uint64(at)
     else:
         h = _category_hash(buf, p + 1, stop)
         x[slot + np.int64(h % np.uint64(row[7]))] = par[4] if h >> _U63 == _U0 else -par[4]
+        toks[at_k] = h
     return stop + 1, 1, False
 
 
@@ -321,7 +329,7 @@ def _skip_value(buf, p, end):
 @_helper
 def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, floats, table, vocab,
                   vocab_offsets,
-                  intercept, bound, dim, x, y_out, spans, r):
+                  intercept, bound, dim, x, y_out, spans, r, vals, toks):
     """As :func:`_insert` for an insert whose features are the spec's named fields: (accepted, the
     mask of the fields clipped). Fields the spec does not name are skipped; ``x`` is declined."""
     if klen == 0 or klen + (end - p) > max_bytes:
@@ -367,7 +375,8 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
                 return False, 0
             present |= bit
             p, state, clip = _named_value(buf, p, end, ints[k], floats[k], table, vocab,
-                                          vocab_offsets, x, base)
+                                          vocab_offsets, x, base, vals, toks,
+                                          r * ints.shape[0] + k)
             if state < 0:
                 return False, 0
             if state:
@@ -392,18 +401,21 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
             return False, 0
         if valued & (np.int64(1) << k):
             continue
-        slot = base + row[1]
+        slot, at_k = base + row[1], r * ints.shape[0] + k
         if row[4]:
             x[slot + row[2] - 1] = 1.0
         if row[0] <= _K_SCALE:
             z, clip = _scaled(par[5], row[0], par)
             x[slot] = z * par[4]
+            vals[at_k] = par[5]
             if clip:
                 clipped |= np.int64(1) << k
         elif row[0] == _K_BOOL:
             x[slot] = par[4] if par[5] != 0.0 else 0.0
+            toks[at_k] = _U1 if par[5] != 0.0 else _U0
         else:
             x[slot + row[5]] = par[4] if row[0] == _K_CAT else par[5] * par[4]
+            toks[at_k] = np.uint64(row[5]) if row[0] == _K_CAT else np.uint64(row[9])
     if bound < np.inf:
         sq = 0.0
         for i in range(dim):
@@ -433,13 +445,16 @@ def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted, fr
 @jit
 def parse_named_kernel(vbuf, voff, klen, max_bytes, names, name_offsets, ints, floats, table, vocab,
                        vocab_offsets,
-                       intercept, bound, X, y_out, spans, clipped, accepted):
+                       intercept, bound, X, y_out, spans, clipped, accepted, values, tokens):
     """:func:`parse_kernel` for inserts of named fields under a feature spec (its tables:
-    worker/features/tables.py): ``clipped[r]``, the mask of the fields whose value was clipped."""
+    worker/features/tables.py): ``clipped[r]``, the mask of the fields whose value was clipped;
+    ``values`` and ``tokens`` (n, fields): what the spec's derived blocks read of each field
+    (derived_kernel.py writes those coordinates, then scales onto the bound: pass ``inf`` here)."""
     v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
+    vals, toks = data_pointer(values), data_pointer(tokens)
     dim = X.shape[1]
     for r in range(accepted.shape[0]):
         accepted[r], clipped[r] = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes, names,
                                                 name_offsets, ints,
                                                 floats, table, vocab, vocab_offsets, intercept,
-                                                bound, dim, x, y, s, r)
+                                                bound, dim, x, y, s, r, vals, toks)

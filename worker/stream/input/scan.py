@@ -33,6 +33,7 @@ import numpy as np
 from ...compiled import blake2b, jit
 from ...features.spec import FeatureSpec
 from ...features.tables import SpecTables, spec_tables
+from .derived_kernel import derive_kernel
 from .insert_kernel import parse_kernel, parse_named_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths",
@@ -124,15 +125,21 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int,
     spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
     clipped = None
-    if features is not None and not features.compiled:  # derived blocks: every record to decode.py
-        clipped = np.zeros(n, np.int64)
-    elif features is None:
+    if features is None:
         parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
     else:  # named fields through the feature spec (worker/features)
         t, clipped = tables_of(features), np.zeros(n, np.int64)
+        derived = len(t.blocks) > 0
+        # what derived blocks read of each field (the kernel writes every field's, read or not)
+        values = np.empty((n, len(t.ints)), np.float64)
+        tokens = np.empty((n, len(t.ints)), np.uint64)
         parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats,
                            t.table, t.vocab,
-                           t.vocab_offsets, t.intercept, t.bound, X, y, spans, clipped, accepted)
+                           t.vocab_offsets, t.intercept, np.inf if derived else t.bound, X, y,
+                           spans, clipped, accepted, values, tokens)
+        if derived:  # the derived coordinates, then the bound over the whole vector
+            derive_kernel(X, values, tokens, accepted, t.ints, t.floats, t.blocks, t.block_fields,
+                          t.block_bins, t.block_data, t.block_floats, t.bound)
     blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
     return BatchScan(accepted, X, y, keys, kafka_stamps(messages), clipped)
 
