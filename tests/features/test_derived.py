@@ -247,7 +247,7 @@ def test_the_compiled_cos_is_portable_cos_bit_for_bit():
     """derived_kernel.portable_cos: the same operations as portable.cos, so the same bits, over its
     whole domain, the quadrant edges and the ties of its rounding included."""
     from worker.features import portable
-    from worker.stream.input.derived_kernel import portable_cos
+    from worker.stream.input.derived_kernel import _cos_many, portable_cos
 
     rng = np.random.default_rng(11)
     xs = np.concatenate([rng.uniform(-1e6 + 1, 1e6 - 1, 4000), rng.uniform(-10, 10, 4000),
@@ -256,3 +256,6 @@ def test_the_compiled_cos_is_portable_cos_bit_for_bit():
     got = np.array([portable_cos(float(x)) for x in xs])
     want = np.array([portable.cos(float(x)) for x in xs])
     assert got.view(np.uint64).tolist() == want.view(np.uint64).tolist()
+    many = xs.copy()  # the branch-free form the reader runs in SIMD lanes
+    _cos_many(many, len(many))
+    assert many.view(np.uint64).tolist() == want.view(np.uint64).tolist()

@@ -29,8 +29,8 @@ KIND_CODES = ("numeric-range", "numeric-scale", "boolean", "categorical", "hashe
  I_VOCAB, I_FILL_HASH) = range(10)
 #: Derived blocks (derived.py), one row of ``blocks`` each: kind, first slot, width (bins: the
 #: edges; cross: buckets; fourier: components), where its fields start in ``block_fields`` and how
-#: many, where its numbers start in ``block_data`` (bins: the edges; fourier: w row by row, then
-#: b), the encoding (bins: 1 cumulative); ``block_floats``: the weight, and the step (cumulative
+#: many, where its numbers start in ``block_data`` (bins: the edges; fourier: w field by field,
+#: then b), the encoding (bins: 1 cumulative); ``block_floats``: the weight, and the step (cumulative
 #: bins: weight / sqrt(edges)) or scale (fourier: weight sqrt(2 / components)).
 BINS, CROSS, FOURIER = range(3)
 B_KIND, B_SLOT, B_WIDTH, B_FIELDS, B_NFIELDS, B_DATA, B_ENCODING = range(7)
@@ -136,7 +136,7 @@ def _derived_tables(spec: FeatureSpec) -> tuple:
             step = d.weight / math.sqrt(len(d.edges)) if d.encoding == "cumulative" else 0.0
             block_floats[j] = d.weight, step
         elif d.kind == "fourier":
-            data += [wi for wj in d.w for wi in wj] + list(d.b)
+            data += [wj[i] for i in range(len(d.fields)) for wj in d.w] + list(d.b)  # by field
             block_floats[j] = d.weight, d.weight * math.sqrt(2.0 / d.components)
         else:
             block_floats[j] = d.weight, 0.0

@@ -63,6 +63,23 @@ def portable_cos(x):
 
 
 @_helper
+def _cos_many(t, n):
+    """``portable_cos`` of ``t[:n]`` in place, without branches: both polynomials for every
+    element, the quadrant's picked by selects, so the loop runs in SIMD lanes. Each element takes
+    the same operations in the same order as one ``portable_cos`` call: the same bits."""
+    for c in range(n):
+        x = t[c]
+        k = np.rint(x * _TWO_OVER_PI)
+        r = ((x - k * _P1) - k * _P2) - k * _P3
+        r2 = r * r
+        cos_part = _poly(_COS, r2)
+        sin_part = r * _poly(_SIN, r2)
+        quadrant = np.int64(k) & 3
+        v = cos_part if (quadrant & 1) == 0 else sin_part
+        t[c] = -v if quadrant == 1 or quadrant == 2 else v
+
+
+@_helper
 def _fmix(h):
     h = (h ^ (h >> _U30)) * _MIX1
     h = (h ^ (h >> _U27)) * _MIX2
@@ -109,8 +126,31 @@ def _cross_token(values, tokens, r, f, bins_block, blocks, data):
 
 
 @_helper
+def _fourier(X, r, slot, width, count, first, at, scale, block_fields, data, z, t):
+    """A Fourier block's coordinates of row r (False: a phase outside cos's domain). Phase by
+    phase over the components (w is stored field by field), so each loop runs in SIMD lanes;
+    each component still adds b + w_1 u_1 + w_2 u_2 + ... in derived.py's order."""
+    b_at = at + width * count
+    for c in range(width):
+        t[c] = data[b_at + c]
+    for i in range(count):
+        u, w_at = z[block_fields[first + i]], at + i * width
+        for c in range(width):
+            t[c] += data[w_at + c] * u
+    inside = True
+    for c in range(width):
+        inside &= abs(t[c]) < _MAX_PHASE
+    if not inside:
+        return False
+    _cos_many(t, width)
+    for c in range(width):
+        X[r, slot + c] = scale * t[c]
+    return True
+
+
+@_helper
 def _derive_row(X, values, tokens, r, ints, floats, blocks, block_fields, block_bins, data,
-                block_floats, z):
+                block_floats, z, phases):
     """The derived coordinates of row r; False when a Fourier phase leaves cos's domain. ``z``:
     scratch, each numeric field's coordinate before its weight (what Fourier features read)."""
     for f in range(ints.shape[0]):
@@ -136,16 +176,9 @@ def _derive_row(X, values, tokens, r, ints, floats, blocks, block_fields, block_
                                  block_bins[first + i], blocks, data)
                 h = _fmix((h ^ t) * _GOLDEN)
             X[r, slot + np.int64(h % np.uint64(width))] = weight if h >> _U63 == _U0 else -weight
-        else:
-            scale = block_floats[j, 1]
-            w_at, b_at = at, at + width * count
-            for c in range(width):
-                t = data[b_at + c]
-                for i in range(count):
-                    t += data[w_at + c * count + i] * z[block_fields[first + i]]
-                if not abs(t) < _MAX_PHASE:
-                    return False
-                X[r, slot + c] = scale * portable_cos(t)
+        elif not _fourier(X, r, slot, width, count, first, at, block_floats[j, 1],
+                          block_fields, data, z, phases):
+            return False
     return True
 
 
@@ -157,11 +190,12 @@ def derive_kernel(X, values, tokens, accepted, ints, floats, blocks, block_field
     leaves cos's domain is declined (``accepted[r]`` cleared)."""
     dim = X.shape[1]
     z = np.zeros(ints.shape[0], np.float64)
+    phases = np.zeros(max(1, np.max(blocks[:, 2])) if blocks.shape[0] else 1, np.float64)
     for r in range(X.shape[0]):
         if not accepted[r]:
             continue
         if not _derive_row(X, values, tokens, r, ints, floats, blocks, block_fields, block_bins,
-                           data, block_floats, z):
+                           data, block_floats, z, phases):
             accepted[r] = False
             continue
         if bound < np.inf:
