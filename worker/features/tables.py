@@ -30,8 +30,8 @@ KIND_CODES = ("numeric-range", "numeric-scale", "boolean", "categorical", "hashe
 #: Derived blocks (derived.py), one row of ``blocks`` each: kind, first slot, width (bins: the
 #: edges; cross: buckets; fourier: components), where its fields start in ``block_fields`` and how
 #: many, where its numbers start in ``block_data`` (bins: the edges; fourier: w field by field,
-#: then b), the encoding (bins: 1 cumulative); ``block_floats``: the weight, and the step (cumulative
-#: bins: weight / sqrt(edges)) or scale (fourier: weight sqrt(2 / components)).
+#: then b), the encoding (bins: 1 cumulative); ``block_floats``: the weight, and the step
+#: (cumulative bins: weight / sqrt(edges)) or scale (fourier: weight sqrt(2 / components)).
 BINS, CROSS, FOURIER = range(3)
 B_KIND, B_SLOT, B_WIDTH, B_FIELDS, B_NFIELDS, B_DATA, B_ENCODING = range(7)
 #: Columns of ``floats``: low, high, center, scale, weight, the fill (numeric value, boolean 0/1,
