@@ -19,14 +19,14 @@ import numpy as np
 
 from ...compiled.jit import jit
 from ...features import derived, portable
+from .insert_kernel import scaled
 
-__all__ = ["derive_kernel", "portable_cos"]
+__all__ = ["derive_kernel"]
 
 _helper = numba.njit(nogil=True)
 
 # worker/features/tables.py's block kinds and columns
 _BINS, _CROSS = 0, 1
-_K_RANGE = 0
 # derived.py's cross hash and portable.py's constants (uint64: numba would mix in float64)
 _CROSS_OFFSET, _GOLDEN = np.uint64(derived.CROSS_OFFSET), np.uint64(derived.GOLDEN)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -46,27 +46,11 @@ def _poly(coefficients, x2):
 
 
 @_helper
-def portable_cos(x):
-    """portable.cos (|x| < 1e6): the same operations in the same order; round() is rint's
-    ties-to-even."""
-    k = np.rint(x * _TWO_OVER_PI)
-    r = ((x - k * _P1) - k * _P2) - k * _P3
-    r2 = r * r
-    quadrant = np.int64(k) & 3
-    if quadrant == 0:
-        return _poly(_COS, r2)
-    if quadrant == 1:
-        return -(r * _poly(_SIN, r2))
-    if quadrant == 2:
-        return -_poly(_COS, r2)
-    return r * _poly(_SIN, r2)
-
-
-@_helper
 def _cos_many(t, n):
-    """``portable_cos`` of ``t[:n]`` in place, without branches: both polynomials for every
-    element, the quadrant's picked by selects, so the loop runs in SIMD lanes. Each element takes
-    the same operations in the same order as one ``portable_cos`` call: the same bits."""
+    """portable.cos of ``t[:n]`` in place (|t| < 1e6), without branches: both polynomials for
+    every element, the quadrant's picked by selects, so the loop runs in SIMD lanes. Each element
+    takes portable.cos's operations in its order (round() is rint's ties-to-even): the same
+    bits."""
     for c in range(n):
         x = t[c]
         k = np.rint(x * _TWO_OVER_PI)
@@ -97,23 +81,6 @@ def _bin_of(data, start, count, v):
         else:
             lo = mid + 1
     return lo
-
-
-@_helper
-def _scaled(v, kind, par):
-    """transform.py's numeric coordinate before its weight (insert_kernel._scaled)."""
-    if kind == _K_RANGE:
-        if v < par[0]:
-            v = par[0]
-        elif v > par[1]:
-            v = par[1]
-        return (v - par[2]) / par[3]
-    z = (v - par[2]) / par[3]
-    if z < par[0]:
-        z = par[0]
-    elif z > par[1]:
-        z = par[1]
-    return z
 
 
 @_helper
@@ -155,7 +122,7 @@ def _derive_row(X, values, tokens, r, ints, floats, blocks, block_fields, block_
     scratch, each numeric field's coordinate before its weight (what Fourier features read)."""
     for f in range(ints.shape[0]):
         if ints[f, 0] <= 1:  # numeric (range or scale)
-            z[f] = _scaled(values[r, f], ints[f, 0], floats[f])
+            z[f] = scaled(values[r, f], ints[f, 0], floats[f])[0]  # insert_kernel's
     for j in range(blocks.shape[0]):
         kind, slot, width, first, count, at, encoding = (blocks[j, 0], blocks[j, 1], blocks[j, 2],
                                                          blocks[j, 3], blocks[j, 4], blocks[j, 5],

@@ -249,7 +249,7 @@ def _vocabulary_slot(buf, p, stop, row, table, vocab, vocab_offsets):
 
 
 @_helper
-def _scaled(v, kind, par):
+def scaled(v, kind, par):
     """A numeric field's coordinate (before the weight) and whether its value was clipped."""
     clipped = False
     if kind == _K_RANGE:
@@ -280,7 +280,7 @@ def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base, va
         q, value, ok = read_number(buf, p, end)
         if not ok:
             return q, -1, False
-        z, clipped = _scaled(value, kind, par)
+        z, clipped = scaled(value, kind, par)
         x[slot] = z * par[4]
         vals[at_k] = value
         return q, 1, clipped
@@ -405,7 +405,7 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
         if row[4]:
             x[slot + row[2] - 1] = 1.0
         if row[0] <= _K_SCALE:
-            z, clip = _scaled(par[5], row[0], par)
+            z, clip = scaled(par[5], row[0], par)
             x[slot] = z * par[4]
             vals[at_k] = par[5]
             if clip:
