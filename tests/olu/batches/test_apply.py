@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.olu.test_contract import assert_same_state
 from worker.olu import (
     Batch,
     BudgetExhausted,
@@ -20,7 +21,6 @@ from worker.olu import (
     apply_batch,
 )
 from worker.olu.rotation import Rotation
-from tests.olu.test_contract import assert_same_state
 
 
 def _rows(n: int, seed: int = 0, dim: int = 3):
