@@ -442,7 +442,8 @@ def worker_settings(bootstrap: str, *, topic: str, params: str, dlq: str, group:
 
 def parse_sets(items: list[str]) -> dict[str, str]:
     """``["poll_timeout=0.01", ...]`` -> ``{"poll_timeout": "0.01"}`` (validated by load_settings);
-    ``kafka=KEY=VALUE`` (librdkafka pass-through) may repeat and gives a list."""
+    ``kafka=KEY=VALUE`` (librdkafka pass-through) may repeat and gives a list; ``true`` and
+    ``false`` are a switch's two positions (``--set sparse_input=true``)."""
     out: dict = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -452,7 +453,8 @@ def parse_sets(items: list[str]) -> dict[str, str]:
         if name == "kafka":
             out.setdefault(name, []).append(value.strip())
         else:
-            out[name] = value.strip()
+            value = value.strip()
+            out[name] = {"true": True, "false": False}.get(value.lower(), value)
     return out
 
 

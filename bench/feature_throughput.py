@@ -86,6 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spec", help="a spec file (YAML or JSON): only its named stream runs")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a worker setting (repeatable), e.g. --set sparse_input=true")
     args = h.arguments(ap, argv, quick="10,000 events, one run each")
     if args.quick:
         args.events, args.repeat = min(args.events, 10_000), 1
@@ -98,7 +100,8 @@ def main(argv=None) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec.source, f)
     bound = repr(spec.norm_bound * (1 + 1e-9))
-    runs = {"vector": {"feature_bound": bound}, "named": {"features_file": f.name}}
+    sets = h.parse_sets(args.set)
+    runs = {"vector": {**sets, "feature_bound": bound}, "named": {**sets, "features_file": f.name}}
     if args.spec:
         runs.pop("vector")
     rows = []
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
     report = {"machine": info, "config": {"events": args.events, "delete_frac": args.delete_frac,
                                           "repeat": args.repeat, "quick": args.quick, "dim": spec.dim,
                                           "fields": len(spec.fields), "spec": spec.source,
-                                          "spec_file": args.spec},
+                                          "spec_file": args.spec, "settings": sets},
               "rows": rows, "named_x_vector": ratio}
     return h.finish("feature_throughput", report, args.out, checks=checks)
 

@@ -20,7 +20,9 @@ from worker.exceptions import ConfigError
 from worker.features.exceptions import BadFeature, FeatureSpecError
 from worker.features.spec import load_spec, parse_spec
 from worker.features.transform import category_hash, vectorize
+from worker.olu import record_key
 from worker.stream.input.batch import decode_batch
+from worker.stream.input.decode import Delete, Insert
 from worker.stream.input.scan import python_decoder
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -204,6 +206,16 @@ def test_the_compiled_reader_the_decoder_and_the_transform_agree(data):
     with python_decoder():
         reference = decode_batch(messages, dim=spec.dim, max_bytes=BIG, features=spec)
     assert outcomes(compiled) == outcomes(reference)
+    # OLU_SPARSE_INPUT: the compiled reader's CSR rows are the dense rows' non-zeros, bit for bit
+    sparse = decode_batch(messages, dim=spec.dim, max_bytes=BIG, features=spec, sparse=True)
+    assert sparse.scan is not None
+    with python_decoder():
+        sparse_reference = decode_batch(messages, dim=spec.dim, max_bytes=BIG, features=spec,
+                                        sparse=True)
+    assert sparse_outcomes(sparse) == sparse_outcomes(sparse_reference)
+    assert sparse_outcomes(sparse) == [
+        ("insert", *_nonzeros(got[1]), *got[2:]) if got[0] == "insert" else got
+        for got in outcomes(compiled)]
     shipped = parse_spec(orjson.loads(spec.text))  # the spec as a release carries it to a subscriber
     assert shipped.digest == spec.digest
     for j, msg in enumerate(messages):  # what the planner and the subscriber compute: the same bits
@@ -214,6 +226,41 @@ def test_the_compiled_reader_the_decoder_and_the_transform_agree(data):
             assert np.array_equal(vectorize(shipped, orjson.loads(msg.value()))[0].view(np.uint64),
                                   np.asarray(x).view(np.uint64))
             assert math.sqrt(float(np.dot(x, x))) <= spec.norm_bound * (1 + 1e-12)
+
+
+def _nonzeros(bits: list) -> tuple[list, list]:
+    """(indices, value bits) of a dense row's non-zeros (a -0.0 a zero, as from_dense reads)."""
+    row = np.array(bits, np.uint64).view(np.float64)
+    at = np.flatnonzero(row)
+    return at.tolist(), row[at].view(np.uint64).tolist()
+
+
+def sparse_outcomes(batch) -> list:
+    """:func:`outcomes` of a batch decoded into sparse rows: an insert's (indices, value bits)."""
+    out = [None] * len(batch.messages)
+    for start, stop, accepted in batch.stretches:
+        if accepted:
+            run = batch.run(start, stop)
+            keys = run.keys.tolist() if run.keys is not None else [record_key(r) for r in run.ids]
+            for j in range(stop - start):
+                indices, values = run.X.row(j)
+                out[start + j] = ("insert", np.asarray(indices).tolist(),
+                                  np.asarray(values, np.float64).view(np.uint64).tolist(),
+                                  np.array([run.y[j]], np.float64).view(np.uint64).tolist(),
+                                  keys[j])
+            continue
+        for j in range(start, stop):
+            e = batch.events[j]
+            if isinstance(e, Insert):
+                indices, values = e.x
+                out[j] = ("insert", np.asarray(indices).tolist(),
+                          np.asarray(values, np.float64).view(np.uint64).tolist(),
+                          np.array([e.y], np.float64).view(np.uint64).tolist(), record_key(e.id))
+            elif isinstance(e, Delete):
+                out[j] = ("delete", e.ids, e.tombstone)
+            else:
+                out[j] = ("dead", e.reason, e.detail)
+    return out
 
 
 def test_the_compiled_reader_takes_the_common_named_record():

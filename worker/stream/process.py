@@ -19,7 +19,8 @@ def _warm_up_kernels(settings=None) -> None:
     if seconds is None:
         return  # numba unavailable: the engine uses its numpy reference step
     started = time.perf_counter()
-    scan.warm_up(features=getattr(settings, "feature_spec", None))
+    scan.warm_up(features=getattr(settings, "feature_spec", None),
+                 sparse=getattr(settings, "sparse_input", False))
     if getattr(settings, "input_format", "json") in ("avro", "protobuf"):
         framed_scan.warm_up_reader(settings.input_format)
     seconds += time.perf_counter() - started

@@ -514,9 +514,10 @@ NO_FUSED_OPS = textwrap.dedent("""
     warmup.warm_up()
     spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}], "bound": 0.5})
     scan.warm_up(features=spec)
-    scan.warm_up(features=parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}],
-                                      "derived": [{"type": "fourier", "fields": ["a"], "components": 4,
-                                                   "bandwidth": 1.0, "seed": 1}]}))
+    for sparse in (False, True):  # the dense derived rows, and the CSR ones
+        scan.warm_up(features=parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}],
+                                          "derived": [{"type": "fourier", "fields": ["a"], "components": 4,
+                                                       "bandwidth": 1.0, "seed": 1}]}), sparse=sparse)
     framed_scan.warm_up_reader("avro")
     framed_scan.warm_up_reader("protobuf")
     from worker.olu.algorithms.passive import PassiveOLU

@@ -87,7 +87,8 @@ def _checked(model, batch: Batch):
     if cols is None or len(batch.steps) < 2:
         return None
     declined = ~cols.accepted
-    cols.X[declined] = 0.0
+    if not hasattr(cols.X, "indptr"):  # a declined record's sparse row is empty already
+        cols.X[declined] = 0.0
     cols.y[declined] = getattr(model.loss, "classes", (0.0,))[0]  # a label the loss takes
     try:
         return model.prepare_batch(None, cols.X, cols.y, keys=cols.keys)

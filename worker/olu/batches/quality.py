@@ -1,8 +1,8 @@
 """The prequential (test-then-train) loss of a batch, before it is learned: a metric of incoming
 records (later deleted ones included), outside the certificate (docs/guarantee.md 2.4).
 
-:func:`mean_loss` picks the form: one compiled pass for dense rows (:func:`batch_mean_loss`), numpy
-for sparse rows and for the softmax's mean cross-entropy.
+:func:`mean_loss` picks the form: one compiled pass for dense rows (:func:`batch_mean_loss`) and
+for sparse ones (:func:`sparse_batch_mean_loss`), numpy for the softmax's mean cross-entropy.
 
 The numpy form (a matrix product, logaddexp, a select, a mean, under errstate) cost ~15 us of
 fixed price per insert run, and a stream with 1% deletes has one run per deletion.
@@ -20,6 +20,8 @@ from ..exceptions import InvalidExample
 from ..formulas import log1pexp
 
 _log1pexp = inline(log1pexp)  # the engine's loss, compiled from its definition
+
+ALL_ROWS = np.zeros(0, np.bool_)
 
 
 @jit
@@ -39,33 +41,34 @@ def batch_mean_loss(X, y, z, ridge, rows):
         margin = 0.0
         for i in range(d):
             margin += X[j, i] * z[i]
-        if ridge:
-            r = margin - y[j]
-            total += 0.5 * r * r
-        else:
-            m = -(-1.0 if y[j] == 0.0 else y[j]) * margin  # log(1 + e^m), stable for either sign
-            total += _log1pexp(m)
+        total += _row_loss(margin, y[j], ridge)
     return total / counted if counted else np.nan
 
 
-ALL_ROWS = np.zeros(0, np.bool_)
+@jit
+def sparse_batch_mean_loss(indptr, indices, values, y, z, ridge, rows):
+    """:func:`batch_mean_loss` of sparse rows (CSR), each margin over the row's non-zeros."""
+    every = rows.shape[0] == 0
+    total = 0.0
+    counted = 0
+    for j in range(indptr.shape[0] - 1):
+        if not every and not rows[j]:
+            continue
+        counted += 1
+        margin = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            margin += values[k] * z[indices[k]]
+        total += _row_loss(margin, y[j], ridge)
+    return total / counted if counted else np.nan
 
 
-def sparse_mean_loss(rows, y: np.ndarray, z: np.ndarray, ridge: bool) -> float:
-    """:func:`batch_mean_loss` of sparse rows (``SparseRows``), in numpy: each margin summed over
-    the row's non-zeros (a metric: no order promised)."""
-    if len(y) == 0:
-        return np.nan
-    with np.errstate(all="ignore"):
-        owner = np.repeat(np.arange(len(y)), np.diff(rows.indptr))
-        margins = np.bincount(owner, weights=z[rows.indices] * rows.values, minlength=len(y))
-        if ridge:
-            losses = 0.5 * (margins - y) ** 2
-        else:
-            m = -np.where(y == 0.0, -1.0, y) * margins
-            losses = np.logaddexp(0.0, m)
-        mean = float(losses.mean())
-    return mean
+@inline
+def _row_loss(margin, label, ridge):
+    if ridge:
+        r = margin - label
+        return 0.5 * r * r
+    m = -(-1.0 if label == 0.0 else label) * margin  # log(1 + e^m), stable for either sign
+    return _log1pexp(m)
 
 
 def _positions(loss, y) -> np.ndarray:
@@ -121,7 +124,8 @@ def mean_loss(model, X, y, rows: np.ndarray = ALL_ROWS, positions: bool = False)
     if loss.name == "softmax":
         return softmax_mean_loss(loss, X, y, model.z, rows, positions)
     ridge = loss.name == "ridge"
+    y, z = np.ascontiguousarray(y, np.float64), np.ascontiguousarray(model.z, np.float64)
     if isinstance(X, SparseRows):
-        return sparse_mean_loss(X, y, model.z, ridge)
-    X, y = np.ascontiguousarray(X, np.float64), np.ascontiguousarray(y, np.float64)
-    return batch_mean_loss(X, y, np.ascontiguousarray(model.z, np.float64), ridge, rows)
+        return sparse_batch_mean_loss(*(np.ascontiguousarray(a) for a in (
+            X.indptr, X.indices, X.values)), y, z, ridge, rows)
+    return batch_mean_loss(np.ascontiguousarray(X, np.float64), y, z, ridge, rows)

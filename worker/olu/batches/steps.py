@@ -52,9 +52,10 @@ class Forget:
 class Columns:
     """The whole batch decoded into columns, row j for position j (the compiled scan's);
     ``accepted[j]``: row j is an insert. The other rows are overwritten (the engine zeroes them
-    so the batch passes the model's checks in one call; they are never learned)."""
+    so the batch passes the model's checks in one call; they are never learned). ``X``: a
+    matrix, or SparseRows (the other rows empty)."""
 
-    X: np.ndarray
+    X: object  # np.ndarray or SparseRows
     y: np.ndarray
     keys: np.ndarray
     accepted: np.ndarray

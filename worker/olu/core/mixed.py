@@ -41,6 +41,7 @@ from .contribution import subject_keys
 from .deletion import Deletion, charge_noised, exact_deletion
 from .kernels.loader import compiled
 from .schedules import StronglyConvex
+from .sparse import SparseRows
 
 _MAX_STEP = 2**32 - 1  # the index's step type (kernels/ogd.py)
 
@@ -106,7 +107,8 @@ def prepare_pass(model, keys, X, y, spans, delete_rows, delete_keys, delete_ids,
         return None
     kernels, plan, schedule = compiled(), model.kernel_plan(), model.schedule
     if (plan is None or type(schedule) is not StronglyConvex or model.noise_share != 1.0
-            or not delete_rows or model.t + len(keys) >= _MAX_STEP):
+            or not delete_rows or model.t + len(keys) >= _MAX_STEP
+            or isinstance(X, SparseRows)):  # the pass steps dense rows
         return None
     spans = np.ascontiguousarray(np.reshape(spans, (-1, 2)), np.int64)  # many under parity
     offered = int(np.sum(spans[:, 1] - spans[:, 0]))

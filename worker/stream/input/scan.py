@@ -33,7 +33,8 @@ import numpy as np
 from ...compiled import blake2b, jit
 from ...features.spec import FeatureSpec
 from ...features.tables import SpecTables, spec_tables
-from .derived_kernel import derive_kernel
+from ...olu import SparseRows
+from .derived_kernel import derive_kernel, sparse_rows_kernel
 from .insert_kernel import parse_kernel, parse_named_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths",
@@ -45,7 +46,7 @@ class BatchScan:
     """Per record of a batch: accepted by the fast path or not; arrays hold the accepted rows."""
 
     accepted: np.ndarray  # (n,) bool
-    X: np.ndarray  # (n, dim) float64
+    X: np.ndarray | SparseRows  # (n, dim) float64, or n sparse rows (a declined one empty)
     y: np.ndarray  # (n,) float64
     keys: np.ndarray  # (n,) uint64, record_key of the id
     stamps: np.ndarray  # (n, 2) int64: the Kafka timestamp (type, ms) of each message
@@ -104,9 +105,11 @@ def joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def scan_batch(messages: list, *, dim: int, max_bytes: int,
-               features: FeatureSpec | None = None, keys: list | None = None) -> BatchScan:
+               features: FeatureSpec | None = None, keys: list | None = None,
+               sparse: bool = False) -> BatchScan:
     """Run the compiled fast path over ``messages`` (see the module doc); ``keys``: their keys,
-    when the caller read them already.
+    when the caller read them already; ``sparse``: the rows as :class:`SparseRows` (their
+    non-zeros, as decode.py's ``from_dense`` gives them; OLU_SPARSE_INPUT).
 
     >>> from confluent_kafka import Message
     >>> msgs = [Message(key=b"r-1", value=b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}'),
@@ -119,29 +122,52 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int,
     # comprehensions, not map(methodcaller(...)): ~15 against ~50 ns per message
     vbuf, voff = joined([m.value() for m in messages])
     klen = key_lengths(keys if keys is not None else [m.key() for m in messages])
-    X = np.empty((n, dim), np.float64)
     y = np.empty(n, np.float64)
     keys = np.zeros(n, np.uint64)
     spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
     clipped = None
     if features is None:
+        X = np.empty((n, dim), np.float64)
         parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
+        if sparse:
+            X[~accepted] = 0.0
+            X = SparseRows.from_dense(X)
     else:  # named fields through the feature spec (worker/features)
-        t, clipped = tables_of(features), np.zeros(n, np.int64)
-        derived = len(t.blocks) > 0
-        # what derived blocks read of each field (the kernel writes every field's, read or not)
-        values = np.empty((n, len(t.ints)), np.float64)
-        tokens = np.empty((n, len(t.ints)), np.uint64)
-        parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats,
-                           t.table, t.vocab,
-                           t.vocab_offsets, t.intercept, np.inf if derived else t.bound, X, y,
-                           spans, clipped, accepted, values, tokens)
-        if derived:  # the derived coordinates, then the bound over the whole vector
-            derive_kernel(X, values, tokens, accepted, t.ints, t.floats, t.blocks, t.block_fields,
-                          t.block_bins, t.block_data, t.block_floats, t.bound)
+        clipped = np.zeros(n, np.int64)
+        X = _named_rows(features, vbuf, voff, klen, max_bytes, y, spans, clipped, accepted, sparse)
     blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
     return BatchScan(accepted, X, y, keys, kafka_stamps(messages), clipped)
+
+
+def _named_rows(features: FeatureSpec, vbuf, voff, klen, max_bytes: int, y, spans, clipped,
+                accepted, sparse: bool):
+    """The rows of named-field inserts: the fields' coordinates, then the derived blocks' (dense:
+    the whole vector a row; sparse: the fields' written dense, only d_fields wide, then every
+    non-zero as CSR)."""
+    t, n = tables_of(features), len(accepted)
+    derived = len(t.blocks) > 0
+    # what derived blocks read of each field (the kernel writes every field's, read or not)
+    values = np.empty((n, len(t.ints)), np.float64)
+    tokens = np.empty((n, len(t.ints)), np.uint64)
+    X = np.empty((n, t.field_dim if sparse else t.dim), np.float64)
+    later = derived or sparse  # the bound over the whole vector is applied after the fields
+    parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats,
+                       t.table, t.vocab, t.vocab_offsets, t.intercept,
+                       np.inf if later else t.bound, X, y, spans, clipped, accepted, values,
+                       tokens)
+    tables = (t.ints, t.floats, t.blocks, t.block_fields, t.block_bins, t.block_data,
+              t.block_floats, t.bound)
+    if sparse:
+        indptr = np.empty(n + 1, np.int64)
+        room = n * t.row_cap + 1  # + 1: the kernel's branch-free writes go one past a row
+        indices, nonzeros = np.empty(room, np.int64), np.empty(room)
+        sparse_rows_kernel(X, values, tokens, accepted, *tables, indptr, indices, nonzeros)
+        used = int(indptr[-1])
+        return SparseRows(indptr, indices[:used], nonzeros[:used])
+    if derived:  # the derived coordinates, then the bound over the whole vector
+        derive_kernel(X, values, tokens, accepted, *tables, t.row_cap)
+    return X
 
 
 _TABLES: dict[str, SpecTables] = {}
@@ -182,14 +208,14 @@ def python_decoder():
         _python_only = saved
 
 
-def warm_up(features: FeatureSpec | None = None) -> None:
+def warm_up(features: FeatureSpec | None = None, sparse: bool = False) -> None:
     """Compile (or load from the numba cache) the kernel with the production types; with a feature
-    spec its named-field reader too (a registry format's: framed_scan.warm_up_reader)."""
+    spec its named-field reader too (a registry format's: framed_scan.warm_up_reader), the
+    sparse one under ``sparse``."""
     from confluent_kafka import Message
 
     scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","x":[0.5],"y":1}')], dim=1,
                max_bytes=64)
     if features is not None:
         scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","y":1}')], dim=features.dim,
-                   max_bytes=64,
-                   features=features)
+                   max_bytes=64, features=features, sparse=sparse)
