@@ -8,7 +8,7 @@ deletes of earlier records:
 
 - ``dense d=10``: ``x`` as an array of 10 numbers (the compiled JSON scan);
 - ``sparse 30 of 2^16``: ``x`` as ``{"indices", "values"}`` with 30 non-zeros at random coordinates of
-  d = 65,536, under ``OLU_SPARSE_INPUT`` (the Python decoder, the engine's sparse step);
+  d = 65,536, under ``OLU_SPARSE_INPUT`` (the compiled scan's CSR rows, the engine's sparse step);
 - ``softmax K=5 d=10, integer classes``: ``OLU_LOSS=softmax``, ``OLU_CLASSES=0,1,2,3,4``, labels as
   numbers (the compiled JSON scan, a K x d step);
 - ``softmax K=5 d=10, class names``: the same rows with the classes' names as labels (the Python

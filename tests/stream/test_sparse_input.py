@@ -4,13 +4,17 @@ engine learns the same rows, whatever the poll batches were."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import numpy as np
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.features.test_feature_spec import sparse_outcomes
 from tests.infra.schema_samples import decode_headers
 from tests.stream.kafka_harness import (
     WorkerProcess,
@@ -20,6 +24,7 @@ from tests.stream.kafka_harness import (
     wait_for,
     worker_env,
 )
+from tests.stream.test_decode import BAD_NUMBER, GOOD_NUMBER
 from worker.client import ParamsSubscriber
 from worker.config.loading import load_settings
 from worker.config.model import build_model
@@ -28,6 +33,7 @@ from worker.olu.core.sparse import SparseRows
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.batch import decode_batch
 from worker.stream.input.decode import Insert, decode_event
+from worker.stream.input.scan import python_decoder
 from worker.stream.output.release_size import check_release_fits
 
 DIM = 4096
@@ -224,3 +230,68 @@ def test_a_feature_specs_vectors_become_sparse_rows(tmp_path):
     settings = load_settings([], {"OLU_FEATURES_FILE": str(spec_path), "OLU_SPARSE_INPUT": "true",
                                   "OLU_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "OLU_PRIVACY_UNIT": "per-request"})
     assert settings.sparse_input and settings.dim == spec.dim
+
+
+# ------------------------------------------------------------------ the compiled reader
+@st.composite
+def sparse_records(draw) -> bytes:
+    """A sparse insert's value: mostly a valid ``{"indices", "values"}`` x, sometimes an array, or
+    one of the mistakes sparse_x.py names (and, in the caller, any byte mutation)."""
+    dim = 8
+    indices = sorted(draw(st.sets(st.integers(0, dim - 1), max_size=dim)))
+    values = draw(st.lists(GOOD_NUMBER, min_size=len(indices), max_size=len(indices)))
+    x: object = {"indices": indices, "values": values}
+    mistake = draw(st.integers(0, 12))
+    if mistake == 1 and indices:
+        x["indices"] = list(reversed(indices)) if len(indices) > 1 else [dim]
+    elif mistake == 2:
+        x["indices"] = indices + indices[-1:]
+    elif mistake == 3:
+        x["values"] = values + [1.0]
+    elif mistake == 4 and indices:
+        x["indices"] = [draw(st.sampled_from([-1, 1.0, True, "1", 2**70, None]))] + indices[1:]
+    elif mistake == 5:
+        x["dim"] = dim
+    elif mistake == 6:
+        x = {"values": values, "indices": indices}  # the other key order
+    elif mistake == 7:
+        x = draw(st.lists(GOOD_NUMBER, min_size=dim, max_size=dim + 1))  # an array
+    elif mistake == 8:
+        x = {"indices": indices}
+    elif mistake == 9 and values:
+        x["values"] = [draw(BAD_NUMBER)] + values[1:]
+    record = {"op": "insert", "id": draw(st.sampled_from(["r-1", "r-2"])), "x": x,
+              "y": draw(st.sampled_from([0, 1]))}
+    return json.dumps(record).encode()  # json: integers past 64 bits, NaN (not JSON: refused)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(sparse_records(), min_size=1, max_size=6), st.data())
+def test_the_compiled_reader_reads_sparse_x_as_the_decoder_does(values, data):
+    """Sparse x through the compiled scan and through the Python decoder: the same entries, the
+    same dead letters, the same deletes, bit for bit (zeros in the sparse form kept, an array's
+    dropped)."""
+    if data.draw(st.booleans()):  # a byte mutated, inserted or cut somewhere
+        k = data.draw(st.integers(0, len(values) - 1))
+        cut = data.draw(st.integers(0, len(values[k])))
+        values[k] = (values[k][:cut] + data.draw(st.binary(max_size=2))
+                     + values[k][cut + data.draw(st.integers(0, 2)):])
+    if data.draw(st.booleans()):
+        values.append(b'{"op":"delete","id":"r-1"}')
+    msgs = [Message(topic="t", partition=0, offset=j, key=b"k", value=v, timestamp=(1, j))
+            for j, v in enumerate(values)]
+    compiled = decode_batch(msgs, dim=8, max_bytes=4096, sparse=True)
+    with python_decoder():
+        reference = decode_batch(msgs, dim=8, max_bytes=4096, sparse=True)
+    assert compiled.scan is not None
+    assert sparse_outcomes(compiled) == sparse_outcomes(reference)
+
+
+def test_the_compiled_reader_takes_the_common_sparse_record():
+    values = [_record(f"r-{j}", {"indices": [j, 40 + j], "values": [0.5, 0]}) for j in range(4)]
+    msgs = [Message(topic="t", partition=0, offset=j, key=b"k", value=v, timestamp=(1, j))
+            for j, v in enumerate(values)]
+    batch = decode_batch(msgs, dim=DIM, max_bytes=4096, sparse=True)
+    assert batch.scan.accepted.all() and batch.stretches == [(0, 4, True)]
+    assert batch.scan.X.indptr.tolist() == [0, 2, 4, 6, 8]
+    assert batch.scan.X.row(3)[0].tolist() == [3, 43] and batch.scan.X.row(3)[1].tolist() == [0.5, 0.0]

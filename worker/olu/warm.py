@@ -18,9 +18,12 @@ def warm_up(*, sparse: bool = False) -> float | None:
     seconds = warmup.warm_up() + (warmup.warm_up_sparse() if sparse else 0.0)
     started = time.perf_counter()
     # the prequential loss of every insert run
-    from .batches.quality import ALL_ROWS, batch_mean_loss
+    from .batches.quality import ALL_ROWS, batch_mean_loss, sparse_batch_mean_loss
 
+    csr = (np.array([0, 1]), np.zeros(1, np.int64), np.ones(1))  # one row, one non-zero
     for ridge in (False, True):
-        batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, np.ones(1, np.bool_))
-        batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, ALL_ROWS)
+        for rows in (np.ones(1, np.bool_), ALL_ROWS):
+            batch_mean_loss(np.zeros((1, 1)), np.ones(1), np.zeros(1), ridge, rows)
+            if sparse:
+                sparse_batch_mean_loss(*csr, np.ones(1), np.zeros(1), ridge, rows)
     return seconds + time.perf_counter() - started

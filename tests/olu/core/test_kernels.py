@@ -514,6 +514,7 @@ NO_FUSED_OPS = textwrap.dedent("""
     warmup.warm_up()
     spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}], "bound": 0.5})
     scan.warm_up(features=spec)
+    scan.warm_up(sparse=True)  # the sparse x reader
     for sparse in (False, True):  # the dense derived rows, and the CSR ones
         scan.warm_up(features=parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}],
                                           "derived": [{"type": "fourier", "fields": ["a"], "components": 4,

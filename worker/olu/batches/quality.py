@@ -47,7 +47,8 @@ def batch_mean_loss(X, y, z, ridge, rows):
 
 @jit
 def sparse_batch_mean_loss(indptr, indices, values, y, z, ridge, rows):
-    """:func:`batch_mean_loss` of sparse rows (CSR), each margin over the row's non-zeros."""
+    """:func:`batch_mean_loss` of sparse rows (CSR), each margin over the row's non-zeros in four
+    running sums (a metric: no order promised, and one sum's latency was most of its cost)."""
     every = rows.shape[0] == 0
     total = 0.0
     counted = 0
@@ -55,10 +56,18 @@ def sparse_batch_mean_loss(indptr, indices, values, y, z, ridge, rows):
         if not every and not rows[j]:
             continue
         counted += 1
-        margin = 0.0
-        for k in range(indptr[j], indptr[j + 1]):
-            margin += values[k] * z[indices[k]]
-        total += _row_loss(margin, y[j], ridge)
+        m0 = m1 = m2 = m3 = 0.0
+        k, stop = indptr[j], indptr[j + 1]
+        while k + 4 <= stop:
+            m0 += values[k] * z[indices[k]]
+            m1 += values[k + 1] * z[indices[k + 1]]
+            m2 += values[k + 2] * z[indices[k + 2]]
+            m3 += values[k + 3] * z[indices[k + 3]]
+            k += 4
+        while k < stop:
+            m0 += values[k] * z[indices[k]]
+            k += 1
+        total += _row_loss((m0 + m1) + (m2 + m3), y[j], ridge)
     return total / counted if counted else np.nan
 
 

@@ -8,8 +8,8 @@ reads the records is chosen here, once per batch:
   unusual, dead letters) are decoded in Python (decode.py, framed.py), each delete's ids hashed
   in one call (keys.py);
 - the Python decoder (under ``OLU_REFERENCE_KERNEL=1`` or :func:`.scan.python_decoder`, and for
-  sparse ``x`` objects and class names as labels, which the scan does not read) decodes runs of
-  inserts with :func:`.decode.decode_inserts` and the rest one by one.
+  class names as labels, which the scan does not read) decodes runs of inserts with
+  :func:`.decode.decode_inserts` and the rest one by one.
 
 Registry-framed records arrive prepared (framed.py, before the runner): the compiled readers'
 columns come with the batch (framed_scan.py), and the records they declined are JSON events by now,
@@ -91,17 +91,15 @@ def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = F
                  labels: bool = False) -> DecodedBatch:
     """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning
     key; ``features``: inserts carry named fields, turned into vectors by this spec
-    (worker/features); ``sparse``: runs of inserts as sparse rows (OLU_SPARSE_INPUT; the compiled
-    scan writes them under a spec, the Python decoder reads a sparse ``x`` object); ``labels``:
+    (worker/features); ``sparse``: runs of inserts as sparse rows (OLU_SPARSE_INPUT: CSR rows of
+    the whole batch from the compiled scan); ``labels``:
     an insert's ``y`` is a class name (softmax with string classes: the scan reads numbers
     only), the runs' ``y`` an object array of them."""
     raw_keys = [m.key() for m in messages] if subjects else None  # read once: scan and subjects
     found = partitioning_keys(messages, raw_keys) if subjects else None
     # a framed batch the compiled readers read (framed_scan.py)
     prepared = getattr(messages, "scan", None)
-    # the scan reads sparse rows under a spec (its CSR rows), not yet a sparse x object
-    scans_rows = not sparse or features is not None
-    if scans_rows and not labels and (prepared is not None or compiled_decoder()):
+    if not labels and (prepared is not None or compiled_decoder()):
         return _scanned(messages, dim, max_bytes, found, prepared, features, raw_keys, sparse)
     return _python(messages, dim, max_bytes, found, features, sparse, labels)
 

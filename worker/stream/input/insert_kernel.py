@@ -25,9 +25,13 @@ import numpy as np
 from ...compiled.intrinsics import data_pointer
 from ...compiled.jit import jit
 from .decode import MAX_ID_CHARS
+from .json_lex import separator as _separator
+from .json_lex import skip_ws as _skip_ws
+from .json_lex import string_end as _string_end
 from .json_number import is_digit, read_number
+from .sparse_x_kernel import dense_nonzeros, sparse_x
 
-__all__ = ["parse_kernel", "parse_named_kernel", "read_number"]
+__all__ = ["parse_kernel", "parse_named_kernel", "parse_sparse_kernel", "read_number"]
 
 # uint64 constants: numba would mix uint64 and int64 into float64
 _U0, _U1, _U63 = np.uint64(0), np.uint64(1), np.uint64(63)
@@ -42,35 +46,6 @@ _LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 123, 125, 91, 93
 # fields, as bits of a mask
 _OP, _ID, _X, _Y, _TS = 1, 2, 4, 8, 16
 _REQUIRED = _OP | _ID | _X | _Y
-
-
-@_helper
-def _skip_ws(buf, p, end):
-    while p < end and (buf[p] == 32 or buf[p] == 10 or buf[p] == 13 or buf[p] == 9):
-        p += 1
-    return p
-
-
-@_helper
-def _separator(buf, p, end):
-    """The next byte after whitespace and the position after it; 0 at the end of the record."""
-    p = _skip_ws(buf, p, end)
-    if p >= end:
-        return end, 0
-    return p + 1, buf[p]
-
-
-@_helper
-def _string_end(buf, p, end):
-    """Index of the closing quote of a plain ASCII string starting at ``buf[p]``, else -1."""
-    while p < end:
-        c = buf[p]
-        if c == _QUOTE:
-            return p
-        if c == _BACKSLASH or c < 32 or c >= 128:
-            return -1
-        p += 1
-    return -1
 
 
 @_helper
@@ -123,68 +98,81 @@ def _op_id_ts(buf, p, end, field, spans, r):
 
 
 @_helper
-def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r):
+def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r, sparse, ip, vp, q):
     """Accept record r (value ``buf[p:end]``, a key of ``klen`` bytes) as a common insert? Its id is
-    then ``buf[spans[2r]:spans[2r + 1]]``."""
+    then ``buf[spans[2r]:spans[2r + 1]]``. Returns -1 to decline; else its ``x`` is row r of
+    ``X`` (returns 0), or with ``sparse`` its entries from ``q`` (sparse_x_kernel.py: returns
+    their end)."""
     if klen == 0 or klen + (end - p) > max_bytes:  # no key (or an empty one): decode.py names it
-        return False
+        return -1
     p = _skip_ws(buf, p, end)
     if p >= end or buf[p] != _LBRACE:
-        return False
+        return -1
     p += 1
-    seen = 0
+    seen, entries = 0, 0
     while True:
         p = _skip_ws(buf, p, end)
         if p >= end or buf[p] != _QUOTE:
-            return False
+            return -1
         stop = _string_end(buf, p + 1, end)
         if stop < 0:
-            return False
+            return -1
         field = _field(buf, p + 1, stop)
         if field == 0 or seen & field:
-            return False
+            return -1
         seen |= field
         p = _skip_ws(buf, stop + 1, end)
         if p >= end or buf[p] != _COLON:
-            return False
+            return -1
         p = _skip_ws(buf, p + 1, end)
         if p >= end:
-            return False
+            return -1
         if field == _OP or field == _ID or field == _TS:
             p = _op_id_ts(buf, p, end, field, spans, r)
-            if p < 0:
-                return False
+        elif field == _X and sparse and buf[p] == _LBRACE:
+            p, entries = sparse_x(buf, p, end, dim, ip, vp, q)
+        elif field == _X and sparse:
+            p, entries = dense_nonzeros(buf, p, end, dim, ip, vp, q)
         elif field == _X:
-            if buf[p] != _LBRACKET:
-                return False
-            p += 1
-            count = 0
-            while True:
-                p = _skip_ws(buf, p, end)
-                p, value, ok = read_number(buf, p, end)
-                if not ok:
-                    return False
-                if count < dim:
-                    X[r * dim + count] = value
-                count += 1
-                p, c = _separator(buf, p, end)
-                if c == _RBRACKET:
-                    break
-                if c != _COMMA:
-                    return False
-            if count != dim:
-                return False
+            p = _dense_x(buf, p, end, dim, X, r)
         else:
             p, value, ok = read_number(buf, p, end)
-            if not ok:
-                return False
+            p = p if ok else -1
             y_out[r] = value
+        if p < 0:
+            return -1
         p, c = _separator(buf, p, end)
         if c == _RBRACE:
             break
         if c != _COMMA:
-            return False
-    return seen & _REQUIRED == _REQUIRED and _skip_ws(buf, p, end) == end
+            return -1
+    if seen & _REQUIRED != _REQUIRED or _skip_ws(buf, p, end) != end:
+        return -1
+    return entries
+
+
+@_helper
+def _dense_x(buf, p, end, dim, X, r):
+    """An array of exactly ``dim`` numbers at ``p`` into row r of ``X``: the position after it,
+    or -1."""
+    if buf[p] != _LBRACKET:
+        return -1
+    p += 1
+    count = 0
+    while True:
+        p = _skip_ws(buf, p, end)
+        p, value, ok = read_number(buf, p, end)
+        if not ok:
+            return -1
+        if count < dim:
+            X[r * dim + count] = value
+        count += 1
+        p, c = _separator(buf, p, end)
+        if c == _RBRACKET:
+            break
+        if c != _COMMA:
+            return -1
+    return p if count == dim else -1
 
 
 # ------------------------------------------------------- named fields (worker/features: the spec)
@@ -435,11 +423,31 @@ def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted, fr
     its key ``klen[r]`` bytes long; the JSON text starts ``framing`` bytes in, after a Schema
     Registry framing, which counts towards ``max_bytes``)."""
     v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
+    unused_i, unused_v = data_pointer(spans), data_pointer(y_out)  # no sparse entries
     for r in range(accepted.shape[0]):
         start = voff[r] + framing
         accepted[r] = start <= voff[r + 1] and _insert(v, start, voff[r + 1], klen[r], dim,
-                                                       max_bytes - framing,
-                                                       x, y, s, r)
+                                                       max_bytes - framing, x, y, s, r, False,
+                                                       unused_i, unused_v, 0) >= 0
+
+
+@jit
+def parse_sparse_kernel(vbuf, voff, klen, dim, max_bytes, y_out, spans, accepted, indptr,
+                        indices, values):
+    """:func:`parse_kernel` under OLU_SPARSE_INPUT: each accepted record's ``x`` (the sparse form
+    or an array) as CSR row r, ``indices/values[indptr[r]:indptr[r + 1]]`` (a declined record's
+    row is empty). ``indices`` and ``values`` hold at least ``len(vbuf) // 2 + 1`` entries: every
+    number takes two bytes or more with its separator."""
+    v, y, s = data_pointer(vbuf), data_pointer(y_out), data_pointer(spans)
+    ip, vp = data_pointer(indices), data_pointer(values)
+    q = 0
+    indptr[0] = 0
+    for r in range(accepted.shape[0]):
+        got = _insert(v, voff[r], voff[r + 1], klen[r], dim, max_bytes, vp, y, s, r, True, ip, vp,
+                      q)
+        accepted[r] = got >= 0
+        q = got if got >= 0 else q
+        indptr[r + 1] = q
 
 
 @jit

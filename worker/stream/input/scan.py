@@ -13,7 +13,9 @@ the very same values:
   "x": [...], "y": ..., "ts": ...}`` with ``ts`` optional, fields in any order, each once,
   JSON whitespace anywhere; ``id`` has 1 to 256 bytes; the key is not empty (it is the
   partitioning key and need not equal ``id``, docs/worker.md 3.1); key + value fit
-  ``max_bytes``; ``x`` has exactly ``dim`` numbers; ``ts`` is a plain non-negative integer;
+  ``max_bytes``; ``x`` has exactly ``dim`` numbers (under OLU_SPARSE_INPUT, or is the sparse
+  form ``{"indices": [...], "values": [...]}``, sparse_x_kernel.py); ``ts`` is a plain
+  non-negative integer;
 - every number is one insert_kernel.read_number is certain of: the double orjson reads, bit for bit
   (when it is not certain, the record is declined instead of approximated).
 
@@ -35,7 +37,7 @@ from ...features.spec import FeatureSpec
 from ...features.tables import SpecTables, spec_tables
 from ...olu import SparseRows
 from .derived_kernel import derive_kernel, sparse_rows_kernel
-from .insert_kernel import parse_kernel, parse_named_kernel
+from .insert_kernel import parse_kernel, parse_named_kernel, parse_sparse_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths",
            "python_decoder", "scan_batch"]
@@ -108,8 +110,9 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int,
                features: FeatureSpec | None = None, keys: list | None = None,
                sparse: bool = False) -> BatchScan:
     """Run the compiled fast path over ``messages`` (see the module doc); ``keys``: their keys,
-    when the caller read them already; ``sparse``: the rows as :class:`SparseRows` (their
-    non-zeros, as decode.py's ``from_dense`` gives them; OLU_SPARSE_INPUT).
+    when the caller read them already; ``sparse``: the rows as :class:`SparseRows`
+    (OLU_SPARSE_INPUT: a sparse ``x`` object's entries as given, an array's or a spec's vector's
+    non-zeros, as decode.py's ``parse_sparse`` and ``from_dense`` give them).
 
     >>> from confluent_kafka import Message
     >>> msgs = [Message(key=b"r-1", value=b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}'),
@@ -127,12 +130,17 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int,
     spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
     clipped = None
-    if features is None:
+    if features is None and sparse:  # x as {"indices", "values"}, or an array's non-zeros
+        room = len(vbuf) // 2 + 2  # + 1: the kernel's branch-free writes go one past a row
+        indptr = np.empty(n + 1, np.int64)
+        indices, values = np.empty(room, np.int64), np.empty(room)
+        parse_sparse_kernel(vbuf, voff, klen, dim, max_bytes, y, spans, accepted, indptr,
+                            indices, values)
+        used = int(indptr[-1])
+        X = SparseRows(indptr, indices[:used], values[:used])
+    elif features is None:
         X = np.empty((n, dim), np.float64)
         parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
-        if sparse:
-            X[~accepted] = 0.0
-            X = SparseRows.from_dense(X)
     else:  # named fields through the feature spec (worker/features)
         clipped = np.zeros(n, np.int64)
         X = _named_rows(features, vbuf, voff, klen, max_bytes, y, spans, clipped, accepted, sparse)
@@ -215,7 +223,7 @@ def warm_up(features: FeatureSpec | None = None, sparse: bool = False) -> None:
     from confluent_kafka import Message
 
     scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","x":[0.5],"y":1}')], dim=1,
-               max_bytes=64)
+               max_bytes=64, sparse=sparse)
     if features is not None:
         scan_batch([Message(key=b"r", value=b'{"op":"insert","id":"r","y":1}')], dim=features.dim,
                    max_bytes=64, features=features, sparse=sparse)
