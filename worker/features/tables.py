@@ -1,5 +1,5 @@
 """A feature spec as flat arrays for the compiled JSON reader
-(worker/stream/input/insert_kernel.py).
+(worker/stream/input/named_kernel.py).
 
 :func:`spec_tables` lays the spec out as the kernel reads it: the field names' bytes, one integer
 row and one float row per field, the vocabularies' bytes and an open-addressing table per

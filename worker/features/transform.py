@@ -1,7 +1,7 @@
 """The feature spec's transform: a record's named fields to the model's vector (the reference).
 
 :func:`vectorize` is the arithmetic every reader of the spec shares, written out in the order the
-compiled reader (worker/stream/input/insert_kernel.py) does it, so that the worker, the planner
+compiled reader (worker/stream/input/named_kernel.py) does it, so that the worker, the planner
 and the subscriber produce the same bits for the same record:
 
 - numeric with ``range [low, high]``: clip the value to the range, then ``(v - center) / scale``

@@ -509,7 +509,7 @@ NO_FUSED_OPS = textwrap.dedent("""
     from worker.compiled import blake2b, sorted_keys
     from worker.olu.core.kernels import ingest, merge, mixed_pass, ogd, sparse_ogd, warmup
     from worker.olu.batches import quality as loss_kernel
-    from worker.stream.input import derived_kernel, framed_scan, insert_kernel, json_number, scan
+    from worker.stream.input import derived_kernel, framed_scan, insert_kernel, json_number, named_kernel, scan
 
     warmup.warm_up()
     spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]}], "bound": 0.5})
@@ -527,7 +527,7 @@ NO_FUSED_OPS = textwrap.dedent("""
     PassiveOLU(dim=10, rho=1.0, feature_policy="clip").learn_many(["a", "b"], sparse, [1.0, 0.0])
     fused = re.compile(r"\\bv?fn?m(add|sub)[0-9]{3}[sp][ds]\\b")
     found, versions = [], 0
-    for module in (blake2b, ingest, merge, ogd, sparse_ogd, mixed_pass, sorted_keys, loss_kernel, insert_kernel,
+    for module in (blake2b, ingest, merge, ogd, sparse_ogd, mixed_pass, sorted_keys, loss_kernel, insert_kernel, named_kernel,
                    json_number, framed_kernel, derived_kernel):
         for name, d in vars(module).items():
             if isinstance(d, numba.core.registry.CPUDispatcher):

@@ -1,6 +1,6 @@
 """The compiled reader's derived coordinates: bins, hashed crosses and random Fourier features.
 
-After :func:`~.insert_kernel.parse_named_kernel` has written a record's field coordinates and
+After :func:`~.named_kernel.parse_named_kernel` has written a record's field coordinates and
 noted what derived blocks read of each field (a number before its clipping, a boolean's 0 or 1, a
 category's slot, a hashed value's hash), :func:`derive_kernel` writes each block's coordinates
 and then scales the vector onto the spec's bound; :func:`sparse_rows_kernel` writes the same
@@ -22,7 +22,7 @@ import numpy as np
 from ...compiled.intrinsics import data_pointer
 from ...compiled.jit import jit
 from ...features import derived, portable
-from .insert_kernel import scaled
+from .named_kernel import scaled
 
 __all__ = ["derive_kernel", "sparse_rows_kernel"]
 

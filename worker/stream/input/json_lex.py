@@ -1,6 +1,7 @@
 """The compiled readers' JSON lexing: whitespace, separators and plain ASCII strings.
 
-Shared by the insert parser (insert_kernel.py) and the sparse ``x`` reader (sparse_x_kernel.py).
+Shared by the insert parsers (insert_kernel.py, named_kernel.py) and the sparse ``x`` reader
+(sparse_x_kernel.py).
 The helpers take raw pointers, not arrays (insert_kernel.py says why).
 """
 

@@ -37,7 +37,8 @@ from ...features.spec import FeatureSpec
 from ...features.tables import SpecTables, spec_tables
 from ...olu import SparseRows
 from .derived_kernel import derive_kernel, sparse_rows_kernel
-from .insert_kernel import parse_kernel, parse_named_kernel, parse_sparse_kernel
+from .insert_kernel import parse_kernel, parse_sparse_kernel
+from .named_kernel import parse_named_kernel
 
 __all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths",
            "python_decoder", "scan_batch"]
