@@ -13,6 +13,8 @@ import numpy as np
 import orjson
 import pytest
 from confluent_kafka import Message, Producer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.infra.schema_samples import decode_headers
 from tests.stream.kafka_harness import (
@@ -25,13 +27,14 @@ from tests.stream.kafka_harness import (
 )
 from worker.config import load_settings
 from worker.config.model import build_model
-from worker.olu import PassiveOLU
+from worker.olu import PassiveOLU, record_key
 from worker.olu.batches.quality import softmax_mean_loss
 from worker.olu.core.sparse import SparseRows
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.batch import decode_batch
-from worker.stream.input.decode import decode_event
+from worker.stream.input.decode import Delete, Insert, decode_event
+from worker.stream.input.scan import python_decoder
 from worker.stream.partition import PartitionRunner
 
 CLASSES = ("fraud", "ok", "review")
@@ -93,12 +96,54 @@ def test_a_batch_of_class_names_decodes_into_runs_of_raw_labels():
     events = [(r[0].encode(), _value(*r)) for r in rows]
     events.insert(12, (b"r-1-3", None))  # a tombstone between two runs
     events.insert(20, (b"bad", _value("bad", [0.1, 0.1, 0.1], 7)))
-    batch = decode_batch(_messages(events), dim=DIM, max_bytes=4096, labels=True)
-    assert batch.scan is None  # the compiled scan reads numbers only
-    runs = [batch.run(a, b) for a, b, accepted in batch.stretches if accepted]
-    assert all(run.y.dtype == object for run in runs)
-    assert [y for run in runs for y in run.y.tolist()] == [r[2] for r in rows]
-    assert [type(e).__name__ for e in batch.events.values()] == ["Delete", "DeadLetter"]
+    python = decode_batch(_messages(events), dim=DIM, max_bytes=4096, labels=True)
+    assert python.scan is None  # without the classes, the Python decoder reads the names
+    compiled = decode_batch(_messages(events), dim=DIM, max_bytes=4096, labels=True, classes=CLASSES)
+    assert compiled.scan is not None
+    for batch in (python, compiled):
+        runs = [batch.run(a, b) for a, b, accepted in batch.stretches if accepted]
+        assert all(run.y.dtype == object for run in runs)
+        assert [y for run in runs for y in run.y.tolist()] == [r[2] for r in rows]
+        assert [type(e).__name__ for e in batch.events.values()] == ["Delete", "DeadLetter"]
+
+
+def _outcomes(batch) -> list:
+    """Per message: ("insert", x's bits, the label, the id's key), the delete, or the dead letter."""
+    out = [None] * len(batch.messages)
+    for start, stop, accepted in batch.stretches:
+        if accepted:
+            run = batch.run(start, stop)
+            keys = run.keys.tolist() if run.keys is not None else [record_key(r) for r in run.ids]
+            for j in range(stop - start):
+                out[start + j] = ("insert", np.asarray(run.X[j]).view(np.uint64).tolist(), run.y[j], keys[j])
+            continue
+        for j in range(start, stop):
+            e = batch.events[j]
+            out[j] = (("insert", np.asarray(e.x).view(np.uint64).tolist(), e.y, record_key(e.id))
+                      if isinstance(e, Insert) else ("delete", e.ids) if isinstance(e, Delete)
+                      else ("dead", e.reason, e.detail))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["fraud", "ok", "r\u00e9vision", "okay", "", "f\"x"]),
+                          st.sampled_from(["name", "number", "missing"])), min_size=1, max_size=8))
+def test_the_compiled_scan_reads_class_names_as_the_decoder_does(labels):
+    """Class names through the compiled scan and through the Python decoder: the same inserts
+    (each label the same name), the same dead letters; a name the scan cannot compare (not
+    ASCII, an escape) or none of the classes is the Python decoder's to read."""
+    classes = ("fraud", "ok", "r\u00e9vision")
+    events = []
+    for j, (name, kind) in enumerate(labels):
+        record = {"op": "insert", "id": f"r-{j}", "x": [0.1, 0.2, 0.3]}
+        if kind != "missing":
+            record["y"] = name if kind == "name" else j
+        events.append((f"r-{j}".encode(), orjson.dumps(record)))
+    msgs = _messages(events)
+    compiled = decode_batch(msgs, dim=DIM, max_bytes=4096, labels=True, classes=classes)
+    with python_decoder():
+        reference = decode_batch(msgs, dim=DIM, max_bytes=4096, labels=True, classes=classes)
+    assert _outcomes(compiled) == _outcomes(reference)
 
 
 # --------------------------------------------------------------------------- the partition runner
@@ -226,3 +271,19 @@ def test_the_worker_learns_named_classes_as_the_engine_does(kafka_bootstrap, kaf
                                                                   b"b-3": "norm_exceeded"}
     assert "'chargeback'" in dead[b"b-1"]["olu.error.detail"]
     assert "expected a class label" in dead[b"b-2"]["olu.error.detail"]
+
+
+def test_the_named_field_reader_reads_class_names_too():
+    from worker.features.spec import parse_spec
+
+    spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]},
+                                    {"name": "c", "type": "categorical", "vocabulary": ["u", "v"]}]})
+    records = [{"op": "insert", "id": f"r{j}", "a": j / 10, "c": "uv"[j % 2], "y": ["ok", "fraud", "nope", 3][j % 4]}
+               for j in range(8)]
+    msgs = _messages([(b"k", orjson.dumps(r)) for r in records])
+    compiled = decode_batch(msgs, dim=spec.dim, max_bytes=4096, features=spec, labels=True, classes=("fraud", "ok"))
+    assert compiled.scan.accepted.tolist() == [True, True, False, False] * 2  # the others: the Python decoder's
+    with python_decoder():
+        reference = decode_batch(msgs, dim=spec.dim, max_bytes=4096, features=spec, labels=True,
+                                 classes=("fraud", "ok"))
+    assert _outcomes(compiled) == _outcomes(reference)

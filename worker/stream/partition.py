@@ -154,7 +154,8 @@ class PartitionRunner:
                                        or self.model.forgets_by_key),
                              features=self.settings.feature_spec,
                              sparse=self.settings.sparse_input,
-                             labels=names_labels(self.model.loss))
+                             labels=names_labels(self.model.loss),
+                             classes=getattr(self.model.loss, "classes", None))
         if (spec := self.settings.feature_spec) is not None and (
                 counts := batch.count_clipped(len(spec.fields))) \
                 is not None:

@@ -14,6 +14,7 @@ those of a vector). These constants are public and data-independent (docs/worker
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -223,6 +224,9 @@ class Softmax:
             if bad.any():
                 self.label(y[int(np.argmax(bad))])  # raises the exact error of the loop
             return self._positions[at]
+        if self.named and isinstance(y, np.ndarray) and y.dtype == object:
+            with contextlib.suppress(KeyError, TypeError):  # a name none of the classes: below
+                return np.fromiter(map(self._index.__getitem__, y), np.float64, len(y))
         return np.array([self.label(v) for v in y], np.float64)
 
     def margins(self, z: np.ndarray, x: np.ndarray) -> np.ndarray:

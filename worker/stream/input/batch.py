@@ -8,7 +8,7 @@ reads the records is chosen here, once per batch:
   unusual, dead letters) are decoded in Python (decode.py, framed.py), each delete's ids hashed
   in one call (keys.py);
 - the Python decoder (under ``OLU_REFERENCE_KERNEL=1`` or :func:`.scan.python_decoder`, and for
-  class names as labels, which the scan does not read) decodes runs of inserts with
+  class names as labels when the classes are not given) decodes runs of inserts with
   :func:`.decode.decode_inserts` and the rest one by one.
 
 Registry-framed records arrive prepared (framed.py, before the runner): the compiled readers'
@@ -88,20 +88,23 @@ class DecodedBatch:
 
 def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = False,
                  features: FeatureSpec | None = None, sparse: bool = False,
-                 labels: bool = False) -> DecodedBatch:
+                 labels: bool = False, classes: tuple | None = None) -> DecodedBatch:
     """The batch's one decoded form (module doc); ``subjects``: also each message's partitioning
     key; ``features``: inserts carry named fields, turned into vectors by this spec
     (worker/features); ``sparse``: runs of inserts as sparse rows (OLU_SPARSE_INPUT: CSR rows of
-    the whole batch from the compiled scan); ``labels``:
-    an insert's ``y`` is a class name (softmax with string classes: the scan reads numbers
-    only), the runs' ``y`` an object array of them."""
+    the whole batch from the compiled scan); ``labels``: an insert's ``y`` is a class name
+    (softmax with string classes), the runs' ``y`` an object array of them: the compiled scan
+    reads them given the ``classes`` (a name none of them is goes to the Python decoder, whose
+    insert the model refuses)."""
     raw_keys = [m.key() for m in messages] if subjects else None  # read once: scan and subjects
     found = partitioning_keys(messages, raw_keys) if subjects else None
-    # a framed batch the compiled readers read (framed_scan.py)
+    # a framed batch the compiled readers read (framed_scan.py; their labels are numbers)
     prepared = getattr(messages, "scan", None)
-    if not labels and (prepared is not None or compiled_decoder()):
-        return _scanned(messages, dim, max_bytes, found, prepared, features, raw_keys, sparse)
-    return _python(messages, dim, max_bytes, found, features, sparse, labels)
+    if labels and classes is None or labels and prepared is not None or not (
+            prepared is not None or compiled_decoder()):
+        return _python(messages, dim, max_bytes, found, features, sparse, labels)
+    return _scanned(messages, dim, max_bytes, found, prepared, features, raw_keys, sparse,
+                    classes if labels else None)
 
 
 def decoded_event(msg, dim: int, max_bytes: int, features=None, sparse: bool = False,
@@ -115,12 +118,16 @@ def decoded_event(msg, dim: int, max_bytes: int, features=None, sparse: bool = F
 
 
 def _scanned(messages: list, dim: int, max_bytes: int, subjects, scan: BatchScan | None,
-             features, keys: list | None = None, sparse: bool = False) -> DecodedBatch:
+             features, keys: list | None = None, sparse: bool = False,
+             classes: tuple | None = None) -> DecodedBatch:
     scan = scan if scan is not None else scan_batch(messages, dim=dim, max_bytes=max_bytes,
-                                                    features=features, keys=keys, sparse=sparse)
+                                                    features=features, keys=keys, sparse=sparse,
+                                                    classes=classes)
     stretches = scan.stretches()
     known = getattr(messages, "events", {})  # deletes a framed reader decoded already
-    events = {j: known.get(j) or decoded_event(messages[j], dim, max_bytes, features, sparse)
+    labels = classes is not None
+    events = {j: known.get(j) or decoded_event(messages[j], dim, max_bytes, features, sparse,
+                                               labels)
               for start, stop, accepted in stretches if not accepted for j in range(start, stop)}
     last = max((stop - 1 for _, stop, accepted in stretches if not accepted), default=-1)
     return DecodedBatch(messages, stretches, {}, events, delete_keys(events), scan, subjects, last)

@@ -40,7 +40,7 @@ from ...formats.jsonschema_plan import JsonSchemaPlan
 from ...formats.plans import AvroPlan, ProtobufPlan
 from .decode import Delete
 from .insert_kernel import parse_kernel
-from .scan import BatchScan, joined, kafka_stamps, key_lengths, scan_batch
+from .scan import NO_CLASSES, BatchScan, joined, kafka_stamps, key_lengths, scan_batch
 
 __all__ = ["FramedBatch", "prepare_framed"]
 
@@ -131,7 +131,7 @@ def _read(plans, vbuf, voff, klen, dim, max_bytes, X, y, spans, kinds):
     json_schema = plans.decoder.format == "json-schema"
     if json_schema:  # one parse for every schema id: what the schema asks is checked after
         scanned = np.zeros(len(ids), np.bool_)
-        parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, scanned, FRAMING)
+        parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, scanned, FRAMING, *NO_CLASSES)
     slots = np.full(len(ids), -1, np.int64)
     for slot, k in enumerate(order.tolist()):
         schema_id = int(distinct[k])

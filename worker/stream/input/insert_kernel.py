@@ -31,6 +31,7 @@ from .record_fields import REQUIRED as _REQUIRED
 from .record_fields import TS as _TS
 from .record_fields import X as _X
 from .record_fields import field_bit as _field
+from .record_fields import label as _label
 from .record_fields import op_id_ts as _op_id_ts
 from .sparse_x_kernel import dense_nonzeros, sparse_x
 
@@ -45,11 +46,11 @@ _QUOTE, _COMMA, _COLON, _ZERO = 34, 44, 58, 48
 _LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 123, 125, 91, 93
 
 @_helper
-def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r, sparse, ip, vp, q):
+def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r, sparse, ip, vp, q, labels):
     """Accept record r (value ``buf[p:end]``, a key of ``klen`` bytes) as a common insert? Its id is
     then ``buf[spans[2r]:spans[2r + 1]]``. Returns -1 to decline; else its ``x`` is row r of
     ``X`` (returns 0), or with ``sparse`` its entries from ``q`` (sparse_x_kernel.py: returns
-    their end)."""
+    their end). ``labels``: (class names' bytes, their offsets, how many; 0: ``y`` a number)."""
     if klen == 0 or klen + (end - p) > max_bytes:  # no key (or an empty one): decode.py names it
         return -1
     p = _skip_ws(buf, p, end)
@@ -83,9 +84,7 @@ def _insert(buf, p, end, klen, dim, max_bytes, X, y_out, spans, r, sparse, ip, v
         elif field == _X:
             p = _dense_x(buf, p, end, dim, X, r)
         else:
-            p, value, ok = read_number(buf, p, end)
-            p = p if ok else -1
-            y_out[r] = value
+            p = _label(buf, p, end, labels[0], labels[1], labels[2], y_out, r)
         if p < 0:
             return -1
         p, c = _separator(buf, p, end)
@@ -123,34 +122,38 @@ def _dense_x(buf, p, end, dim, X, r):
 
 
 @jit
-def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted, framing=0):
+def parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y_out, spans, accepted, framing, classes,
+                 class_offsets):
     """Fill ``accepted[r]`` for every record, and for accepted ones its row of ``X``, ``y_out[r]``
     and its id's place ``vbuf[spans[r, 0]:spans[r, 1]]`` (value r is ``vbuf[voff[r]:voff[r + 1]]``,
     its key ``klen[r]`` bytes long; the JSON text starts ``framing`` bytes in, after a Schema
-    Registry framing, which counts towards ``max_bytes``)."""
+    Registry framing, which counts towards ``max_bytes``). ``classes``, ``class_offsets``: the
+    named classes' bytes (record_fields.label; one offset: ``y`` a number)."""
     v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
     unused_i, unused_v = data_pointer(spans), data_pointer(y_out)  # no sparse entries
+    labels = (data_pointer(classes), data_pointer(class_offsets), class_offsets.shape[0] - 1)
     for r in range(accepted.shape[0]):
         start = voff[r] + framing
         accepted[r] = start <= voff[r + 1] and _insert(v, start, voff[r + 1], klen[r], dim,
                                                        max_bytes - framing, x, y, s, r, False,
-                                                       unused_i, unused_v, 0) >= 0
+                                                       unused_i, unused_v, 0, labels) >= 0
 
 
 @jit
 def parse_sparse_kernel(vbuf, voff, klen, dim, max_bytes, y_out, spans, accepted, indptr,
-                        indices, values):
+                        indices, values, classes, class_offsets):
     """:func:`parse_kernel` under OLU_SPARSE_INPUT: each accepted record's ``x`` (the sparse form
     or an array) as CSR row r, ``indices/values[indptr[r]:indptr[r + 1]]`` (a declined record's
     row is empty). ``indices`` and ``values`` hold at least ``len(vbuf) // 2 + 1`` entries: every
     number takes two bytes or more with its separator."""
     v, y, s = data_pointer(vbuf), data_pointer(y_out), data_pointer(spans)
     ip, vp = data_pointer(indices), data_pointer(values)
+    labels = (data_pointer(classes), data_pointer(class_offsets), class_offsets.shape[0] - 1)
     q = 0
     indptr[0] = 0
     for r in range(accepted.shape[0]):
         got = _insert(v, voff[r], voff[r + 1], klen[r], dim, max_bytes, vp, y, s, r, True, ip, vp,
-                      q)
+                      q, labels)
         accepted[r] = got >= 0
         q = got if got >= 0 else q
         indptr[r + 1] = q

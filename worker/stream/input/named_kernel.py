@@ -26,6 +26,7 @@ from .record_fields import TS as _TS
 from .record_fields import X as _X
 from .record_fields import Y as _Y
 from .record_fields import field_bit as _field
+from .record_fields import label as _label
 from .record_fields import op_id_ts as _op_id_ts
 
 __all__ = ["parse_named_kernel", "scaled"]
@@ -176,9 +177,10 @@ def _skip_value(buf, p, end):
 @_helper
 def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, floats, table, vocab,
                   vocab_offsets,
-                  intercept, bound, dim, x, y_out, spans, r, vals, toks):
-    """As :func:`_insert` for an insert whose features are the spec's named fields: (accepted, the
-    mask of the fields clipped). Fields the spec does not name are skipped; ``x`` is declined."""
+                  intercept, bound, dim, x, y_out, spans, r, vals, toks, labels):
+    """As insert_kernel's ``_insert`` for an insert whose features are the spec's named fields:
+    (accepted, the mask of the fields clipped). Fields the spec does not name are skipped; ``x``
+    is declined; ``labels`` as there."""
     if klen == 0 or klen + (end - p) > max_bytes:
         return False, 0
     base = r * dim
@@ -212,10 +214,9 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
             if p < 0:
                 return False, 0
         elif field == _Y:
-            p, value, ok = read_number(buf, p, end)
-            if not ok:
+            p = _label(buf, p, end, labels[0], labels[1], labels[2], y_out, r)
+            if p < 0:
                 return False, 0
-            y_out[r] = value
         elif k >= 0:
             bit = np.int64(1) << k
             if present & bit:
@@ -279,16 +280,19 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
 @jit
 def parse_named_kernel(vbuf, voff, klen, max_bytes, names, name_offsets, ints, floats, table, vocab,
                        vocab_offsets,
-                       intercept, bound, X, y_out, spans, clipped, accepted, values, tokens):
-    """:func:`parse_kernel` for inserts of named fields under a feature spec (its tables:
-    worker/features/tables.py): ``clipped[r]``, the mask of the fields whose value was clipped;
-    ``values`` and ``tokens`` (n, fields): what the spec's derived blocks read of each field
-    (derived_kernel.py writes those coordinates, then scales onto the bound: pass ``inf`` here)."""
+                       intercept, bound, X, y_out, spans, clipped, accepted, values, tokens,
+                       classes, class_offsets):
+    """insert_kernel's ``parse_kernel`` for inserts of named fields under a feature spec (its
+    tables: worker/features/tables.py): ``clipped[r]``, the mask of the fields whose value was
+    clipped; ``values`` and ``tokens`` (n, fields): what the spec's derived blocks read of each
+    field (derived_kernel.py writes those coordinates, then scales onto the bound: pass ``inf``
+    here); ``classes``, ``class_offsets`` as there."""
     v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
     vals, toks = data_pointer(values), data_pointer(tokens)
+    labels = (data_pointer(classes), data_pointer(class_offsets), class_offsets.shape[0] - 1)
     dim = X.shape[1]
     for r in range(accepted.shape[0]):
         accepted[r], clipped[r] = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes, names,
                                                 name_offsets, ints,
                                                 floats, table, vocab, vocab_offsets, intercept,
-                                                bound, dim, x, y, s, r, vals, toks)
+                                                bound, dim, x, y, s, r, vals, toks, labels)

@@ -2,7 +2,8 @@
 
 insert_kernel.py and named_kernel.py walk an insert's object field by field; :func:`field_bit`
 names a field as a bit of the record's mask, :func:`op_id_ts` reads the three fields both parse
-alike. The helpers take raw pointers, not arrays (insert_kernel.py says why).
+alike, and :func:`label` the ``y`` (a number, or a class name of a softmax over named classes).
+The helpers take raw pointers, not arrays (insert_kernel.py says why).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import numba
 
 from .decode import MAX_ID_CHARS
 from .json_lex import string_end
-from .json_number import is_digit
+from .json_number import is_digit, read_number
 
-__all__ = ["ID", "OP", "REQUIRED", "TS", "X", "Y", "field_bit", "op_id_ts"]
+__all__ = ["ID", "OP", "REQUIRED", "TS", "X", "Y", "field_bit", "label", "op_id_ts"]
 
 _QUOTE, _ZERO = 34, 48
 _helper = numba.njit(nogil=True)
@@ -70,3 +71,31 @@ def op_id_ts(buf, p, end, field, spans, r):
             return -1
         spans[2 * r], spans[2 * r + 1] = p + 1, stop
     return stop + 1
+
+
+@_helper
+def label(buf, p, end, classes, class_offsets, n_classes, y_out, r):
+    """Past ``y`` at ``p``, its value in ``y_out[r]``: a number, or with ``n_classes`` named classes
+    (their UTF-8 bytes ``classes[class_offsets[k]:class_offsets[k + 1]]``) a plain ASCII string
+    equal to one of them, its position k. -1 when it is neither (the Python decoder decides)."""
+    if n_classes == 0:
+        p, value, ok = read_number(buf, p, end)
+        y_out[r] = value
+        return p if ok else -1
+    if buf[p] != _QUOTE:
+        return -1
+    stop = string_end(buf, p + 1, end)
+    if stop < 0:
+        return -1
+    size = stop - (p + 1)
+    for k in range(n_classes):
+        at = class_offsets[k]
+        if class_offsets[k + 1] - at != size:
+            continue
+        same = True
+        for i in range(size):
+            same &= buf[p + 1 + i] == classes[at + i]
+        if same:
+            y_out[r] = k
+            return stop + 1
+    return -1

@@ -40,8 +40,8 @@ from .derived_kernel import derive_kernel, sparse_rows_kernel
 from .insert_kernel import parse_kernel, parse_sparse_kernel
 from .named_kernel import parse_named_kernel
 
-__all__ = ["BatchScan", "compiled_decoder", "joined", "kafka_stamps", "key_lengths",
-           "python_decoder", "scan_batch"]
+__all__ = ["NO_CLASSES", "BatchScan", "class_tables", "compiled_decoder", "joined",
+           "kafka_stamps", "key_lengths", "python_decoder", "scan_batch"]
 
 
 @dataclass(slots=True)
@@ -50,7 +50,7 @@ class BatchScan:
 
     accepted: np.ndarray  # (n,) bool
     X: np.ndarray | SparseRows  # (n, dim) float64, or n sparse rows (a declined one empty)
-    y: np.ndarray  # (n,) float64
+    y: np.ndarray  # (n,) float64, or the class names (object) of a softmax over named classes
     keys: np.ndarray  # (n,) uint64, record_key of the id
     stamps: np.ndarray  # (n, 2) int64: the Kafka timestamp (type, ms) of each message
     # (n,) int64 under a feature spec: the fields clipped, a bit each
@@ -109,11 +109,12 @@ def joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
 
 def scan_batch(messages: list, *, dim: int, max_bytes: int,
                features: FeatureSpec | None = None, keys: list | None = None,
-               sparse: bool = False) -> BatchScan:
+               sparse: bool = False, classes: tuple | None = None) -> BatchScan:
     """Run the compiled fast path over ``messages`` (see the module doc); ``keys``: their keys,
     when the caller read them already; ``sparse``: the rows as :class:`SparseRows`
     (OLU_SPARSE_INPUT: a sparse ``x`` object's entries as given, an array's or a spec's vector's
-    non-zeros, as decode.py's ``parse_sparse`` and ``from_dense`` give them).
+    non-zeros, as decode.py's ``parse_sparse`` and ``from_dense`` give them); ``classes``: a
+    softmax's named classes, each ``y`` one of them (``BatchScan.y`` then holds the names).
 
     >>> from confluent_kafka import Message
     >>> msgs = [Message(key=b"r-1", value=b'{"op":"insert","id":"r-1","x":[0.5,1],"y":1}'),
@@ -131,26 +132,30 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int,
     spans = np.empty((n, 2), np.int64)  # where each accepted record's id lies in vbuf
     accepted = np.zeros(n, np.bool_)
     clipped = None
+    names = NO_CLASSES if classes is None else class_tables(classes)
     if features is None and sparse:  # x as {"indices", "values"}, or an array's non-zeros
         room = len(vbuf) // 2 + 2  # + 1: the kernel's branch-free writes go one past a row
         indptr = np.empty(n + 1, np.int64)
         indices, values = np.empty(room, np.int64), np.empty(room)
         parse_sparse_kernel(vbuf, voff, klen, dim, max_bytes, y, spans, accepted, indptr,
-                            indices, values)
+                            indices, values, *names)
         used = int(indptr[-1])
         X = SparseRows(indptr, indices[:used], values[:used])
     elif features is None:
         X = np.empty((n, dim), np.float64)
-        parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0)
+        parse_kernel(vbuf, voff, klen, dim, max_bytes, X, y, spans, accepted, 0, *names)
     else:  # named fields through the feature spec (worker/features)
         clipped = np.zeros(n, np.int64)
-        X = _named_rows(features, vbuf, voff, klen, max_bytes, y, spans, clipped, accepted, sparse)
+        X = _named_rows(features, vbuf, voff, klen, max_bytes, y, spans, clipped, accepted, sparse,
+                        names)
     blake2b.blake2b64_spans(vbuf, spans, accepted, keys)
+    if classes is not None:  # each accepted y is its class's position
+        y = _NAMES[classes][np.where(accepted, y, 0.0).astype(np.int64)]
     return BatchScan(accepted, X, y, keys, kafka_stamps(messages), clipped)
 
 
 def _named_rows(features: FeatureSpec, vbuf, voff, klen, max_bytes: int, y, spans, clipped,
-                accepted, sparse: bool):
+                accepted, sparse: bool, names: tuple):
     """The rows of named-field inserts: the fields' coordinates, then the derived blocks' (dense:
     the whole vector a row; sparse: the fields' written dense, only d_fields wide, then every
     non-zero as CSR)."""
@@ -164,7 +169,7 @@ def _named_rows(features: FeatureSpec, vbuf, voff, klen, max_bytes: int, y, span
     parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats,
                        t.table, t.vocab, t.vocab_offsets, t.intercept,
                        np.inf if later else t.bound, X, y, spans, clipped, accepted, values,
-                       tokens)
+                       tokens, *names)
     tables = (t.ints, t.floats, t.blocks, t.block_fields, t.block_bins, t.block_data,
               t.block_floats, t.bound)
     if sparse:
@@ -180,6 +185,24 @@ def _named_rows(features: FeatureSpec, vbuf, voff, klen, max_bytes: int, y, span
 
 
 _TABLES: dict[str, SpecTables] = {}
+#: the readers' class tables when ``y`` is a number (no named classes)
+NO_CLASSES = (np.zeros(1, np.uint8), np.zeros(1, np.int64))
+_CLASSES: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+_NAMES: dict[tuple, np.ndarray] = {}
+
+
+def class_tables(classes: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The readers' table of named classes: their UTF-8 bytes joined, and the offsets (built
+    once per class tuple, with the object array of the names a scan's ``y`` is taken from)."""
+    found = _CLASSES.get(classes)
+    if found is None:
+        raw = [c.encode("utf-8", "surrogatepass") for c in classes]
+        offsets = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum([len(b) for b in raw], out=offsets[1:])
+        found = _CLASSES[classes] = (np.frombuffer(b"".join(raw) or b"\0", np.uint8).copy(),
+                                     offsets)
+        _NAMES[classes] = np.array(classes, dtype=object)
+    return found
 
 
 def tables_of(features: FeatureSpec) -> SpecTables:
