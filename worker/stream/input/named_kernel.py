@@ -18,7 +18,7 @@ from ...compiled.intrinsics import data_pointer
 from ...compiled.jit import jit
 from .json_lex import separator as _separator
 from .json_lex import skip_ws as _skip_ws
-from .json_lex import string_end as _string_end
+from .json_lex import utf8_string_end
 from .json_number import read_number
 from .record_fields import ID as _ID
 from .record_fields import OP as _OP
@@ -33,7 +33,7 @@ __all__ = ["parse_named_kernel", "scaled"]
 
 _U0, _U1, _U63 = np.uint64(0), np.uint64(1), np.uint64(63)
 _helper = numba.njit(nogil=True)
-_QUOTE, _COMMA, _COLON, _LBRACE, _RBRACE = 34, 44, 58, 123, 125
+_QUOTE, _COMMA, _COLON, _LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 34, 44, 58, 123, 125, 91, 93
 
 
 # worker/features/tables.py's kind codes (4: hashed)
@@ -143,7 +143,7 @@ def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base, va
         return q, (1 if q >= 0 else -1), False
     if buf[p] != _QUOTE:
         return p, -1, False
-    stop = _string_end(buf, p + 1, end)
+    stop = utf8_string_end(buf, p + 1, end)  # the category's UTF-8 bytes, as transform.py hashes
     if stop < 0:
         return p, -1, False
     if kind == _K_CAT:
@@ -158,11 +158,11 @@ def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base, va
 
 
 @_helper
-def _skip_value(buf, p, end):
-    """Past a value of a field the spec does not name (flat values only), or -1."""
+def _skip_scalar(buf, p, end):
+    """Past a string, literal or number at ``p``, or -1."""
     c = buf[p]
     if c == _QUOTE:
-        stop = _string_end(buf, p + 1, end)
+        stop = utf8_string_end(buf, p + 1, end)
         return stop + 1 if stop >= 0 else -1
     if c == 110:
         return _literal(buf, p, end, _NULL)
@@ -172,6 +172,73 @@ def _skip_value(buf, p, end):
         return _literal(buf, p, end, _FALSE)
     q, _, ok = read_number(buf, p, end)
     return q if ok else -1
+
+
+@_helper
+def _key_colon(buf, p, end):
+    """Past an object's ``"key":`` at ``p`` (whitespace around), or -1."""
+    p = _skip_ws(buf, p, end)
+    if p >= end or buf[p] != _QUOTE:
+        return -1
+    stop = utf8_string_end(buf, p + 1, end)
+    if stop < 0:
+        return -1
+    p = _skip_ws(buf, stop + 1, end)
+    if p >= end or buf[p] != _COLON:
+        return -1
+    return _skip_ws(buf, p + 1, end)
+
+
+@_helper
+def _skip_value(buf, p, end):
+    """Past a value of a field the spec does not name, nested arrays and objects too (at most
+    60 deep, each level's kind a bit of ``objects``), or -1 where it is not JSON the fast path
+    is sure of (the Python decoder then decides)."""
+    depth, objects = 0, np.uint64(0)
+    while True:
+        if p >= end:
+            return -1
+        c = buf[p]
+        if c == _LBRACKET or c == _LBRACE:
+            depth += 1
+            if depth > 60:
+                return -1
+            is_object = c == _LBRACE
+            bit = _U1 << np.uint64(depth)
+            objects = objects | bit if is_object else objects & ~bit
+            p = _skip_ws(buf, p + 1, end)
+            if p < end and buf[p] == (_RBRACE if is_object else _RBRACKET):
+                p += 1
+                depth -= 1
+            elif is_object:
+                p = _key_colon(buf, p, end)
+                if p < 0:
+                    return -1
+                continue
+            else:
+                continue
+        else:
+            p = _skip_scalar(buf, p, end)
+            if p < 0:
+                return -1
+        # after a value (or an empty container): the enclosing level's separator
+        while True:
+            if depth == 0:
+                return p
+            in_object = objects & (_U1 << np.uint64(depth)) != _U0
+            p, c = _separator(buf, p, end)
+            if c == _COMMA:
+                if in_object:
+                    p = _key_colon(buf, p, end)
+                    if p < 0:
+                        return -1
+                else:
+                    p = _skip_ws(buf, p, end)
+                break
+            if c == (_RBRACE if in_object else _RBRACKET):
+                depth -= 1
+                continue
+            return -1
 
 
 @_helper
@@ -197,7 +264,7 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
         p = _skip_ws(buf, p, end)
         if p >= end or buf[p] != _QUOTE:
             return False, 0
-        stop = _string_end(buf, p + 1, end)
+        stop = utf8_string_end(buf, p + 1, end)  # a spec field's name may be any text
         if stop < 0:
             return False, 0
         field = _field(buf, p + 1, stop)
