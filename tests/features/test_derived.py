@@ -298,3 +298,17 @@ def test_the_compiled_cos_is_portable_cos_bit_for_bit():
     many = xs.copy()  # the branch-free form the reader runs in SIMD lanes
     _cos_many(many, len(many))
     assert many.view(np.uint64).tolist() == want.view(np.uint64).tolist()
+
+
+def test_the_worker_hints_at_sparse_input_for_a_spec_of_mostly_zeros(monkeypatch):
+    import worker.stream.app as app
+
+    said = []
+    monkeypatch.setattr(app.log, "info", lambda message, extra=None: said.append((message, extra)))
+    env = {"OLU_FEATURES_FILE": "examples/agrawal.yaml", "OLU_KAFKA_BOOTSTRAP_SERVERS": "localhost:1"}
+    app._hint_sparse_rows(load_settings([], env=env))
+    assert len(said) == 1 and "OLU_SPARSE_INPUT=true" in said[0][0]
+    assert said[0][1]["dim"] == 5260 and said[0][1]["most_non_zeros"] < 5260 / 4
+    app._hint_sparse_rows(load_settings([], env={**env, "OLU_SPARSE_INPUT": "1"}))  # already sparse
+    app._hint_sparse_rows(load_settings([], env={**env, "OLU_FEATURES_FILE": "examples/bananas.yaml"}))  # d = 675
+    assert len(said) == 1
