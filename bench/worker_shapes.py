@@ -11,8 +11,8 @@ deletes of earlier records:
   d = 65,536, under ``OLU_SPARSE_INPUT`` (the compiled scan's CSR rows, the engine's sparse step);
 - ``softmax K=5 d=10, integer classes``: ``OLU_LOSS=softmax``, ``OLU_CLASSES=0,1,2,3,4``, labels as
   numbers (the compiled JSON scan, a K x d step);
-- ``softmax K=5 d=10, class names``: the same rows with the classes' names as labels (the Python
-  decoder reads them).
+- ``softmax K=5 d=10, class names``: the same rows with the classes' names as labels (the compiled
+  JSON scan reads them against the declared classes).
 
 A deletion stays dense at any d: its Gaussian has d coordinates, its delta holds the d-vector and
 its release the d weights (about 1.4 MB of JSON at d = 65,536: the params topic is created with
