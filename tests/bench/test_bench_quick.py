@@ -171,16 +171,20 @@ def test_tables_render_from_the_quick_reports(quick, tmp_path: Path):
         assert re.search(r"^\|.*\|$", block, re.M), f"{name}: no table rendered:\n{block}"
 
 
-def test_feature_throughput_runs_under_a_spec_with_derived_blocks(tmp_path: Path, request: pytest.FixtureRequest):
+@pytest.mark.parametrize("sets", [[], ["--set", "sparse_input=true"]], ids=["dense", "sparse"])
+def test_feature_throughput_runs_under_a_spec_with_derived_blocks(tmp_path: Path, request: pytest.FixtureRequest,
+                                                                    sets: list[str]):
     """``--spec``: the named stream alone, under a spec whose derived blocks the compiled reader
-    computes (no dead letters: the bench refuses them), and a report that renders."""
+    computes, as dense or sparse rows (no dead letters: the bench refuses them), and a report that
+    renders."""
     proc = subprocess.run([sys.executable, "bench/feature_throughput.py", "--quick", "--spec", "examples/agrawal.yaml",
-                           "--out", str(tmp_path)], cwd=ROOT, env=environment("feature_throughput", request),
+                           *sets, "--out", str(tmp_path)], cwd=ROOT, env=environment("feature_throughput", request),
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]  # 1: a target not met
     report = strict_json(tmp_path / "feature_throughput.json")
     assert [r["stream"] for r in report["rows"]] == ["named"] and report["rows"][0]["events"] == 10_000
     assert report["config"]["dim"] == 5260 and report["named_x_vector"] is None
+    assert report["config"]["settings"] == ({"sparse_input": True} if sets else {})
     assert [c["target"] for c in report["target_checks"]] == ["rich_spec_events_per_s"]
     sys.path.insert(0, str(ROOT / "bench"))
     import feature_throughput
