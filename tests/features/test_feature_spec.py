@@ -415,3 +415,27 @@ def test_the_compiled_reader_takes_utf8_values_and_nested_fields_it_does_not_nam
     assert batch.scan.accepted.all()
     for j, r in enumerate(records):
         assert batch.scan.X[j].tobytes() == vectorize(spec, r)[0].tobytes()
+
+
+@pytest.mark.parametrize("block_bytes", [8 << 20, 3 * 8 * (1 + 1 + (1 << 18) + 3)])  # one block; three rows a block
+def test_a_wide_hashed_field_is_read_sparse_a_block_of_records_at_a_time(monkeypatch, block_bytes):
+    """A hashed field of 2^18 buckets under OLU_SPARSE_INPUT: the reader writes the fields' dense
+    coordinates a block of records at a time (never 2,000 x 2 MB at once), and its CSR rows are the
+    Python decoder's."""
+    from worker.stream.input import scan as scan_module
+
+    monkeypatch.setattr(scan_module, "FIELD_BLOCK_BYTES", block_bytes)
+    spec = parse_spec({"features": [{"name": "a", "type": "numeric", "range": [0, 1]},
+                                    {"name": "page", "type": "hashed", "buckets": 1 << 18},
+                                    {"name": "c", "type": "categorical", "vocabulary": ["u", "v"]}],
+                       "derived": [{"type": "cross", "fields": ["page", "c"], "buckets": 64}]})
+    records = [{"op": "insert", "id": f"r-{j}", "y": j % 2, "a": j / 20, "page": f"/p/{j % 7}", "c": "uv"[j % 2]}
+               for j in range(20)]
+    records[5] = {"op": "delete", "id": "r-1"}
+    msgs = [Message(topic="t", partition=0, offset=j, key=b"k", value=orjson.dumps(r), timestamp=(1, j))
+            for j, r in enumerate(records)]
+    compiled = decode_batch(msgs, dim=spec.dim, max_bytes=BIG, features=spec, sparse=True)
+    assert compiled.scan.accepted.sum() == 19
+    with python_decoder():
+        reference = decode_batch(msgs, dim=spec.dim, max_bytes=BIG, features=spec, sparse=True)
+    assert sparse_outcomes(compiled) == sparse_outcomes(reference)

@@ -157,31 +157,57 @@ def scan_batch(messages: list, *, dim: int, max_bytes: int,
 def _named_rows(features: FeatureSpec, vbuf, voff, klen, max_bytes: int, y, spans, clipped,
                 accepted, sparse: bool, names: tuple):
     """The rows of named-field inserts: the fields' coordinates, then the derived blocks' (dense:
-    the whole vector a row; sparse: the fields' written dense, only d_fields wide, then every
-    non-zero as CSR)."""
+    the whole vector a row; sparse: :func:`_sparse_named_rows`)."""
     t, n = tables_of(features), len(accepted)
     derived = len(t.blocks) > 0
     # what derived blocks read of each field (the kernel writes every field's, read or not)
     values = np.empty((n, len(t.ints)), np.float64)
     tokens = np.empty((n, len(t.ints)), np.uint64)
-    X = np.empty((n, t.field_dim if sparse else t.dim), np.float64)
-    later = derived or sparse  # the bound over the whole vector is applied after the fields
-    parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats,
-                       t.table, t.vocab, t.vocab_offsets, t.intercept,
-                       np.inf if later else t.bound, X, y, spans, clipped, accepted, values,
-                       tokens, *names)
     tables = (t.ints, t.floats, t.blocks, t.block_fields, t.block_bins, t.block_data,
               t.block_floats, t.bound)
     if sparse:
-        indptr = np.empty(n + 1, np.int64)
-        room = n * t.row_cap + 1  # + 1: the kernel's branch-free writes go one past a row
-        indices, nonzeros = np.empty(room, np.int64), np.empty(room)
-        sparse_rows_kernel(X, values, tokens, accepted, *tables, indptr, indices, nonzeros)
-        used = int(indptr[-1])
-        return SparseRows(indptr, indices[:used], nonzeros[:used])
+        return _sparse_named_rows(t, tables, vbuf, voff, klen, max_bytes, y, spans, clipped,
+                                  accepted, values, tokens, names)
+    X = np.empty((n, t.dim), np.float64)
+    parse_named_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints, t.floats,
+                       t.table, t.vocab, t.vocab_offsets, t.intercept,
+                       np.inf if derived else t.bound, X, y, spans, clipped, accepted, values,
+                       tokens, *names)
     if derived:  # the derived coordinates, then the bound over the whole vector
         derive_kernel(X, values, tokens, accepted, *tables, t.row_cap)
     return X
+
+
+#: the most bytes of field coordinates a sparse reader writes dense at a time (a wide hashed
+#: field makes d_fields large: 2,000 records of 2^18 buckets would be 4 GB at once)
+FIELD_BLOCK_BYTES = 32 << 20
+
+
+def _sparse_named_rows(t: SpecTables, tables: tuple, vbuf, voff, klen, max_bytes: int, y, spans,
+                       clipped, accepted, values, tokens, names: tuple) -> SparseRows:
+    """CSR rows of named-field inserts: for a block of records at a time (at most
+    :data:`FIELD_BLOCK_BYTES` of field coordinates), the fields' coordinates written dense, only
+    d_fields wide, then every non-zero, derived ones included (derived_kernel.py)."""
+    n = len(accepted)
+    indptr = np.zeros(n + 1, np.int64)
+    room = n * t.row_cap + 1  # + 1: the kernel's branch-free writes go one past a row
+    indices, nonzeros = np.empty(room, np.int64), np.empty(room)
+    step = max(1, FIELD_BLOCK_BYTES // (8 * t.field_dim))
+    fields = np.empty((min(n, step), t.field_dim), np.float64)
+    part = np.empty(min(n, step) + 1, np.int64)
+    used = 0
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        rows, F = slice(a, b), fields[:b - a]
+        parse_named_kernel(vbuf, voff[a:b + 1], klen[rows], max_bytes, t.names, t.name_offsets,
+                           t.ints, t.floats, t.table, t.vocab, t.vocab_offsets, t.intercept,
+                           np.inf, F, y[rows], spans[rows], clipped[rows], accepted[rows],
+                           values[rows], tokens[rows], *names)
+        sparse_rows_kernel(F, values[rows], tokens[rows], accepted[rows], *tables,
+                           part[:b - a + 1], indices[used:], nonzeros[used:])
+        indptr[a + 1:b + 1] = part[1:b - a + 1] + used
+        used = int(indptr[b])
+    return SparseRows(indptr, indices[:used], nonzeros[:used])
 
 
 _TABLES: dict[str, SpecTables] = {}
