@@ -1,6 +1,7 @@
 """The compiled reader's derived coordinates: bins, hashed crosses and random Fourier features.
 
-After :func:`~.named_kernel.parse_named_kernel` has written a record's field coordinates and
+After :func:`~.named_kernel.parse_named_kernel` has written a record's field coordinates (or
+``parse_named_entries_kernel`` their entries) and
 noted what derived blocks read of each field (a number before its clipping, a boolean's 0 or 1, a
 category's slot, a hashed value's hash), :func:`derive_kernel` writes each block's coordinates
 and then scales the vector onto the spec's bound; :func:`sparse_rows_kernel` writes the same
@@ -206,23 +207,31 @@ def derive_kernel(X, values, tokens, accepted, ints, floats, blocks, block_field
 
 
 @jit
-def sparse_rows_kernel(F, values, tokens, accepted, ints, floats, blocks, block_fields,
-                       block_bins, data, block_floats, bound, indptr, out_i, out_v):
+def sparse_rows_kernel(room, counts, entry_index, entry_value, values, tokens, accepted, ints,
+                       floats, blocks, block_fields, block_bins, data, block_floats, bound, indptr,
+                       out_i, out_v):
     """:func:`derive_kernel` writing CSR rows: row r's non-zeros, in coordinate order, are
-    ``out_i/out_v[indptr[r]:indptr[r + 1]]`` (a declined row has none); ``F``: the field
-    coordinates parse_named_kernel wrote (the first ``F.shape[1]`` of the spec's), the derived
-    ones follow. The same values as the dense row's non-zeros (SparseRows.from_dense of it, a
-    -0.0 a zero): its squared norm summed in coordinate order, zeros adding nothing."""
-    field_dim = F.shape[1]
+    ``out_i/out_v[indptr[r]:indptr[r + 1]]`` (a declined row has none). The fields' coordinates
+    come as named_kernel.parse_named_entries_kernel wrote them (``counts[r]`` entries from
+    ``r * room``, unsorted), the derived ones follow. The same values as the dense row's
+    non-zeros (SparseRows.from_dense of it, a -0.0 a zero): its squared norm summed in
+    coordinate order, zeros adding nothing."""
     z, phases, bin_of_block, _, _ = _scratch(ints, blocks, 1)
     p = 0
     indptr[0] = 0
-    for r in range(F.shape[0]):
+    for r in range(accepted.shape[0]):
         start = p
         if accepted[r]:
-            for i in range(field_dim):  # branch-free, as _bounded
-                out_i[p], out_v[p] = i, F[r, i]
-                p += F[r, i] != 0.0
+            # the fields' entries in coordinate order: an insertion sort (a handful, each
+            # coordinate once, mostly in the spec's order already)
+            for k in range(r * room, r * room + counts[r]):
+                i, v = entry_index[k], entry_value[k]
+                j = p
+                while j > start and out_i[j - 1] > i:
+                    out_i[j], out_v[j] = out_i[j - 1], out_v[j - 1]
+                    j -= 1
+                out_i[j], out_v[j] = i, v
+                p += 1
             p = _derive_row(values, tokens, r, ints, floats, blocks, block_fields, block_bins,
                             data, block_floats, z, phases, bin_of_block, p, out_i, out_v)
             if p < 0:

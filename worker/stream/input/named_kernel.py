@@ -29,7 +29,7 @@ from .record_fields import field_bit as _field
 from .record_fields import label as _label
 from .record_fields import op_id_ts as _op_id_ts
 
-__all__ = ["parse_named_kernel", "scaled"]
+__all__ = ["parse_named_entries_kernel", "parse_named_kernel", "scaled"]
 
 _U0, _U1, _U63 = np.uint64(0), np.uint64(1), np.uint64(63)
 _helper = numba.njit(nogil=True)
@@ -115,46 +115,61 @@ def scaled(v, kind, par):
 
 
 @_helper
-def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, x, base, vals, toks, at_k):
-    """Parse the value of a spec field at ``p`` into its coordinates: (position after it, 1 when
-    set, 0 when null, -1 when not certain; clipped). What derived blocks read of it goes to
-    ``vals[at_k]`` (a number, before its clipping) or ``toks[at_k]`` (a boolean's 0 or 1, a
-    category's slot, a hashed value's hash), transform.py's ``tokens``."""
-    kind, slot = row[0], base + row[1]
+def _put(out, i, v):
+    """Coordinate i of the row is v: ``out`` = (x, base, entries, ei, ev, q); dense, x[base + i]
+    (the row zeroed first); as entries, (i, v) appended at ei/ev[q] (unsorted: fields come in the
+    record's order; the caller sorts them). Returns the next q."""
+    x, base, entries, ei, ev, q = out
+    if entries:
+        ei[q], ev[q] = i, v
+        return q + 1
+    x[base + i] = v
+    return q
+
+
+@_helper
+def _named_value(buf, p, end, row, par, table, vocab, vocab_offsets, out, vals, toks, at_k):
+    """Parse the value of a spec field at ``p`` into its coordinates (written by :func:`_put`):
+    (position after it, 1 when set, 0 when null, -1 when not certain; clipped; the next q). What
+    derived blocks read of it goes to ``vals[at_k]`` (a number, before its clipping) or
+    ``toks[at_k]`` (a boolean's 0 or 1, a category's slot, a hashed value's hash), transform.py's
+    ``tokens``."""
+    kind, slot, q = row[0], row[1], out[5]
     if buf[p] == 110:  # null: missing
-        q = _literal(buf, p, end, _NULL)
-        return q, (0 if q >= 0 else -1), False
+        after = _literal(buf, p, end, _NULL)
+        return after, (0 if after >= 0 else -1), False, q
     if kind <= _K_SCALE:
-        q, value, ok = read_number(buf, p, end)
+        after, value, ok = read_number(buf, p, end)
         if not ok:
-            return q, -1, False
+            return after, -1, False, q
         z, clipped = scaled(value, kind, par)
-        x[slot] = z * par[4]
+        q = _put(out, slot, z * par[4])
         vals[at_k] = value
-        return q, 1, clipped
+        return after, 1, clipped, q
     if kind == _K_BOOL:
-        q = _literal(buf, p, end, _TRUE)
-        if q >= 0:
-            x[slot] = par[4]
+        after = _literal(buf, p, end, _TRUE)
+        if after >= 0:
+            q = _put(out, slot, par[4])
             toks[at_k] = _U1
-            return q, 1, False
-        q = _literal(buf, p, end, _FALSE)
+            return after, 1, False, q
+        after = _literal(buf, p, end, _FALSE)
         toks[at_k] = _U0
-        return q, (1 if q >= 0 else -1), False
+        return after, (1 if after >= 0 else -1), False, q
     if buf[p] != _QUOTE:
-        return p, -1, False
+        return p, -1, False, q
     stop = utf8_string_end(buf, p + 1, end)  # the category's UTF-8 bytes, as transform.py hashes
     if stop < 0:
-        return p, -1, False
+        return p, -1, False, q
     if kind == _K_CAT:
         at = _vocabulary_slot(buf, p + 1, stop, row, table, vocab, vocab_offsets)
-        x[slot + at] = par[4]
+        q = _put(out, slot + at, par[4])
         toks[at_k] = np.uint64(at)
     else:
         h = _category_hash(buf, p + 1, stop)
-        x[slot + np.int64(h % np.uint64(row[7]))] = par[4] if h >> _U63 == _U0 else -par[4]
+        q = _put(out, slot + np.int64(h % np.uint64(row[7])),
+                 par[4] if h >> _U63 == _U0 else -par[4])
         toks[at_k] = h
-    return stop + 1, 1, False
+    return stop + 1, 1, False, q
 
 
 @_helper
@@ -243,57 +258,60 @@ def _skip_value(buf, p, end):
 
 @_helper
 def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, floats, table, vocab,
-                  vocab_offsets,
-                  intercept, bound, dim, x, y_out, spans, r, vals, toks, labels):
+                  vocab_offsets, intercept, bound, dim, x, y_out, spans, r, vals, toks, labels,
+                  entries, ei, ev, q):
     """As insert_kernel's ``_insert`` for an insert whose features are the spec's named fields:
-    (accepted, the mask of the fields clipped). Fields the spec does not name are skipped; ``x``
-    is declined; ``labels`` as there."""
+    (accepted, the mask of the fields clipped, the entries' end). Fields the spec does not name
+    are skipped; ``x`` is declined; ``labels`` as there. The coordinates go to row r of ``x`` or,
+    with ``entries``, to ``ei/ev`` from ``q`` (:func:`_put`)."""
     if klen == 0 or klen + (end - p) > max_bytes:
-        return False, 0
+        return False, 0, q
     base = r * dim
-    for i in range(dim):
-        x[base + i] = 0.0
+    if not entries:
+        for i in range(dim):
+            x[base + i] = 0.0
+    out = (x, base, entries, ei, ev, q)
     if intercept != 0.0:
-        x[base] = intercept
+        q = _put(out, 0, intercept)
     p = _skip_ws(buf, p, end)
     if p >= end or buf[p] != _LBRACE:
-        return False, 0
+        return False, 0, q
     p += 1
     seen, present, valued, clipped = 0, np.int64(0), np.int64(0), np.int64(0)
     while True:
         p = _skip_ws(buf, p, end)
         if p >= end or buf[p] != _QUOTE:
-            return False, 0
+            return False, 0, q
         stop = utf8_string_end(buf, p + 1, end)  # a spec field's name may be any text
         if stop < 0:
-            return False, 0
+            return False, 0, q
         field = _field(buf, p + 1, stop)
         k = -1 if field else _spec_field(buf, p + 1, stop, names, name_offsets)
         p = _skip_ws(buf, stop + 1, end)
         if p >= end or buf[p] != _COLON:
-            return False, 0
+            return False, 0, q
         p = _skip_ws(buf, p + 1, end)
         if p >= end or field == _X or seen & field:
-            return False, 0
+            return False, 0, q
         seen |= field
         if field == _OP or field == _ID or field == _TS:
             p = _op_id_ts(buf, p, end, field, spans, r)
             if p < 0:
-                return False, 0
+                return False, 0, q
         elif field == _Y:
             p = _label(buf, p, end, labels[0], labels[1], labels[2], y_out, r)
             if p < 0:
-                return False, 0
+                return False, 0, q
         elif k >= 0:
             bit = np.int64(1) << k
             if present & bit:
-                return False, 0
+                return False, 0, q
             present |= bit
-            p, state, clip = _named_value(buf, p, end, ints[k], floats[k], table, vocab,
-                                          vocab_offsets, x, base, vals, toks,
-                                          r * ints.shape[0] + k)
+            p, state, clip, q = _named_value(buf, p, end, ints[k], floats[k], table, vocab,
+                                             vocab_offsets, (x, base, entries, ei, ev, q), vals,
+                                             toks, r * ints.shape[0] + k)
             if state < 0:
-                return False, 0
+                return False, 0, q
             if state:
                 valued |= bit
             if clip:
@@ -301,37 +319,38 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
         else:
             p = _skip_value(buf, p, end)
             if p < 0:
-                return False, 0
+                return False, 0, q
         p, c = _separator(buf, p, end)
         if c == _RBRACE:
             break
         if c != _COMMA:
-            return False, 0
+            return False, 0, q
     if seen & (_OP | _ID | _Y) != _OP | _ID | _Y or _skip_ws(buf, p, end) != end:
-        return False, 0
+        return False, 0, q
     for k in range(ints.shape[0]):
         # the missing fields: their fill, or the Python decoder names them
         row, par = ints[k], floats[k]
         if not valued & (np.int64(1) << k) and not row[3]:
-            return False, 0
+            return False, 0, q
         if valued & (np.int64(1) << k):
             continue
-        slot, at_k = base + row[1], r * ints.shape[0] + k
+        slot, at_k = row[1], r * ints.shape[0] + k
         if row[4]:
-            x[slot + row[2] - 1] = 1.0
+            q = _put((x, base, entries, ei, ev, q), slot + row[2] - 1, 1.0)
         if row[0] <= _K_SCALE:
             z, clip = scaled(par[5], row[0], par)
-            x[slot] = z * par[4]
+            q = _put((x, base, entries, ei, ev, q), slot, z * par[4])
             vals[at_k] = par[5]
             if clip:
                 clipped |= np.int64(1) << k
         elif row[0] == _K_BOOL:
-            x[slot] = par[4] if par[5] != 0.0 else 0.0
+            q = _put((x, base, entries, ei, ev, q), slot, par[4] if par[5] != 0.0 else 0.0)
             toks[at_k] = _U1 if par[5] != 0.0 else _U0
         else:
-            x[slot + row[5]] = par[4] if row[0] == _K_CAT else par[5] * par[4]
+            q = _put((x, base, entries, ei, ev, q), slot + row[5],
+                     par[4] if row[0] == _K_CAT else par[5] * par[4])
             toks[at_k] = np.uint64(row[5]) if row[0] == _K_CAT else np.uint64(row[9])
-    if bound < np.inf:
+    if bound < np.inf and not entries:
         sq = 0.0
         for i in range(dim):
             sq += x[base + i] * x[base + i]
@@ -340,7 +359,7 @@ def _named_insert(buf, p, end, klen, max_bytes, names, name_offsets, ints, float
             factor = bound / norm
             for i in range(dim):
                 x[base + i] = x[base + i] * factor
-    return True, clipped
+    return True, clipped, q
 
 
 
@@ -357,9 +376,32 @@ def parse_named_kernel(vbuf, voff, klen, max_bytes, names, name_offsets, ints, f
     v, x, y, s = data_pointer(vbuf), data_pointer(X), data_pointer(y_out), data_pointer(spans)
     vals, toks = data_pointer(values), data_pointer(tokens)
     labels = (data_pointer(classes), data_pointer(class_offsets), class_offsets.shape[0] - 1)
+    unused_i = data_pointer(spans)  # no entries
     dim = X.shape[1]
     for r in range(accepted.shape[0]):
-        accepted[r], clipped[r] = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes, names,
-                                                name_offsets, ints,
-                                                floats, table, vocab, vocab_offsets, intercept,
-                                                bound, dim, x, y, s, r, vals, toks, labels)
+        accepted[r], clipped[r], _ = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes,
+                                                   names, name_offsets, ints, floats, table, vocab,
+                                                   vocab_offsets, intercept, bound, dim, x, y, s,
+                                                   r, vals, toks, labels, False, unused_i, x, 0)
+
+
+@jit
+def parse_named_entries_kernel(vbuf, voff, klen, max_bytes, names, name_offsets, ints, floats,
+                               table, vocab, vocab_offsets, intercept, y_out, spans, clipped,
+                               accepted, values, tokens, classes, class_offsets, room, counts,
+                               entry_index, entry_value):
+    """:func:`parse_named_kernel` writing each record's field coordinates as entries, not a dense
+    row: record r's ``counts[r]`` (index, value) pairs at ``entry_index/entry_value[r * room:]``,
+    unsorted, zeros included (derived_kernel.sparse_rows_kernel sorts them and drops the zeros).
+    ``room``: the most a record writes, one a field and one its missing indicator, and the
+    intercept (``1 + 2 * fields``). O(fields) a record, however wide a hashed field is."""
+    v, y, s = data_pointer(vbuf), data_pointer(y_out), data_pointer(spans)
+    vals, toks = data_pointer(values), data_pointer(tokens)
+    ei, ev = data_pointer(entry_index), data_pointer(entry_value)
+    labels = (data_pointer(classes), data_pointer(class_offsets), class_offsets.shape[0] - 1)
+    for r in range(accepted.shape[0]):
+        ok, mask, end = _named_insert(v, voff[r], voff[r + 1], klen[r], max_bytes, names,
+                                      name_offsets, ints, floats, table, vocab, vocab_offsets,
+                                      intercept, np.inf, 0, ev, y, s, r, vals, toks, labels, True,
+                                      ei, ev, r * room)
+        accepted[r], clipped[r], counts[r] = ok, mask, end - r * room

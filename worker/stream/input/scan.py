@@ -38,7 +38,7 @@ from ...features.tables import SpecTables, spec_tables
 from ...olu import SparseRows
 from .derived_kernel import derive_kernel, sparse_rows_kernel
 from .insert_kernel import parse_kernel, parse_sparse_kernel
-from .named_kernel import parse_named_kernel
+from .named_kernel import parse_named_entries_kernel, parse_named_kernel
 
 __all__ = ["NO_CLASSES", "BatchScan", "class_tables", "compiled_decoder", "joined",
            "kafka_stamps", "key_lengths", "python_decoder", "scan_batch"]
@@ -178,35 +178,24 @@ def _named_rows(features: FeatureSpec, vbuf, voff, klen, max_bytes: int, y, span
     return X
 
 
-#: the most bytes of field coordinates a sparse reader writes dense at a time (a wide hashed
-#: field makes d_fields large: 2,000 records of 2^18 buckets would be 4 GB at once)
-FIELD_BLOCK_BYTES = 32 << 20
-
-
 def _sparse_named_rows(t: SpecTables, tables: tuple, vbuf, voff, klen, max_bytes: int, y, spans,
                        clipped, accepted, values, tokens, names: tuple) -> SparseRows:
-    """CSR rows of named-field inserts: for a block of records at a time (at most
-    :data:`FIELD_BLOCK_BYTES` of field coordinates), the fields' coordinates written dense, only
-    d_fields wide, then every non-zero, derived ones included (derived_kernel.py)."""
-    n = len(accepted)
-    indptr = np.zeros(n + 1, np.int64)
-    room = n * t.row_cap + 1  # + 1: the kernel's branch-free writes go one past a row
-    indices, nonzeros = np.empty(room, np.int64), np.empty(room)
-    step = max(1, FIELD_BLOCK_BYTES // (8 * t.field_dim))
-    fields = np.empty((min(n, step), t.field_dim), np.float64)
-    part = np.empty(min(n, step) + 1, np.int64)
-    used = 0
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        rows, F = slice(a, b), fields[:b - a]
-        parse_named_kernel(vbuf, voff[a:b + 1], klen[rows], max_bytes, t.names, t.name_offsets,
-                           t.ints, t.floats, t.table, t.vocab, t.vocab_offsets, t.intercept,
-                           np.inf, F, y[rows], spans[rows], clipped[rows], accepted[rows],
-                           values[rows], tokens[rows], *names)
-        sparse_rows_kernel(F, values[rows], tokens[rows], accepted[rows], *tables,
-                           part[:b - a + 1], indices[used:], nonzeros[used:])
-        indptr[a + 1:b + 1] = part[1:b - a + 1] + used
-        used = int(indptr[b])
+    """CSR rows of named-field inserts: each record's field coordinates as entries (O(fields) a
+    record, however wide a hashed field), then every non-zero in coordinate order, derived ones
+    included (derived_kernel.py)."""
+    n, room = len(accepted), 1 + 2 * len(t.ints)  # the intercept; a field and its indicator
+    counts = np.empty(n, np.int64)
+    entry_index, entry_value = np.empty(n * room, np.int64), np.empty(n * room)
+    parse_named_entries_kernel(vbuf, voff, klen, max_bytes, t.names, t.name_offsets, t.ints,
+                               t.floats, t.table, t.vocab, t.vocab_offsets, t.intercept, y, spans,
+                               clipped, accepted, values, tokens, *names, room, counts,
+                               entry_index, entry_value)
+    indptr = np.empty(n + 1, np.int64)
+    cap = n * t.row_cap + 1  # + 1: the kernel's branch-free writes go one past a row
+    indices, nonzeros = np.empty(cap, np.int64), np.empty(cap)
+    sparse_rows_kernel(room, counts, entry_index, entry_value, values, tokens, accepted, *tables,
+                       indptr, indices, nonzeros)
+    used = int(indptr[-1])
     return SparseRows(indptr, indices[:used], nonzeros[:used])
 
 
