@@ -150,8 +150,7 @@ class PartitionRunner:
         # for a model that caps what one key contributes
         batch = decode_batch(self._unseen(messages), dim=self.model.dim,
                              max_bytes=self.settings.max_record_bytes,
-                             subjects=(self.model.key_cap is not None
-                                       or self.model.forgets_by_key),
+                             subjects=self.model.key_cap is not None or self.model.forgets_by_key,
                              features=self.settings.feature_spec,
                              sparse=self.settings.sparse_input,
                              labels=names_labels(self.model.loss),
