@@ -20,9 +20,7 @@ from worker.exceptions import ConfigError
 from worker.features.exceptions import BadFeature, FeatureSpecError
 from worker.features.spec import load_spec, parse_spec
 from worker.features.transform import category_hash, vectorize
-from worker.olu import record_key
 from worker.stream.input.batch import decode_batch
-from worker.stream.input.decode import Delete, Insert
 from worker.stream.input.scan import python_decoder
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -225,7 +223,7 @@ def test_the_compiled_reader_the_decoder_and_the_transform_agree(data):
                                         sparse=True)
     assert sparse_outcomes(sparse) == sparse_outcomes(sparse_reference)
     assert sparse_outcomes(sparse) == [
-        ("insert", *_nonzeros(got[1]), *got[2:]) if got[0] == "insert" else got
+        ("insert", _nonzeros(got[1]), *got[2:]) if got[0] == "insert" else got
         for got in outcomes(compiled)]
     shipped = parse_spec(orjson.loads(spec.text))  # the spec as a release carries it to a subscriber
     assert shipped.digest == spec.digest
@@ -271,30 +269,7 @@ def _nonzeros(bits: list) -> tuple[list, list]:
 
 def sparse_outcomes(batch) -> list:
     """:func:`outcomes` of a batch decoded into sparse rows: an insert's (indices, value bits)."""
-    out = [None] * len(batch.messages)
-    for start, stop, accepted in batch.stretches:
-        if accepted:
-            run = batch.run(start, stop)
-            keys = run.keys.tolist() if run.keys is not None else [record_key(r) for r in run.ids]
-            for j in range(stop - start):
-                indices, values = run.X.row(j)
-                out[start + j] = ("insert", np.asarray(indices).tolist(),
-                                  np.asarray(values, np.float64).view(np.uint64).tolist(),
-                                  np.array([run.y[j]], np.float64).view(np.uint64).tolist(),
-                                  keys[j])
-            continue
-        for j in range(start, stop):
-            e = batch.events[j]
-            if isinstance(e, Insert):
-                indices, values = e.x
-                out[j] = ("insert", np.asarray(indices).tolist(),
-                          np.asarray(values, np.float64).view(np.uint64).tolist(),
-                          np.array([e.y], np.float64).view(np.uint64).tolist(), record_key(e.id))
-            elif isinstance(e, Delete):
-                out[j] = ("delete", e.ids, e.tombstone)
-            else:
-                out[j] = ("dead", e.reason, e.detail)
-    return out
+    return outcomes(batch, sparse=True)
 
 
 def test_the_compiled_reader_takes_the_common_named_record():

@@ -46,20 +46,31 @@ def _bits(values) -> list[int]:
     return np.asarray(values, np.float64).reshape(-1).view(np.uint64).tolist()
 
 
-def outcomes(batch) -> list:
-    """One comparable outcome per message of a DecodedBatch."""
+def outcomes(batch, *, sparse: bool = False, raw_labels: bool = False) -> list:
+    """One comparable outcome per message of a DecodedBatch: an insert's x as its bits (``sparse``:
+    its (indices, value bits)), its label's bits (``raw_labels``: the label itself, a class name),
+    its id's key; a delete; a dead letter."""
+    def x_of(x):
+        if not sparse:
+            return _bits(x)
+        indices, values = x
+        return np.asarray(indices).tolist(), _bits(values)
+
+    def y_of(y):
+        return y if raw_labels else _bits([y])
     out = [None] * len(batch.messages)
     for start, stop, accepted in batch.stretches:
         if accepted:
             run = batch.run(start, stop)
             keys = run.keys.tolist() if run.keys is not None else [record_key(r) for r in run.ids]
             for j in range(stop - start):
-                out[start + j] = ("insert", _bits(run.X[j]), _bits([run.y[j]]), keys[j])
+                x = run.X.row(j) if sparse else run.X[j]
+                out[start + j] = ("insert", x_of(x), y_of(run.y[j]), keys[j])
             continue
         for j in range(start, stop):
             e = batch.events[j]
             if isinstance(e, Insert):
-                out[j] = ("insert", _bits(e.x), _bits([e.y]), record_key(e.id))
+                out[j] = ("insert", x_of(e.x), y_of(e.y), record_key(e.id))
             elif isinstance(e, Delete):
                 out[j] = ("delete", e.ids, e.tombstone)
             else:

@@ -25,15 +25,16 @@ from tests.stream.kafka_harness import (
     wait_for,
     worker_env,
 )
+from tests.stream.test_framed_scan import outcomes
 from worker.config import load_settings
 from worker.config.model import build_model
-from worker.olu import PassiveOLU, record_key
+from worker.olu import PassiveOLU
 from worker.olu.batches.quality import softmax_mean_loss
 from worker.olu.core.sparse import SparseRows
 from worker.state.store import SnapshotStore, open_store
 from worker.stream.exceptions import DeadLetter
 from worker.stream.input.batch import decode_batch
-from worker.stream.input.decode import Delete, Insert, decode_event
+from worker.stream.input.decode import decode_event
 from worker.stream.input.scan import python_decoder
 from worker.stream.partition import PartitionRunner
 
@@ -109,20 +110,7 @@ def test_a_batch_of_class_names_decodes_into_runs_of_raw_labels():
 
 def _outcomes(batch) -> list:
     """Per message: ("insert", x's bits, the label, the id's key), the delete, or the dead letter."""
-    out = [None] * len(batch.messages)
-    for start, stop, accepted in batch.stretches:
-        if accepted:
-            run = batch.run(start, stop)
-            keys = run.keys.tolist() if run.keys is not None else [record_key(r) for r in run.ids]
-            for j in range(stop - start):
-                out[start + j] = ("insert", np.asarray(run.X[j]).view(np.uint64).tolist(), run.y[j], keys[j])
-            continue
-        for j in range(start, stop):
-            e = batch.events[j]
-            out[j] = (("insert", np.asarray(e.x).view(np.uint64).tolist(), e.y, record_key(e.id))
-                      if isinstance(e, Insert) else ("delete", e.ids) if isinstance(e, Delete)
-                      else ("dead", e.reason, e.detail))
-    return out
+    return outcomes(batch, raw_labels=True)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
