@@ -58,7 +58,6 @@ class SpecTables:
     block_bins: np.ndarray
     block_data: np.ndarray  # float64: the bins' edges, the Fourier maps' w and b
     block_floats: np.ndarray  # float64 (blocks, 2): weight, and step or scale
-    field_dim: int  # the intercept's and the fields' coordinates: the derived blocks' come after
     row_cap: int  # the most non-zeros a row can have (a sparse reader's room per row)
 
 
@@ -110,20 +109,20 @@ def spec_tables(spec: FeatureSpec) -> SpecTables:
     return SpecTables(names, name_offsets, ints, floats, np.array(tables or [-1], np.int64),
                       vocab_bytes,
                       vocab_offsets, spec.intercept, math.inf if spec.bound is None else spec.bound,
-                      spec.dim, *_derived_tables(spec), *_row_room(spec))
+                      spec.dim, *_derived_tables(spec), _row_cap(spec))
 
 
-def _row_room(spec: FeatureSpec) -> tuple[int, int]:
-    """(field_dim, row_cap): the fields' coordinates end where the derived blocks' start; a row
-    has the intercept, at most two non-zeros a field (its coordinate, its missing indicator) and
-    each block's most (one-hot bins and crosses: one; cumulative bins: every edge; Fourier:
-    every component)."""
+def _row_cap(spec: FeatureSpec) -> int:
+    """The most non-zeros a row can have: the intercept and at most two a field (its coordinate,
+    its missing indicator), never more than the fields' coordinates (the derived blocks' come
+    after them), and each block's most (one-hot bins and crosses: one; cumulative bins: every
+    edge; Fourier: every component)."""
     field_dim = spec.dim - sum(d.width for d in spec.derived)
     cap = min(field_dim, 1 + 2 * len(spec.fields))
     for d in spec.derived:
         cap += d.width if d.kind == "fourier" or (d.kind == "bins"
                                                  and d.encoding == "cumulative") else 1
-    return field_dim, cap
+    return cap
 
 
 def _derived_tables(spec: FeatureSpec) -> tuple:
