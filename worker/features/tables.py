@@ -17,7 +17,7 @@ import numpy as np
 from .spec import FeatureSpec
 from .transform import category_hash
 
-__all__ = ["KIND_CODES", "SpecTables", "spec_tables"]
+__all__ = ["KIND_CODES", "SpecTables", "joined_text", "spec_tables"]
 
 #: Kernel codes of the field kinds (numeric splits by where it clips).
 NUMERIC_RANGE, NUMERIC_SCALE, BOOLEAN, CATEGORICAL, HASHED = range(5)
@@ -61,7 +61,7 @@ class SpecTables:
     row_cap: int  # the most non-zeros a row can have (a sparse reader's room per row)
 
 
-def _joined(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def joined_text(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     raw = [t.encode("utf-8", "surrogatepass") for t in texts]
     offsets = np.zeros(len(raw) + 1, np.int64)
     np.cumsum([len(b) for b in raw], out=offsets[1:])
@@ -70,7 +70,7 @@ def _joined(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def spec_tables(spec: FeatureSpec) -> SpecTables:
     """The kernel's arrays of ``spec``."""
-    names, name_offsets = _joined([f.name for f in spec.fields])
+    names, name_offsets = joined_text([f.name for f in spec.fields])
     ints = np.zeros((len(spec.fields), 10), np.int64)
     floats = np.zeros((len(spec.fields), 6), np.float64)
     tables: list[int] = []
@@ -105,7 +105,7 @@ def spec_tables(spec: FeatureSpec) -> SpecTables:
                 ints[k, I_FILL_SLOT] = h % f.buckets
                 ints[k, I_FILL_HASH] = h - (1 << 64) if h >> 63 else h
                 floats[k, F_FILL] = 1.0 if h >> 63 == 0 else -1.0
-    vocab_bytes, vocab_offsets = _joined(vocab)
+    vocab_bytes, vocab_offsets = joined_text(vocab)
     return SpecTables(names, name_offsets, ints, floats, np.array(tables or [-1], np.int64),
                       vocab_bytes,
                       vocab_offsets, spec.intercept, math.inf if spec.bound is None else spec.bound,

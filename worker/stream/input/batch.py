@@ -100,8 +100,9 @@ def decode_batch(messages: list, *, dim: int, max_bytes: int, subjects: bool = F
     found = partitioning_keys(messages, raw_keys) if subjects else None
     # a framed batch the compiled readers read (framed_scan.py; their labels are numbers)
     prepared = getattr(messages, "scan", None)
-    if labels and classes is None or labels and prepared is not None or not (
-            prepared is not None or compiled_decoder()):
+    # the Python decoder: class names the compiled readers are not given, or no compiled reader
+    if labels and (classes is None or prepared is not None) or (
+            prepared is None and not compiled_decoder()):
         return _python(messages, dim, max_bytes, found, features, sparse, labels)
     return _scanned(messages, dim, max_bytes, found, prepared, features, raw_keys, sparse,
                     classes if labels else None)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ...compiled import blake2b, jit
 from ...features.spec import FeatureSpec
-from ...features.tables import SpecTables, spec_tables
+from ...features.tables import SpecTables, joined_text, spec_tables
 from ...olu import SparseRows
 from .derived_kernel import derive_kernel, sparse_rows_kernel
 from .insert_kernel import parse_kernel, parse_sparse_kernel
@@ -211,11 +211,7 @@ def class_tables(classes: tuple) -> tuple[np.ndarray, np.ndarray]:
     once per class tuple, with the object array of the names a scan's ``y`` is taken from)."""
     found = _CLASSES.get(classes)
     if found is None:
-        raw = [c.encode("utf-8", "surrogatepass") for c in classes]
-        offsets = np.zeros(len(raw) + 1, np.int64)
-        np.cumsum([len(b) for b in raw], out=offsets[1:])
-        found = _CLASSES[classes] = (np.frombuffer(b"".join(raw) or b"\0", np.uint8).copy(),
-                                     offsets)
+        found = _CLASSES[classes] = joined_text(list(classes))  # the spec tables' form
         _NAMES[classes] = np.array(classes, dtype=object)
     return found
 
